@@ -1,0 +1,14 @@
+"""jax_accl: hierarchical multi-link all-reduce for JAX, as XLA FFI custom calls.
+
+``jax_accl.psum`` is a drop-in replacement for ``jax.lax.psum`` inside
+``jax.jit(jax.shard_map(...))`` and ``jax.pmap`` programs.
+"""
+from jax_accl import _native
+from jax_accl.api import allreduce, pmax, pmean, pmin, psum
+from jax_accl.errors import AcclError
+from jax_accl.stats import reset_stats, stats
+
+__version__ = "0.1.0"
+__all__ = ["AcclError", "allreduce", "pmax", "pmean", "pmin", "psum", "reset_stats", "stats"]
+
+_native.register_targets()

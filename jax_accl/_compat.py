@@ -1,0 +1,47 @@
+"""Every private JAX API jax_accl uses, in one place (they move between versions).
+
+tests/jax/test_compat.py checks that each of them is still there.
+"""
+from jax._src import config as _config
+from jax._src import core
+from jax._src import dispatch
+from jax._src.interpreters import ad, batching, mlir, pxla
+from jax._src.lax import parallel as _parallel
+from jax._src.lib.mlir import ir
+from jax._src.lib.mlir.dialects import hlo
+
+__all__ = ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]
+
+
+def check_vma_enabled() -> bool:
+    """True inside shard_map(check_vma=True) tracing (jax.lax.psum then binds psum_invariant)."""
+    return bool(_config._check_vma.value)
+
+
+def auto_pcast_enabled() -> bool:
+    return bool(_config.auto_pcast.value)
+
+
+def varying_axes(aval) -> frozenset:
+    """The mesh axes along which a value varies (its varying-manual-axes type)."""
+    return aval.mat.varying
+
+
+def with_varying_axes(aval, varying: frozenset):
+    return aval.update(manual_axis_type=aval.mat.update(varying=varying))
+
+
+def pvary(x, axes: tuple):
+    return core.pvary(x, axis_name=axes)
+
+
+# Argument handling shared with jax.lax.psum, so that both accept and reject alike.
+skip_size_one_axes = _parallel._maybe_skip_one_sized_axes
+validate_axis_index_groups = _parallel._validate_reduce_axis_index_groups
+canonicalize_axis_index_groups = _parallel._canonicalize_axis_index_groups
+value_state_along = _parallel._get_from  # 'varying' | 'invarying' | 'unreduced' | 'reduced'
+insert_collective_pvary = _parallel.insert_collective_pvary
+replica_groups = _parallel._replica_groups  # (axis_context, axes, axis_index_groups)
+check_axis_names = _parallel._check_axis_names
+linear_jvp = ad.linear_jvp
+linear_transpose = ad.linear_transpose2

@@ -1,0 +1,99 @@
+"""Public collectives: drop-in replacements for jax.lax.psum / pmean / pmax / pmin."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from jax import lax, tree_util
+
+from jax_accl import _compat as c
+from jax_accl import config
+from jax_accl.primitives import allreduce as prim
+
+
+def _axes_tuple(axis_name) -> tuple:
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
+              axis_index_groups=None):
+    """All-reduce every leaf of ``x`` over ``axis_name`` with ``op`` (sum, prod, min, max).
+
+    ``algorithm`` forces one of direct, ring or halving_doubling; "auto" lets the cost
+    model choose (or ``JAX_ACCL_ALGORITHM`` force one for the whole run).
+    """
+    if op not in prim.OP_CODES:
+        raise ValueError(f"jax_accl.allreduce: op must be one of {tuple(prim.OP_CODES)}, "
+                         f"got {op!r}")
+    if algorithm not in config.ALGORITHMS:
+        raise ValueError(f"jax_accl.allreduce: algorithm must be one of {config.ALGORITHMS},"
+                         f" got {algorithm!r}")
+    api = f"jax_accl.{prim.API_NAMES[op]}"
+    axes = c.skip_size_one_axes(_axes_tuple(axis_name))
+    if not axes:
+        return x
+    if any(isinstance(a, int) for a in axes) and axis_index_groups is not None:
+        raise ValueError("axis_index_groups only supported for sums over just named axes")
+    c.validate_axis_index_groups(axis_index_groups)
+    groups = c.canonicalize_axis_index_groups(axis_index_groups)
+    named = tuple(a for a in axes if not isinstance(a, int))
+    positional = tuple(a for a in axes if isinstance(a, int))
+
+    leaves, treedef = tree_util.tree_flatten(x)
+    if op == "sum":  # as jax.lax.psum: booleans are summed as int32
+        leaves = [lax.convert_element_type(leaf, np.int32)
+                  if np.result_type(leaf) == np.bool_ else leaf for leaf in leaves]
+
+    if all(not isinstance(leaf, c.core.Tracer) for leaf in leaves):
+        # Constants (e.g. psum(1, "i") to get an axis size) need no communication.
+        size = (len(groups[0]) if groups is not None else
+                math.prod(c.core.get_axis_env().axis_size(name) for name in named))
+        out = []
+        for leaf in leaves:
+            leaf = _reduce_positional(leaf, positional, op)
+            out.append(prim._repeat_reduce(lax.asarray(leaf), size, op)
+                       if op != "sum" else lax._const(leaf, size) * leaf)
+        return tree_util.tree_unflatten(treedef, out)
+
+    def reduce_leaf(leaf):
+        leaf = _reduce_positional(leaf, positional, op)
+        if not named:
+            return leaf
+        if c.check_vma_enabled():
+            state = c.value_state_along(c.core.typeof(leaf), named, api)
+            if state == "unreduced":  # JAX's own unreduced types: leave them to JAX
+                return lax.psum(leaf, named)
+            leaf = c.insert_collective_pvary(named, leaf)
+        return prim.bind(leaf, axes=named, axis_index_groups=groups, op=op,
+                         algorithm=algorithm)
+
+    return tree_util.tree_unflatten(treedef, [reduce_leaf(leaf) for leaf in leaves])
+
+
+def _reduce_positional(leaf, positional, op):
+    if not positional:
+        return leaf
+    ndim = np.ndim(leaf)
+    return prim.positional_reduce(lax.asarray(leaf), [a % ndim for a in positional], op)
+
+
+def psum(x, axis_name, *, axis_index_groups=None):
+    """Drop-in for :func:`jax.lax.psum`, computed by jax_accl's native all-reduce."""
+    return allreduce(x, axis_name, op="sum", axis_index_groups=axis_index_groups)
+
+
+def pmax(x, axis_name, *, axis_index_groups=None):
+    """Drop-in for :func:`jax.lax.pmax`."""
+    return allreduce(x, axis_name, op="max", axis_index_groups=axis_index_groups)
+
+
+def pmin(x, axis_name, *, axis_index_groups=None):
+    """Drop-in for :func:`jax.lax.pmin`."""
+    return allreduce(x, axis_name, op="min", axis_index_groups=axis_index_groups)
+
+
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """Drop-in for :func:`jax.lax.pmean`: psum divided by the group size."""
+    total = psum(x, axis_name, axis_index_groups=axis_index_groups)
+    n = psum(1, axis_name, axis_index_groups=axis_index_groups)
+    return tree_util.tree_map(lambda v: v / n, total)

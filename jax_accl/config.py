@@ -1,0 +1,24 @@
+"""The JAX_ACCL_* knobs, mirrored from xla_ffi/common/knobs.h (read at trace time)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+ALGORITHMS = ("auto", "direct", "ring", "halving_doubling")
+OPS = ("sum", "prod", "min", "max")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    timeout_s: float = 120.0  # JAX_ACCL_TIMEOUT_S: deadline of one collective
+    algorithm: str = "auto"   # JAX_ACCL_ALGORITHM: forces an algorithm for algorithm="auto"
+
+
+def current() -> Config:
+    timeout = float(os.environ.get("JAX_ACCL_TIMEOUT_S", "") or Config.timeout_s)
+    if timeout <= 0:
+        raise ValueError(f"JAX_ACCL_TIMEOUT_S must be positive, got {timeout}")
+    algorithm = os.environ.get("JAX_ACCL_ALGORITHM", "") or Config.algorithm
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"JAX_ACCL_ALGORITHM={algorithm!r}: expected one of {ALGORITHMS}")
+    return Config(timeout_s=timeout, algorithm=algorithm)

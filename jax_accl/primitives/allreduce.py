@@ -1,0 +1,147 @@
+"""The ``accl_allreduce`` primitive: one leaf all-reduced by the native core.
+
+Order (as mpi4jax): primitive, bind helper, abstract eval, batching, JVP, transpose,
+lowering, registration. Semantics follow jax.lax.psum / pmax / pmin case by case:
+
+* under ``check_vma=True`` the result is invariant along the reduced axes (as
+  ``psum_invariant``), and the transpose of a sum moves no data (``pvary``);
+* under ``check_vma=False`` the type is unchanged and the transpose of a sum is a sum;
+* a reduction over a vmapped axis is a local reduction over the batch dimension.
+"""
+from __future__ import annotations
+
+import itertools
+from functools import partial
+
+import jax
+import numpy as np
+from jax import lax
+
+from jax_accl import _compat as c
+from jax_accl import config
+
+accl_allreduce_p = c.core.Primitive("accl_allreduce")
+
+OP_CODES = {"sum": 0, "prod": 1, "min": 2, "max": 3}
+ALGORITHM_CODES = {"auto": 0, "direct": 1, "ring": 2, "halving_doubling": 3}
+API_NAMES = {"sum": "psum", "prod": "allreduce", "min": "pmin", "max": "pmax"}
+SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", jax.numpy.bfloat16, "float32", "float64", "complex64", "complex128"))
+
+_op_ids = itertools.count(1)  # one id per lowered call site: keys the rendezvous
+
+
+def bind(x, *, axes: tuple, axis_index_groups, op: str, algorithm: str):
+    invariant = c.check_vma_enabled()
+    if invariant and axis_index_groups is not None:
+        raise NotImplementedError(
+            f"jax_accl.{API_NAMES[op]}: axis_index_groups needs check_vma=False "
+            "(as jax.lax.psum)")
+    return accl_allreduce_p.bind(x, axes=axes, axis_index_groups=axis_index_groups, op=op,
+                                 algorithm=algorithm, invariant=invariant)
+
+
+def _abstract_eval(aval, *, axes, axis_index_groups, op, algorithm, invariant):
+    api = f"jax_accl.{API_NAMES[op]}"
+    c.check_axis_names(axes, api)
+    if np.dtype(aval.dtype) not in SUPPORTED_DTYPES:
+        raise TypeError(f"{api} does not support dtype {aval.dtype}")
+    if op in ("min", "max") and np.issubdtype(aval.dtype, np.complexfloating):
+        raise TypeError(f"{api}: {op} is not defined for complex dtype {aval.dtype}")
+    effects = {c.core.NamedAxisEffect(axis) for axis in axes}
+    if not invariant:
+        return aval, effects
+    varying = c.varying_axes(aval)
+    if not set(axes) & varying:
+        raise ValueError(
+            f"{api} is a variant->invariant collective: the axes {axes} must be among the "
+            f"varying axes of its input, {set(varying)}")
+    return c.with_varying_axes(aval, frozenset(varying - set(axes))), effects
+
+
+def _repeat_reduce(v, size: int, op: str):
+    """The reduction of `size` copies of v (a value that is the same along the axis)."""
+    if op == "sum":
+        return lax.convert_element_type(size, v.dtype) * v if v.dtype != np.bool_ else v
+    if op == "prod":
+        return lax.integer_pow(v, size) if v.dtype != np.bool_ else v
+    return v
+
+
+_POSITIONAL = {"sum": lax.reduce_sum, "prod": lax.reduce_prod, "min": lax.reduce_min,
+               "max": lax.reduce_max}
+
+
+def positional_reduce(v, dims, op: str):
+    if v.dtype == np.bool_ and op in ("sum", "max"):
+        return lax.reduce_or(v, tuple(dims))
+    if v.dtype == np.bool_:
+        return lax.reduce_and(v, tuple(dims))
+    return _POSITIONAL[op](v, tuple(dims))
+
+
+def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algorithm,
+             invariant):
+    (v,), (d,) = vals_in, dims_in
+    params = dict(axis_index_groups=axis_index_groups, op=op, algorithm=algorithm,
+                  invariant=invariant)
+    if axis_data.name not in axes:
+        return accl_allreduce_p.bind(v, axes=axes, **params), d
+    if axis_index_groups is not None:
+        raise NotImplementedError("axis_index_groups not supported in vmap collectives")
+    rest = tuple(a for a in axes if a != axis_data.name)
+    if d is None:  # same value along the vmapped axis: reduce the rest, then the copies
+        if rest:
+            v = accl_allreduce_p.bind(v, axes=rest, **params)
+        return _repeat_reduce(v, axis_data.size, op), None
+    v = positional_reduce(v, [d], op)
+    if rest:
+        v = accl_allreduce_p.bind(v, axes=rest, **params)
+    return v, None
+
+
+def _jvp(primals, tangents, **params):
+    if params["op"] != "sum":
+        raise NotImplementedError(
+            f"Differentiation rule for 'accl_allreduce' with op={params['op']!r} is not "
+            f"implemented (jax.lax.{API_NAMES[params['op']]} has none either)")
+    return c.linear_jvp(accl_allreduce_p, primals, tangents, **params)
+
+
+def _transpose(ct, x, *, axes, axis_index_groups, op, algorithm, invariant):
+    if invariant:  # psum_invariant: the cotangent is already replicated; no data moves
+        return (c.pvary(ct, axes),)
+    # psum = psum-then-broadcast, so the transpose sums over the axes again (as psum_p).
+    return (accl_allreduce_p.bind(ct, axes=axes, axis_index_groups=axis_index_groups, op=op,
+                                  algorithm=algorithm, invariant=False),)
+
+
+def _padded_groups(groups) -> tuple[np.ndarray, int]:
+    size = max(len(g) for g in groups)
+    rows = [list(g) + [-1] * (size - len(g)) for g in groups]
+    return np.asarray(rows, dtype=np.int64).reshape(-1), size
+
+
+def _lowering(ctx, x, *, axes, axis_index_groups, op, algorithm, invariant):
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
+    flat_groups, group_size = _padded_groups(groups)
+    cfg = config.current()
+    chosen = cfg.algorithm if algorithm == "auto" else algorithm
+    partition_aval = c.core.ShapedArray((), np.uint32)
+    call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True)
+    # The partition id is this device's logical index, the numbering of the groups.
+    partition_id = c.hlo.partition_id()
+    return call(ctx.replace(avals_in=[partition_aval, *ctx.avals_in]), partition_id, x,
+                groups=flat_groups, group_size=np.int64(group_size),
+                op=np.int64(OP_CODES[op]), algorithm=np.int64(ALGORITHM_CODES[chosen]),
+                op_id=np.int64(next(_op_ids)), timeout_ms=np.int64(cfg.timeout_s * 1000),
+                name=f"jax_accl.{API_NAMES[op]} over {axes}")
+
+
+accl_allreduce_p.def_impl(partial(c.dispatch.apply_primitive, accl_allreduce_p))
+accl_allreduce_p.def_effectful_abstract_eval(_abstract_eval)
+c.batching.fancy_primitive_batchers[accl_allreduce_p] = _batcher
+c.ad.primitive_jvps[accl_allreduce_p] = _jvp
+c.ad.primitive_transposes[accl_allreduce_p] = partial(c.linear_transpose, _transpose)
+c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu")

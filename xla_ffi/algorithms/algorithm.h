@@ -1,0 +1,50 @@
+// All-reduce algorithms over a Link. Each runs on every rank of a group with the
+// same arguments and leaves the reduction of all ranks' `in` in every rank's `out`.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "common/status.h"
+#include "transport/link.h"
+
+namespace accl {
+
+enum class Algorithm : int { kAuto = 0, kDirect = 1, kRing = 2, kHalvingDoubling = 3 };
+inline constexpr int kNumAlgorithms = 4;
+
+const char* algorithm_name(Algorithm algorithm);
+bool parse_algorithm(std::string_view name, Algorithm* out);
+
+// One rank's buffers: `count` elements of `elem_size` bytes. in may equal out.
+struct Buffers {
+  const void* in;
+  void* out;
+  size_t count;
+  size_t elem_size;
+  const char* in_at(size_t elem) const { return static_cast<const char*>(in) + elem * elem_size; }
+  char* out_at(size_t elem) const { return static_cast<char*>(out) + elem * elem_size; }
+};
+
+// `count` elements cut into `parts` contiguous blocks whose sizes differ by at most one.
+struct Blocks {
+  size_t count;
+  int parts;
+  size_t begin(int i) const {
+    size_t base = count / parts, extra = count % parts;
+    return base * i + (static_cast<size_t>(i) < extra ? i : extra);
+  }
+  size_t length(int i) const { return begin(i + 1) - begin(i); }
+  // Elements of blocks [first, last).
+  size_t span(int first, int last) const { return begin(last) - begin(first); }
+};
+
+Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reduction);
+Status allreduce_ring(Link& link, const Buffers& buf, const Reduction& reduction);
+Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reduction& reduction);
+
+// Runs `algorithm` (not kAuto) on this rank.
+Status run_allreduce(Algorithm algorithm, Link& link, const Buffers& buf,
+                     const Reduction& reduction);
+
+}  // namespace accl

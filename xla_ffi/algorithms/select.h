@@ -1,0 +1,28 @@
+// Algorithm selection by an alpha-beta cost model: a step costs alpha (the handshake:
+// publish, wake the peer, wait), a byte moved costs beta, a byte reduced gamma.
+//   direct:           alpha + (n-1)·S·(beta + gamma)
+//   ring:             2(n-1)·alpha + 2(n-1)/n·S·beta + (n-1)/n·S·gamma
+//   halving-doubling: 2·log2(p)·alpha + 2(p-1)/p·S·beta + (p-1)/p·S·gamma,
+//                     plus 2·alpha + 2·S·beta + S·gamma to fold n - p extra ranks
+// The constants are per machine; defaults were measured on a 2-core x86-64 host with
+// 8 device threads (see benchmarks/), and can be overridden from Python.
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/algorithm.h"
+
+namespace accl {
+
+struct CostModel {
+  double alpha_s = 12e-6;
+  double beta_s_per_byte = 1.0 / 6e9;
+  double gamma_s_per_byte = 1.0 / 6e9;
+};
+
+CostModel& cost_model();  // the process-wide model used by kAuto
+double predict_seconds(Algorithm algorithm, int n, size_t bytes, const CostModel& model);
+// The algorithm with the least predicted time (never kAuto).
+Algorithm choose_algorithm(int n, size_t bytes, const CostModel& model);
+
+}  // namespace accl

@@ -1,0 +1,47 @@
+#include "common/wait.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+
+namespace accl {
+namespace {
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+// A sleeping waiter re-checks abort flags and deadlines at least this often.
+constexpr long kSliceNs = 5'000'000;
+}  // namespace
+
+void Flag::store_and_wake(uint32_t value) {
+  value_.store(value, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) != 0) wake_all();
+}
+
+bool Flag::compare_exchange(uint32_t expected, uint32_t desired) {
+  bool swapped = value_.compare_exchange_strong(expected, desired, std::memory_order_seq_cst);
+  if (swapped && waiters_.load(std::memory_order_seq_cst) != 0) wake_all();
+  return swapped;
+}
+
+uint32_t Flag::fetch_add_and_wake(uint32_t delta) {
+  uint32_t before = value_.fetch_add(delta, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) != 0) wake_all();
+  return before;
+}
+
+void Flag::wake_all() { futex(&value_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr); }
+
+void Flag::sleep_while_equal(uint32_t seen) {
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  if (value_.load(std::memory_order_seq_cst) == seen) {
+    timespec slice{0, kSliceNs};
+    futex(&value_, FUTEX_WAIT_PRIVATE, seen, &slice);
+  }
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace accl

@@ -1,0 +1,107 @@
+// Thin FFI handler: decode operands, attributes and context, find this device's group
+// and rank from its logical id (the partition id) and the replica groups computed at
+// lowering, then run the native all-reduce. Errors become ffi::Error.
+#include <cstdint>
+#include <string>
+
+#include "ffi/handlers.h"
+#include "runtime/allreduce.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace accl {
+namespace {
+
+bool to_dtype(ffi::DataType type, DType* out) {
+  switch (type) {
+    case ffi::DataType::PRED: *out = DType::kBool; return true;
+    case ffi::DataType::S8: *out = DType::kI8; return true;
+    case ffi::DataType::S16: *out = DType::kI16; return true;
+    case ffi::DataType::S32: *out = DType::kI32; return true;
+    case ffi::DataType::S64: *out = DType::kI64; return true;
+    case ffi::DataType::U8: *out = DType::kU8; return true;
+    case ffi::DataType::U16: *out = DType::kU16; return true;
+    case ffi::DataType::U32: *out = DType::kU32; return true;
+    case ffi::DataType::U64: *out = DType::kU64; return true;
+    case ffi::DataType::F16: *out = DType::kF16; return true;
+    case ffi::DataType::BF16: *out = DType::kBF16; return true;
+    case ffi::DataType::F32: *out = DType::kF32; return true;
+    case ffi::DataType::F64: *out = DType::kF64; return true;
+    case ffi::DataType::C64: *out = DType::kC64; return true;
+    case ffi::DataType::C128: *out = DType::kC128; return true;
+    default: return false;
+  }
+}
+
+ffi::Error to_ffi(const Status& s) {
+  if (s.ok()) return ffi::Error::Success();
+  ffi::ErrorCode code = s.code() == Code::kInvalidArgument ? ffi::ErrorCode::kInvalidArgument
+                        : s.code() == Code::kTimeout       ? ffi::ErrorCode::kDeadlineExceeded
+                        : s.code() == Code::kAborted       ? ffi::ErrorCode::kAborted
+                                                           : ffi::ErrorCode::kInternal;
+  return ffi::Error(code, "jax_accl: " + s.message());
+}
+
+// groups: the replica groups flattened row by row, each padded with -1 to group_size.
+ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
+                     ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                     ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
+                     int64_t algorithm, int64_t op_id, int64_t timeout_ms,
+                     std::string_view name) {
+  CallSpec spec;
+  if (!to_dtype(x.element_type(), &spec.signature.dtype) ||
+      y->element_type() != x.element_type() || y->size_bytes() != x.size_bytes()) {
+    return ffi::Error::InvalidArgument("jax_accl: unsupported or mismatched buffer types in " +
+                                       std::string(name));
+  }
+  if (op < 0 || op >= kNumReduceOps || algorithm < 0 || algorithm >= kNumAlgorithms ||
+      group_size <= 0 || groups.size() % group_size != 0) {
+    return ffi::Error::InvalidArgument("jax_accl: bad attributes in " + std::string(name));
+  }
+  const int64_t logical = partition.typed_data()[0];
+  int64_t group = -1;
+  std::string members;
+  for (size_t i = 0; i < groups.size() && group < 0; ++i) {
+    if (groups[i] != logical) continue;
+    group = static_cast<int64_t>(i) / group_size;
+    int rank = 0, size = 0;
+    for (int64_t j = group * group_size; j < (group + 1) * group_size; ++j) {
+      if (groups[j] < 0) continue;
+      if (groups[j] == logical) rank = size;
+      members += str_cat(size == 0 ? "" : " ", groups[j]);
+      ++size;
+    }
+    spec.rank = rank;
+    spec.size = size;
+  }
+  if (group < 0) {
+    return ffi::Error::InvalidArgument(
+        str_cat("jax_accl: device ", logical, " is in no replica group of ", name));
+  }
+  spec.signature.op = static_cast<ReduceOp>(op);
+  spec.signature.algorithm = static_cast<Algorithm>(algorithm);
+  spec.signature.count = x.element_count();
+  spec.key = CallKey{run_id.run_id, op_id, group, next_sequence(device, run_id.run_id, op_id)};
+  spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
+  spec.timeout_s = timeout_ms / 1000.0;
+  return to_ffi(allreduce_local(spec, x.untyped_data(), y->untyped_data()));
+}
+
+}  // namespace
+}  // namespace accl
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceHandler, accl::allreduce,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::RunId>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("op")
+                                  .Attr<int64_t>("algorithm")
+                                  .Attr<int64_t>("op_id")
+                                  .Attr<int64_t>("timeout_ms")
+                                  .Attr<std::string_view>("name"));

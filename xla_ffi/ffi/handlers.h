@@ -1,0 +1,7 @@
+// The XLA FFI handlers of jax_accl (CPU). Only files in ffi/ include the XLA header.
+#pragma once
+
+#include "xla/ffi/api/c_api.h"
+
+// accl_allreduce: operands (partition_id: u32[], x), result y = all-reduce of x.
+extern "C" XLA_FFI_Error* AcclAllreduceHandler(XLA_FFI_CallFrame* call_frame);

@@ -1,0 +1,31 @@
+// Typed element-wise reduce kernels behind one dispatch table: dst[i] = a[i] op b[i].
+// dst may alias a or b. Integers wrap around (two's complement) exactly like XLA;
+// float16/bfloat16 are computed in float32 and rounded to nearest-even per step;
+// min/max propagate NaN as XLA's max/min do. Kernels are compiled twice, for AVX2+F16C
+// and for baseline x86-64, and the best one is picked at start-up.
+#pragma once
+
+#include <cstddef>
+
+#include "common/dtype.h"
+
+namespace accl {
+
+using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+
+// The kernel for (dtype, op), or nullptr where jax.lax has no such reduction
+// (min/max of complex numbers).
+ReduceFn reduce_kernel(DType dtype, ReduceOp op);
+
+// Which instruction set the dispatch table uses ("avx2" or "generic").
+const char* reduce_isa();
+
+// The kernels of one build; reduce.cc picks between these two tables.
+namespace kernels_avx2 {
+ReduceFn lookup(DType dtype, ReduceOp op);
+}
+namespace kernels_generic {
+ReduceFn lookup(DType dtype, ReduceOp op);
+}
+
+}  // namespace accl

@@ -1,0 +1,49 @@
+#include "runtime/allreduce.h"
+
+#include <chrono>
+
+#include "algorithms/select.h"
+#include "runtime/stats.h"
+
+namespace accl {
+
+Status allreduce_local(const CallSpec& spec, const void* in, void* out) {
+  const Signature& sig = spec.signature;
+  ReduceFn fn = reduce_kernel(sig.dtype, sig.op);
+  if (fn == nullptr) {
+    return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label, ": ",
+                 reduce_op_name(sig.op), " is not defined for ", dtype_name(sig.dtype));
+  }
+  if (spec.rank < 0 || spec.rank >= spec.size) {
+    return error(Code::kInvalidArgument, "rank ", spec.rank, " outside group of ", spec.size);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
+  const size_t elem = dtype_size(sig.dtype);
+  Algorithm algorithm = sig.algorithm == Algorithm::kAuto
+                            ? choose_algorithm(spec.size, sig.count * elem, cost_model())
+                            : sig.algorithm;
+  AlgorithmStats& stats = algorithm_stats()[static_cast<int>(algorithm)];
+
+  std::shared_ptr<LocalExchange> exchange;
+  Status s = join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, &exchange);
+  if (s.ok()) {
+    LocalLink link(exchange, spec.rank, deadline);
+    s = run_allreduce(algorithm, link, Buffers{in, out, sig.count, elem},
+                      Reduction{fn, elem});
+    if (!s.ok()) link.fail(s);
+  }
+  if (!s.ok()) {
+    stats.errors.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  stats.calls.fetch_add(1, std::memory_order_relaxed);
+  stats.bytes.fetch_add(sig.count * elem, std::memory_order_relaxed);
+  stats.nanoseconds.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count(),
+      std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+}  // namespace accl

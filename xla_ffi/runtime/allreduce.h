@@ -1,0 +1,23 @@
+// One rank's all-reduce among the device threads of this process: validate, meet the
+// other ranks (rendezvous), pick the algorithm, run it over the in-process transport,
+// record stats. Shared by the XLA FFI handler and the native test entry point.
+#pragma once
+
+#include <string>
+
+#include "runtime/rendezvous.h"
+
+namespace accl {
+
+struct CallSpec {
+  CallKey key;
+  int rank = 0;
+  int size = 1;
+  std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
+  Signature signature;
+  double timeout_s = 120.0;
+};
+
+Status allreduce_local(const CallSpec& spec, const void* in, void* out);
+
+}  // namespace accl

@@ -1,0 +1,144 @@
+#include "runtime/rendezvous.h"
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace accl {
+namespace {
+
+struct CallKeyHash {
+  size_t operator()(const CallKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : {static_cast<uint64_t>(k.run_id), static_cast<uint64_t>(k.op_id),
+                       static_cast<uint64_t>(k.group), k.seq}) {
+      h = (h ^ v) * 1099511628211ull;
+    }
+    return h;
+  }
+};
+
+struct PendingCall {
+  explicit PendingCall(int size, const std::string& label)
+      : exchange(std::make_shared<LocalExchange>(size, label)),
+        signatures(size),
+        present(size, 0) {}
+  std::shared_ptr<LocalExchange> exchange;
+  std::vector<Signature> signatures;  // written under g_mutex before `arrived` is bumped
+  std::vector<uint8_t> present;
+  Flag arrived;
+  int joined = 0;          // ranks that registered, under g_mutex
+  bool abandoned = false;  // a rank timed out waiting; late arrivals fail at once
+};
+
+std::mutex g_mutex;
+std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> g_calls;
+
+std::string missing_ranks(const PendingCall& call) {
+  std::string out;
+  for (size_t r = 0; r < call.present.size(); ++r) {
+    if (!call.present[r]) out += str_cat(out.empty() ? "" : ", ", r);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string describe(const Signature& s) {
+  return str_cat(reduce_op_name(s.op), " of ", s.count, " x ", dtype_name(s.dtype), " (",
+                 algorithm_name(s.algorithm), ")");
+}
+
+Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
+                 const std::string& label, const Deadline& deadline,
+                 std::shared_ptr<LocalExchange>* exchange) {
+  std::shared_ptr<PendingCall> call;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto& slot = g_calls[key];
+    if (!slot) slot = std::make_shared<PendingCall>(size, label);
+    call = slot;
+    if (call->abandoned) {
+      return error(Code::kTimeout, "rank ", rank, " of ", label,
+                   ": arrived after its peers had given up waiting (timeout)");
+    }
+    if (static_cast<int>(call->present.size()) != size) {
+      return error(Code::kMismatch, "rank ", rank, " of ", label, ": group size ", size,
+                   " differs from ", call->present.size(), " given by another rank");
+    }
+    if (call->present[rank]) {
+      return error(Code::kInternal, "rank ", rank, " of ", label,
+                   ": joined the same collective twice");
+    }
+    call->present[rank] = 1;
+    call->signatures[rank] = signature;
+    if (++call->joined == size) g_calls.erase(key);
+  }
+  call->arrived.fetch_add_and_wake(1);
+  Status s = call->arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
+                                deadline, nullptr);
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (call->arrived.load() < static_cast<uint32_t>(size)) {
+      call->abandoned = true;
+      return error(Code::kTimeout, "rank ", rank, " of ", label,
+                   ": timed out waiting for ranks [", missing_ranks(*call),
+                   "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
+    }
+  }
+  // Every rank checks every signature, so a mismatch fails on all ranks alike.
+  for (int r = 0; r < size; ++r) {
+    if (!(call->signatures[r] == call->signatures[0])) {
+      return error(Code::kMismatch, "rank ", rank, " of ", label,
+                   ": ranks disagree on the all-reduce: rank 0 calls ",
+                   describe(call->signatures[0]), " but rank ", r, " calls ",
+                   describe(call->signatures[r]));
+    }
+  }
+  *exchange = call->exchange;
+  return Status::Ok();
+}
+
+size_t pending_calls() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  size_t n = 0;
+  for (const auto& entry : g_calls) n += entry.second->abandoned ? 0 : 1;
+  return n;
+}
+
+namespace {
+struct SeqKey {
+  int64_t device, run_id, op_id;
+  bool operator==(const SeqKey& o) const {
+    return device == o.device && run_id == o.run_id && op_id == o.op_id;
+  }
+};
+struct SeqKeyHash {
+  size_t operator()(const SeqKey& k) const {
+    return CallKeyHash()(CallKey{k.device, k.run_id, k.op_id, 0});
+  }
+};
+std::mutex g_seq_mutex;
+std::unordered_map<SeqKey, uint64_t, SeqKeyHash> g_sequences;
+int64_t g_newest_run = 0;
+// Launches older than this many run ids are finished; their counters are dropped.
+constexpr int64_t kRunWindow = 1024;
+}  // namespace
+
+uint64_t next_sequence(int64_t device, int64_t run_id, int64_t op_id) {
+  std::lock_guard<std::mutex> lock(g_seq_mutex);
+  if (run_id > g_newest_run) g_newest_run = run_id;
+  if (g_sequences.size() > 4 * kRunWindow) {
+    for (auto it = g_sequences.begin(); it != g_sequences.end();) {
+      it = (it->first.run_id < g_newest_run - kRunWindow) ? g_sequences.erase(it) : std::next(it);
+    }
+  }
+  return g_sequences[SeqKey{device, run_id, op_id}]++;
+}
+
+int64_t fresh_op_id() {
+  static std::atomic<int64_t> next{int64_t{1} << 40};
+  return next.fetch_add(1);
+}
+
+}  // namespace accl

@@ -1,0 +1,56 @@
+// Where the ranks of one in-process collective call meet. Each call is identified by
+// a CallKey; the first rank to arrive creates the LocalExchange, every rank publishes
+// the signature of its call (dtype, count, op, algorithm), and nobody moves data until
+// all ranks have arrived and the signatures agree, so a mismatch is an error on every
+// rank instead of a garbage result. A rank that waits past its deadline reports which
+// ranks never arrived and poisons the call, so that late arrivals fail at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "algorithms/algorithm.h"
+#include "common/dtype.h"
+#include "common/wait.h"
+#include "transport/local.h"
+
+namespace accl {
+
+struct CallKey {
+  int64_t run_id = 0;
+  int64_t op_id = 0;
+  int64_t group = 0;
+  uint64_t seq = 0;
+  bool operator==(const CallKey& o) const {
+    return run_id == o.run_id && op_id == o.op_id && group == o.group && seq == o.seq;
+  }
+};
+
+struct Signature {
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  uint64_t count = 0;
+  Algorithm algorithm = Algorithm::kAuto;
+  bool operator==(const Signature& o) const {
+    return dtype == o.dtype && op == o.op && count == o.count && algorithm == o.algorithm;
+  }
+};
+std::string describe(const Signature& signature);
+
+// Joins call `key` as `rank` of `size`. On success *exchange is shared by all ranks.
+Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
+                 const std::string& label, const Deadline& deadline,
+                 std::shared_ptr<LocalExchange>* exchange);
+
+// Number of calls waiting for ranks (for tests: must return to zero).
+size_t pending_calls();
+
+// The k-th execution of op `op_id` by device `device` within launch `run_id`:
+// every device of a group runs the same ops the same number of times per launch.
+uint64_t next_sequence(int64_t device, int64_t run_id, int64_t op_id);
+
+// A process-unique key space for callers without XLA run ids (the native test tier).
+int64_t fresh_op_id();
+
+}  // namespace accl

@@ -1,0 +1,46 @@
+// The point-to-point vocabulary every algorithm speaks. A Link is one rank's view of
+// its group: it can post a send to a peer, receive a peer's message into memory, or
+// receive it and reduce it with local data in one pass. Algorithms never touch
+// sockets or shared memory directly.
+//
+// Rules: at most one outstanding send per peer (post_send waits for the previous
+// one to that peer); messages between two ranks arrive in the order they were sent;
+// the sent memory must stay untouched until wait_sends() returns.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "reduce/reduce.h"
+
+namespace accl {
+
+// How to combine two runs of elements.
+struct Reduction {
+  ReduceFn fn = nullptr;
+  size_t elem_size = 0;
+};
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Makes `bytes` at `data` available to `peer` as the next message from this rank.
+  virtual Status post_send(int peer, const void* data, size_t bytes) = 0;
+  // Waits until every posted send has been consumed by its receiver.
+  virtual Status wait_sends() = 0;
+  // Receives the next message from `peer` (it must be `bytes` long) into `dst`.
+  virtual Status recv(int peer, void* dst, size_t bytes) = 0;
+  // Receives the next message from `peer` and stores dst = local op message.
+  // `local` may equal `dst`.
+  virtual Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
+                             const Reduction& reduction) = 0;
+  // A label for error messages, e.g. "rank 3 of group [0 1 2 3], op 17 seq 2".
+  virtual std::string where() const = 0;
+};
+
+}  // namespace accl
