@@ -6,6 +6,8 @@ from jax._src import config as _config
 from jax._src import core
 from jax._src import dispatch
 from jax._src.interpreters import ad, batching, mlir, pxla
+from jax._src.lax import lax as _lax_internal
+from jax._src.mesh import get_abstract_mesh as _get_abstract_mesh
 from jax._src.lax import parallel as _parallel
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
@@ -45,3 +47,9 @@ replica_groups = _parallel._replica_groups  # (axis_context, axes, axis_index_gr
 check_axis_names = _parallel._check_axis_names
 linear_jvp = ad.linear_jvp
 linear_transpose = ad.linear_transpose2
+const_like = _lax_internal._const  # (like, python_scalar) -> constant of like's dtype, as psum uses
+
+
+def mesh_axis_names() -> tuple:
+    """Axis names of the mesh being traced (shard_map); vmapped axis names are not here."""
+    return tuple(_get_abstract_mesh().axis_names)

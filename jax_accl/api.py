@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax, tree_util
 
@@ -51,19 +52,22 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
         out = []
         for leaf in leaves:
             leaf = _reduce_positional(leaf, positional, op)
-            out.append(prim._repeat_reduce(lax.asarray(leaf), size, op)
-                       if op != "sum" else lax._const(leaf, size) * leaf)
+            out.append(prim._repeat_reduce(jnp.asarray(leaf), size, op)
+                       if op != "sum" else c.const_like(leaf, size) * leaf)
         return tree_util.tree_unflatten(treedef, out)
 
     def reduce_leaf(leaf):
         leaf = _reduce_positional(leaf, positional, op)
         if not named:
             return leaf
-        if c.check_vma_enabled():
-            state = c.value_state_along(c.core.typeof(leaf), named, api)
+        # Varying-axes types concern mesh axes only: a tuple may also name vmapped axes
+        # (jax.lax.psum rejects that mix under check_vma=True; we accept it).
+        mesh_named = tuple(a for a in named if a in c.mesh_axis_names())
+        if c.check_vma_enabled() and mesh_named:
+            state = c.value_state_along(c.core.typeof(leaf), mesh_named, api)
             if state == "unreduced":  # JAX's own unreduced types: leave them to JAX
                 return lax.psum(leaf, named)
-            leaf = c.insert_collective_pvary(named, leaf)
+            leaf = c.insert_collective_pvary(mesh_named, leaf)
         return prim.bind(leaf, axes=named, axis_index_groups=groups, op=op,
                          algorithm=algorithm)
 
@@ -74,7 +78,7 @@ def _reduce_positional(leaf, positional, op):
     if not positional:
         return leaf
     ndim = np.ndim(leaf)
-    return prim.positional_reduce(lax.asarray(leaf), [a % ndim for a in positional], op)
+    return prim.positional_reduce(jnp.asarray(leaf), [a % ndim for a in positional], op)
 
 
 def psum(x, axis_name, *, axis_index_groups=None):

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's test command: install jax_accl and its test dependencies into a fresh
+# virtual environment, then run the whole suite (native tier, then JAX tier).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+"$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet ".[test]"
+# The pytest launcher (not `python -m pytest`) keeps the source tree off sys.path, so
+# the tests import the installed package with its compiled module.
+"$VENV/bin/pytest" -q tests "$@"

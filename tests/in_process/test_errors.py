@@ -1,0 +1,79 @@
+"""JAX tier: bad input raises a clear Python error of the kind jax.lax raises; a rank
+that never arrives makes the others fail within the deadline instead of hanging."""
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_accl
+
+from accl_testing import P, put, values
+
+
+@pytest.fixture(scope="module")
+def mesh8():
+    return jax.make_mesh((8,), ("i",))
+
+
+def shard(mesh, fn, spec=P("i"), out=P(), check_vma=True):
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out,
+                                 check_vma=check_vma))
+
+
+def test_unbound_axis_name(mesh8):
+    x = put(mesh8, values((8, 2), "float32"), P("i"))
+    with pytest.raises(NameError, match="unbound axis name: j"):
+        shard(mesh8, lambda a: jax_accl.psum(a, "j"), check_vma=False)(x)
+    with pytest.raises(NameError, match="unbound axis name: i"):
+        jax.jit(lambda a: jax_accl.psum(a, "i"))(jnp.ones(3))
+    with pytest.raises(NameError):  # jax.lax raises the same kind outside shard_map
+        jax.jit(lambda a: jax.lax.psum(a, "i"))(jnp.ones(3))
+
+
+def test_unsupported_dtype_and_op(mesh8):
+    x8 = put(mesh8, jnp.ones((8, 2), jnp.float8_e4m3fn), P("i"))
+    with pytest.raises(TypeError, match="does not support dtype float8_e4m3fn"):
+        shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x8)
+    xc = put(mesh8, jnp.ones((8, 2), jnp.complex64), P("i"))
+    with pytest.raises(TypeError, match="max is not defined for complex"):
+        shard(mesh8, lambda a: jax_accl.pmax(a, "i"))(xc)
+    x = put(mesh8, values((8, 2), "float32"), P("i"))
+    with pytest.raises(ValueError, match="op must be one of"):
+        shard(mesh8, lambda a: jax_accl.allreduce(a, "i", op="mean"))(x)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        shard(mesh8, lambda a: jax_accl.allreduce(a, "i", algorithm="tree"))(x)
+
+
+def test_axis_index_groups_under_check_vma_like_psum(mesh8):
+    x = put(mesh8, values((8, 2), "float32"), P("i"))
+    for lib in (jax.lax, jax_accl):
+        with pytest.raises(NotImplementedError):
+            shard(mesh8, lambda a: lib.psum(a, "i", axis_index_groups=[[0, 1, 2, 3],
+                                                                         [4, 5, 6, 7]]))(x)
+
+
+def test_bad_environment_knob(mesh8, monkeypatch):
+    monkeypatch.setenv("JAX_ACCL_ALGORITHM", "tree")
+    x = put(mesh8, values((8, 2), "float32"), P("i"))
+    with pytest.raises(ValueError, match="JAX_ACCL_ALGORITHM"):
+        shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)
+
+
+def test_rank_that_never_arrives_times_out_naming_the_missing(mesh8, monkeypatch):
+    monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "1")
+    x = put(mesh8, values((8, 4), "float32"), P("i"))
+
+    def body(a):  # only device 0 calls the all-reduce: its peers never join
+        return jax.lax.cond(jax.lax.axis_index("i") == 0,
+                            lambda v: jax_accl.psum(v, "i", axis_index_groups=None) + 0 * v,
+                            lambda v: v, a)
+
+    start = time.monotonic()
+    with pytest.raises(Exception, match=r"timed out waiting for ranks \[1, 2, 3, 4, 5, 6, 7\]"):
+        jax.block_until_ready(shard(mesh8, body, out=P("i"), check_vma=False)(x))
+    assert time.monotonic() - start < 30
+    # The runtime is usable afterwards.
+    y = shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)
+    np.testing.assert_allclose(np.asarray(y)[0], np.asarray(x).sum(0), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,120 @@
+"""JAX tier: jax_accl.psum/pmean/pmax/pmin give what jax.lax gives, on 8 CPU devices."""
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax_accl
+
+from accl_testing import P, assert_same, compare, run, values
+
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+          "float16", ml_dtypes.bfloat16, "float32", "complex64"]
+
+
+@pytest.fixture(scope="module")
+def mesh8():
+    return jax.make_mesh((8,), ("i",))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fn", ["psum", "pmax", "pmin"])
+def test_every_dtype(mesh8, dtype, fn):
+    if fn != "psum" and np.dtype(dtype).kind == "c":
+        return  # not defined for complex numbers: see test_errors.py
+    x = values((8, 37), dtype, seed=1)
+    compare(lambda lib, a: getattr(lib, fn)(a, "i"), mesh8, [P("i")], P(), x)
+
+
+def test_pmean(mesh8):
+    compare(lambda lib, a: lib.pmean(a, "i"), mesh8, [P("i")], P(), values((8, 5), "float32"))
+
+
+@pytest.mark.parametrize("shape", [(8,), (8, 1), (8, 0), (8, 7, 3), (8, 1001), (8, 4096)])
+def test_shapes_including_scalar_and_empty(mesh8, shape):
+    x = values(shape, "float32")
+    compare(lambda lib, a: lib.psum(a, "i"), mesh8, [P("i")], P(), x)
+
+
+def test_pytree_and_python_scalar(mesh8):
+    x = values((8, 3), "float32")
+    y = values((8,), "int32", seed=2)
+
+    def body(lib, a, b):
+        return lib.psum({"a": a, "b": (b, a * 2)}, "i"), lib.psum(1, "i"), lib.psum(2.5, "i")
+
+    compare(body, mesh8, [P("i"), P("i")], (P(), P(), P()), x, y)
+
+
+@pytest.mark.parametrize("axes", ["x", "y", "z", ("x", "y"), ("x", "z"), ("y", "z"),
+                                  ("x", "y", "z"), ("z", "x")])
+def test_three_axis_mesh_groups(axes):
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"))
+    x = values((2, 2, 2, 5), "int32")
+    names = axes if isinstance(axes, tuple) else (axes,)
+    out = P(*[None if a in names else a for a in ("x", "y", "z")])
+    compare(lambda lib, a: lib.psum(a, axes), mesh, [P("x", "y", "z")], out, x)
+
+
+@pytest.mark.parametrize("axes", ["a", "b", ("a", "b")])
+def test_two_axis_mesh(axes):
+    mesh = jax.make_mesh((4, 2), ("a", "b"))
+    x = values((4, 2, 3), "float32")
+    names = axes if isinstance(axes, tuple) else (axes,)
+    out = P(*[None if a in names else a for a in ("a", "b")])
+    for fn in ("psum", "pmax", "pmin", "pmean"):
+        compare(lambda lib, v: getattr(lib, fn)(v, axes), mesh, [P("a", "b")], out, x)
+
+
+def test_one_device_mesh():
+    mesh = jax.make_mesh((1,), ("i",), devices=jax.devices()[:1])
+    x = values((1, 4), "float32")
+    compare(lambda lib, a: lib.psum(a, "i"), mesh, [P("i")], P(), x)
+
+
+def test_check_vma_off(mesh8):
+    x = values((8, 6), "float32")
+    compare(lambda lib, a: lib.psum(a, "i"), mesh8, [P("i")], P("i"), x, check_vma=False)
+
+
+def test_axis_index_groups_with_check_vma_off(mesh8):
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    x = values((8, 3), "int32")
+    compare(lambda lib, a: lib.psum(a, "i", axis_index_groups=groups), mesh8, [P("i")], P("i"),
+            x, check_vma=False)
+    uneven = [[0, 5], [1, 2, 3, 4, 6, 7]]
+    compare(lambda lib, a: lib.psum(a, "i", axis_index_groups=uneven), mesh8, [P("i")], P("i"),
+            x, check_vma=False)
+
+
+def test_invariant_input_is_pvaried_like_psum(mesh8):
+    x = values((3,), "float32")  # replicated: psum of an invariant value is n * x
+    compare(lambda lib, a: lib.psum(a, "i"), mesh8, [P()], P(), x)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling"])
+def test_every_algorithm_in_jax(mesh8, algorithm):
+    x = values((8, 1000), "int64")
+    got = run("accl", lambda lib, a: jax_accl.allreduce(a, "i", algorithm=algorithm), mesh8,
+              [P("i")], P(), x)
+    assert_same(got, run("lax", lambda lib, a: lib.psum(a, "i"), mesh8, [P("i")], P(), x))
+
+
+def test_prod(mesh8):
+    x = values((8, 9), "int32")
+    got = run("accl", lambda lib, a: jax_accl.allreduce(a, "i", op="prod"), mesh8, [P("i")],
+              P(), x)
+    with np.errstate(over="ignore"):
+        want = np.multiply.reduce(x, axis=0, dtype=np.int32)
+    np.testing.assert_array_equal(np.asarray(got), want[None])
+
+
+def test_environment_forces_the_algorithm(mesh8, monkeypatch):
+    monkeypatch.setenv("JAX_ACCL_ALGORITHM", "halving_doubling")
+    jax_accl.reset_stats()
+    x = values((8, 4), "float32")
+    compare(lambda lib, a: lib.psum(a, "i") * 1.0, mesh8, [P("i")], P(), x)
+    calls = jax_accl.stats()["algorithms"]
+    assert calls["halving_doubling"]["calls"] == 8
+    assert calls["direct"]["calls"] == 0 and calls["ring"]["calls"] == 0
