@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-ALGORITHMS = ("auto", "direct", "ring", "halving_doubling")
+ALGORITHMS = ("auto", "direct", "ring", "halving_doubling", "reduce_broadcast")
 OPS = ("sum", "prod", "min", "max")
 
 

@@ -23,7 +23,8 @@ from jax_accl import config
 accl_allreduce_p = c.core.Primitive("accl_allreduce")
 
 OP_CODES = {"sum": 0, "prod": 1, "min": 2, "max": 3}
-ALGORITHM_CODES = {"auto": 0, "direct": 1, "ring": 2, "halving_doubling": 3}
+ALGORITHM_CODES = {"auto": 0, "direct": 1, "ring": 2, "halving_doubling": 3,
+                   "reduce_broadcast": 4}
 API_NAMES = {"sum": "psum", "prod": "allreduce", "min": "pmin", "max": "pmax"}
 SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -93,7 +93,7 @@ def test_invariant_input_is_pvaried_like_psum(mesh8):
     compare(lambda lib, a: lib.psum(a, "i"), mesh8, [P()], P(), x)
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling"])
+@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling", "reduce_broadcast"])
 def test_every_algorithm_in_jax(mesh8, algorithm):
     x = values((8, 1000), "int64")
     got = run("accl", lambda lib, a: jax_accl.allreduce(a, "i", algorithm=algorithm), mesh8,

@@ -8,7 +8,7 @@ import pytest
 from jax_accl import _accl
 from jax_accl.native import allreduce_threads
 
-ALGORITHMS = ["direct", "ring", "halving_doubling", "auto"]
+ALGORITHMS = ["direct", "ring", "halving_doubling", "reduce_broadcast", "auto"]
 NUMPY_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
@@ -48,7 +48,7 @@ def test_sum_float32_every_shape(algorithm, n, count):
 INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling"])
+@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling", "reduce_broadcast"])
 @pytest.mark.parametrize("dtype", INT_DTYPES + ["bool"])
 @pytest.mark.parametrize("op", ["sum", "prod", "min", "max"])
 def test_integers_bitwise(algorithm, dtype, op):
@@ -72,7 +72,7 @@ FLOAT_CASES = [(dtype, rtol, op)
                if not (op in ("min", "max") and np.dtype(dtype).kind == "c")]
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling"])
+@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling", "reduce_broadcast"])
 @pytest.mark.parametrize("dtype,rtol,op", FLOAT_CASES)
 def test_floats(algorithm, dtype, rtol, op):
     n = 3
@@ -100,7 +100,10 @@ def test_complex_max_is_an_error():
 
 def test_cost_model_picks_direct_small_and_bandwidth_algorithms_large():
     assert _accl.choose_algorithm(8, 4096) == "direct"
-    assert _accl.choose_algorithm(8, 64 << 20) in ("ring", "halving_doubling")
-    for alg in ("direct", "ring", "halving_doubling"):
+    assert _accl.choose_algorithm(8, 64 << 20) == "reduce_broadcast"
+    # Without peer memory (message transports) the bandwidth-optimal ones take over.
+    assert _accl.choose_algorithm(8, 64 << 20, peer_memory=False) in ("ring", "halving_doubling")
+    assert _accl.predict_seconds("reduce_broadcast", 8, 1 << 20, peer_memory=False) == float("inf")
+    for alg in ("direct", "ring", "halving_doubling", "reduce_broadcast"):
         assert _accl.predict_seconds(alg, 8, 1 << 20) > 0
     assert _accl.predict_seconds("ring", 1, 1 << 20) == 0

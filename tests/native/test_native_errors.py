@@ -30,7 +30,7 @@ def test_dtype_and_op_mismatch_fail_on_every_rank():
         allreduce_threads([np.ones(4, np.float32)] * 2, algorithms=["ring", "halving_doubling"])
 
 
-@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling"])
+@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling", "reduce_broadcast"])
 def test_missing_rank_times_out_naming_it(algorithm):
     inputs = [np.ones(100, np.float32) for _ in range(4)]
     start = time.monotonic()

@@ -4,7 +4,8 @@
 
 namespace accl {
 namespace {
-constexpr const char* kNames[kNumAlgorithms] = {"auto", "direct", "ring", "halving_doubling"};
+constexpr const char* kNames[kNumAlgorithms] = {"auto", "direct", "ring", "halving_doubling",
+                                                   "reduce_broadcast"};
 }
 
 const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>(algorithm)]; }
@@ -29,6 +30,7 @@ Status run_allreduce(Algorithm algorithm, Link& link, const Buffers& buf,
     case Algorithm::kDirect: return allreduce_direct(link, buf, reduction);
     case Algorithm::kRing: return allreduce_ring(link, buf, reduction);
     case Algorithm::kHalvingDoubling: return allreduce_halving_doubling(link, buf, reduction);
+    case Algorithm::kReduceBroadcast: return allreduce_reduce_broadcast(link, buf, reduction);
     case Algorithm::kAuto: break;
   }
   return error(Code::kInternal, link.where(), ": no algorithm chosen");

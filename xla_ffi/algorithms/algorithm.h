@@ -10,8 +10,14 @@
 
 namespace accl {
 
-enum class Algorithm : int { kAuto = 0, kDirect = 1, kRing = 2, kHalvingDoubling = 3 };
-inline constexpr int kNumAlgorithms = 4;
+enum class Algorithm : int {
+  kAuto = 0,
+  kDirect = 1,
+  kRing = 2,
+  kHalvingDoubling = 3,
+  kReduceBroadcast = 4,  // needs peer memory (one process)
+};
+inline constexpr int kNumAlgorithms = 5;
 
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);
@@ -42,6 +48,7 @@ struct Blocks {
 Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_ring(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reduction& reduction);
+Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reduction& reduction);
 
 // Runs `algorithm` (not kAuto) on this rank.
 Status run_allreduce(Algorithm algorithm, Link& link, const Buffers& buf,

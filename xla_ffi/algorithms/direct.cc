@@ -1,8 +1,10 @@
 // Direct (one-shot) all-reduce, for small messages: one step.
-//   Every rank sends its whole input to every other rank, then folds the n inputs
-//   into `out` in rank order 0, 1, ..., n-1 (its own input in its own place), so all
-//   ranks compute bit-identical results. Latency: one message time; bytes moved per
-//   rank: (n-1)·S, which is why it only wins for small S.
+//   Every rank folds all n inputs into its `out` in rank order 0, 1, ..., n-1, so all
+//   ranks compute bit-identical results. With peer memory (threads of one process) it
+//   reads the inputs in place: small inputs were copied into the exchange when their
+//   ranks joined, so the call has a single sync point; larger ones end with a barrier
+//   (peers may still be reading our input). Otherwise every rank sends its input to
+//   every other rank. Bytes read per rank: n·S, which is why it only wins for small S.
 #include "algorithms/algorithm.h"
 
 #include <cstring>
@@ -12,6 +14,13 @@ namespace accl {
 Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reduction) {
   const int n = link.size(), me = link.rank();
   const size_t bytes = buf.count * buf.elem_size;
+  if (PeerMemory* peers = link.peer_memory()) {
+    if (bytes > 0) {
+      reduction.fn(buf.out, peers->input(0), peers->input(1), buf.count);
+      for (int r = 2; r < n; ++r) reduction.fn(buf.out, buf.out, peers->input(r), buf.count);
+    }
+    return peers->inputs_staged() ? Status::Ok() : peers->barrier();
+  }
   for (int peer = 0; peer < n; ++peer) {
     if (peer != me) ACCL_RETURN_IF_ERROR(link.post_send(peer, buf.in, bytes));
   }

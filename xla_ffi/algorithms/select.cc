@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "transport/local.h"
+
 namespace accl {
 
 CostModel& cost_model() {
@@ -9,13 +11,17 @@ CostModel& cost_model() {
   return model;
 }
 
-double predict_seconds(Algorithm algorithm, int n, size_t bytes, const CostModel& m) {
+double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memory,
+                       const CostModel& m) {
   if (n <= 1) return 0.0;
   const double S = static_cast<double>(bytes), a = m.alpha_s, b = m.beta_s_per_byte,
                g = m.gamma_s_per_byte;
   switch (algorithm) {
     case Algorithm::kDirect:
+      if (peer_memory && bytes > LocalExchange::kEagerBytes) return 2 * a + (n - 1) * S * (b + g);
       return a + (n - 1) * S * (b + g);
+    case Algorithm::kReduceBroadcast:
+      return peer_memory ? 2 * a + 2 * S * b + S * g : INFINITY;
     case Algorithm::kRing:
       return 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S * b + double(n - 1) / n * S * g;
     case Algorithm::kHalvingDoubling: {
@@ -30,11 +36,12 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, const CostModel
   return INFINITY;
 }
 
-Algorithm choose_algorithm(int n, size_t bytes, const CostModel& model) {
+Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model) {
   Algorithm best = Algorithm::kDirect;
-  double best_t = predict_seconds(best, n, bytes, model);
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling}) {
-    double t = predict_seconds(a, n, bytes, model);
+  double best_t = predict_seconds(best, n, bytes, peer_memory, model);
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kReduceBroadcast}) {
+    double t = predict_seconds(a, n, bytes, peer_memory, model);
     if (t < best_t) best = a, best_t = t;
   }
   return best;

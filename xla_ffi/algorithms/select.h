@@ -4,6 +4,9 @@
 //   ring:             2(n-1)·alpha + 2(n-1)/n·S·beta + (n-1)/n·S·gamma
 //   halving-doubling: 2·log2(p)·alpha + 2(p-1)/p·S·beta + (p-1)/p·S·gamma,
 //                     plus 2·alpha + 2·S·beta + S·gamma to fold n - p extra ranks
+//   reduce-broadcast: 2·alpha + 2·S·beta + S·gamma          (peer memory only)
+//   With peer memory, direct reads inputs in place: alpha (+ alpha for its barrier
+//   above the eager size) + (n-1)·S·(beta + gamma).
 // The constants are per machine; defaults were measured on a 2-core x86-64 host with
 // 8 device threads (see benchmarks/), and can be overridden from Python.
 #pragma once
@@ -15,14 +18,18 @@
 namespace accl {
 
 struct CostModel {
-  double alpha_s = 12e-6;
-  double beta_s_per_byte = 1.0 / 6e9;
-  double gamma_s_per_byte = 1.0 / 6e9;
+  // Measured with 8 device threads on 2 cores: a sync point costs ~40 us because all
+  // eight threads must be scheduled through it (benchmarks/: direct vs reduce_broadcast).
+  double alpha_s = 40e-6;
+  double beta_s_per_byte = 1.0 / 10e9;
+  double gamma_s_per_byte = 1.0 / 10e9;
 };
 
 CostModel& cost_model();  // the process-wide model used by kAuto
-double predict_seconds(Algorithm algorithm, int n, size_t bytes, const CostModel& model);
+// `peer_memory`: the ranks can read each other's buffers (threads of one process).
+double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memory,
+                       const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).
-Algorithm choose_algorithm(int n, size_t bytes, const CostModel& model);
+Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model);
 
 }  // namespace accl

@@ -106,13 +106,19 @@ NB_MODULE(_accl, m) {
   m.def("reset_stats", &reset_stats);
   m.def("pending_calls", &pending_calls);
   m.def("reduce_isa", &reduce_isa);
-  m.def("choose_algorithm", [](int n, size_t bytes) {
-    return std::string(algorithm_name(choose_algorithm(n, bytes, cost_model())));
-  });
-  m.def("predict_seconds", [](const std::string& algorithm, int n, size_t bytes) {
-    return predict_seconds(parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"), n,
-                           bytes, cost_model());
-  });
+  m.def(
+      "choose_algorithm",
+      [](int n, size_t bytes, bool peer_memory) {
+        return std::string(algorithm_name(choose_algorithm(n, bytes, peer_memory, cost_model())));
+      },
+      nb::arg("n"), nb::arg("bytes"), nb::arg("peer_memory") = true);
+  m.def(
+      "predict_seconds",
+      [](const std::string& algorithm, int n, size_t bytes, bool peer_memory) {
+        return predict_seconds(parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"),
+                               n, bytes, peer_memory, cost_model());
+      },
+      nb::arg("algorithm"), nb::arg("n"), nb::arg("bytes"), nb::arg("peer_memory") = true);
   m.def("get_cost_model", [] {
     const CostModel& c = cost_model();
     return std::vector<double>{c.alpha_s, c.beta_s_per_byte, c.gamma_s_per_byte};

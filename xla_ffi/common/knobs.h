@@ -9,7 +9,7 @@ namespace accl {
 struct Knobs {
   // JAX_ACCL_TIMEOUT_S: deadline of one collective, in seconds.
   double timeout_s = 120.0;
-  // JAX_ACCL_ALGORITHM: auto | direct | ring | halving_doubling (forces a choice).
+  // JAX_ACCL_ALGORITHM: auto | direct | ring | halving_doubling | reduce_broadcast.
   std::string algorithm = "auto";
 };
 

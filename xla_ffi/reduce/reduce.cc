@@ -7,13 +7,23 @@ bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
          __builtin_cpu_supports("fma");
 }
+const bool kHasAvx2 = cpu_has_avx2();
 }  // namespace
 
 ReduceFn reduce_kernel(DType dtype, ReduceOp op) {
-  static const bool avx2 = cpu_has_avx2();
-  return avx2 ? kernels_avx2::lookup(dtype, op) : kernels_generic::lookup(dtype, op);
+  return kHasAvx2 ? kernels_avx2::lookup(dtype, op) : kernels_generic::lookup(dtype, op);
 }
 
-const char* reduce_isa() { return __builtin_cpu_supports("avx2") ? "avx2" : "generic"; }
+void stream_copy(void* dst, const void* src, size_t bytes) {
+  if (kHasAvx2) {
+    kernels_avx2::stream_copy(dst, src, bytes);
+  } else {
+    kernels_generic::stream_copy(dst, src, bytes);
+  }
+}
+
+void stream_fence() { __builtin_ia32_sfence(); }
+
+const char* reduce_isa() { return kHasAvx2 ? "avx2" : "generic"; }
 
 }  // namespace accl

@@ -17,15 +17,22 @@ using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count)
 // (min/max of complex numbers).
 ReduceFn reduce_kernel(DType dtype, ReduceOp op);
 
+// memcpy with non-temporal stores where the CPU has them (for data nobody reads soon);
+// call stream_fence() before publishing that the copies are complete.
+void stream_copy(void* dst, const void* src, size_t bytes);
+void stream_fence();
+
 // Which instruction set the dispatch table uses ("avx2" or "generic").
 const char* reduce_isa();
 
 // The kernels of one build; reduce.cc picks between these two tables.
 namespace kernels_avx2 {
 ReduceFn lookup(DType dtype, ReduceOp op);
+void stream_copy(void* dst, const void* src, size_t bytes);
 }
 namespace kernels_generic {
 ReduceFn lookup(DType dtype, ReduceOp op);
+void stream_copy(void* dst, const void* src, size_t bytes);
 }
 
 }  // namespace accl

@@ -21,12 +21,14 @@ Status allreduce_local(const CallSpec& spec, const void* in, void* out) {
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = dtype_size(sig.dtype);
   Algorithm algorithm = sig.algorithm == Algorithm::kAuto
-                            ? choose_algorithm(spec.size, sig.count * elem, cost_model())
+                            ? choose_algorithm(spec.size, sig.count * elem, /*peer_memory=*/true,
+                                               cost_model())
                             : sig.algorithm;
   AlgorithmStats& stats = algorithm_stats()[static_cast<int>(algorithm)];
 
   std::shared_ptr<LocalExchange> exchange;
-  Status s = join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, &exchange);
+  Status s = join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, in, out,
+                       sig.count * elem, &exchange);
   if (s.ok()) {
     LocalLink link(exchange, spec.rank, deadline);
     s = run_allreduce(algorithm, link, Buffers{in, out, sig.count, elem},

@@ -19,8 +19,8 @@ struct CallKeyHash {
 };
 
 struct PendingCall {
-  explicit PendingCall(int size, const std::string& label)
-      : exchange(std::make_shared<LocalExchange>(size, label)),
+  PendingCall(int size, const std::string& label, size_t bytes)
+      : exchange(std::make_shared<LocalExchange>(size, label, bytes)),
         signatures(size),
         present(size, 0) {}
   std::shared_ptr<LocalExchange> exchange;
@@ -50,13 +50,13 @@ std::string describe(const Signature& s) {
 }
 
 Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
-                 const std::string& label, const Deadline& deadline,
-                 std::shared_ptr<LocalExchange>* exchange) {
+                 const std::string& label, const Deadline& deadline, const void* in, void* out,
+                 size_t bytes, std::shared_ptr<LocalExchange>* exchange) {
   std::shared_ptr<PendingCall> call;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto& slot = g_calls[key];
-    if (!slot) slot = std::make_shared<PendingCall>(size, label);
+    if (!slot) slot = std::make_shared<PendingCall>(size, label, bytes);
     call = slot;
     if (call->abandoned) {
       return error(Code::kTimeout, "rank ", rank, " of ", label,
@@ -74,6 +74,7 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
     call->signatures[rank] = signature;
     if (++call->joined == size) g_calls.erase(key);
   }
+  call->exchange->publish(rank, in, out, bytes);
   call->arrived.fetch_add_and_wake(1);
   Status s = call->arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
                                 deadline, nullptr);

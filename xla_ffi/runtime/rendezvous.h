@@ -38,10 +38,12 @@ struct Signature {
 };
 std::string describe(const Signature& signature);
 
-// Joins call `key` as `rank` of `size`. On success *exchange is shared by all ranks.
+// Joins call `key` as `rank` of `size`, publishing this rank's buffers (`bytes` long).
+// On success *exchange is shared by all ranks, every rank's buffers are published and
+// all signatures agree.
 Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
-                 const std::string& label, const Deadline& deadline,
-                 std::shared_ptr<LocalExchange>* exchange);
+                 const std::string& label, const Deadline& deadline, const void* in, void* out,
+                 size_t bytes, std::shared_ptr<LocalExchange>* exchange);
 
 // Number of calls waiting for ranks (for tests: must return to zero).
 size_t pending_calls();

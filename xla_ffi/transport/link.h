@@ -23,6 +23,20 @@ struct Reduction {
   size_t elem_size = 0;
 };
 
+// Direct access to the buffers of the other ranks, where the transport has it (the
+// device threads of one process). Published when the ranks join the call.
+class PeerMemory {
+ public:
+  virtual ~PeerMemory() = default;
+  // Rank r's input: its own buffer, or an eager copy in the exchange (inputs_staged()).
+  virtual const void* input(int rank) const = 0;
+  virtual void* output(int rank) const = 0;
+  // True when inputs are eager copies owned by the exchange: readers need no barrier.
+  virtual bool inputs_staged() const = 0;
+  // Waits until every rank of the group has reached its barrier the same number of times.
+  virtual Status barrier() = 0;
+};
+
 class Link {
  public:
   virtual ~Link() = default;
@@ -39,6 +53,8 @@ class Link {
   // `local` may equal `dst`.
   virtual Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                              const Reduction& reduction) = 0;
+  // Peers' memory, or nullptr where the transport only moves messages.
+  virtual PeerMemory* peer_memory() { return nullptr; }
   // A label for error messages, e.g. "rank 3 of group [0 1 2 3], op 17 seq 2".
   virtual std::string where() const = 0;
 };

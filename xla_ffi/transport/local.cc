@@ -10,8 +10,30 @@ uint32_t state_of(uint32_t seq, uint32_t phase) { return seq * 4 + phase; }
 std::mutex g_abort_mutex;  // guards abort_reason_ of every exchange (rare path)
 }  // namespace
 
-LocalExchange::LocalExchange(int size, std::string label)
-    : size_(size), label_(std::move(label)), mailboxes_(static_cast<size_t>(size) * size) {}
+LocalExchange::LocalExchange(int size, std::string label, size_t bytes)
+    : size_(size),
+      label_(std::move(label)),
+      mailboxes_(static_cast<size_t>(size) * size),
+      inputs_(size, nullptr),
+      outputs_(size, nullptr) {
+  if (size > 1 && bytes <= kEagerBytes) {
+    staging_.resize(bytes * size);
+    staged_bytes_ = bytes;
+    staged_ = true;
+  }
+}
+
+void LocalExchange::publish(int rank, const void* in, void* out, size_t bytes) {
+  // The staging area is sized by the rank that created the exchange; a rank whose size
+  // differs is not copied (the signature check then fails the call before any read).
+  inputs_[rank] = in;
+  outputs_[rank] = out;
+  if (staged_ && bytes == staged_bytes_) {
+    char* slot = staging_.data() + static_cast<size_t>(rank) * staged_bytes_;
+    if (bytes > 0) std::memcpy(slot, in, bytes);
+    inputs_[rank] = slot;
+  }
+}
 
 void LocalExchange::abort(int rank, const std::string& reason) {
   {
@@ -124,6 +146,21 @@ Status LocalLink::recv_reduce(int peer, const void* local, void* dst, size_t byt
   if (bytes > 0) reduction.fn(dst, local, box->data, bytes / reduction.elem_size);
   release(*box);
   return Status::Ok();
+}
+
+Status LocalLink::barrier() {
+  const uint32_t target = ++barriers_ * static_cast<uint32_t>(size());
+  Flag& flag = exchange_->barrier_flag();
+  flag.fetch_add_and_wake(1);
+  Status s = flag.wait([&](uint32_t v) { return v >= target; }, deadline_, exchange_->abort_flag());
+  if (s.code() == Code::kTimeout) {
+    return error(Code::kTimeout, where(), ": timed out at a barrier (JAX_ACCL_TIMEOUT_S)");
+  }
+  if (s.code() == Code::kAborted) {
+    return error(Code::kAborted, where(), ": collective aborted because ",
+                 exchange_->abort_reason());
+  }
+  return s;
 }
 
 void LocalLink::fail(const Status& status) {

@@ -22,7 +22,8 @@ namespace accl {
 // Shared by the ranks of one collective call.
 class LocalExchange {
  public:
-  LocalExchange(int size, std::string label);
+  // `bytes`: the message size, which decides whether inputs are staged eagerly.
+  LocalExchange(int size, std::string label, size_t bytes);
 
   int size() const { return size_; }
   const std::string& label() const { return label_; }
@@ -41,16 +42,32 @@ class LocalExchange {
   Mailbox& mailbox(int src, int dst) { return mailboxes_[src * size_ + dst]; }
   const std::atomic<bool>* abort_flag() const { return &aborted_; }
 
+  // Messages up to this size are copied into the exchange when a rank joins, so that
+  // readers never wait for the owner of the original buffer (one sync point per call).
+  static constexpr size_t kEagerBytes = 64 << 10;
+  // Publishes rank's buffers (before it counts as arrived); copies small inputs eagerly.
+  void publish(int rank, const void* in, void* out, size_t bytes);
+  const void* input(int rank) const { return inputs_[rank]; }
+  void* output(int rank) const { return outputs_[rank]; }
+  bool staged() const { return staged_; }
+  Flag& barrier_flag() { return barrier_; }
+
  private:
   int size_;
   std::string label_;
   std::vector<Mailbox> mailboxes_;
+  std::vector<const void*> inputs_;
+  std::vector<void*> outputs_;
+  std::vector<char> staging_;
+  size_t staged_bytes_ = 0;
+  bool staged_ = false;
+  Flag barrier_;
   std::atomic<bool> aborted_{false};
   mutable std::atomic<int> abort_rank_{-1};
   std::string abort_reason_;
 };
 
-class LocalLink final : public Link {
+class LocalLink final : public Link, public PeerMemory {
  public:
   LocalLink(std::shared_ptr<LocalExchange> exchange, int rank, Deadline deadline);
   ~LocalLink() override;
@@ -63,6 +80,12 @@ class LocalLink final : public Link {
   Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                      const Reduction& reduction) override;
   std::string where() const override;
+  PeerMemory* peer_memory() override { return this; }
+
+  const void* input(int rank) const override { return exchange_->input(rank); }
+  void* output(int rank) const override { return exchange_->output(rank); }
+  bool inputs_staged() const override { return exchange_->staged(); }
+  Status barrier() override;
 
   // Marks the exchange failed and withdraws this rank's unread messages, waiting for
   // readers already inside them, so that the caller's buffers can be released.
@@ -79,6 +102,7 @@ class LocalLink final : public Link {
   std::vector<uint32_t> sent_;      // messages posted to each peer
   std::vector<uint32_t> received_;  // messages received from each peer
   bool failed_ = false;
+  uint32_t barriers_ = 0;  // barriers this rank has passed
 };
 
 }  // namespace accl
