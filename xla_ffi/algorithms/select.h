@@ -1,12 +1,15 @@
 // Algorithm selection by an alpha-beta cost model: a step costs alpha (the handshake:
 // publish, wake the peer, wait), a byte moved costs beta, a byte reduced gamma.
+// Between processes or hosts (messages), per rank:
 //   direct:           alpha + (n-1)·S·(beta + gamma)
 //   ring:             2(n-1)·alpha + 2(n-1)/n·S·beta + (n-1)/n·S·gamma
 //   halving-doubling: 2·log2(p)·alpha + 2(p-1)/p·S·beta + (p-1)/p·S·gamma,
 //                     plus 2·alpha + 2·S·beta + S·gamma to fold n - p extra ranks
-//   reduce-broadcast: 2·alpha + 2·S·beta + S·gamma          (peer memory only)
-//   With peer memory, direct reads inputs in place: alpha (+ alpha for its barrier
-//   above the eager size) + (n-1)·S·(beta + gamma).
+// Among threads sharing memory, beta is per byte of memory traffic instead:
+//   direct:           alpha (x2 above the eager size) + (n+1)·S·beta
+//   reduce-broadcast: 2·alpha + 2·S·beta + S·gamma
+//   ring, halving-doubling: as above with 5 bytes of traffic per byte exchanged
+//   (a reducing receive reads two operands and writes one; a copy reads and writes).
 // The constants are per machine; defaults were measured on a 2-core x86-64 host with
 // 8 device threads (see benchmarks/), and can be overridden from Python.
 #pragma once
