@@ -46,7 +46,12 @@ insert_collective_pvary = _parallel.insert_collective_pvary
 replica_groups = _parallel._replica_groups  # (axis_context, axes, axis_index_groups)
 check_axis_names = _parallel._check_axis_names
 linear_jvp = ad.linear_jvp
-linear_transpose = ad.linear_transpose2
+
+
+def ct_aval(aval):
+    """The cotangent type of a primal aval (named to_ct_aval since jax 0.10)."""
+    to_ct = getattr(aval, "to_ct_aval", None) or aval.to_tangent_aval
+    return to_ct()
 const_like = _lax_internal._const  # (like, python_scalar) -> constant of like's dtype, as psum uses
 
 

@@ -56,22 +56,50 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
                        if op != "sum" else c.const_like(leaf, size) * leaf)
         return tree_util.tree_unflatten(treedef, out)
 
-    def reduce_leaf(leaf):
-        leaf = _reduce_positional(leaf, positional, op)
-        if not named:
-            return leaf
-        # Varying-axes types concern mesh axes only: a tuple may also name vmapped axes
-        # (jax.lax.psum rejects that mix under check_vma=True; we accept it).
-        mesh_named = tuple(a for a in named if a in c.mesh_axis_names())
+    leaves = [_reduce_positional(leaf, positional, op) for leaf in leaves]
+    if not named:
+        return tree_util.tree_unflatten(treedef, leaves)
+    # Varying-axes types concern mesh axes only: a tuple may also name vmapped axes
+    # (jax.lax.psum rejects that mix under check_vma=True; we accept it).
+    mesh_named = tuple(a for a in named if a in c.mesh_axis_names())
+    out = list(leaves)
+    fusable = []
+    for k, leaf in enumerate(leaves):
         if c.check_vma_enabled() and mesh_named:
             state = c.value_state_along(c.core.typeof(leaf), mesh_named, api)
             if state == "unreduced":  # JAX's own unreduced types: leave them to JAX
-                return lax.psum(leaf, named)
+                out[k] = lax.psum(leaf, named)
+                continue
             leaf = c.insert_collective_pvary(mesh_named, leaf)
-        return prim.bind(leaf, axes=named, axis_index_groups=groups, op=op,
-                         algorithm=algorithm)
+        fusable.append((k, jnp.asarray(leaf)))
+    for bucket in fusion_buckets(fusable, config.current().fusion_bytes):
+        results = prim.bind([leaf for _, leaf in bucket], axes=named, axis_index_groups=groups,
+                            op=op, algorithm=algorithm)
+        for (k, _), result in zip(bucket, results):
+            out[k] = result
+    return tree_util.tree_unflatten(treedef, out)
 
-    return tree_util.tree_unflatten(treedef, [reduce_leaf(leaf) for leaf in leaves])
+
+def fusion_buckets(indexed_leaves, limit_bytes: int):
+    """Groups (index, leaf) pairs into buckets of one dtype and at most `limit_bytes`
+    (a leaf larger than the limit gets a bucket of its own), keeping leaf order within
+    each dtype. Each bucket becomes one native call (as Horovod's tensor fusion)."""
+    by_dtype: dict = {}
+    for k, leaf in indexed_leaves:
+        by_dtype.setdefault(np.dtype(leaf.dtype), []).append((k, leaf))
+    buckets = []
+    for items in by_dtype.values():
+        current, size = [], 0
+        for k, leaf in items:
+            nbytes = leaf.size * np.dtype(leaf.dtype).itemsize
+            if current and size + nbytes > limit_bytes:
+                buckets.append(current)
+                current, size = [], 0
+            current.append((k, leaf))
+            size += nbytes
+        if current:
+            buckets.append(current)
+    return buckets
 
 
 def _reduce_positional(leaf, positional, op):

@@ -12,6 +12,7 @@ OPS = ("sum", "prod", "min", "max")
 class Config:
     timeout_s: float = 120.0  # JAX_ACCL_TIMEOUT_S: deadline of one collective
     algorithm: str = "auto"   # JAX_ACCL_ALGORITHM: forces an algorithm for algorithm="auto"
+    fusion_bytes: int = 64 << 20  # JAX_ACCL_FUSION_BYTES: largest bucket of fused leaves
 
 
 def current() -> Config:
@@ -21,4 +22,7 @@ def current() -> Config:
     algorithm = os.environ.get("JAX_ACCL_ALGORITHM", "") or Config.algorithm
     if algorithm not in ALGORITHMS:
         raise ValueError(f"JAX_ACCL_ALGORITHM={algorithm!r}: expected one of {ALGORITHMS}")
-    return Config(timeout_s=timeout, algorithm=algorithm)
+    fusion = int(os.environ.get("JAX_ACCL_FUSION_BYTES", "") or Config.fusion_bytes)
+    if fusion <= 0:
+        raise ValueError(f"JAX_ACCL_FUSION_BYTES must be positive, got {fusion}")
+    return Config(timeout_s=timeout, algorithm=algorithm, fusion_bytes=fusion)

@@ -21,6 +21,7 @@ from jax_accl import _compat as c
 from jax_accl import config
 
 accl_allreduce_p = c.core.Primitive("accl_allreduce")
+accl_allreduce_p.multiple_results = True  # one call all-reduces a bucket of leaves
 
 OP_CODES = {"sum": 0, "prod": 1, "min": 2, "max": 3}
 ALGORITHM_CODES = {"auto": 0, "direct": 1, "ring": 2, "halving_doubling": 3,
@@ -33,32 +34,40 @@ SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
 _op_ids = itertools.count(1)  # one id per lowered call site: keys the rendezvous
 
 
-def bind(x, *, axes: tuple, axis_index_groups, op: str, algorithm: str):
+def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str) -> list:
+    """All-reduce the arrays `xs` (one dtype) in one native call."""
     invariant = c.check_vma_enabled()
     if invariant and axis_index_groups is not None:
         raise NotImplementedError(
             f"jax_accl.{API_NAMES[op]}: axis_index_groups needs check_vma=False "
             "(as jax.lax.psum)")
-    return accl_allreduce_p.bind(x, axes=axes, axis_index_groups=axis_index_groups, op=op,
+    return accl_allreduce_p.bind(*xs, axes=axes, axis_index_groups=axis_index_groups, op=op,
                                  algorithm=algorithm, invariant=invariant)
 
 
-def _abstract_eval(aval, *, axes, axis_index_groups, op, algorithm, invariant):
+def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant):
     api = f"jax_accl.{API_NAMES[op]}"
     c.check_axis_names(axes, api)
-    if np.dtype(aval.dtype) not in SUPPORTED_DTYPES:
-        raise TypeError(f"{api} does not support dtype {aval.dtype}")
-    if op in ("min", "max") and np.issubdtype(aval.dtype, np.complexfloating):
-        raise TypeError(f"{api}: {op} is not defined for complex dtype {aval.dtype}")
+    if len({np.dtype(a.dtype) for a in avals}) != 1:
+        raise TypeError(f"{api}: one fused call takes one dtype, got "
+                        f"{sorted({str(a.dtype) for a in avals})}")
+    dtype = np.dtype(avals[0].dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{api} does not support dtype {dtype}")
+    if op in ("min", "max") and np.issubdtype(dtype, np.complexfloating):
+        raise TypeError(f"{api}: {op} is not defined for complex dtype {dtype}")
     effects = {c.core.NamedAxisEffect(axis) for axis in axes}
     if not invariant:
-        return aval, effects
-    varying = c.varying_axes(aval)
-    if not set(axes) & varying:
-        raise ValueError(
-            f"{api} is a variant->invariant collective: the axes {axes} must be among the "
-            f"varying axes of its input, {set(varying)}")
-    return c.with_varying_axes(aval, frozenset(varying - set(axes))), effects
+        return list(avals), effects
+    outs = []
+    for aval in avals:
+        varying = c.varying_axes(aval)
+        if not set(axes) & varying:
+            raise ValueError(
+                f"{api} is a variant->invariant collective: the axes {axes} must be among "
+                f"the varying axes of its input, {set(varying)}")
+        outs.append(c.with_varying_axes(aval, frozenset(varying - set(axes))))
+    return outs, effects
 
 
 def _repeat_reduce(v, size: int, op: str):
@@ -84,22 +93,22 @@ def positional_reduce(v, dims, op: str):
 
 def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algorithm,
              invariant):
-    (v,), (d,) = vals_in, dims_in
     params = dict(axis_index_groups=axis_index_groups, op=op, algorithm=algorithm,
                   invariant=invariant)
     if axis_data.name not in axes:
-        return accl_allreduce_p.bind(v, axes=axes, **params), d
+        return accl_allreduce_p.bind(*vals_in, axes=axes, **params), list(dims_in)
     if axis_index_groups is not None:
         raise NotImplementedError("axis_index_groups not supported in vmap collectives")
     rest = tuple(a for a in axes if a != axis_data.name)
-    if d is None:  # same value along the vmapped axis: reduce the rest, then the copies
-        if rest:
-            v = accl_allreduce_p.bind(v, axes=rest, **params)
-        return _repeat_reduce(v, axis_data.size, op), None
-    v = positional_reduce(v, [d], op)
+    # Batched operands: reduce the batch dimension locally, then the remaining axes.
+    # Unbatched ones are the same along the vmapped axis: reduce the remaining axes,
+    # then fold the copies (the order jax.lax.psum uses).
+    vals = [v if d is None else positional_reduce(v, [d], op) for v, d in zip(vals_in, dims_in)]
     if rest:
-        v = accl_allreduce_p.bind(v, axes=rest, **params)
-    return v, None
+        vals = accl_allreduce_p.bind(*vals, axes=rest, **params)
+    outs = [_repeat_reduce(v, axis_data.size, op) if d is None else v
+            for v, d in zip(vals, dims_in)]
+    return outs, [None] * len(outs)
 
 
 def _jvp(primals, tangents, **params):
@@ -110,12 +119,19 @@ def _jvp(primals, tangents, **params):
     return c.linear_jvp(accl_allreduce_p, primals, tangents, **params)
 
 
-def _transpose(ct, x, *, axes, axis_index_groups, op, algorithm, invariant):
-    if invariant:  # psum_invariant: the cotangent is already replicated; no data moves
-        return (c.pvary(ct, axes),)
-    # psum = psum-then-broadcast, so the transpose sums over the axes again (as psum_p).
-    return (accl_allreduce_p.bind(ct, axes=axes, axis_index_groups=axis_index_groups, op=op,
-                                  algorithm=algorithm, invariant=False),)
+def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant):
+    live = [k for k, ct in enumerate(cts) if type(ct) is not c.ad.Zero]
+    out = [c.ad.Zero(c.ct_aval(x.aval)) for x in xs]
+    if invariant:  # psum_invariant: each cotangent is already replicated; no data moves
+        for k in live:
+            out[k] = c.pvary(cts[k], axes)
+    elif live:  # psum = psum-then-broadcast, so the transpose sums again (as psum_p)
+        summed = accl_allreduce_p.bind(*[cts[k] for k in live], axes=axes,
+                                       axis_index_groups=axis_index_groups, op=op,
+                                       algorithm=algorithm, invariant=False)
+        for k, v in zip(live, summed):
+            out[k] = v
+    return out
 
 
 def _padded_groups(groups) -> tuple[np.ndarray, int]:
@@ -124,7 +140,7 @@ def _padded_groups(groups) -> tuple[np.ndarray, int]:
     return np.asarray(rows, dtype=np.int64).reshape(-1), size
 
 
-def _lowering(ctx, x, *, axes, axis_index_groups, op, algorithm, invariant):
+def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant):
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     flat_groups, group_size = _padded_groups(groups)
     cfg = config.current()
@@ -133,7 +149,7 @@ def _lowering(ctx, x, *, axes, axis_index_groups, op, algorithm, invariant):
     call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True)
     # The partition id is this device's logical index, the numbering of the groups.
     partition_id = c.hlo.partition_id()
-    return call(ctx.replace(avals_in=[partition_aval, *ctx.avals_in]), partition_id, x,
+    return call(ctx.replace(avals_in=[partition_aval, *ctx.avals_in]), partition_id, *xs,
                 groups=flat_groups, group_size=np.int64(group_size),
                 op=np.int64(OP_CODES[op]), algorithm=np.int64(ALGORITHM_CODES[chosen]),
                 op_id=np.int64(next(_op_ids)), timeout_ms=np.int64(cfg.timeout_s * 1000),
@@ -144,5 +160,5 @@ accl_allreduce_p.def_impl(partial(c.dispatch.apply_primitive, accl_allreduce_p))
 accl_allreduce_p.def_effectful_abstract_eval(_abstract_eval)
 c.batching.fancy_primitive_batchers[accl_allreduce_p] = _batcher
 c.ad.primitive_jvps[accl_allreduce_p] = _jvp
-c.ad.primitive_transposes[accl_allreduce_p] = partial(c.linear_transpose, _transpose)
+c.ad.primitive_transposes[accl_allreduce_p] = _transpose
 c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu")

@@ -10,7 +10,11 @@ LIBS = {"lax": jax.lax, "accl": jax_accl}
 
 
 def put(mesh, x, spec):
-    return jax.device_put(x, NamedSharding(mesh, spec))
+    """Places x (an array, or a pytree with a matching pytree of specs) on the mesh."""
+    if isinstance(spec, P):
+        return jax.device_put(x, NamedSharding(mesh, spec))
+    return jax.tree.map(lambda leaf, s: jax.device_put(leaf, NamedSharding(mesh, s)), x, spec,
+                        is_leaf=lambda v: isinstance(v, P))
 
 
 def run(lib, body, mesh, in_specs, out_specs, *args, check_vma=True):

@@ -20,12 +20,9 @@ bool parse_algorithm(std::string_view name, Algorithm* out) {
   return false;
 }
 
-Status run_allreduce(Algorithm algorithm, Link& link, const Buffers& buf,
-                     const Reduction& reduction) {
-  if (link.size() == 1) {
-    if (buf.count > 0 && buf.in != buf.out) std::memcpy(buf.out, buf.in, buf.count * buf.elem_size);
-    return Status::Ok();
-  }
+namespace {
+Status run_segment(Algorithm algorithm, Link& link, const Buffers& buf,
+                   const Reduction& reduction) {
   switch (algorithm) {
     case Algorithm::kDirect: return allreduce_direct(link, buf, reduction);
     case Algorithm::kRing: return allreduce_ring(link, buf, reduction);
@@ -34,6 +31,28 @@ Status run_allreduce(Algorithm algorithm, Link& link, const Buffers& buf,
     case Algorithm::kAuto: break;
   }
   return error(Code::kInternal, link.where(), ": no algorithm chosen");
+}
+}  // namespace
+
+Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
+                     const Reduction& reduction) {
+  if (link.size() == 1) {
+    for (const Buffers& buf : segments) {
+      if (buf.count > 0) std::memcpy(buf.out, buf.in, buf.count * buf.elem_size);
+    }
+    return Status::Ok();
+  }
+  for (const Buffers& buf : segments) {
+    ACCL_RETURN_IF_ERROR(run_segment(algorithm, link, buf, reduction));
+  }
+  PeerMemory* peers = link.peer_memory();
+  const bool in_place_reads = peers != nullptr && (algorithm == Algorithm::kDirect ||
+                                                   algorithm == Algorithm::kReduceBroadcast);
+  // Peers may still read our input (or write our output) until everybody is done.
+  if (in_place_reads && (algorithm == Algorithm::kReduceBroadcast || !peers->inputs_staged())) {
+    return peers->barrier();
+  }
+  return Status::Ok();
 }
 
 }  // namespace accl

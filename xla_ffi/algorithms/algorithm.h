@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/link.h"
@@ -22,12 +23,15 @@ inline constexpr int kNumAlgorithms = 5;
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);
 
-// One rank's buffers: `count` elements of `elem_size` bytes. in may equal out.
+// One rank's buffers: `count` elements of `elem_size` bytes; in and out do not overlap.
+// A call may all-reduce several such segments (fused leaves of a pytree); `segment` is
+// the index under which peers published theirs (PeerMemory).
 struct Buffers {
   const void* in;
   void* out;
   size_t count;
   size_t elem_size;
+  int segment = 0;
   const char* in_at(size_t elem) const { return static_cast<const char*>(in) + elem * elem_size; }
   char* out_at(size_t elem) const { return static_cast<char*>(out) + elem * elem_size; }
 };
@@ -50,8 +54,10 @@ Status allreduce_ring(Link& link, const Buffers& buf, const Reduction& reduction
 Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reduction& reduction);
 
-// Runs `algorithm` (not kAuto) on this rank.
-Status run_allreduce(Algorithm algorithm, Link& link, const Buffers& buf,
+// Runs `algorithm` (not kAuto) on this rank over every segment, in order. Algorithms
+// that read peers' memory in place leave the closing barrier to this function, so a
+// fused call of many segments pays for one barrier, not one per segment.
+Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
                      const Reduction& reduction);
 
 }  // namespace accl

@@ -2,8 +2,8 @@
 //   Every rank folds all n inputs into its `out` in rank order 0, 1, ..., n-1, so all
 //   ranks compute bit-identical results. With peer memory (threads of one process) it
 //   reads the inputs in place: small inputs were copied into the exchange when their
-//   ranks joined, so the call has a single sync point; larger ones end with a barrier
-//   (peers may still be reading our input). Otherwise every rank sends its input to
+//   ranks joined, so the call has a single sync point; larger ones end with the
+//   caller's barrier (peers may still be reading our input). Otherwise every rank sends its input to
 //   every other rank. Bytes read per rank: n·S, which is why it only wins for small S.
 #include "algorithms/algorithm.h"
 
@@ -16,10 +16,11 @@ Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reducti
   const size_t bytes = buf.count * buf.elem_size;
   if (PeerMemory* peers = link.peer_memory()) {
     if (bytes > 0) {
-      reduction.fn(buf.out, peers->input(0), peers->input(1), buf.count);
-      for (int r = 2; r < n; ++r) reduction.fn(buf.out, buf.out, peers->input(r), buf.count);
+      const int seg = buf.segment;
+      reduction.fn(buf.out, peers->input(0, seg), peers->input(1, seg), buf.count);
+      for (int r = 2; r < n; ++r) reduction.fn(buf.out, buf.out, peers->input(r, seg), buf.count);
     }
-    return peers->inputs_staged() ? Status::Ok() : peers->barrier();
+    return Status::Ok();
   }
   for (int peer = 0; peer < n; ++peer) {
     if (peer != me) ACCL_RETURN_IF_ERROR(link.post_send(peer, buf.in, bytes));

@@ -2,8 +2,8 @@
 //   The buffer is cut into n blocks; rank r owns block r. For each tile of its block
 //   (small enough to stay in L1/L2) it folds the n inputs in rank order into a scratch
 //   tile, then stores the tile into block r of every rank's output with non-temporal
-//   stores, which skip the read-for-ownership an ordinary store pays. One barrier then
-//   tells everybody that all outputs are complete (and that inputs are no longer read).
+//   stores, which skip the read-for-ownership an ordinary store pays. The caller's
+//   closing barrier then tells everybody that all outputs are complete (and that inputs are no longer read).
 //   Memory traffic of the whole group: n·S bytes read and n·S written, the least any
 //   all-reduce of n buffers can do; two sync points (the join and the barrier).
 #include <algorithm>
@@ -22,7 +22,7 @@ Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reductio
     return error(Code::kInvalidArgument, link.where(),
                  ": reduce_broadcast needs ranks that share memory");
   }
-  const int n = link.size(), me = link.rank();
+  const int n = link.size(), me = link.rank(), seg = buf.segment;
   const Blocks blocks{buf.count, n};
   const size_t first = blocks.begin(me), length = blocks.length(me);
   const size_t tile = std::max<size_t>(1, kTileBytes / buf.elem_size);
@@ -34,15 +34,15 @@ Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reductio
   };
   for (size_t done = 0; done < length; done += tile) {
     const size_t m = std::min(tile, length - done), e = first + done;
-    reduction.fn(scratch, at(peers->input(0), e), at(peers->input(1), e), m);
-    for (int r = 2; r < n; ++r) reduction.fn(scratch, scratch, at(peers->input(r), e), m);
+    reduction.fn(scratch, at(peers->input(0, seg), e), at(peers->input(1, seg), e), m);
+    for (int r = 2; r < n; ++r) reduction.fn(scratch, scratch, at(peers->input(r, seg), e), m);
     for (int k = 0; k < n; ++k) {  // start with our own output, then the next ranks'
       const int r = (me + k) % n;
-      stream_copy(const_cast<char*>(at(peers->output(r), e)), scratch, m * buf.elem_size);
+      stream_copy(const_cast<char*>(at(peers->output(r, seg), e)), scratch, m * buf.elem_size);
     }
   }
   stream_fence();
-  return peers->barrier();
+  return Status::Ok();
 }
 
 }  // namespace accl

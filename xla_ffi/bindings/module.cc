@@ -54,7 +54,6 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
     specs[r].rank = r;
     specs[r].size = n;
     specs[r].label = str_cat("native test group of ", n, " (op ", op_id, ")");
-    specs[r].signature.count = counts[r];
     specs[r].signature.dtype = parse_or_throw<DType>(dtypes[r], parse_dtype, "dtype");
     specs[r].signature.op = parse_or_throw<ReduceOp>(ops[r], parse_reduce_op, "reduce op");
     specs[r].signature.algorithm =
@@ -68,8 +67,8 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
     for (int r : present) {
       if (r < 0 || r >= n) continue;
       threads.emplace_back([&, r] {
-        Status s = allreduce_local(specs[r], reinterpret_cast<const void*>(ins[r]),
-                                   reinterpret_cast<void*>(outs[r]));
+        Status s = allreduce_local(specs[r], {reinterpret_cast<const void*>(ins[r])},
+                                   {reinterpret_cast<void*>(outs[r])}, {counts[r]});
         if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
       });
     }

@@ -3,6 +3,7 @@
 // lowering, then run the native all-reduce. Errors become ffi::Error.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
@@ -43,17 +44,36 @@ ffi::Error to_ffi(const Status& s) {
   return ffi::Error(code, "jax_accl: " + s.message());
 }
 
-// groups: the replica groups flattened row by row, each padded with -1 to group_size.
+// Operands: the partition id, then N buffers of one dtype (the fused leaves); results:
+// N buffers shaped like them. groups: the replica groups flattened row by row, each
+// padded with -1 to group_size.
 ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
-                     ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                     ffi::RemainingArgs args, ffi::RemainingRets rets,
                      ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                      int64_t algorithm, int64_t op_id, int64_t timeout_ms,
                      std::string_view name) {
   CallSpec spec;
-  if (!to_dtype(x.element_type(), &spec.signature.dtype) ||
-      y->element_type() != x.element_type() || y->size_bytes() != x.size_bytes()) {
-    return ffi::Error::InvalidArgument("jax_accl: unsupported or mismatched buffer types in " +
+  std::vector<const void*> ins;
+  std::vector<void*> outs;
+  std::vector<uint64_t> counts;
+  if (args.size() != rets.size() || args.size() == 0) {
+    return ffi::Error::InvalidArgument("jax_accl: operands and results differ in " +
                                        std::string(name));
+  }
+  for (size_t k = 0; k < args.size(); ++k) {
+    auto x = args.get<ffi::AnyBuffer>(k);
+    auto y = rets.get<ffi::AnyBuffer>(k);
+    if (!x.has_value() || !y.has_value()) return ffi::Error::InvalidArgument("jax_accl: bad buffer");
+    DType dtype;
+    if (!to_dtype(x->element_type(), &dtype) || (*y)->element_type() != x->element_type() ||
+        (*y)->size_bytes() != x->size_bytes() || (k > 0 && dtype != spec.signature.dtype)) {
+      return ffi::Error::InvalidArgument(
+          "jax_accl: unsupported or mismatched buffer types in " + std::string(name));
+    }
+    spec.signature.dtype = dtype;
+    ins.push_back(x->untyped_data());
+    outs.push_back((*y)->untyped_data());
+    counts.push_back(x->element_count());
   }
   if (op < 0 || op >= kNumReduceOps || algorithm < 0 || algorithm >= kNumAlgorithms ||
       group_size <= 0 || groups.size() % group_size != 0) {
@@ -81,11 +101,10 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   }
   spec.signature.op = static_cast<ReduceOp>(op);
   spec.signature.algorithm = static_cast<Algorithm>(algorithm);
-  spec.signature.count = x.element_count();
   spec.key = CallKey{run_id.run_id, op_id, group, next_sequence(device, run_id.run_id, op_id)};
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
-  return to_ffi(allreduce_local(spec, x.untyped_data(), y->untyped_data()));
+  return to_ffi(allreduce_local(spec, ins, outs, counts));
 }
 
 }  // namespace
@@ -96,8 +115,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceHandler, accl::allreduce,
                                   .Ctx<ffi::RunId>()
                                   .Ctx<ffi::DeviceOrdinal>()
                                   .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
                                   .Attr<ffi::Span<const int64_t>>("groups")
                                   .Attr<int64_t>("group_size")
                                   .Attr<int64_t>("op")

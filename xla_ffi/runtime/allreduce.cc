@@ -7,7 +7,9 @@
 
 namespace accl {
 
-Status allreduce_local(const CallSpec& spec, const void* in, void* out) {
+Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
+                       const std::vector<void*>& out, const std::vector<uint64_t>& counts) {
+  describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
   ReduceFn fn = reduce_kernel(sig.dtype, sig.op);
   if (fn == nullptr) {
@@ -26,13 +28,16 @@ Status allreduce_local(const CallSpec& spec, const void* in, void* out) {
                             : sig.algorithm;
   AlgorithmStats& stats = algorithm_stats()[static_cast<int>(algorithm)];
 
+  std::vector<Buffers> segments;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
+  }
   std::shared_ptr<LocalExchange> exchange;
-  Status s = join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, in, out,
-                       sig.count * elem, &exchange);
+  Status s =
+      join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments, &exchange);
   if (s.ok()) {
     LocalLink link(exchange, spec.rank, deadline);
-    s = run_allreduce(algorithm, link, Buffers{in, out, sig.count, elem},
-                      Reduction{fn, elem});
+    s = run_allreduce(algorithm, link, segments, Reduction{fn, elem});
     if (!s.ok()) link.fail(s);
   }
   if (!s.ok()) {

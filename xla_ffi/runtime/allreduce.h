@@ -18,6 +18,9 @@ struct CallSpec {
   double timeout_s = 120.0;
 };
 
-Status allreduce_local(const CallSpec& spec, const void* in, void* out);
+// One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements each.
+// spec.signature's count/segments/layout are filled from `counts`.
+Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
+                       const std::vector<void*>& out, const std::vector<uint64_t>& counts);
 
 }  // namespace accl

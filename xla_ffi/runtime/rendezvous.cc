@@ -45,13 +45,27 @@ std::string missing_ranks(const PendingCall& call) {
 }  // namespace
 
 std::string describe(const Signature& s) {
-  return str_cat(reduce_op_name(s.op), " of ", s.count, " x ", dtype_name(s.dtype), " (",
+  return str_cat(reduce_op_name(s.op), " of ", s.count, " x ", dtype_name(s.dtype),
+                 s.segments == 1 ? "" : str_cat(" in ", s.segments, " buffers"), " (",
                  algorithm_name(s.algorithm), ")");
 }
 
+void describe_layout(const std::vector<uint64_t>& counts, Signature* s) {
+  s->count = 0;
+  s->segments = static_cast<uint32_t>(counts.size());
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t c : counts) {
+    s->count += c;
+    h = (h ^ c) * 1099511628211ull;
+  }
+  s->layout_hash = h;
+}
+
 Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
-                 const std::string& label, const Deadline& deadline, const void* in, void* out,
-                 size_t bytes, std::shared_ptr<LocalExchange>* exchange) {
+                 const std::string& label, const Deadline& deadline,
+                 const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange) {
+  size_t bytes = 0;
+  for (const Buffers& b : segments) bytes += b.count * b.elem_size;
   std::shared_ptr<PendingCall> call;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -74,7 +88,7 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
     call->signatures[rank] = signature;
     if (++call->joined == size) g_calls.erase(key);
   }
-  call->exchange->publish(rank, in, out, bytes);
+  call->exchange->publish(rank, segments);
   call->arrived.fetch_add_and_wake(1);
   Status s = call->arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
                                 deadline, nullptr);

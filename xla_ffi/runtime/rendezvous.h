@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "common/dtype.h"
@@ -27,23 +28,29 @@ struct CallKey {
   }
 };
 
+// What a rank calls: the same on every rank, or the call is refused.
 struct Signature {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
-  uint64_t count = 0;
+  uint64_t count = 0;        // elements over all segments
+  uint32_t segments = 1;     // fused buffers
+  uint64_t layout_hash = 0;  // hash of the segments' lengths
   Algorithm algorithm = Algorithm::kAuto;
   bool operator==(const Signature& o) const {
-    return dtype == o.dtype && op == o.op && count == o.count && algorithm == o.algorithm;
+    return dtype == o.dtype && op == o.op && count == o.count && segments == o.segments &&
+           layout_hash == o.layout_hash && algorithm == o.algorithm;
   }
 };
+// Fills count, segments and layout_hash from the segments' lengths.
+void describe_layout(const std::vector<uint64_t>& counts, Signature* signature);
 std::string describe(const Signature& signature);
 
-// Joins call `key` as `rank` of `size`, publishing this rank's buffers (`bytes` long).
-// On success *exchange is shared by all ranks, every rank's buffers are published and
-// all signatures agree.
+// Joins call `key` as `rank` of `size`, publishing this rank's segments. On success
+// *exchange is shared by all ranks, every rank's buffers are published and all
+// signatures agree.
 Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
-                 const std::string& label, const Deadline& deadline, const void* in, void* out,
-                 size_t bytes, std::shared_ptr<LocalExchange>* exchange);
+                 const std::string& label, const Deadline& deadline,
+                 const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange);
 
 // Number of calls waiting for ranks (for tests: must return to zero).
 size_t pending_calls();

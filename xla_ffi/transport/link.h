@@ -28,9 +28,10 @@ struct Reduction {
 class PeerMemory {
  public:
   virtual ~PeerMemory() = default;
-  // Rank r's input: its own buffer, or an eager copy in the exchange (inputs_staged()).
-  virtual const void* input(int rank) const = 0;
-  virtual void* output(int rank) const = 0;
+  // Rank r's input of segment `segment`: its own buffer, or an eager copy in the
+  // exchange (inputs_staged()).
+  virtual const void* input(int rank, int segment) const = 0;
+  virtual void* output(int rank, int segment) const = 0;
   // True when inputs are eager copies owned by the exchange: readers need no barrier.
   virtual bool inputs_staged() const = 0;
   // Waits until every rank of the group has reached its barrier the same number of times.

@@ -14,8 +14,8 @@ LocalExchange::LocalExchange(int size, std::string label, size_t bytes)
     : size_(size),
       label_(std::move(label)),
       mailboxes_(static_cast<size_t>(size) * size),
-      inputs_(size, nullptr),
-      outputs_(size, nullptr) {
+      inputs_(size),
+      outputs_(size) {
   if (size > 1 && bytes <= kEagerBytes) {
     staging_.resize(bytes * size);
     staged_bytes_ = bytes;
@@ -23,15 +23,24 @@ LocalExchange::LocalExchange(int size, std::string label, size_t bytes)
   }
 }
 
-void LocalExchange::publish(int rank, const void* in, void* out, size_t bytes) {
+void LocalExchange::publish(int rank, const std::vector<Buffers>& segments) {
   // The staging area is sized by the rank that created the exchange; a rank whose size
   // differs is not copied (the signature check then fails the call before any read).
-  inputs_[rank] = in;
-  outputs_[rank] = out;
-  if (staged_ && bytes == staged_bytes_) {
-    char* slot = staging_.data() + static_cast<size_t>(rank) * staged_bytes_;
-    if (bytes > 0) std::memcpy(slot, in, bytes);
-    inputs_[rank] = slot;
+  size_t bytes = 0;
+  for (const Buffers& b : segments) bytes += b.count * b.elem_size;
+  const bool stage = staged_ && bytes == staged_bytes_;
+  char* slot = stage ? staging_.data() + static_cast<size_t>(rank) * staged_bytes_ : nullptr;
+  inputs_[rank].resize(segments.size());
+  outputs_[rank].resize(segments.size());
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const Buffers& b = segments[k];
+    inputs_[rank][k] = b.in;
+    outputs_[rank][k] = b.out;
+    if (stage) {
+      if (b.count > 0) std::memcpy(slot, b.in, b.count * b.elem_size);
+      inputs_[rank][k] = slot;
+      slot += b.count * b.elem_size;
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/wait.h"
+#include "algorithms/algorithm.h"
 #include "transport/link.h"
 
 namespace accl {
@@ -22,7 +23,7 @@ namespace accl {
 // Shared by the ranks of one collective call.
 class LocalExchange {
  public:
-  // `bytes`: the message size, which decides whether inputs are staged eagerly.
+  // `bytes`: the total size of a rank's segments, which decides eager staging.
   LocalExchange(int size, std::string label, size_t bytes);
 
   int size() const { return size_; }
@@ -45,10 +46,10 @@ class LocalExchange {
   // Messages up to this size are copied into the exchange when a rank joins, so that
   // readers never wait for the owner of the original buffer (one sync point per call).
   static constexpr size_t kEagerBytes = 64 << 10;
-  // Publishes rank's buffers (before it counts as arrived); copies small inputs eagerly.
-  void publish(int rank, const void* in, void* out, size_t bytes);
-  const void* input(int rank) const { return inputs_[rank]; }
-  void* output(int rank) const { return outputs_[rank]; }
+  // Publishes rank's segments (before it counts as arrived); copies small inputs eagerly.
+  void publish(int rank, const std::vector<Buffers>& segments);
+  const void* input(int rank, int segment) const { return inputs_[rank][segment]; }
+  void* output(int rank, int segment) const { return outputs_[rank][segment]; }
   bool staged() const { return staged_; }
   Flag& barrier_flag() { return barrier_; }
 
@@ -56,8 +57,8 @@ class LocalExchange {
   int size_;
   std::string label_;
   std::vector<Mailbox> mailboxes_;
-  std::vector<const void*> inputs_;
-  std::vector<void*> outputs_;
+  std::vector<std::vector<const void*>> inputs_;  // [rank][segment]
+  std::vector<std::vector<void*>> outputs_;
   std::vector<char> staging_;
   size_t staged_bytes_ = 0;
   bool staged_ = false;
@@ -82,8 +83,10 @@ class LocalLink final : public Link, public PeerMemory {
   std::string where() const override;
   PeerMemory* peer_memory() override { return this; }
 
-  const void* input(int rank) const override { return exchange_->input(rank); }
-  void* output(int rank) const override { return exchange_->output(rank); }
+  const void* input(int rank, int segment) const override {
+    return exchange_->input(rank, segment);
+  }
+  void* output(int rank, int segment) const override { return exchange_->output(rank, segment); }
   bool inputs_staged() const override { return exchange_->staged(); }
   Status barrier() override;
 
