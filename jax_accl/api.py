@@ -11,6 +11,8 @@ from jax_accl import _compat as c
 from jax_accl import config
 from jax_accl.primitives import allreduce as prim
 
+_jax_psum = lax.psum  # JAX's own, even while patch_psum() is active
+
 
 def _axes_tuple(axis_name) -> tuple:
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
@@ -68,7 +70,7 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
         if c.check_vma_enabled() and mesh_named:
             state = c.value_state_along(c.core.typeof(leaf), mesh_named, api)
             if state == "unreduced":  # JAX's own unreduced types: leave them to JAX
-                out[k] = lax.psum(leaf, named)
+                out[k] = _jax_psum(leaf, named)
                 continue
             leaf = c.insert_collective_pvary(mesh_named, leaf)
         fusable.append((k, jnp.asarray(leaf)))
