@@ -58,3 +58,8 @@ const_like = _lax_internal._const  # (like, python_scalar) -> constant of like's
 def mesh_axis_names() -> tuple:
     """Axis names of the mesh being traced (shard_map); vmapped axis names are not here."""
     return tuple(_get_abstract_mesh().axis_names)
+
+
+def module_scratch(ctx) -> dict:
+    """A dict that lives as long as the MLIR module being lowered."""
+    return ctx.module_context.cached_primitive_lowerings

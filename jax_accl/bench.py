@@ -100,6 +100,44 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
     return rows, single, epilogue
 
 
+def measure_pytree(n: int, leaves: int, reps: int):
+    """A gradient-like pytree (`leaves` leaves of model-like sizes): leaf-by-leaf
+    jax.lax.psum against jax_accl.psum fused into one call, and jax_accl unfused."""
+    import os
+
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jax_accl
+
+    mesh = jax.make_mesh((n,), ("i",), devices=jax.devices()[:n])
+    shapes = [(256, 256), (256,), (256, 1024), (1024,), (1024, 256), (256,), (16,), ()]
+    rng = np.random.default_rng(0)
+    tree = [rng.integers(-8, 8, (n,) + shapes[k % len(shapes)]).astype(np.float32)
+            for k in range(leaves)]
+    specs = [P("i")] * leaves
+    args = [jax.device_put(t, NamedSharding(mesh, s)) for t, s in zip(tree, specs)]
+    nbytes = sum(t[0].nbytes for t in tree)
+
+    def build(reduce):
+        return jax.jit(jax.shard_map(reduce, mesh=mesh, in_specs=(specs,), out_specs=specs,
+                                     check_vma=False))
+
+    results = {}
+    variants = [("jax.lax.psum leaf by leaf", lambda t: [jax.lax.psum(x, "i") for x in t]),
+                ("jax_accl.psum fused", lambda t: jax_accl.psum(t, "i")),
+                ("jax_accl.psum unfused", lambda t: [jax_accl.psum(x, "i") for x in t])]
+    for name, reduce in variants:
+        fn = build(reduce)
+        got = fn(args)
+        for g, t in zip(got, tree):
+            if not np.array_equal(np.asarray(g)[0], t.sum(0)):
+                raise AssertionError(f"{name}: wrong result")
+        results[name] = _timed(fn, args, reps)
+    return nbytes, results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,4MiB,16MiB,64MiB")
@@ -108,6 +146,8 @@ def main(argv=None) -> int:
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", default="", help="append JSON lines here")
+    parser.add_argument("--pytree", type=int, default=0,
+                        help="also time psum of a pytree of this many leaves (fusion)")
     args = parser.parse_args(argv)
 
     import jax
@@ -137,6 +177,15 @@ def main(argv=None) -> int:
                                           speedup_vs_psum=base / t, memory_limit_s=limit,
                                           single_call_s=single[name])) + "\n")
         sys.stdout.flush()
+    if args.pytree:
+        nbytes, results = measure_pytree(n, args.pytree, args.reps)
+        base = results["jax.lax.psum leaf by leaf"]
+        print(f"\n# pytree of {args.pytree} leaves, {human(nbytes)} per device, one call each")
+        for name, t in results.items():
+            print(f"{name:>28} {t * 1e3:9.2f} ms  {base / t:5.2f}x vs psum")
+            if out:
+                out.write(json.dumps(dict(pytree_leaves=args.pytree, bytes=nbytes, variant=name,
+                                          seconds=t, speedup_vs_psum=base / t)) + "\n")
     if out:
         out.close()
     return 0

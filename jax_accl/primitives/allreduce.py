@@ -31,7 +31,15 @@ SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", jax.numpy.bfloat16, "float32", "float64", "complex64", "complex128"))
 
-_op_ids = itertools.count(1)  # one id per lowered call site: keys the rendezvous
+# Every bound call gets its own id (a primitive parameter, so that JAX never merges two
+# calls into one lowering); with the launch's RunId and a per-device sequence number it
+# keys the native rendezvous. Rules that bind new calls (vmap, JVP, transpose) take
+# fresh ids.
+_op_ids = itertools.count(1)
+
+
+def fresh(params: dict) -> dict:
+    return {**params, "op_id": next(_op_ids)}
 
 
 def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str) -> list:
@@ -42,10 +50,11 @@ def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str) -> list
             f"jax_accl.{API_NAMES[op]}: axis_index_groups needs check_vma=False "
             "(as jax.lax.psum)")
     return accl_allreduce_p.bind(*xs, axes=axes, axis_index_groups=axis_index_groups, op=op,
-                                 algorithm=algorithm, invariant=invariant)
+                                 algorithm=algorithm, invariant=invariant,
+                                 op_id=next(_op_ids))
 
 
-def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant):
+def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op_id):
     api = f"jax_accl.{API_NAMES[op]}"
     c.check_axis_names(axes, api)
     if len({np.dtype(a.dtype) for a in avals}) != 1:
@@ -92,9 +101,9 @@ def positional_reduce(v, dims, op: str):
 
 
 def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algorithm,
-             invariant):
+             invariant, op_id):
     params = dict(axis_index_groups=axis_index_groups, op=op, algorithm=algorithm,
-                  invariant=invariant)
+                  invariant=invariant, op_id=next(_op_ids))
     if axis_data.name not in axes:
         return accl_allreduce_p.bind(*vals_in, axes=axes, **params), list(dims_in)
     if axis_index_groups is not None:
@@ -116,10 +125,14 @@ def _jvp(primals, tangents, **params):
         raise NotImplementedError(
             f"Differentiation rule for 'accl_allreduce' with op={params['op']!r} is not "
             f"implemented (jax.lax.{API_NAMES[params['op']]} has none either)")
-    return c.linear_jvp(accl_allreduce_p, primals, tangents, **params)
+    out = accl_allreduce_p.bind(*primals, **params)
+    if all(type(t) is c.ad.Zero for t in tangents):
+        return out, [c.ad.Zero(c.ct_aval(c.core.get_aval(v))) for v in out]
+    tangents = [c.ad.instantiate_zeros(t) for t in tangents]
+    return out, accl_allreduce_p.bind(*tangents, **fresh(params))
 
 
-def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant):
+def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id):
     live = [k for k, ct in enumerate(cts) if type(ct) is not c.ad.Zero]
     out = [c.ad.Zero(c.ct_aval(x.aval)) for x in xs]
     if invariant:  # psum_invariant: each cotangent is already replicated; no data moves
@@ -128,7 +141,8 @@ def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant):
     elif live:  # psum = psum-then-broadcast, so the transpose sums again (as psum_p)
         summed = accl_allreduce_p.bind(*[cts[k] for k in live], axes=axes,
                                        axis_index_groups=axis_index_groups, op=op,
-                                       algorithm=algorithm, invariant=False)
+                                       algorithm=algorithm, invariant=False,
+                                       op_id=next(_op_ids))
         for k, v in zip(live, summed):
             out[k] = v
     return out
@@ -140,20 +154,33 @@ def _padded_groups(groups) -> tuple[np.ndarray, int]:
     return np.asarray(rows, dtype=np.int64).reshape(-1), size
 
 
-def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant):
+# XLA's CPU runtime may run independent custom calls of one device concurrently and in
+# different orders on different devices; blocking collectives then starve each other.
+# So the calls of one block are chained: each takes the previous call's first result
+# (the partition id, passed through) as its partition-id operand. Loops and branches
+# are blocks of their own, run sequentially anyway. The chain's end per block lives in
+# the module's own cache (module-scoped, freed with the module).
+
+
+def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id):
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     flat_groups, group_size = _padded_groups(groups)
     cfg = config.current()
     chosen = cfg.algorithm if algorithm == "auto" else algorithm
-    partition_aval = c.core.ShapedArray((), np.uint32)
+    u32 = c.core.ShapedArray((), np.uint32)
+    module_cache = c.module_scratch(ctx)
+    key = ("jax_accl_order", c.ir.InsertionPoint.current.block)
+    order_in = module_cache.get(key)
+    if order_in is None:  # the first call of this block: this device's logical index
+        order_in = c.hlo.partition_id()
     call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True)
-    # The partition id is this device's logical index, the numbering of the groups.
-    partition_id = c.hlo.partition_id()
-    return call(ctx.replace(avals_in=[partition_aval, *ctx.avals_in]), partition_id, *xs,
-                groups=flat_groups, group_size=np.int64(group_size),
-                op=np.int64(OP_CODES[op]), algorithm=np.int64(ALGORITHM_CODES[chosen]),
-                op_id=np.int64(next(_op_ids)), timeout_ms=np.int64(cfg.timeout_s * 1000),
-                name=f"jax_accl.{API_NAMES[op]} over {axes}")
+    order_out, *results = call(
+        ctx.replace(avals_in=[u32, *ctx.avals_in], avals_out=[u32, *ctx.avals_out]), order_in,
+        *xs, groups=flat_groups, group_size=np.int64(group_size), op=np.int64(OP_CODES[op]),
+        algorithm=np.int64(ALGORITHM_CODES[chosen]), op_id=np.int64(op_id),
+        timeout_ms=np.int64(cfg.timeout_s * 1000), name=f"jax_accl.{API_NAMES[op]} over {axes}")
+    module_cache[key] = order_out
+    return results
 
 
 accl_allreduce_p.def_impl(partial(c.dispatch.apply_primitive, accl_allreduce_p))

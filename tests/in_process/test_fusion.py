@@ -83,3 +83,15 @@ def test_mixed_dtypes_and_scalars_in_one_tree(mesh8):
         return lib.psum({"a": a, "b": b, "c": 3, "d": (a, b > 0)}, "i")
 
     compare(body, mesh8, [P("i"), P("i")], P(), x, y)
+
+
+def test_many_independent_large_allreduces_do_not_deadlock(mesh8, monkeypatch):
+    """XLA may run independent custom calls concurrently; ours are chained per block."""
+    monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "20")
+    leaves = [values((8, 65536), "float32", seed=k) for k in range(24)]
+    specs = [P("i")] * len(leaves)
+    fn = jax.jit(jax.shard_map(lambda t: [jax_accl.psum(x, "i") for x in t], mesh=mesh8,
+                               in_specs=(specs,), out_specs=specs, check_vma=False))
+    got = fn(put(mesh8, leaves, specs))
+    for g, x in zip(got, leaves):
+        np.testing.assert_allclose(np.asarray(g)[0], x.sum(0), rtol=1e-5, atol=1e-5)

@@ -48,7 +48,7 @@ def test_compat_names_exist():
                  "pvary", "skip_size_one_axes", "validate_axis_index_groups",
                  "canonicalize_axis_index_groups", "value_state_along",
                  "insert_collective_pvary", "replica_groups", "check_axis_names",
-                 "linear_jvp", "ct_aval", "const_like", "mesh_axis_names"]:
+                 "linear_jvp", "ct_aval", "const_like", "mesh_axis_names", "module_scratch"]:
         assert callable(getattr(_compat, name)), name
     for module in ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]:
         assert getattr(_compat, module) is not None

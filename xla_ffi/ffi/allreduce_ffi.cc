@@ -45,10 +45,11 @@ ffi::Error to_ffi(const Status& s) {
 }
 
 // Operands: the partition id, then N buffers of one dtype (the fused leaves); results:
-// N buffers shaped like them. groups: the replica groups flattened row by row, each
+// the partition id again (an ordering edge), then N buffers shaped like the operands. groups: the replica groups flattened row by row, each
 // padded with -1 to group_size.
 ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
-                     ffi::RemainingArgs args, ffi::RemainingRets rets,
+                     ffi::Result<ffi::Buffer<ffi::U32>> order, ffi::RemainingArgs args,
+                     ffi::RemainingRets rets,
                      ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                      int64_t algorithm, int64_t op_id, int64_t timeout_ms,
                      std::string_view name) {
@@ -80,6 +81,9 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
     return ffi::Error::InvalidArgument("jax_accl: bad attributes in " + std::string(name));
   }
   const int64_t logical = partition.typed_data()[0];
+  // Result 0 passes the partition id on to the next jax_accl call of the same block,
+  // a data dependency that makes XLA run this device's calls in program order.
+  order->typed_data()[0] = partition.typed_data()[0];
   int64_t group = -1;
   std::string members;
   for (size_t i = 0; i < groups.size() && group < 0; ++i) {
@@ -101,7 +105,9 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   }
   spec.signature.op = static_cast<ReduceOp>(op);
   spec.signature.algorithm = static_cast<Algorithm>(algorithm);
-  spec.key = CallKey{run_id.run_id, op_id, group, next_sequence(device, run_id.run_id, op_id)};
+  // Count executions per logical device (the partition id): DeviceOrdinal is not a
+  // reliable per-device key when XLA runs independent thunks on its worker pool.
+  spec.key = CallKey{run_id.run_id, op_id, group, next_sequence(logical, run_id.run_id, op_id)};
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
   return to_ffi(allreduce_local(spec, ins, outs, counts));
@@ -115,6 +121,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceHandler, accl::allreduce,
                                   .Ctx<ffi::RunId>()
                                   .Ctx<ffi::DeviceOrdinal>()
                                   .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Ret<ffi::Buffer<ffi::U32>>()
                                   .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<ffi::Span<const int64_t>>("groups")

@@ -55,7 +55,7 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
 // Number of calls waiting for ranks (for tests: must return to zero).
 size_t pending_calls();
 
-// The k-th execution of op `op_id` by device `device` within launch `run_id`:
+// The k-th execution of op `op_id` by (logical) device `device` within launch `run_id`:
 // every device of a group runs the same ops the same number of times per launch.
 uint64_t next_sequence(int64_t device, int64_t run_id, int64_t op_id);
 
