@@ -2,9 +2,7 @@
 # The README's main command: install jax_accl into a virtual environment and run the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
-VENV="${VENV:-.venv}"
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet .
-cd /tmp && "$OLDPWD/$VENV/bin/python" -m jax_accl.demo "$@"
+export VENV="${VENV:-.venv}"
+bash scripts/install.sh
+venv_python="$(cd "$(dirname "$VENV")" && pwd)/$(basename "$VENV")/bin/python"
+cd /tmp && "$venv_python" -m jax_accl.demo "$@"

@@ -3,11 +3,8 @@
 # virtual environment, then run the whole suite (native tier, then JAX tier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
-VENV="${VENV:-.venv}"
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet ".[test]"
+export VENV="${VENV:-.venv}"
+bash scripts/install.sh "[test]"
 # The pytest launcher (not `python -m pytest`) keeps the source tree off sys.path, so
 # the tests import the installed package with its compiled module.
 "$VENV/bin/pytest" -q tests "$@"
