@@ -5,6 +5,8 @@ tests/jax/test_compat.py checks that each of them is still there.
 from jax._src import config as _config
 from jax._src import core
 from jax._src import dispatch
+from jax._src import distributed as _distributed
+from jax._src import mesh as _mesh_lib
 from jax._src.interpreters import ad, batching, mlir, pxla
 from jax._src.lax import lax as _lax_internal
 from jax._src.mesh import get_abstract_mesh as _get_abstract_mesh
@@ -63,3 +65,23 @@ def mesh_axis_names() -> tuple:
 def module_scratch(ctx) -> dict:
     """A dict that lives as long as the MLIR module being lowered."""
     return ctx.module_context.cached_primitive_lowerings
+
+
+def device_assignment(ctx) -> tuple:
+    """The devices of a module being lowered, indexed by partition id."""
+    axis_context = ctx.module_context.axis_context
+    mesh = getattr(axis_context, "mesh", None)
+    devices = getattr(mesh, "devices", None)
+    if devices is not None and not isinstance(mesh, _mesh_lib.AbstractMesh):
+        return tuple(devices.flat)
+    assignment = getattr(axis_context, "device_assignment", None)
+    if assignment is not None:
+        return tuple(assignment)
+    raise NotImplementedError(
+        "jax_accl: cannot tell which device runs each partition of this multi-process "
+        f"program (axis context {type(axis_context).__name__}); use jax.shard_map over a Mesh")
+
+
+def distributed_client():
+    """The client of jax.distributed's coordination service, or None before initialize()."""
+    return _distributed.global_state.client

@@ -1,10 +1,11 @@
-"""The JAX_ACCL_* knobs, mirrored from xla_ffi/common/knobs.h (read at trace time)."""
+"""The JAX_ACCL_* knobs of collectives (read at trace time; the rail knobs are read by
+jax_accl/rails.py when a multi-process job starts)."""
 from __future__ import annotations
 
 import dataclasses
 import os
 
-ALGORITHMS = ("auto", "direct", "ring", "halving_doubling", "reduce_broadcast")
+ALGORITHMS = ("auto", "direct", "ring", "halving_doubling", "reduce_broadcast", "hierarchical")
 OPS = ("sum", "prod", "min", "max")
 
 

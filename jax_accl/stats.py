@@ -1,10 +1,18 @@
-"""Counters of the native core: calls, bytes and time per algorithm."""
+"""Counters of the native core, for ``jax_accl.stats()``."""
 from jax_accl import _accl
 
 
 def stats() -> dict:
-    """{"algorithms": {name: {"calls", "bytes", "seconds", "errors"}}, "reduce_isa": ...}."""
-    return {"algorithms": _accl.stats(), "reduce_isa": _accl.reduce_isa()}
+    """Counters since start (or the last ``reset_stats()``) in this process:
+
+    * ``algorithms``: {name: {"calls", "bytes", "seconds", "errors"}};
+    * ``transports``: {"memory" | "shm" | "tcp:<interface>": {"bytes_sent",
+      "bytes_received", "messages_sent"}}, one entry per transport and per rail;
+    * ``phase_seconds``: time in each phase of the hierarchical all-reduce;
+    * ``refused_connections``: connections refused for a wrong secret or protocol;
+    * ``reduce_isa``: the instruction set of the reduce kernels.
+    """
+    return {**_accl.stats(), "reduce_isa": _accl.reduce_isa()}
 
 
 def reset_stats() -> None:

@@ -19,13 +19,14 @@ from jax import lax
 
 from jax_accl import _compat as c
 from jax_accl import config
+from jax_accl import distributed
 
 accl_allreduce_p = c.core.Primitive("accl_allreduce")
 accl_allreduce_p.multiple_results = True  # one call all-reduces a bucket of leaves
 
 OP_CODES = {"sum": 0, "prod": 1, "min": 2, "max": 3}
 ALGORITHM_CODES = {"auto": 0, "direct": 1, "ring": 2, "halving_doubling": 3,
-                   "reduce_broadcast": 4}
+                   "reduce_broadcast": 4, "hierarchical": 5}
 API_NAMES = {"sum": "psum", "prod": "allreduce", "min": "pmin", "max": "pmax"}
 SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -173,12 +174,17 @@ def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id
     order_in = module_cache.get(key)
     if order_in is None:  # the first call of this block: this device's logical index
         order_in = c.hlo.partition_id()
+    devices = np.zeros((0,), np.int64)
+    if jax.process_count() > 1:  # the native side needs every partition's global device
+        distributed.ensure_started()
+        devices = np.asarray([d.id for d in c.device_assignment(ctx)], np.int64)
     call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True)
     order_out, *results = call(
         ctx.replace(avals_in=[u32, *ctx.avals_in], avals_out=[u32, *ctx.avals_out]), order_in,
         *xs, groups=flat_groups, group_size=np.int64(group_size), op=np.int64(OP_CODES[op]),
         algorithm=np.int64(ALGORITHM_CODES[chosen]), op_id=np.int64(op_id),
-        timeout_ms=np.int64(cfg.timeout_s * 1000), name=f"jax_accl.{API_NAMES[op]} over {axes}")
+        timeout_ms=np.int64(cfg.timeout_s * 1000), name=f"jax_accl.{API_NAMES[op]} over {axes}",
+        devices=devices)
     module_cache[key] = order_out
     return results
 

@@ -5,7 +5,7 @@
 namespace accl {
 namespace {
 constexpr const char* kNames[kNumAlgorithms] = {"auto", "direct", "ring", "halving_doubling",
-                                                   "reduce_broadcast"};
+                                                   "reduce_broadcast", "hierarchical"};
 }
 
 const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>(algorithm)]; }
@@ -28,6 +28,7 @@ Status run_segment(Algorithm algorithm, Link& link, const Buffers& buf,
     case Algorithm::kRing: return allreduce_ring(link, buf, reduction);
     case Algorithm::kHalvingDoubling: return allreduce_halving_doubling(link, buf, reduction);
     case Algorithm::kReduceBroadcast: return allreduce_reduce_broadcast(link, buf, reduction);
+    case Algorithm::kHierarchical:  // composed by runtime/multiprocess.cc, not a Link algorithm
     case Algorithm::kAuto: break;
   }
   return error(Code::kInternal, link.where(), ": no algorithm chosen");

@@ -17,8 +17,9 @@ enum class Algorithm : int {
   kRing = 2,
   kHalvingDoubling = 3,
   kReduceBroadcast = 4,  // needs peer memory (one process)
+  kHierarchical = 5,     // across processes: local reduce-scatter, inter-process, all-gather
 };
-inline constexpr int kNumAlgorithms = 5;
+inline constexpr int kNumAlgorithms = 6;
 
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);

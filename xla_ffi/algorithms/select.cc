@@ -33,6 +33,7 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
       case Algorithm::kHalvingDoubling:
         return 2.0 * (log_p + fold) * a + (5.0 * (p - 1) / p + 5.0 * fold) * S * b +
                double(p - 1) / p * S * g;
+      case Algorithm::kHierarchical:
       case Algorithm::kAuto: break;
     }
     return INFINITY;
@@ -46,6 +47,7 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
       return 2.0 * (log_p + fold) * a + 2.0 * (p - 1) / p * S * b + double(p - 1) / p * S * g +
              fold * (2.0 * S * b + S * g);
     case Algorithm::kReduceBroadcast:
+    case Algorithm::kHierarchical:
     case Algorithm::kAuto: break;
   }
   return INFINITY;

@@ -1,7 +1,9 @@
 // The nanobind module jax_accl._accl: FFI handler capsules for XLA, the native test
 // entry point (threads as ranks), stats and the cost model. Only this file sees nanobind.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
@@ -13,6 +15,9 @@
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
 #include "runtime/stats.h"
+#include "runtime/world.h"
+#include "transport/channel_link.h"
+#include "transport/ring_channel.h"
 
 namespace nb = nanobind;
 
@@ -77,8 +82,102 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
   return errors;
 }
 
+// Runs one all-reduce with a thread per rank over message channels (memory rings, the
+// same framing and progress engine as the cross-process transports): the message path
+// of every algorithm, without processes. Returns one error message per rank.
+std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
+                                                    std::vector<uintptr_t> outs, uint64_t count,
+                                                    const std::string& dtype,
+                                                    const std::string& op,
+                                                    const std::string& algorithm, int stripes,
+                                                    double timeout_s) {
+  const int n = static_cast<int>(ins.size());
+  const DType dt = parse_or_throw<DType>(dtype, parse_dtype, "dtype");
+  const ReduceOp rop = parse_or_throw<ReduceOp>(op, parse_reduce_op, "reduce op");
+  const Algorithm alg = parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm");
+  ReduceFn fn = reduce_kernel(dt, rop);
+  if (fn == nullptr) throw nb::value_error("reduce op not defined for dtype");
+  // owned[a][b]: the channels rank a uses to talk to rank b.
+  std::vector<std::vector<std::vector<std::unique_ptr<Channel>>>> owned(n);
+  for (auto& row : owned) row.resize(n);
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      for (int s = 0; s < stripes; ++s) {
+        std::unique_ptr<Channel> x, y;
+        make_memory_channels(&x, &y);
+        owned[a][b].push_back(std::move(x));
+        owned[b][a].push_back(std::move(y));
+      }
+    }
+  }
+  std::vector<std::string> errors(n);
+  {
+    nb::gil_scoped_release release;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        std::vector<std::vector<Channel*>> channels(n);
+        for (int b = 0; b < n; ++b) {
+          for (auto& c : owned[r][b]) channels[b].push_back(c.get());
+        }
+        const Deadline deadline = Deadline::after_seconds(timeout_s);
+        ChannelLink link(r, std::move(channels), 42, str_cat("channel test rank ", r), deadline);
+        const size_t elem = dtype_size(dt);
+        Status s = run_allreduce(alg, link,
+                                 {Buffers{reinterpret_cast<const void*>(ins[r]),
+                                          reinterpret_cast<void*>(outs[r]), count, elem, 0}},
+                                 Reduction{fn, elem});
+        if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  return errors;
+}
+
+// Multi-process bootstrap (driven by jax_accl/distributed.py).
+// rails: (name, ip, weight). Returns the listener port of each rail.
+std::vector<int> world_start(int process_index, int process_count, nb::bytes secret,
+                             const std::string& host,
+                             std::vector<std::tuple<std::string, std::string, double>> rails,
+                             int stripes_per_rail) {
+  std::vector<Rail> list;
+  for (auto& [name, ip, weight] : rails) list.push_back(Rail{name, ip, 0, weight});
+  Status s = World::start(process_index, process_count,
+                          std::string(static_cast<const char*>(secret.data()), secret.size()),
+                          host, &list, stripes_per_rail);
+  if (!s.ok()) throw std::runtime_error(s.message());
+  std::vector<int> ports;
+  for (const Rail& r : list) ports.push_back(r.port);
+  return ports;
+}
+
+// processes[i] = (host, [(rail name, ip, port, weight)], [device ids]) of process i.
+void world_set_processes(
+    std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, std::string, int, double>>,
+                           std::vector<int64_t>>>
+        processes) {
+  World* w = World::get();
+  if (w == nullptr) throw std::runtime_error("world_start() first");
+  std::vector<ProcessEntry> entries;
+  for (size_t i = 0; i < processes.size(); ++i) {
+    auto& [host, rails, devices] = processes[i];
+    ProcessEntry e;
+    e.index = static_cast<int>(i);
+    e.host = host;
+    for (auto& [name, ip, port, weight] : rails) {
+      e.rails.push_back(Rail{name, ip, static_cast<uint16_t>(port), weight});
+    }
+    e.devices = devices;
+    entries.push_back(std::move(e));
+  }
+  Status s = w->set_processes(std::move(entries));
+  if (!s.ok()) throw std::runtime_error(s.message());
+}
+
 nb::dict stats() {
   nb::dict out;
+  nb::dict algorithms;
   for (int a = 1; a < kNumAlgorithms; ++a) {
     const AlgorithmStats& s = algorithm_stats()[a];
     nb::dict entry;
@@ -86,8 +185,25 @@ nb::dict stats() {
     entry["bytes"] = s.bytes.load();
     entry["seconds"] = s.nanoseconds.load() * 1e-9;
     entry["errors"] = s.errors.load();
-    out[algorithm_name(static_cast<Algorithm>(a))] = entry;
+    algorithms[algorithm_name(static_cast<Algorithm>(a))] = entry;
   }
+  out["algorithms"] = algorithms;
+  nb::dict transports;
+  for (auto& [key, t] : all_traffic_stats()) {
+    nb::dict entry;
+    entry["bytes_sent"] = t->bytes_sent.load();
+    entry["bytes_received"] = t->bytes_received.load();
+    entry["messages_sent"] = t->messages_sent.load();
+    transports[key.c_str()] = entry;
+  }
+  out["transports"] = transports;
+  nb::dict phases;
+  for (int p = 0; p < kNumPhases; ++p) {
+    phases[phase_name(static_cast<Phase>(p))] = phase_nanoseconds()[p].load() * 1e-9;
+  }
+  out["phase_seconds"] = phases;
+  World* w = World::get();
+  out["refused_connections"] = w ? w->refused_connections() : 0;
   return out;
 }
 
@@ -101,6 +217,17 @@ NB_MODULE(_accl, m) {
   m.def("allreduce_threads", &allreduce_threads, nb::arg("ins"), nb::arg("outs"),
         nb::arg("counts"), nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"),
         nb::arg("present"), nb::arg("timeout_s"));
+  m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"),
+        nb::arg("outs"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"),
+        nb::arg("algorithm"), nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
+  m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
+        nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail") = 1);
+  m.def("world_set_processes", &world_set_processes, nb::arg("processes"));
+  m.def("world_stop", [] {
+    nb::gil_scoped_release release;
+    World::stop();
+  });
+  m.def("world_started", [] { return World::get() != nullptr; });
   m.def("stats", &stats);
   m.def("reset_stats", &reset_stats);
   m.def("pending_calls", &pending_calls);

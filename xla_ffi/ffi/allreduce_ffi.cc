@@ -46,13 +46,14 @@ ffi::Error to_ffi(const Status& s) {
 
 // Operands: the partition id, then N buffers of one dtype (the fused leaves); results:
 // the partition id again (an ordering edge), then N buffers shaped like the operands. groups: the replica groups flattened row by row, each
-// padded with -1 to group_size.
+// padded with -1 to group_size. devices: the global device id of every partition id when
+// the program spans processes, else empty.
 ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
                      ffi::Result<ffi::Buffer<ffi::U32>> order, ffi::RemainingArgs args,
                      ffi::RemainingRets rets,
                      ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
                      int64_t algorithm, int64_t op_id, int64_t timeout_ms,
-                     std::string_view name) {
+                     std::string_view name, ffi::Span<const int64_t> devices) {
   CallSpec spec;
   std::vector<const void*> ins;
   std::vector<void*> outs;
@@ -86,6 +87,7 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   order->typed_data()[0] = partition.typed_data()[0];
   int64_t group = -1;
   std::string members;
+  std::vector<int64_t> member_devices;  // global device ids, when the program spans processes
   for (size_t i = 0; i < groups.size() && group < 0; ++i) {
     if (groups[i] != logical) continue;
     group = static_cast<int64_t>(i) / group_size;
@@ -94,6 +96,12 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
       if (groups[j] < 0) continue;
       if (groups[j] == logical) rank = size;
       members += str_cat(size == 0 ? "" : " ", groups[j]);
+      if (!(devices.size() == 0)) {
+        if (groups[j] >= static_cast<int64_t>(devices.size())) {
+          return ffi::Error::InvalidArgument("jax_accl: partition id outside the device list");
+        }
+        member_devices.push_back(devices[groups[j]]);
+      }
       ++size;
     }
     spec.rank = rank;
@@ -110,6 +118,9 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   spec.key = CallKey{run_id.run_id, op_id, group, next_sequence(logical, run_id.run_id, op_id)};
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
+  if (!member_devices.empty()) {
+    return to_ffi(allreduce_across_processes(spec, member_devices, ins, outs, counts));
+  }
   return to_ffi(allreduce_local(spec, ins, outs, counts));
 }
 
@@ -130,4 +141,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceHandler, accl::allreduce,
                                   .Attr<int64_t>("algorithm")
                                   .Attr<int64_t>("op_id")
                                   .Attr<int64_t>("timeout_ms")
-                                  .Attr<std::string_view>("name"));
+                                  .Attr<std::string_view>("name")
+                                  .Attr<ffi::Span<const int64_t>>("devices"));

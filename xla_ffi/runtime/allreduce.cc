@@ -22,7 +22,9 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   const auto start = std::chrono::steady_clock::now();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = dtype_size(sig.dtype);
-  Algorithm algorithm = sig.algorithm == Algorithm::kAuto
+  // Within one process "hierarchical" has a single level: the automatic choice.
+  Algorithm algorithm = (sig.algorithm == Algorithm::kAuto ||
+                         sig.algorithm == Algorithm::kHierarchical)
                             ? choose_algorithm(spec.size, sig.count * elem, /*peer_memory=*/true,
                                                cost_model())
                             : sig.algorithm;

@@ -3,7 +3,9 @@
 // record stats. Shared by the XLA FFI handler and the native test entry point.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/rendezvous.h"
 
@@ -22,5 +24,13 @@ struct CallSpec {
 // spec.signature's count/segments/layout are filled from `counts`.
 Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
                        const std::vector<void*>& out, const std::vector<uint64_t>& counts);
+
+// The same call for a group whose devices live in several processes. `devices` are the
+// group's global device ids in rank order (spec.rank indexes it). Groups that stay
+// inside this process go to allreduce_local.
+Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
+                                  const std::vector<const void*>& in,
+                                  const std::vector<void*>& out,
+                                  const std::vector<uint64_t>& counts);
 
 }  // namespace accl

@@ -1,10 +1,53 @@
 #include "runtime/stats.h"
 
+#include <memory>
+#include <mutex>
+
 namespace accl {
+namespace {
+
+std::mutex& traffic_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::unique_ptr<TrafficStats>>& traffic_map() {
+  static std::map<std::string, std::unique_ptr<TrafficStats>> m;
+  return m;
+}
+
+}  // namespace
 
 std::array<AlgorithmStats, kNumAlgorithms>& algorithm_stats() {
   static std::array<AlgorithmStats, kNumAlgorithms> stats;
   return stats;
+}
+
+TrafficStats& traffic_stats(const std::string& key) {
+  std::lock_guard<std::mutex> lock(traffic_mutex());
+  auto& slot = traffic_map()[key];
+  if (!slot) slot = std::make_unique<TrafficStats>();
+  return *slot;
+}
+
+std::map<std::string, const TrafficStats*> all_traffic_stats() {
+  std::lock_guard<std::mutex> lock(traffic_mutex());
+  std::map<std::string, const TrafficStats*> out;
+  for (auto& [key, value] : traffic_map()) out[key] = value.get();
+  return out;
+}
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kLocalReduceScatter: return "local_reduce_scatter";
+    case Phase::kInterProcess: return "inter_process";
+    case Phase::kLocalAllGather: return "local_all_gather";
+  }
+  return "?";
+}
+
+std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds() {
+  static std::array<std::atomic<uint64_t>, kNumPhases> ns{};
+  return ns;
 }
 
 void reset_stats() {
@@ -14,6 +57,13 @@ void reset_stats() {
     s.nanoseconds = 0;
     s.errors = 0;
   }
+  std::lock_guard<std::mutex> lock(traffic_mutex());
+  for (auto& [key, t] : traffic_map()) {
+    t->bytes_sent = 0;
+    t->bytes_received = 0;
+    t->messages_sent = 0;
+  }
+  for (auto& p : phase_nanoseconds()) p = 0;
 }
 
 }  // namespace accl

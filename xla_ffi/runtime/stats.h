@@ -1,11 +1,16 @@
-// Process-wide counters: calls, bytes and time per algorithm. Lock-free updates.
+// Process-wide counters: calls, bytes and time per algorithm; bytes per transport and
+// rail ("memory", "shm", "tcp:<interface>"); time per phase of the hierarchical
+// all-reduce. Lock-free updates.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "algorithms/algorithm.h"
+#include "transport/channel.h"
 
 namespace accl {
 
@@ -17,6 +22,16 @@ struct AlgorithmStats {
 };
 
 std::array<AlgorithmStats, kNumAlgorithms>& algorithm_stats();
+
+// Counters of one transport or rail; entries live as long as the process.
+TrafficStats& traffic_stats(const std::string& key);
+std::map<std::string, const TrafficStats*> all_traffic_stats();
+
+enum class Phase : int { kLocalReduceScatter = 0, kInterProcess = 1, kLocalAllGather = 2 };
+inline constexpr int kNumPhases = 3;
+const char* phase_name(Phase phase);
+std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds();
+
 void reset_stats();
 
 }  // namespace accl

@@ -1,0 +1,88 @@
+"""Multi-process bootstrap through JAX's own distributed runtime.
+
+After ``jax.distributed.initialize()``, the first jax_accl collective lowered in a
+multi-process program calls ``ensure_started()``. Every process then
+
+1. gets the job's secret: process 0 draws it and puts it in jax.distributed's
+   key-value store, the others read it (connections without it are refused);
+2. opens a TCP listener on each of its rails (``jax_accl.rails``);
+3. publishes its host (the hostname, or ``JAX_ACCL_HOST_ID``), its rails and ports and
+   its devices under ``jax_accl/v1/process/<index>``, and reads everybody else's.
+
+Processes with the same host id talk through shared memory, the others over TCP on
+every rail. No server of our own: only the coordination service's key-value store.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import socket
+import threading
+
+import jax
+
+from jax_accl import _accl
+from jax_accl import _compat as c
+from jax_accl import config
+from jax_accl import rails as rails_lib
+from jax_accl.errors import AcclError
+
+_PREFIX = "jax_accl/v1"
+_lock = threading.Lock()
+_table: list[dict] | None = None
+
+
+def host_id() -> str:
+    return os.environ.get("JAX_ACCL_HOST_ID", "") or socket.gethostname()
+
+
+def ensure_started() -> list[dict]:
+    """Set up the process table once per process (collective: every process must call)."""
+    global _table
+    with _lock:
+        if _table is None:
+            _table = _start()
+        return _table
+
+
+def _start() -> list[dict]:
+    client = c.distributed_client()
+    if client is None:
+        raise AcclError("jax_accl: this program spans processes, but jax.distributed is not "
+                        "initialized; call jax.distributed.initialize() first")
+    index, count = jax.process_index(), jax.process_count()
+    timeout_ms = int(config.current().timeout_s * 1000)
+    if index == 0:
+        secret = secrets.token_hex(16)
+        client.key_value_set(f"{_PREFIX}/secret", secret)
+    else:
+        secret = client.blocking_key_value_get(f"{_PREFIX}/secret", timeout_ms)
+    host = host_id()
+    rails = rails_lib.resolve()
+    ports = _accl.world_start(index, count, secret.encode(), host, rails,
+                              rails_lib.stripes_per_rail())
+    atexit.register(_accl.world_stop)
+    entry = {
+        "host": host,
+        "rails": [[name, ip, port, weight] for (name, ip, weight), port in zip(rails, ports)],
+        "devices": [d.id for d in jax.local_devices()],
+    }
+    client.key_value_set(f"{_PREFIX}/process/{index}", json.dumps(entry))
+    table = []
+    for i in range(count):
+        try:
+            table.append(json.loads(client.blocking_key_value_get(f"{_PREFIX}/process/{i}",
+                                                                  timeout_ms)))
+        except Exception as e:  # the coordination service names what went wrong
+            raise AcclError(f"jax_accl: process {index} waited in vain for process {i} to "
+                            f"publish its endpoints: {e}") from e
+    _accl.world_set_processes(
+        [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table])
+    return table
+
+
+def topology() -> list[dict]:
+    """The process table: [{"host", "rails": [[name, ip, port, weight]], "devices"}]."""
+    return ensure_started() if jax.process_count() > 1 else []

@@ -1,0 +1,65 @@
+"""Which network interfaces ("rails") carry jax_accl's traffic between hosts.
+
+``JAX_ACCL_RAILS``:
+  * ``auto`` (default): every interface that is up, has an IPv4 address and is not
+    loopback; loopback when there is none;
+  * ``eth1,eth2``: these interfaces, in this order (the same names on every host, as on
+    rail-optimised clusters);
+  * ``eth1:3,eth2:1``: with weights, the share of each striped message a rail carries
+    (for rails of different bandwidth; default 1 each).
+``JAX_ACCL_STRIPES_PER_RAIL`` (default 1): TCP connections per rail and peer.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import struct
+
+SIOCGIFADDR = 0x8915
+
+
+def interface_ipv4(name: str) -> str | None:
+    """The IPv4 address of interface `name`, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def _is_up(name: str) -> bool:
+    try:
+        with open(f"/sys/class/net/{name}/operstate") as f:
+            return f.read().strip() in ("up", "unknown")
+    except OSError:
+        return False
+
+
+def resolve(spec: str | None = None) -> list[tuple[str, str, float]]:
+    """[(interface, IPv4 address, weight)] for the rails named by `spec` (JAX_ACCL_RAILS)."""
+    spec = (spec if spec is not None else os.environ.get("JAX_ACCL_RAILS", "")) or "auto"
+    if spec == "auto":
+        rails = [(name, ip, 1.0) for _, name in socket.if_nameindex()
+                 if name != "lo" and _is_up(name) and (ip := interface_ipv4(name))]
+        return rails or [("lo", "127.0.0.1", 1.0)]
+    rails = []
+    for item in spec.split(","):
+        name, _, weight = item.strip().partition(":")
+        ip = interface_ipv4(name)
+        if ip is None:
+            raise ValueError(f"JAX_ACCL_RAILS={spec!r}: interface {name!r} does not exist or "
+                             "has no IPv4 address on this host")
+        w = float(weight) if weight else 1.0
+        if w <= 0:
+            raise ValueError(f"JAX_ACCL_RAILS={spec!r}: weight of {name!r} must be positive")
+        rails.append((name, ip, w))
+    return rails
+
+
+def stripes_per_rail() -> int:
+    n = int(os.environ.get("JAX_ACCL_STRIPES_PER_RAIL", "") or 1)
+    if n < 1:
+        raise ValueError(f"JAX_ACCL_STRIPES_PER_RAIL must be >= 1, got {n}")
+    return n

@@ -1,0 +1,60 @@
+"""Launch a multi-process jax_accl job for a test: one worker.py per process, each with
+its own devices, optionally inside a network namespace (a "host"), and collect their
+RESULT lines. Fails with every worker's output when any worker fails or hangs."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("worker.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    return random.randint(20000, 60000)
+
+
+def run_job(num_processes: int, devices: int, scenario: str, *, extra=(), env=None,
+            namespaces=None, coordinator_ip="127.0.0.1", timeout=300.0) -> list[dict]:
+    """Runs the job; `namespaces[i]` (optional) is the netns of process i."""
+    coordinator = f"{coordinator_ip}:{free_port()}"
+    procs = []
+    for i in range(num_processes):
+        cmd = [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes",
+               str(num_processes), "--coordinator", coordinator, "--devices", str(devices),
+               "--scenario", scenario, *extra]
+        if namespaces is not None:
+            cmd = ["ip", "netns", "exec", namespaces[i], *cmd]
+        penv = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                "JAX_PLATFORMS": "cpu", "JAX_ACCL_TIMEOUT_S": "60"}
+        penv.pop("XLA_FLAGS", None)  # the worker sets its own device count
+        penv.update((env or {}).get(i, {}) if isinstance(env, dict) and i in (env or {}) else {})
+        procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, cwd="/"))
+    outputs, failed = [], False
+    for i, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, _ = p.communicate()
+            out += f"\n[launcher: process {i} killed after {timeout}s]"
+        outputs.append(out)
+        failed |= p.returncode != 0
+    results = []
+    for out in outputs:
+        lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
+        if not lines:
+            failed = True
+            continue
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+    if failed:
+        report = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n{out[-4000:]}"
+                           for i, (p, out) in enumerate(zip(procs, outputs)))
+        raise AssertionError(f"multi-process job {scenario} failed:\n{report}")
+    return results

@@ -1,0 +1,156 @@
+"""One process of a multi-process test job (launched by launch.py, never by pytest).
+
+Joins the job through jax.distributed, runs the scenario named on the command line over
+a global mesh of every process's devices, checks jax_accl against jax.lax.psum over
+JAX's gloo collectives (or against NumPy where gloo cannot reach, as across network
+namespaces), and prints one line "RESULT <json>" with what it measured.
+"""
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--process-id", type=int, required=True)
+parser.add_argument("--num-processes", type=int, required=True)
+parser.add_argument("--coordinator", required=True)
+parser.add_argument("--devices", type=int, required=True)
+parser.add_argument("--scenario", required=True)
+parser.add_argument("--reference", choices=["gloo", "numpy"], default="gloo")
+parser.add_argument("--bytes", type=int, default=1 << 20)
+parser.add_argument("--reps", type=int, default=5)
+args = parser.parse_args()
+
+jax.config.update("jax_num_cpu_devices", args.devices)
+if args.reference == "gloo":
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(coordinator_address=args.coordinator,
+                           num_processes=args.num_processes, process_id=args.process_id,
+                           initialization_timeout=60)
+
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jax_accl  # noqa: E402
+
+NP, ND = args.num_processes, args.devices
+DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+MESH_2D = Mesh(np.array(DEVICES).reshape(NP, ND), ("p", "d"))  # p spans processes
+ALL = ("p", "d")
+
+
+def global_input(shape_per_device, dtype, seed):
+    """Deterministic data for every device (the same on every process), stacked."""
+    rng = np.random.default_rng(seed)
+    shape = (NP * ND, *shape_per_device)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(-1000, 1000, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def place(x, spec):
+    sharding = NamedSharding(MESH_2D, spec)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def local_blocks(array):
+    """This process's shards, ordered by device id, as NumPy."""
+    return [np.asarray(s.data) for s in sorted(array.addressable_shards, key=lambda s: s.device.id)]
+
+
+def allreduce_program(lib, axes, **kw):
+    def body(x):
+        return lib.allreduce(x, axes, **kw) if kw else lib.psum(x, axes)
+    return jax.jit(jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL),
+                                 check_vma=False))
+
+
+def expected_numpy(x, axes):
+    """psum over `axes` of the stacked per-device data x[(p*ND + d)]."""
+    grid = x.reshape(NP, ND, *x.shape[1:]).astype(np.float64 if x.dtype.kind == "f" else x.dtype)
+    if "p" in axes:
+        grid = np.broadcast_to(grid.sum(0, keepdims=True), grid.shape)
+    if "d" in axes:
+        grid = np.broadcast_to(grid.sum(1, keepdims=True), grid.shape)
+    return grid.reshape(x.shape).astype(x.dtype)
+
+
+def check(name, got, want):
+    for g, w in zip(local_blocks(got), want):
+        if g.dtype.kind in "iu":
+            if not np.array_equal(g, w):
+                raise AssertionError(f"{name}: integer result differs from the reference")
+        else:
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=name)
+
+
+def reference(x_global, axes, placed):
+    if args.reference == "gloo":
+        return local_blocks(allreduce_program(jax.lax, axes)(placed))
+    want = expected_numpy(x_global, axes)
+    mine = [i for i, d in enumerate(DEVICES) if d.process_index == jax.process_index()]
+    return [want[i:i + 1] for i in mine]
+
+
+def scenario_correctness():
+    checks = 0
+    for dtype in (np.int32, np.float32):
+        for elements in (1, 1000, 300_001):
+            x = global_input((elements,), dtype, seed=elements)
+            placed = place(x, P(ALL))
+            for axes in (ALL, "p", "d"):
+                want = reference(x, axes, placed)
+                for algorithm in ("auto", "hierarchical", "ring", "halving_doubling", "direct"):
+                    if algorithm == "direct" and elements > 1000:
+                        continue
+                    got = allreduce_program(jax_accl, axes, algorithm=algorithm)(placed)
+                    check(f"{dtype.__name__} x{elements} over {axes} ({algorithm})", got, want)
+                    checks += 1
+    # A fused pytree of mixed leaves, in one program.
+    xs = [global_input((n,), np.int32, seed=n) for n in (3, 4096, 70_000)]
+    placed = [place(x, P(ALL)) for x in xs]
+    fused = jax.jit(jax.shard_map(lambda *t: jax_accl.psum(t, ALL), mesh=MESH_2D,
+                                  in_specs=(P(ALL),) * 3, out_specs=(P(ALL),) * 3,
+                                  check_vma=False))(*placed)
+    for x, p_, got in zip(xs, placed, fused):
+        check("fused pytree", got, reference(x, ALL, p_))
+        checks += 1
+    return {"checks": checks}
+
+
+def timed(fn, x):
+    out = fn(x)
+    out.block_until_ready()
+    times = []
+    for _ in range(args.reps):
+        start = time.perf_counter()
+        fn(x).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return out, float(np.median(times))
+
+
+def scenario_bandwidth():
+    """One large all-reduce over every device, timed; results checked; stats reported."""
+    elements = args.bytes // 4
+    x = global_input((elements,), np.float32, seed=7)
+    placed = place(x, P(ALL))
+    jax_accl.reset_stats()
+    got, seconds = timed(allreduce_program(jax_accl, ALL), placed)
+    stats = jax_accl.stats()
+    check("bandwidth run", got, reference(x, ALL, placed))
+    result = {"seconds": seconds, "stats": stats}
+    if args.reference == "gloo":
+        _, result["gloo_seconds"] = timed(allreduce_program(jax.lax, ALL), placed)
+    return result
+
+
+SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidth}
+
+if __name__ == "__main__":
+    result = SCENARIOS[args.scenario]()
+    result["process"] = jax.process_index()
+    result["topology"] = jax_accl.distributed.topology()
+    print("RESULT " + json.dumps(result), flush=True)
+    jax.distributed.shutdown()

@@ -1,0 +1,230 @@
+// All-reduce of a group that spans processes (and hosts).
+//
+// Hierarchical schedule (ACCL), for a group whose processes each hold k of its devices:
+//   1. local reduce-scatter: the k device threads of a process read each other's
+//      buffers in place; local member i reduces block i (of k) of every segment;
+//   2. inter-process all-reduce of block i among the i-th members of all processes,
+//      k of them at once on disjoint data: over shared memory between processes of a
+//      host and over every rail between hosts (ring, halving-doubling or direct,
+//      chosen by the cost model for P processes and S/k bytes);
+//   3. local all-gather: member i copies the other members' finished blocks.
+// When processes hold different numbers of the group's devices, k is taken as 1: the
+// first local member reduces the whole buffer, runs step 2 and the others copy its result.
+//
+// Flat schedule (algorithm= ring, halving_doubling or direct): the algorithm runs over
+// all devices of the group at once, with memory rings between device threads of one
+// process, shared memory between processes of a host and TCP between hosts.
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "algorithms/select.h"
+#include "runtime/allreduce.h"
+#include "runtime/stats.h"
+#include "runtime/world.h"
+#include "transport/channel_link.h"
+
+namespace accl {
+namespace {
+
+// Identifies the call on the wire (not the op id, which each process numbers itself).
+uint64_t call_tag(const Signature& sig, int group_size) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(static_cast<uint64_t>(sig.dtype));
+  mix(static_cast<uint64_t>(sig.op));
+  mix(sig.count);
+  mix(sig.segments);
+  mix(sig.layout_hash);
+  mix(static_cast<uint64_t>(sig.algorithm));
+  mix(static_cast<uint64_t>(group_size));
+  return h;
+}
+
+uint64_t elapsed_ns(Clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count();
+}
+
+Status open_link(World& world, const std::vector<int64_t>& members, int rank, uint64_t tag,
+                 const std::string& where, const Deadline& deadline,
+                 std::unique_ptr<ChannelLink>* link) {
+  std::vector<std::vector<Channel*>> channels(members.size());
+  for (size_t r = 0; r < members.size(); ++r) {
+    if (static_cast<int>(r) == rank) continue;
+    Status s = world.channels(members[rank], members[r], deadline, &channels[r]);
+    if (!s.ok()) return error(s.code(), where, ": connecting to device ", members[r], ": ", s.message());
+  }
+  *link = std::make_unique<ChannelLink>(rank, std::move(channels), tag, where, deadline);
+  return Status::Ok();
+}
+
+Status run_over_link(World& world, const std::vector<int64_t>& members, int rank, uint64_t tag,
+                     const std::string& where, const Deadline& deadline, Algorithm algorithm,
+                     const std::vector<Buffers>& segments, const Reduction& reduction) {
+  std::unique_ptr<ChannelLink> link;
+  ACCL_RETURN_IF_ERROR(open_link(world, members, rank, tag, where, deadline, &link));
+  Status s = run_allreduce(algorithm, *link, segments, reduction);
+  if (!s.ok()) link->fail();
+  return s;
+}
+
+struct Layout {
+  std::vector<int> process_order;                // processes in order of first appearance
+  std::map<int, std::vector<int>> ranks_of;      // process -> group ranks, in rank order
+};
+
+Status group_layout(const World& world, const std::vector<int64_t>& devices, const std::string& label,
+                    Layout* layout) {
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const int p = world.process_of(devices[r]);
+    if (p < 0) return error(Code::kInvalidArgument, label, ": device ", devices[r], " belongs to no process");
+    if (!layout->ranks_of.count(p)) layout->process_order.push_back(p);
+    layout->ranks_of[p].push_back(static_cast<int>(r));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
+                                  const std::vector<const void*>& in,
+                                  const std::vector<void*>& out,
+                                  const std::vector<uint64_t>& counts) {
+  World* world = World::get();
+  if (world == nullptr || !world->ready()) {
+    return error(Code::kInvalidArgument, spec.label,
+                 ": the group spans processes but jax_accl's process table is not set up "
+                 "(jax_accl bootstraps it when a multi-process program is lowered after "
+                 "jax.distributed.initialize())");
+  }
+  Layout layout;
+  ACCL_RETURN_IF_ERROR(group_layout(*world, devices, spec.label, &layout));
+  if (layout.process_order.size() == 1) return allreduce_local(spec, in, out, counts);
+
+  describe_layout(counts, &spec.signature);
+  const Signature& sig = spec.signature;
+  ReduceFn fn = reduce_kernel(sig.dtype, sig.op);
+  if (fn == nullptr) {
+    return error(Code::kInvalidArgument, spec.label, ": ", reduce_op_name(sig.op),
+                 " is not defined for ", dtype_name(sig.dtype));
+  }
+  const size_t elem = dtype_size(sig.dtype);
+  const Reduction reduction{fn, elem};
+  const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
+  const uint64_t tag = call_tag(sig, spec.size);
+  const auto start = Clock::now();
+  const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
+                                    devices[spec.rank], ", process ", world->process_index(), ")");
+
+  const bool flat = sig.algorithm == Algorithm::kDirect || sig.algorithm == Algorithm::kRing ||
+                    sig.algorithm == Algorithm::kHalvingDoubling;
+  const Algorithm recorded = flat ? sig.algorithm : Algorithm::kHierarchical;
+  AlgorithmStats& stats = algorithm_stats()[static_cast<int>(recorded)];
+  auto finish = [&](const Status& s) {
+    if (!s.ok()) {
+      stats.errors.fetch_add(1, std::memory_order_relaxed);
+      return s;
+    }
+    stats.calls.fetch_add(1, std::memory_order_relaxed);
+    stats.bytes.fetch_add(sig.count * elem, std::memory_order_relaxed);
+    stats.nanoseconds.fetch_add(elapsed_ns(start), std::memory_order_relaxed);
+    return s;
+  };
+
+  std::vector<Buffers> segments;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
+  }
+  if (flat) {
+    return finish(run_over_link(*world, devices, spec.rank, tag, where, deadline, sig.algorithm,
+                                segments, reduction));
+  }
+
+  // Hierarchical.
+  const std::vector<int>& local_ranks = layout.ranks_of[world->process_index()];
+  const int k = static_cast<int>(local_ranks.size());
+  int li = 0;
+  while (local_ranks[li] != spec.rank) ++li;
+  bool uniform = true;
+  for (int p : layout.process_order) uniform &= static_cast<int>(layout.ranks_of[p].size()) == k;
+  const int slices = uniform ? k : 1;
+
+  std::shared_ptr<LocalExchange> exchange;
+  std::unique_ptr<LocalLink> local;
+  if (k > 1) {
+    ACCL_RETURN_IF_ERROR(finish(
+        join_call(spec.key, li, k, sig, spec.label, deadline, segments, &exchange)));
+    local = std::make_unique<LocalLink>(exchange, li, deadline);
+  }
+  PeerMemory* peers = local ? local->peer_memory() : nullptr;
+  auto fail_local = [&](Status s) {
+    if (local) local->fail(s);
+    return finish(s);
+  };
+
+  // 1. Local reduce-scatter into scratch (my block of every segment).
+  auto phase_start = Clock::now();
+  std::vector<std::vector<char>> scratch(segments.size());
+  std::vector<Buffers> mine;
+  if (li < slices) {
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const Buffers& seg = segments[s];
+      const Blocks blocks{seg.count, slices};
+      const size_t begin = blocks.begin(li), len = blocks.length(li);
+      const void* reduced = seg.in_at(begin);
+      if (k > 1 && len > 0) {
+        scratch[s].resize(len * elem);
+        auto in_of = [&](int j) {
+          return static_cast<const char*>(peers->input(j, static_cast<int>(s))) + begin * elem;
+        };
+        fn(scratch[s].data(), in_of(0), in_of(1), len);
+        for (int j = 2; j < k; ++j) fn(scratch[s].data(), scratch[s].data(), in_of(j), len);
+        reduced = scratch[s].data();
+      }
+      mine.push_back(Buffers{reduced, seg.out_at(begin), len, elem, static_cast<int>(s)});
+    }
+  }
+  phase_nanoseconds()[0].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
+
+  // 2. Inter-process all-reduce of my slice with the same slice of the other processes.
+  phase_start = Clock::now();
+  if (li < slices) {
+    std::vector<int64_t> cross;
+    int cross_rank = 0;
+    for (int p : layout.process_order) {
+      if (p == world->process_index()) cross_rank = static_cast<int>(cross.size());
+      cross.push_back(devices[layout.ranks_of[p][li]]);
+    }
+    size_t slice_bytes = 0;
+    for (const Buffers& b : mine) slice_bytes += b.count * elem;
+    const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
+                                             /*peer_memory=*/false, cost_model());
+    Status s = run_over_link(*world, cross, cross_rank, tag, where, deadline, inner, mine,
+                             reduction);
+    if (!s.ok()) return fail_local(s);
+  }
+  phase_nanoseconds()[1].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
+
+  // 3. Local all-gather of the other members' slices.
+  phase_start = Clock::now();
+  if (k > 1) {
+    Status s = peers->barrier();  // every slice is final
+    if (!s.ok()) return fail_local(s);
+    for (size_t seg_index = 0; seg_index < segments.size(); ++seg_index) {
+      const Buffers& seg = segments[seg_index];
+      const Blocks blocks{seg.count, slices};
+      for (int j = 0; j < slices; ++j) {
+        if (j == li || blocks.length(j) == 0) continue;
+        const char* src = static_cast<const char*>(peers->output(j, static_cast<int>(seg_index)));
+        std::memcpy(seg.out_at(blocks.begin(j)), src + blocks.begin(j) * elem,
+                    blocks.length(j) * elem);
+      }
+    }
+    s = peers->barrier();  // nobody reads our output any more
+    if (!s.ok()) return fail_local(s);
+  }
+  phase_nanoseconds()[2].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
+  return finish(Status::Ok());
+}
+
+}  // namespace accl

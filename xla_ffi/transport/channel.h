@@ -1,0 +1,50 @@
+// A byte stream to one peer (another process or another device thread), the unit the
+// cross-process transports provide: TCP connections (one per rail) and shared-memory
+// rings. Reads and writes never block; the ChannelLink drives many channels at once
+// and waits on them (poll for sockets, short sleeps for memory rings).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace accl {
+
+// Bytes moved over one transport or rail, for jax_accl.stats().
+struct TrafficStats {
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> messages_sent{0};
+};
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // Moves up to `bytes`; *done = how many moved (0 when the channel is full/empty).
+  virtual Status write_some(const void* data, size_t bytes, size_t* done) = 0;
+  virtual Status read_some(void* data, size_t bytes, size_t* done) = 0;
+  // A descriptor to poll(), or -1 for memory channels (which are polled by sleeping).
+  virtual int poll_fd() const { return -1; }
+  // Called while waiting: fails when the peer is known to be dead.
+  virtual Status check_peer() { return Status::Ok(); }
+  // After a failure mid-stream: makes the peer's next read or write fail at once
+  // (the stream cannot be resynchronised), so errors spread instead of hanging.
+  virtual void poison() {}
+  // e.g. "tcp rail eth1 to 10.0.1.2:4711" or "shm".
+  virtual std::string describe() const = 0;
+  // Share of a striped message this channel carries (rails of different bandwidth).
+  virtual double weight() const { return 1.0; }
+
+  // Frame counters: both ends count the frames on a channel, so a lost, extra or
+  // reordered frame is detected by its sequence number.
+  uint64_t next_send_seq = 0;
+  uint64_t next_recv_seq = 0;
+  // A channel whose stream lost sync (bad frame, dead peer) stays failed.
+  Status broken;
+  TrafficStats* traffic = nullptr;
+};
+
+}  // namespace accl

@@ -1,0 +1,265 @@
+#include "transport/channel_link.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace accl {
+namespace {
+
+constexpr size_t kMinStripeBytes = 64 << 10;  // smaller messages use one channel
+constexpr auto kLivenessInterval = std::chrono::milliseconds(200);
+
+}  // namespace
+
+std::vector<size_t> stripe_lengths(size_t bytes, const std::vector<Channel*>& channels) {
+  std::vector<size_t> lengths(channels.size(), 0);
+  if (channels.empty()) return lengths;
+  if (channels.size() == 1 || bytes < kMinStripeBytes * channels.size()) {
+    lengths[0] = bytes;
+    return lengths;
+  }
+  double total = 0;
+  for (Channel* c : channels) total += c->weight();
+  size_t assigned = 0;
+  for (size_t i = 0; i + 1 < channels.size(); ++i) {
+    size_t share = static_cast<size_t>(static_cast<double>(bytes) * channels[i]->weight() / total);
+    share &= ~static_cast<size_t>(63);
+    lengths[i] = share;
+    assigned += share;
+  }
+  lengths.back() = bytes - assigned;
+  return lengths;
+}
+
+ChannelLink::ChannelLink(int rank, std::vector<std::vector<Channel*>> channels, uint64_t tag,
+                         std::string where, Deadline deadline)
+    : rank_(rank),
+      channels_(std::move(channels)),
+      tag_(tag),
+      where_(std::move(where)),
+      deadline_(deadline),
+      last_liveness_check_(Clock::now()) {}
+
+ChannelLink::~ChannelLink() = default;
+
+std::string ChannelLink::peer_label(int peer) const {
+  std::string out = str_cat("rank ", peer);
+  if (!channels_[peer].empty()) out += str_cat(" (", channels_[peer][0]->describe(), ")");
+  return out;
+}
+
+void ChannelLink::fail() {
+  for (auto& list : channels_) {
+    for (Channel* c : list) {
+      if (c->broken.ok()) c->broken = Status(Code::kAborted, "stream broken by an earlier error");
+      c->poison();
+    }
+  }
+  sends_.clear();
+}
+
+Status ChannelLink::check(Channel* channel, int peer) {
+  if (!channel->broken.ok()) {
+    return error(channel->broken.code(), where_, ": channel to ", peer_label(peer),
+                 " is unusable after an earlier error: ", channel->broken.message());
+  }
+  return Status::Ok();
+}
+
+Status ChannelLink::post_send(int peer, const void* data, size_t bytes) {
+  const std::vector<size_t> lengths = stripe_lengths(bytes, channels_[peer]);
+  size_t offset = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] == 0 && !(i == 0 && bytes == 0)) continue;
+    Channel* c = channels_[peer][i];
+    ACCL_RETURN_IF_ERROR(check(c, peer));
+    Transfer t{c, peer, FrameHeader{kFrameMagic, 0, tag_, c->next_send_seq++, lengths[i]}, 0,
+               const_cast<char*>(static_cast<const char*>(data)) + offset, lengths[i]};
+    sends_.push_back(t);
+    offset += lengths[i];
+  }
+  return Status::Ok();
+}
+
+Status ChannelLink::step_send(Transfer& t, bool* progressed) {
+  while (!t.finished()) {
+    size_t n = 0;
+    Status s = t.header_done < sizeof(FrameHeader)
+                   ? t.channel->write_some(reinterpret_cast<char*>(&t.header) + t.header_done,
+                                           sizeof(FrameHeader) - t.header_done, &n)
+                   : t.channel->write_some(t.data + t.done, t.bytes - t.done, &n);
+    if (!s.ok()) {
+      t.channel->broken = s;
+      return error(s.code(), where_, ": sending to ", peer_label(t.peer), ": ", s.message());
+    }
+    if (n == 0) return Status::Ok();
+    *progressed = true;
+    if (t.header_done < sizeof(FrameHeader)) {
+      t.header_done += n;
+    } else {
+      t.done += n;
+    }
+  }
+  if (t.channel->traffic != nullptr) {
+    t.channel->traffic->bytes_sent.fetch_add(t.bytes, std::memory_order_relaxed);
+    t.channel->traffic->messages_sent.fetch_add(1, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status ChannelLink::step_recv(Transfer& t, bool* progressed) {
+  while (!t.finished()) {
+    size_t n = 0;
+    const bool in_header = t.header_done < sizeof(FrameHeader);
+    Status s = in_header
+                   ? t.channel->read_some(reinterpret_cast<char*>(&t.header) + t.header_done,
+                                          sizeof(FrameHeader) - t.header_done, &n)
+                   : t.channel->read_some(t.data + t.done, t.bytes - t.done, &n);
+    if (!s.ok()) {
+      t.channel->broken = s;
+      return error(s.code(), where_, ": receiving from ", peer_label(t.peer), ": ", s.message());
+    }
+    if (n == 0) return Status::Ok();
+    *progressed = true;
+    if (!in_header) {
+      t.done += n;
+      continue;
+    }
+    t.header_done += n;
+    if (t.header_done < sizeof(FrameHeader)) continue;
+    const FrameHeader& h = t.header;
+    const uint64_t expected_seq = t.channel->next_recv_seq;
+    Status bad;
+    if (h.magic != kFrameMagic) {
+      bad = error(Code::kMismatch, "garbage instead of a frame header");
+    } else if (h.seq != expected_seq) {
+      bad = error(Code::kMismatch, "frame ", h.seq, " arrived where frame ", expected_seq,
+                  " was due (lost or extra message)");
+    } else if (h.tag != tag_ || h.bytes != t.bytes) {
+      bad = error(Code::kMismatch, "the peer is in a different call: it sent ", h.bytes,
+                  " bytes for call tag ", std::hex, h.tag, std::dec, ", this rank expects ",
+                  t.bytes, " bytes for tag ", std::hex, tag_, std::dec,
+                  " (shapes, dtypes, ops or algorithm differ between ranks)");
+    }
+    if (!bad.ok()) {
+      t.channel->broken = bad;
+      return error(Code::kMismatch, where_, ": from ", peer_label(t.peer), ": ", bad.message());
+    }
+    t.channel->next_recv_seq++;
+  }
+  if (t.channel->traffic != nullptr) {
+    t.channel->traffic->bytes_received.fetch_add(t.bytes, std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds) {
+  if (deadline_.expired()) {
+    std::string waiting;
+    for (const Transfer& t : recvs) {
+      if (!t.finished()) waiting += str_cat(" receive from ", peer_label(t.peer), ";");
+    }
+    for (const Transfer& t : sends_) {
+      if (!t.finished()) waiting += str_cat(" send to ", peer_label(t.peer), ";");
+    }
+    return error(Code::kTimeout, where_, ": timed out; still waiting for:", waiting);
+  }
+  const auto now = Clock::now();
+  if (now - last_liveness_check_ > kLivenessInterval) {
+    last_liveness_check_ = now;
+    for (const std::vector<Transfer>* list : {&recvs, static_cast<const std::vector<Transfer>*>(&sends_)}) {
+      for (const Transfer& t : *list) {
+        if (t.finished()) continue;
+        Status s = t.channel->check_peer();
+        if (!s.ok()) {
+          t.channel->broken = s;
+          return error(s.code(), where_, ": ", peer_label(t.peer), ": ", s.message());
+        }
+      }
+    }
+  }
+  std::vector<pollfd> fds;
+  bool memory = false;
+  for (const std::vector<Transfer>* list : {&recvs, static_cast<const std::vector<Transfer>*>(&sends_)}) {
+    for (const Transfer& t : *list) {
+      if (t.finished()) continue;
+      const int fd = t.channel->poll_fd();
+      if (fd < 0) {
+        memory = true;
+      } else {
+        fds.push_back(pollfd{fd, static_cast<short>(list == &recvs ? POLLIN : POLLOUT), 0});
+      }
+    }
+  }
+  ++*idle_rounds;
+  if (!memory) {
+    poll(fds.data(), fds.size(), 20);
+    return Status::Ok();
+  }
+  if (!fds.empty()) poll(fds.data(), fds.size(), 0);
+  if (*idle_rounds < 32) {
+    sched_yield();
+  } else {
+    // Memory rings: back off from 5 to 200 microseconds between looks.
+    const long ns = std::min<long>(200000, 5000L << std::min(*idle_rounds - 32, 6));
+    timespec ts{0, ns};
+    nanosleep(&ts, nullptr);
+  }
+  return Status::Ok();
+}
+
+Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends) {
+  int idle_rounds = 0;
+  for (;;) {
+    bool progressed = false, pending = false;
+    for (Transfer& t : *recvs) {
+      ACCL_RETURN_IF_ERROR(step_recv(t, &progressed));
+      pending |= !t.finished();
+    }
+    for (Transfer& t : sends_) ACCL_RETURN_IF_ERROR(step_send(t, &progressed));
+    sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                                [](const Transfer& t) { return t.finished(); }),
+                 sends_.end());
+    if (all_sends) pending |= !sends_.empty();
+    if (!pending) return Status::Ok();
+    if (progressed) {
+      idle_rounds = 0;
+    } else {
+      ACCL_RETURN_IF_ERROR(wait_idle(*recvs, &idle_rounds));
+    }
+  }
+}
+
+Status ChannelLink::wait_sends() {
+  std::vector<Transfer> none;
+  return drive(&none, /*all_sends=*/true);
+}
+
+Status ChannelLink::recv(int peer, void* dst, size_t bytes) {
+  const std::vector<size_t> lengths = stripe_lengths(bytes, channels_[peer]);
+  std::vector<Transfer> recvs;
+  size_t offset = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] == 0 && !(i == 0 && bytes == 0)) continue;
+    Channel* c = channels_[peer][i];
+    ACCL_RETURN_IF_ERROR(check(c, peer));
+    recvs.push_back(Transfer{c, peer, FrameHeader{}, 0, static_cast<char*>(dst) + offset,
+                             lengths[i]});
+    offset += lengths[i];
+  }
+  return drive(&recvs, /*all_sends=*/false);
+}
+
+Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t bytes,
+                                const Reduction& reduction) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  ACCL_RETURN_IF_ERROR(recv(peer, scratch_.data(), bytes));
+  if (bytes > 0) reduction.fn(dst, local, scratch_.data(), bytes / reduction.elem_size);
+  return Status::Ok();
+}
+
+}  // namespace accl

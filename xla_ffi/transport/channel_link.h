@@ -1,0 +1,86 @@
+// A Link over byte-stream channels (TCP rails, shared-memory rings, in-process rings).
+//
+// Every message travels as frames: a header (magic, call tag, per-channel sequence
+// number, length) and the payload. A message to a peer reached over several channels
+// (rails) is striped across them in proportion to their weights, one frame per
+// channel; both ends compute the same split. The receiver checks every header, so a
+// peer in a different call (other shape, dtype or op), a lost or extra frame or a
+// stranger's bytes are an error, never a wrong result.
+//
+// Sends are asynchronous: post_send only queues; every wait (recv, wait_sends) drives
+// all queued sends and the awaited receives together, so two ranks that send to each
+// other never deadlock on full buffers. Waiting polls sockets, and sleeps briefly
+// between looks at memory rings; it checks the deadline and the peers' liveness.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/wait.h"
+#include "transport/channel.h"
+#include "transport/link.h"
+
+namespace accl {
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t reserved;
+  uint64_t tag;    // identifies the call (signature); equal on both ends
+  uint64_t seq;    // frame number on this channel
+  uint64_t bytes;  // payload length
+};
+constexpr uint32_t kFrameMagic = 0x46434341;  // "ACCF"
+
+// Cuts `bytes` into one piece per channel by weight (small messages use only the first).
+std::vector<size_t> stripe_lengths(size_t bytes, const std::vector<Channel*>& channels);
+
+class ChannelLink : public Link {
+ public:
+  // channels[r]: the channels to rank r (empty for this rank).
+  ChannelLink(int rank, std::vector<std::vector<Channel*>> channels, uint64_t tag,
+              std::string where, Deadline deadline);
+  ~ChannelLink() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(channels_.size()); }
+  Status post_send(int peer, const void* data, size_t bytes) override;
+  Status wait_sends() override;
+  Status recv(int peer, void* dst, size_t bytes) override;
+  Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
+                     const Reduction& reduction) override;
+  std::string where() const override { return where_; }
+  // Marks every channel of this link broken and tells the peers (see Channel::poison).
+  void fail();
+
+ private:
+  struct Transfer {
+    Channel* channel;
+    int peer;
+    FrameHeader header;
+    size_t header_done = 0;
+    char* data;
+    size_t bytes;
+    size_t done = 0;
+    bool finished() const { return header_done == sizeof(FrameHeader) && done == bytes; }
+  };
+  Status check(Channel* channel, int peer);
+  Status step_send(Transfer& t, bool* progressed);
+  Status step_recv(Transfer& t, bool* progressed);
+  // Drives queued sends and `recvs` until the recvs are done (and, if `all_sends`,
+  // the sends too).
+  Status drive(std::vector<Transfer>* recvs, bool all_sends);
+  Status wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds);
+  std::string peer_label(int peer) const;
+
+  int rank_;
+  std::vector<std::vector<Channel*>> channels_;
+  uint64_t tag_;
+  std::string where_;
+  Deadline deadline_;
+  std::vector<Transfer> sends_;
+  std::vector<char> scratch_;
+  Clock::time_point last_liveness_check_;
+};
+
+}  // namespace accl

@@ -1,0 +1,89 @@
+#include "transport/ring_channel.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace accl {
+
+size_t ring_pair_region_bytes() { return sizeof(RingPairHeader) + 2 * kRingBytes; }
+
+RingChannel::RingChannel(void* region, int side, std::shared_ptr<void> keepalive,
+                         std::string label, bool check_pid)
+    : header_(static_cast<RingPairHeader*>(region)),
+      side_(side),
+      keepalive_(std::move(keepalive)),
+      label_(std::move(label)),
+      check_pid_(check_pid) {
+  char* rings = static_cast<char*>(region) + sizeof(RingPairHeader);
+  out_data_ = rings + side * kRingBytes;
+  in_data_ = rings + (1 - side) * kRingBytes;
+  out_ = &header_->control[side];
+  in_ = &header_->control[1 - side];
+}
+
+Status RingChannel::write_some(const void* data, size_t bytes, size_t* done) {
+  *done = 0;
+  if (header_->poisoned.load(std::memory_order_acquire)) return poisoned_error();
+  const uint64_t head = out_->head.load(std::memory_order_relaxed);
+  const uint64_t tail = out_->tail.load(std::memory_order_acquire);
+  size_t n = std::min<size_t>(bytes, kRingBytes - (head - tail));
+  const size_t at = head % kRingBytes;
+  const size_t first = std::min(n, kRingBytes - at);
+  std::memcpy(out_data_ + at, data, first);
+  std::memcpy(out_data_, static_cast<const char*>(data) + first, n - first);
+  out_->head.store(head + n, std::memory_order_release);
+  *done = n;
+  return Status::Ok();
+}
+
+Status RingChannel::read_some(void* data, size_t bytes, size_t* done) {
+  *done = 0;
+  if (header_->poisoned.load(std::memory_order_acquire)) return poisoned_error();
+  const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  const uint64_t head = in_->head.load(std::memory_order_acquire);
+  size_t n = std::min<size_t>(bytes, head - tail);
+  const size_t at = tail % kRingBytes;
+  const size_t first = std::min(n, kRingBytes - at);
+  std::memcpy(data, in_data_ + at, first);
+  std::memcpy(static_cast<char*>(data) + first, in_data_, n - first);
+  in_->tail.store(tail + n, std::memory_order_release);
+  *done = n;
+  return Status::Ok();
+}
+
+Status RingChannel::check_peer() {
+  if (!check_pid_) return Status::Ok();
+  const int pid = header_->pid[1 - side_].load(std::memory_order_acquire);
+  if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+    return error(Code::kAborted, "peer process ", pid, " (", label_, ") died");
+  }
+  return Status::Ok();
+}
+
+void RingChannel::poison() { header_->poisoned.store(1, std::memory_order_release); }
+
+Status RingChannel::poisoned_error() const {
+  return error(Code::kAborted, label_, ": the peer aborted this stream after an error of its own");
+}
+
+void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1) {
+  const size_t bytes = ring_pair_region_bytes();
+  void* region = std::aligned_alloc(64, bytes);
+  if (region == nullptr) throw std::bad_alloc();
+  new (region) RingPairHeader{};
+  auto* header = static_cast<RingPairHeader*>(region);
+  for (auto& c : header->control) {
+    c.head.store(0);
+    c.tail.store(0);
+  }
+  std::shared_ptr<void> owner(region, [](void* p) { std::free(p); });
+  *side0 = std::make_unique<RingChannel>(region, 0, owner, "memory", false);
+  *side1 = std::make_unique<RingChannel>(region, 1, owner, "memory", false);
+}
+
+}  // namespace accl

@@ -1,0 +1,66 @@
+// A pair of single-producer single-consumer byte rings in memory shared by the two
+// ends: a POSIX shared-memory segment between processes of one host, or plain heap
+// memory between two device threads of one process. Each end writes one ring and
+// reads the other; head and tail are free-running byte counters.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transport/channel.h"
+
+namespace accl {
+
+struct alignas(64) RingControl {
+  std::atomic<uint64_t> head;  // bytes ever written (producer)
+  char pad0[56];
+  std::atomic<uint64_t> tail;  // bytes ever read (consumer)
+  char pad1[56];
+};
+
+// Layout of the shared region: header, then two rings (side 0 -> 1, side 1 -> 0).
+struct alignas(64) RingPairHeader {
+  std::atomic<uint32_t> magic;
+  std::atomic<uint32_t> attached;  // ends that have mapped the region
+  std::atomic<int32_t> pid[2];     // owner process of each side
+  std::atomic<uint32_t> poisoned;  // set by an end that failed mid-stream
+  char pad[44];
+  RingControl control[2];
+};
+
+constexpr size_t kRingBytes = 4 << 20;
+size_t ring_pair_region_bytes();
+
+// One end (`side`, 0 or 1) of a ring pair living at `region`. `keepalive` owns the
+// memory (a mapping or a heap block); `peer_pid` is checked while waiting (shm only).
+class RingChannel : public Channel {
+ public:
+  RingChannel(void* region, int side, std::shared_ptr<void> keepalive, std::string label,
+              bool check_pid);
+  Status write_some(const void* data, size_t bytes, size_t* done) override;
+  Status read_some(void* data, size_t bytes, size_t* done) override;
+  Status check_peer() override;
+  void poison() override;
+  std::string describe() const override { return label_; }
+
+ private:
+  Status poisoned_error() const;
+  RingPairHeader* header_;
+  char* out_data_;
+  char* in_data_;
+  RingControl* out_;
+  RingControl* in_;
+  int side_;
+  std::shared_ptr<void> keepalive_;
+  std::string label_;
+  bool check_pid_;
+};
+
+// Heap ring pair for two device threads of one process: returns both ends.
+void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1);
+
+}  // namespace accl

@@ -1,0 +1,192 @@
+#include "transport/tcp.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace accl {
+namespace {
+
+Status make_address(const std::string& ip, uint16_t port, sockaddr_in* addr) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sin_family = AF_INET;
+  addr->sin_port = htons(port);
+  if (inet_pton(AF_INET, ip.c_str(), &addr->sin_addr) != 1) {
+    return error(Code::kInvalidArgument, "not an IPv4 address: '", ip, "'");
+  }
+  return Status::Ok();
+}
+
+void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+int remaining_ms(const Deadline& deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.at - Clock::now());
+  return left.count() < 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1000));
+}
+
+Status wait_fd(int fd, short events, const Deadline& deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int r = poll(&p, 1, remaining_ms(deadline));
+    if (r > 0) return Status::Ok();
+    if (r < 0 && errno != EINTR) return error(Code::kInternal, what, ": poll: ", std::strerror(errno));
+    if (deadline.expired()) return error(Code::kTimeout, what, " timed out");
+  }
+}
+
+}  // namespace
+
+Status check_handshake(const Handshake& h, const std::string& secret) {
+  if (h.magic != kHandshakeMagic) return error(Code::kAborted, "not a jax_accl connection");
+  if (h.version != kProtocolVersion) {
+    return error(Code::kAborted, "protocol version ", h.version, ", expected ", kProtocolVersion);
+  }
+  unsigned diff = secret.size() == kSecretBytes ? 0 : 1;
+  for (size_t i = 0; i < kSecretBytes; ++i) {
+    diff |= static_cast<unsigned char>(h.secret[i]) ^
+            static_cast<unsigned char>(i < secret.size() ? secret[i] : 0);
+  }
+  if (diff != 0) return error(Code::kAborted, "wrong job secret");
+  return Status::Ok();
+}
+
+Status tcp_listen(const std::string& ip, int* fd, uint16_t* port) {
+  sockaddr_in addr;
+  ACCL_RETURN_IF_ERROR(make_address(ip, 0, &addr));
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
+  if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(s, 128) != 0) {
+    int e = errno;
+    close(s);
+    return error(Code::kInternal, "listen on ", ip, ": ", std::strerror(e));
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  *fd = s;
+  *port = ntohs(addr.sin_port);
+  return Status::Ok();
+}
+
+Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t port,
+                   const Deadline& deadline, int* fd) {
+  sockaddr_in local, remote;
+  ACCL_RETURN_IF_ERROR(make_address(local_ip, 0, &local));
+  ACCL_RETURN_IF_ERROR(make_address(ip, port, &remote));
+  const std::string what = str_cat("connect from ", local_ip, " to ", ip, ":", port);
+  for (;;) {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
+    if (bind(s, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+      int e = errno;
+      close(s);
+      return error(Code::kInternal, what, ": bind: ", std::strerror(e));
+    }
+    set_nonblocking(s);
+    int r = connect(s, reinterpret_cast<sockaddr*>(&remote), sizeof(remote));
+    if (r != 0 && errno == EINPROGRESS) {
+      Status w = wait_fd(s, POLLOUT, deadline, what.c_str());
+      if (!w.ok()) {
+        close(s);
+        return w;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+      r = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (r == 0) {
+      int one = 1;
+      setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      *fd = s;
+      return Status::Ok();
+    }
+    int e = errno;
+    close(s);
+    if (deadline.expired()) return error(Code::kTimeout, what, ": ", std::strerror(e));
+    usleep(20000);  // the listener may not be up yet: retry until the deadline
+  }
+}
+
+Status write_all(int fd, const void* data, size_t bytes, const Deadline& deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= n;
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      ACCL_RETURN_IF_ERROR(wait_fd(fd, POLLOUT, deadline, "handshake write"));
+    } else {
+      return error(Code::kAborted, "handshake write: ", std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+Status read_all(int fd, void* data, size_t bytes, const Deadline& deadline) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= n;
+    } else if (n == 0) {
+      return error(Code::kAborted, "connection closed during handshake");
+    } else if (errno == EAGAIN || errno == EINTR) {
+      ACCL_RETURN_IF_ERROR(wait_fd(fd, POLLIN, deadline, "handshake read"));
+    } else {
+      return error(Code::kAborted, "handshake read: ", std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+TcpChannel::TcpChannel(int fd, std::string label, double weight)
+    : fd_(fd), label_(std::move(label)), weight_(weight) {
+  set_nonblocking(fd_);
+  int one = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+TcpChannel::~TcpChannel() { close(fd_); }
+
+void TcpChannel::poison() { shutdown(fd_, SHUT_RDWR); }
+
+Status TcpChannel::write_some(const void* data, size_t bytes, size_t* done) {
+  *done = 0;
+  if (bytes == 0) return Status::Ok();
+  ssize_t n = send(fd_, data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n >= 0) {
+    *done = static_cast<size_t>(n);
+    return Status::Ok();
+  }
+  if (errno == EAGAIN || errno == EINTR) return Status::Ok();
+  return error(Code::kAborted, label_, ": send failed: ", std::strerror(errno),
+               " (peer process died or closed the connection)");
+}
+
+Status TcpChannel::read_some(void* data, size_t bytes, size_t* done) {
+  *done = 0;
+  if (bytes == 0) return Status::Ok();
+  ssize_t n = recv(fd_, data, bytes, MSG_DONTWAIT);
+  if (n > 0) {
+    *done = static_cast<size_t>(n);
+    return Status::Ok();
+  }
+  if (n == 0) {
+    return error(Code::kAborted, label_, ": connection closed by the peer (peer process died?)");
+  }
+  if (errno == EAGAIN || errno == EINTR) return Status::Ok();
+  return error(Code::kAborted, label_, ": recv failed: ", std::strerror(errno),
+               " (peer process died?)");
+}
+
+}  // namespace accl
