@@ -20,7 +20,8 @@ def free_port() -> int:
 
 def run_job(num_processes: int, devices: int, scenario: str, *, extra=(), env=None,
             namespaces=None, coordinator_ip="127.0.0.1", timeout=300.0) -> list[dict]:
-    """Runs the job; `namespaces[i]` (optional) is the netns of process i."""
+    """Runs the job; `env[i]` (optional) adds to process i's environment and
+    `namespaces[i]` (optional) is its network namespace."""
     coordinator = f"{coordinator_ip}:{free_port()}"
     procs = []
     for i in range(num_processes):
@@ -32,7 +33,7 @@ def run_job(num_processes: int, devices: int, scenario: str, *, extra=(), env=No
         penv = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 "JAX_PLATFORMS": "cpu", "JAX_ACCL_TIMEOUT_S": "60"}
         penv.pop("XLA_FLAGS", None)  # the worker sets its own device count
-        penv.update((env or {}).get(i, {}) if isinstance(env, dict) and i in (env or {}) else {})
+        penv.update(env[i] if env else {})
         procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, cwd="/"))
     outputs, failed = [], False

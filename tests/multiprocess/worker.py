@@ -151,6 +151,7 @@ SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidt
 if __name__ == "__main__":
     result = SCENARIOS[args.scenario]()
     result["process"] = jax.process_index()
+    result.setdefault("stats", jax_accl.stats())
     result["topology"] = jax_accl.distributed.topology()
     print("RESULT " + json.dumps(result), flush=True)
     jax.distributed.shutdown()

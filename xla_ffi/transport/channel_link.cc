@@ -86,6 +86,7 @@ Status ChannelLink::post_send(int peer, const void* data, size_t bytes) {
 }
 
 Status ChannelLink::step_send(Transfer& t, bool* progressed) {
+  if (t.finished()) return Status::Ok();
   while (!t.finished()) {
     size_t n = 0;
     Status s = t.header_done < sizeof(FrameHeader)
@@ -112,6 +113,7 @@ Status ChannelLink::step_send(Transfer& t, bool* progressed) {
 }
 
 Status ChannelLink::step_recv(Transfer& t, bool* progressed) {
+  if (t.finished()) return Status::Ok();
   while (!t.finished()) {
     size_t n = 0;
     const bool in_header = t.header_done < sizeof(FrameHeader);

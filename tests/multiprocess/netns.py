@@ -1,0 +1,61 @@
+"""Virtual hosts for multi-host tests: network namespaces joined by one bridge per rail.
+
+    switch namespace:  br0 (rail 0)         br1 (rail 1)       ...
+                        |  |  |              |  |  |
+    host h namespace:  rail0 = 10.90.0.(h+1)  rail1 = 10.91.0.(h+1)
+
+Each host gets one veth pair per rail (its end named rail<r>, its own /24 per rail);
+`tc tbf` on every host's rail shapes its egress, so the links are the bottleneck.
+Everything lives inside namespaces created here and is deleted on exit; no traffic
+leaves them. Needs root (CI runs as root).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+
+
+def sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+def rail_ip(host: int, rail: int) -> str:
+    return f"10.{90 + rail}.0.{host + 1}"
+
+
+@contextlib.contextmanager
+def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None):
+    """Yields the namespace name of every host."""
+    tag = uuid.uuid4().hex[:6]
+    switch = f"accl-sw-{tag}"
+    names = [f"accl-h{h}-{tag}" for h in range(hosts)]
+    created = []
+    try:
+        for ns in [switch, *names]:
+            sh("ip", "netns", "add", ns)
+            created.append(ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        for r in range(rails):
+            sh("ip", "-n", switch, "link", "add", f"br{r}", "type", "bridge")
+            sh("ip", "-n", switch, "link", "set", f"br{r}", "up")
+            for h, ns in enumerate(names):
+                port = f"h{h}r{r}"
+                sh("ip", "-n", switch, "link", "add", port, "type", "veth", "peer", "name",
+                   f"rail{r}", "netns", ns)
+                sh("ip", "-n", switch, "link", "set", port, "master", f"br{r}")
+                sh("ip", "-n", switch, "link", "set", port, "up")
+                sh("ip", "-n", ns, "addr", "add", f"{rail_ip(h, r)}/24", "dev", f"rail{r}")
+                sh("ip", "-n", ns, "link", "set", f"rail{r}", "up")
+                if rate_mbit:
+                    sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", f"rail{r}", "root",
+                       "tbf", "rate", f"{rate_mbit}mbit", "burst", "64kb", "latency", "100ms")
+        yield names
+    finally:
+        for ns in reversed(created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def can_create_namespaces() -> bool:
+    return os.geteuid() == 0

@@ -1,0 +1,78 @@
+"""jax_accl across real processes: one host (shared memory), and several hosts made of
+network namespaces with two rails each (TCP). Every result is checked inside the
+workers, against jax.lax.psum over JAX's gloo collectives on one host and against
+NumPy across namespaces (where gloo cannot follow the rails)."""
+import os
+
+import pytest
+
+import launch
+import netns
+
+RAILS = "rail0,rail1"
+
+
+def rail_shares(stats: dict) -> dict:
+    tcp = {k: v["bytes_sent"] for k, v in stats["transports"].items() if k.startswith("tcp:")}
+    total = sum(tcp.values())
+    return {k: v / total for k, v in tcp.items()} if total else {}
+
+
+@pytest.mark.parametrize("processes,devices", [(2, 4), (4, 2), (8, 1)])
+def test_one_host_matches_gloo_psum(processes, devices):
+    results = launch.run_job(processes, devices, "correctness")
+    assert len(results) == processes
+    for r in results:
+        assert r["checks"] == 87
+        transports = r["stats"]["transports"]
+        # Processes of one host talk through shared memory only.
+        assert transports["shm"]["bytes_sent"] > 0
+        assert not any(k.startswith("tcp:") for k in transports)
+        assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
+        assert r["stats"]["algorithms"]["ring"]["calls"] > 0
+        assert r["stats"]["refused_connections"] == 0
+    hosts = {p["host"] for p in results[0]["topology"]}
+    assert len(hosts) == 1
+
+
+@pytest.fixture
+def root_required():
+    if not netns.can_create_namespaces():
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root: network namespaces must be available")
+        pytest.skip("network namespaces need root")
+
+
+def host_env(names, rails=RAILS, per_host=1):
+    return [{"JAX_ACCL_HOST_ID": name, "JAX_ACCL_RAILS": rails}
+            for name in names for _ in range(per_host)]
+
+
+def test_two_hosts_two_processes_each_over_two_rails(root_required):
+    with netns.virtual_hosts(2, 2) as names:
+        spaces = [n for n in names for _ in range(2)]
+        results = launch.run_job(4, 2, "correctness", extra=["--reference", "numpy"],
+                                 env=host_env(names, per_host=2), namespaces=spaces,
+                                 coordinator_ip=netns.rail_ip(0, 0))
+    for r in results:
+        assert r["checks"] == 87
+        transports = r["stats"]["transports"]
+        assert transports["shm"]["bytes_sent"] > 0          # the other process of its host
+        shares = rail_shares(r["stats"])                      # the other host
+        assert set(shares) == {"tcp:rail0", "tcp:rail1"}
+        assert all(0.35 < s < 0.65 for s in shares.values()), shares
+    assert len({p["host"] for p in results[0]["topology"]}) == 2
+
+
+def test_three_shaped_hosts_stripe_over_both_rails(root_required):
+    with netns.virtual_hosts(3, 2, rate_mbit=300) as names:
+        results = launch.run_job(3, 2, "bandwidth",
+                                 extra=["--reference", "numpy", "--bytes", str(4 << 20),
+                                        "--reps", "2"],
+                                 env=host_env(names), namespaces=names,
+                                 coordinator_ip=netns.rail_ip(0, 0))
+    for r in results:
+        shares = rail_shares(r["stats"])
+        assert set(shares) == {"tcp:rail0", "tcp:rail1"}
+        assert all(0.45 < s < 0.55 for s in shares.values()), shares
+        assert r["stats"]["phase_seconds"]["inter_process"] > 0
