@@ -76,3 +76,15 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required):
         assert set(shares) == {"tcp:rail0", "tcp:rail1"}
         assert all(0.45 < s < 0.55 for s in shares.values()), shares
         assert r["stats"]["phase_seconds"]["inter_process"] > 0
+
+
+@pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])
+def test_killed_peer_makes_every_survivor_raise(processes, devices):
+    results = launch.run_job(processes, devices, "survive_kill", killed=(processes - 1,),
+                             timeout=120)
+    assert len(results) == processes - 1
+    for r in results:
+        assert r["error"] is not None, "a survivor finished its loop without an error"
+        assert "jax_accl" in r["error"]
+        assert any(w in r["error"] for w in ("died", "aborted", "closed")), r["error"]
+        assert r["seconds_to_error"] < 10, r

@@ -7,6 +7,7 @@ namespaces), and prints one line "RESULT <json>" with what it measured.
 """
 import argparse
 import json
+import os
 import time
 
 import jax
@@ -146,7 +147,29 @@ def scenario_bandwidth():
     return result
 
 
-SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidth}
+def scenario_survive_kill():
+    """The last process SIGKILLs itself in the middle of a loop of all-reduces; every
+    survivor must raise an error naming what happened, promptly, and not hang."""
+    import signal
+    x = global_input((256 * 1024,), np.float32, seed=3)
+    placed = place(x, P(ALL))
+    step = allreduce_program(jax_accl, ALL)
+    step(placed).block_until_ready()
+    victim = NP - 1
+    for i in range(1000):
+        if i == 3 and jax.process_index() == victim:
+            os.kill(os.getpid(), signal.SIGKILL)
+        start = time.perf_counter()
+        try:
+            step(placed).block_until_ready()
+        except Exception as e:  # jax raises XlaRuntimeError / JaxRuntimeError
+            return {"error": str(e), "seconds_to_error": time.perf_counter() - start,
+                    "iteration": i}
+    return {"error": None}
+
+
+SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidth,
+             "survive_kill": scenario_survive_kill}
 
 if __name__ == "__main__":
     result = SCENARIOS[args.scenario]()
@@ -154,4 +177,6 @@ if __name__ == "__main__":
     result.setdefault("stats", jax_accl.stats())
     result["topology"] = jax_accl.distributed.topology()
     print("RESULT " + json.dumps(result), flush=True)
+    if args.scenario == "survive_kill":
+        os._exit(0)  # a peer is gone: jax.distributed's shutdown barrier would wait for it
     jax.distributed.shutdown()

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <new>
 
 namespace accl {
@@ -56,10 +58,26 @@ Status RingChannel::read_some(void* data, size_t bytes, size_t* done) {
   return Status::Ok();
 }
 
+namespace {
+
+// Gone, or a zombie nobody has reaped yet (killed children of a launcher stay zombies
+// until it waits for them).
+bool process_dead(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() &&
+         (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+}
+
+}  // namespace
+
 Status RingChannel::check_peer() {
   if (!check_pid_) return Status::Ok();
   const int pid = header_->pid[1 - side_].load(std::memory_order_acquire);
-  if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+  if (pid > 0 && process_dead(pid)) {
     return error(Code::kAborted, "peer process ", pid, " (", label_, ") died");
   }
   return Status::Ok();
