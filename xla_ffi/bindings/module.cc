@@ -86,12 +86,16 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
 // same framing and progress engine as the cross-process transports): the message path
 // of every algorithm, without processes. Returns one error message per rank.
 std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
-                                                    std::vector<uintptr_t> outs, uint64_t count,
+                                                    std::vector<uintptr_t> outs,
+                                                    std::vector<uint64_t> counts,
                                                     const std::string& dtype,
                                                     const std::string& op,
                                                     const std::string& algorithm, int stripes,
                                                     double timeout_s) {
   const int n = static_cast<int>(ins.size());
+  if (outs.size() != ins.size() || counts.size() != ins.size()) {
+    throw nb::value_error("allreduce_threads_channels: one in, out and count per rank");
+  }
   const DType dt = parse_or_throw<DType>(dtype, parse_dtype, "dtype");
   const ReduceOp rop = parse_or_throw<ReduceOp>(op, parse_reduce_op, "reduce op");
   const Algorithm alg = parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm");
@@ -125,7 +129,7 @@ std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
         const size_t elem = dtype_size(dt);
         Status s = run_allreduce(alg, link,
                                  {Buffers{reinterpret_cast<const void*>(ins[r]),
-                                          reinterpret_cast<void*>(outs[r]), count, elem, 0}},
+                                          reinterpret_cast<void*>(outs[r]), counts[r], elem, 0}},
                                  Reduction{fn, elem});
         if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
       });
@@ -218,7 +222,7 @@ NB_MODULE(_accl, m) {
         nb::arg("counts"), nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"),
         nb::arg("present"), nb::arg("timeout_s"));
   m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"),
-        nb::arg("outs"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"),
+        nb::arg("outs"), nb::arg("counts"), nb::arg("dtype"), nb::arg("op"),
         nb::arg("algorithm"), nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail") = 1);
