@@ -85,3 +85,18 @@ def device_assignment(ctx) -> tuple:
 def distributed_client():
     """The client of jax.distributed's coordination service, or None before initialize()."""
     return _distributed.global_state.client
+
+
+def use_gloo_on_interface(interface: str) -> None:
+    """Make JAX's CPU backend use gloo collectives bound to `interface` (jax picks the
+    hostname's address otherwise, which network namespaces share). Call after
+    jax.distributed.initialize() and before the first computation."""
+    from jax._src import xla_bridge
+    from jax._src.lib import _jax
+
+    def factory():
+        collectives = _jax.make_gloo_tcp_collectives(
+            distributed_client=_distributed.global_state.client, interface=interface)
+        return xla_bridge.make_cpu_client(collectives=collectives)
+
+    xla_bridge.register_backend_factory("cpu", factory, priority=0, fail_quietly=False)

@@ -1,13 +1,21 @@
 """jax_accl across real processes: one host (shared memory), and several hosts made of
 network namespaces with two rails each (TCP). Every result is checked inside the
 workers, against jax.lax.psum over JAX's gloo collectives on one host and against
-NumPy across namespaces (where gloo cannot follow the rails)."""
+across namespaces too (gloo bound to rail 0)."""
 import os
+from pathlib import Path
 
 import pytest
 
-import launch
-import netns
+from jax_accl import launch, netns
+
+WORKER = str(Path(__file__).with_name("worker.py"))
+
+
+def run(processes, devices, scenario, *, extra=(), env=None, **kw):
+    env = [{"JAX_ACCL_TIMEOUT_S": "60", **(env[i] if env else {})} for i in range(processes)]
+    return launch.run_job([WORKER, "--scenario", scenario], processes, devices,
+                          extra=extra, env=env, **kw)
 
 RAILS = "rail0,rail1"
 
@@ -20,7 +28,7 @@ def rail_shares(stats: dict) -> dict:
 
 @pytest.mark.parametrize("processes,devices", [(2, 4), (4, 2), (8, 1)])
 def test_one_host_matches_gloo_psum(processes, devices):
-    results = launch.run_job(processes, devices, "correctness")
+    results = run(processes, devices, "correctness")
     assert len(results) == processes
     for r in results:
         assert r["checks"] == 87
@@ -51,7 +59,7 @@ def host_env(names, rails=RAILS, per_host=1):
 def test_two_hosts_two_processes_each_over_two_rails(root_required):
     with netns.virtual_hosts(2, 2) as names:
         spaces = [n for n in names for _ in range(2)]
-        results = launch.run_job(4, 2, "correctness", extra=["--reference", "numpy"],
+        results = run(4, 2, "correctness", extra=["--gloo-interface", "rail0"],
                                  env=host_env(names, per_host=2), namespaces=spaces,
                                  coordinator_ip=netns.rail_ip(0, 0))
     for r in results:
@@ -66,7 +74,7 @@ def test_two_hosts_two_processes_each_over_two_rails(root_required):
 
 def test_three_shaped_hosts_stripe_over_both_rails(root_required):
     with netns.virtual_hosts(3, 2, rate_mbit=300) as names:
-        results = launch.run_job(3, 2, "bandwidth",
+        results = run(3, 2, "bandwidth",
                                  extra=["--reference", "numpy", "--bytes", str(4 << 20),
                                         "--reps", "2"],
                                  env=host_env(names), namespaces=names,
@@ -80,8 +88,7 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required):
 
 @pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])
 def test_killed_peer_makes_every_survivor_raise(processes, devices):
-    results = launch.run_job(processes, devices, "survive_kill", killed=(processes - 1,),
-                             timeout=120)
+    results = run(processes, devices, "survive_kill", killed=(processes - 1,), timeout=120)
     assert len(results) == processes - 1
     for r in results:
         assert r["error"] is not None, "a survivor finished its loop without an error"

@@ -1,9 +1,9 @@
-"""One process of a multi-process test job (launched by launch.py, never by pytest).
+"""One process of a multi-process test job (launched through jax_accl.launch).
 
 Joins the job through jax.distributed, runs the scenario named on the command line over
 a global mesh of every process's devices, checks jax_accl against jax.lax.psum over
-JAX's gloo collectives (or against NumPy where gloo cannot reach, as across network
-namespaces), and prints one line "RESULT <json>" with what it measured.
+JAX's gloo collectives (bound to a rail across network namespaces) or against NumPy, and
+prints one line "RESULT <json>" with what it measured.
 """
 import argparse
 import json
@@ -20,6 +20,8 @@ parser.add_argument("--coordinator", required=True)
 parser.add_argument("--devices", type=int, required=True)
 parser.add_argument("--scenario", required=True)
 parser.add_argument("--reference", choices=["gloo", "numpy"], default="gloo")
+parser.add_argument("--gloo-interface", default="",
+                    help="bind gloo to this interface (network namespaces share a hostname)")
 parser.add_argument("--bytes", type=int, default=1 << 20)
 parser.add_argument("--reps", type=int, default=5)
 args = parser.parse_args()
@@ -30,6 +32,9 @@ if args.reference == "gloo":
 jax.distributed.initialize(coordinator_address=args.coordinator,
                            num_processes=args.num_processes, process_id=args.process_id,
                            initialization_timeout=60)
+if args.gloo_interface:
+    from jax_accl import _compat
+    _compat.use_gloo_on_interface(args.gloo_interface)
 
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402

@@ -1,6 +1,11 @@
-"""Launch a multi-process jax_accl job for a test: one worker.py per process, each with
-its own devices, optionally inside a network namespace (a "host"), and collect their
-RESULT lines. Fails with every worker's output when any worker fails or hangs."""
+"""Launch a multi-process JAX job on this machine: one Python process per rank, each with
+its own CPU devices and a shared coordinator for jax.distributed, optionally each inside
+a network namespace (a "host", see jax_accl.netns). Used by the tests, the benchmark
+(--processes) and the demo (--processes).
+
+A worker receives --process-id, --num-processes, --coordinator and --devices, and
+reports by printing one line "RESULT <json>". run_job raises, with every worker's output,
+when any worker fails, hangs past the timeout or prints no result."""
 from __future__ import annotations
 
 import json
@@ -10,30 +15,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-WORKER = Path(__file__).with_name("worker.py")
-REPO = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
     return random.randint(20000, 60000)
 
 
-def run_job(num_processes: int, devices: int, scenario: str, *, extra=(), env=None,
+def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), env=None,
             namespaces=None, coordinator_ip="127.0.0.1", timeout=300.0,
             killed=()) -> list[dict]:
-    """Runs the job; `env[i]` (optional) adds to process i's environment and
+    """Runs `python <worker...>` as every process of the job; `env[i]` (optional) adds to process i's environment and
     `namespaces[i]` (optional) is its network namespace. Processes in `killed` are
     expected to die by SIGKILL and return no result."""
     coordinator = f"{coordinator_ip}:{free_port()}"
     procs = []
     for i in range(num_processes):
-        cmd = [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes",
+        cmd = [sys.executable, *worker, "--process-id", str(i), "--num-processes",
                str(num_processes), "--coordinator", coordinator, "--devices", str(devices),
-               "--scenario", scenario, *extra]
+               *extra]
         if namespaces is not None:
             cmd = ["ip", "netns", "exec", namespaces[i], *cmd]
-        penv = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                "JAX_PLATFORMS": "cpu", "JAX_ACCL_TIMEOUT_S": "60"}
+        penv = {**os.environ, "JAX_PLATFORMS": "cpu",
+                "PYTHONPATH": os.pathsep.join(
+                    [str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         penv.pop("XLA_FLAGS", None)  # the worker sets its own device count
         penv.update(env[i] if env else {})
         procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE,
@@ -61,5 +66,5 @@ def run_job(num_processes: int, devices: int, scenario: str, *, extra=(), env=No
     if failed:
         report = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n{out[-4000:]}"
                            for i, (p, out) in enumerate(zip(procs, outputs)))
-        raise AssertionError(f"multi-process job {scenario} failed:\n{report}")
+        raise RuntimeError(f"multi-process job {' '.join(worker)} failed:\n{report}")
     return results
