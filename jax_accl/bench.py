@@ -58,19 +58,31 @@ def _timed(fn, arg, reps: int) -> float:
     return statistics.median(samples)
 
 
+def _mesh(n: int):
+    """A 1-D mesh over n devices, process by process (all processes' devices)."""
+    import jax
+    from jax.sharding import Mesh
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))[:n]
+    return Mesh(np.array(devices), ("i",))
+
+
+def _first_local_block(array) -> np.ndarray:
+    return np.asarray(min(array.addressable_shards, key=lambda s: s.device.id).data)[0]
+
+
 def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
     import jax
-    import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     import jax_accl
 
-    mesh = jax.make_mesh((n,), ("i",), devices=jax.devices()[:n])
+    mesh = _mesh(n)
     count = max(1, size_bytes // 4)
     rng = np.random.default_rng(0)
     host = rng.integers(-8, 8, (n, count)).astype(np.float32)  # exact sums in float32
-    x = jax.device_put(host, NamedSharding(mesh, P("i")))
+    x = jax.make_array_from_callback(host.shape, NamedSharding(mesh, P("i")),
+                                     lambda index: host[index])
     want = host.sum(0)
 
     def program(reduce):
@@ -91,7 +103,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
     for name, reduce in variants:
         once = jax.jit(jax.shard_map(reduce, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
                                      check_vma=False))
-        got = np.asarray(once(x))[0]
+        got = _first_local_block(once(x))
         if not np.array_equal(got, want):
             raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
         single[name] = _timed(once, x, reps)
@@ -111,13 +123,15 @@ def measure_pytree(n: int, leaves: int, reps: int):
 
     import jax_accl
 
-    mesh = jax.make_mesh((n,), ("i",), devices=jax.devices()[:n])
+    mesh = _mesh(n)
     shapes = [(256, 256), (256,), (256, 1024), (1024,), (1024, 256), (256,), (16,), ()]
     rng = np.random.default_rng(0)
     tree = [rng.integers(-8, 8, (n,) + shapes[k % len(shapes)]).astype(np.float32)
             for k in range(leaves)]
     specs = [P("i")] * leaves
-    args = [jax.device_put(t, NamedSharding(mesh, s)) for t, s in zip(tree, specs)]
+    args = [jax.make_array_from_callback(t.shape, NamedSharding(mesh, s),
+                                         (lambda t: lambda index: t[index])(t))
+            for t, s in zip(tree, specs)]
     nbytes = sum(t[0].nbytes for t in tree)
 
     def build(reduce):
@@ -132,63 +146,162 @@ def measure_pytree(n: int, leaves: int, reps: int):
         fn = build(reduce)
         got = fn(args)
         for g, t in zip(got, tree):
-            if not np.array_equal(np.asarray(g)[0], t.sum(0)):
+            if not np.array_equal(_first_local_block(g), t.sum(0)):
                 raise AssertionError(f"{name}: wrong result")
         results[name] = _timed(fn, args, reps)
     return nbytes, results
 
 
-def main(argv=None) -> int:
+def run_sweep(args, n: int, bandwidth: float, label: str) -> list[dict]:
+    """Every size, jax.lax.psum and each algorithm: rows in nccl-tests units."""
+    algorithms = [a for a in args.algorithms.split(",") if a]
+    rows = []
+    for size in (parse_size(s) for s in args.sizes.split(",")):
+        loop = args.loop or max(2, min(50, (64 << 20) // max(size, 1) // 8))
+        timings, single, _ = measure(size, n, algorithms, loop, args.reps)
+        base = dict(timings)["jax.lax.psum"]
+        for name, t in timings:
+            algbw = size / t / 1e9
+            rows.append(dict(setting=label, size_bytes=size, devices=n, variant=name,
+                             seconds_per_op=t, algbw_gbs=algbw, busbw_gbs=algbw * 2 * (n - 1) / n,
+                             speedup_vs_baseline=base / t, memory_limit_s=2 * n * size / bandwidth,
+                             single_call_s=single[name]))
+    return rows
+
+
+def print_rows(rows: list[dict], limit_name: str, limit_of, out) -> None:
+    print(f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
+          f"{'busbw GB/s':>10} {'vs base':>8} {'vs ' + limit_name:>10} {'1-call':>10}")
+    for r in rows:
+        t = r["seconds_per_op"]
+        print(f"{human(r['size_bytes']):>8} {r['variant']:>24} {t * 1e6:>9.1f}us "
+              f"{r['algbw_gbs']:>10.3f} {r['busbw_gbs']:>10.3f} {r['speedup_vs_baseline']:>7.2f}x "
+              f"{t / limit_of(r):>9.2f}x {r['single_call_s'] * 1e6:>8.0f}us")
+        if out:
+            out.write(json.dumps(r) + "\n")
+    sys.stdout.flush()
+
+
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,4MiB,16MiB,64MiB")
-    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--devices", type=int, default=8, help="devices per process")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="run as this many processes (jax.distributed; baseline: gloo psum)")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="spread the processes over this many network-namespace hosts (root)")
+    parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
+    parser.add_argument("--rate-mbit", type=float, default=300.0,
+                        help="tc rate of every namespaced rail")
     parser.add_argument("--algorithms", default="auto,direct,ring,halving_doubling")
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", default="", help="append JSON lines here")
     parser.add_argument("--pytree", type=int, default=0,
                         help="also time psum of a pytree of this many leaves (fusion)")
-    args = parser.parse_args(argv)
+    # Set by the launcher for the processes of a multi-process run.
+    parser.add_argument("--process-id", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--num-processes", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--label", default="", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
 
+
+def worker_main(args) -> int:
+    """One process of a multi-process run: measure over the global mesh; process 0 reports."""
     import jax
     jax.config.update("jax_num_cpu_devices", args.devices)
-    n = args.devices
-    algorithms = [a for a in args.algorithms.split(",") if a]
-    bandwidth = copy_bandwidth()
-    print(f"# {n} CPU devices, float32 sum, copy bandwidth B = {bandwidth / 1e9:.1f} GB/s; "
-          f"times are medians of {args.reps} runs, per op in a fori_loop")
-    header = (f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
-              f"{'busbw GB/s':>10} {'vs psum':>8} {'vs limit':>8} {'1-call':>10}")
-    print(header)
-    out = open(args.json, "a") if args.json else None
-    for size in (parse_size(s) for s in args.sizes.split(",")):
-        loop = args.loop or max(2, min(50, (64 << 20) // max(size, 1) // 8))
-        rows, single, _ = measure(size, n, algorithms, loop, args.reps)
-        limit = 2 * n * size / bandwidth
-        base = dict(rows)["jax.lax.psum"]
-        for name, t in rows:
-            algbw = size / t / 1e9
-            busbw = algbw * 2 * (n - 1) / n
-            print(f"{human(size):>8} {name:>24} {t * 1e6:>9.1f}us {algbw:>10.2f} {busbw:>10.2f} "
-                  f"{base / t:>7.2f}x {t / limit:>7.2f}x {single[name] * 1e6:>8.0f}us")
-            if out:
-                out.write(json.dumps(dict(size_bytes=size, devices=n, variant=name,
-                                          seconds_per_op=t, algbw_gbs=algbw, busbw_gbs=busbw,
-                                          speedup_vs_psum=base / t, memory_limit_s=limit,
-                                          single_call_s=single[name])) + "\n")
-        sys.stdout.flush()
-    if args.pytree:
-        nbytes, results = measure_pytree(n, args.pytree, args.reps)
-        base = results["jax.lax.psum leaf by leaf"]
-        print(f"\n# pytree of {args.pytree} leaves, {human(nbytes)} per device, one call each")
-        for name, t in results.items():
-            print(f"{name:>28} {t * 1e3:9.2f} ms  {base / t:5.2f}x vs psum")
-            if out:
-                out.write(json.dumps(dict(pytree_leaves=args.pytree, bytes=nbytes, variant=name,
-                                          seconds=t, speedup_vs_psum=base / t)) + "\n")
-    if out:
-        out.close()
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=args.coordinator,
+                               num_processes=args.num_processes, process_id=args.process_id)
+    if args.gloo_interface:
+        from jax_accl import _compat
+        _compat.use_gloo_on_interface(args.gloo_interface)
+    n = args.devices * args.num_processes
+    rows = run_sweep(args, n, copy_bandwidth(), args.label)
+    import jax_accl
+    print("RESULT " + json.dumps({"rows": rows, "stats": jax_accl.stats()}), flush=True)
+    jax.distributed.shutdown()
     return 0
+
+
+def multi_process_main(args, out) -> int:
+    """Launch the processes (on namespaced hosts if --hosts > 1) and print their table."""
+    from jax_accl import launch, netns
+    forwarded = ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
+                 "--loop", str(args.loop)]
+    worker = ["-m", "jax_accl.bench"]
+    if args.hosts <= 1:
+        label = f"{args.processes}x{args.devices} processes x devices, one host"
+        results = launch.run_job(worker, args.processes, args.devices,
+                                 extra=forwarded + ["--label", label])
+        rows = results[0]["rows"]
+        bandwidth = copy_bandwidth()
+        print(f"# {label}; baseline: jax.lax.psum over gloo; copy bandwidth "
+              f"B = {bandwidth / 1e9:.1f} GB/s")
+        print_rows(rows, "memory", lambda r: r["memory_limit_s"], out)
+        return 0
+    if args.processes % args.hosts:
+        raise SystemExit("--processes must be a multiple of --hosts")
+    per_host = args.processes // args.hosts
+    rate = args.rate_mbit * 1e6 / 8
+    for rails in sorted({1, args.rails}):
+        with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit) as names:
+            spaces = [name for name in names for _ in range(per_host)]
+            env = [{"JAX_ACCL_HOST_ID": ns,
+                    "JAX_ACCL_RAILS": ",".join(f"rail{r}" for r in range(rails))} for ns in spaces]
+            label = (f"{args.hosts} hosts x {per_host} processes x {args.devices} devices, "
+                     f"{rails} of {args.rails} rails at {args.rate_mbit:g} Mbit/s")
+            results = launch.run_job(worker, args.processes, args.devices,
+                                     extra=forwarded + ["--gloo-interface", "rail0",
+                                                        "--label", label],
+                                     env=env, namespaces=spaces,
+                                     coordinator_ip=netns.rail_ip(0, 0))
+        rows = results[0]["rows"]
+        h = args.hosts
+        # Every host must send 2(h-1)/h of the buffer over its rails at least once.
+        link_limit = lambda r: 2 * (h - 1) / h * r["size_bytes"] / (rails * rate)  # noqa: E731
+        for r in rows:
+            r["link_limit_s"] = link_limit(r)
+            r["rails_used"] = rails
+        print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
+        print_rows(rows, "link", link_limit, out)
+        print("# bytes sent per rail by process 0:",
+              {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()})
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.process_id >= 0:
+        return worker_main(args)
+    out = open(args.json, "a") if args.json else None
+    try:
+        if args.processes > 1:
+            return multi_process_main(args, out)
+        import jax
+        jax.config.update("jax_num_cpu_devices", args.devices)
+        n = args.devices
+        bandwidth = copy_bandwidth()
+        print(f"# {n} CPU devices, float32 sum, copy bandwidth B = {bandwidth / 1e9:.1f} GB/s; "
+              f"times are medians of {args.reps} runs, per op in a fori_loop")
+        print_rows(run_sweep(args, n, bandwidth, f"1x{n} in-process"), "memory",
+                   lambda r: r["memory_limit_s"], out)
+        if args.pytree:
+            nbytes, results = measure_pytree(n, args.pytree, args.reps)
+            base = results["jax.lax.psum leaf by leaf"]
+            print(f"\n# pytree of {args.pytree} leaves, {human(nbytes)} per device, one call each")
+            for name, t in results.items():
+                print(f"{name:>28} {t * 1e3:9.2f} ms  {base / t:5.2f}x vs psum")
+                if out:
+                    out.write(json.dumps(dict(pytree_leaves=args.pytree, bytes=nbytes,
+                                              variant=name, seconds=t,
+                                              speedup_vs_psum=base / t)) + "\n")
+        return 0
+    finally:
+        if out:
+            out.close()
 
 
 if __name__ == "__main__":

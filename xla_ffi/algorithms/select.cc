@@ -1,5 +1,6 @@
 #include "algorithms/select.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "transport/local.h"
@@ -51,6 +52,13 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
     case Algorithm::kAuto: break;
   }
   return INFINITY;
+}
+
+CostModel network_model(const CostModel& model, int rails) {
+  CostModel net = model;
+  net.alpha_s = model.net_alpha_s;
+  net.beta_s_per_byte = model.net_beta_s_per_byte / std::max(1, rails);
+  return net;
 }
 
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model) {

@@ -26,7 +26,16 @@ struct CostModel {
   double alpha_s = 40e-6;
   double beta_s_per_byte = 1.0 / 10e9;
   double gamma_s_per_byte = 1.0 / 10e9;
+  // Between hosts, per rail: a message step costs a round trip through the kernel's TCP
+  // stack; a byte costs the rail's time (10 Gbit/s by default). Rails stripe a message,
+  // so beta is divided by their number.
+  double net_alpha_s = 60e-6;
+  double net_beta_s_per_byte = 8.0 / 10e9;
 };
+
+// The model for messages between hosts over `rails` rails (alpha/beta from the net_*
+// constants, gamma unchanged), for choose_algorithm(..., peer_memory=false, ...).
+CostModel network_model(const CostModel& model, int rails);
 
 CostModel& cost_model();  // the process-wide model used by kAuto
 // `peer_memory`: the ranks can read each other's buffers (threads of one process).

@@ -197,8 +197,16 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     }
     size_t slice_bytes = 0;
     for (const Buffers& b : mine) slice_bytes += b.count * elem;
+    // Messages between hosts cost the rails' time; between processes of one host, memory's.
+    int rails = 0;
+    for (int p : layout.process_order) {
+      if (world->process(p).host != world->process(world->process_index()).host) {
+        rails = static_cast<int>(world->process(world->process_index()).rails.size());
+      }
+    }
+    const CostModel model = rails > 0 ? network_model(cost_model(), rails) : cost_model();
     const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
-                                             /*peer_memory=*/false, cost_model());
+                                             /*peer_memory=*/false, model);
     Status s = run_over_link(*world, cross, cross_rank, tag, where, deadline, inner, mine,
                              reduction);
     if (!s.ok()) return fail_local(s);
