@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -24,10 +25,11 @@ def free_port() -> int:
 
 def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), env=None,
             namespaces=None, coordinator_ip="127.0.0.1", timeout=300.0,
-            killed=()) -> list[dict]:
-    """Runs `python <worker...>` as every process of the job; `env[i]` (optional) adds to process i's environment and
-    `namespaces[i]` (optional) is its network namespace. Processes in `killed` are
-    expected to die by SIGKILL and return no result."""
+            killed=(), echo: int | None = None) -> list[dict]:
+    """Runs `python <worker...>` as every process of the job; `env[i]` (optional) adds
+    to process i's environment and `namespaces[i]` (optional) is its network namespace. Processes in `killed` are
+    expected to die by SIGKILL and return no result. Process `echo`'s output is
+    copied to our stdout as it comes (without its RESULT line)."""
     coordinator = f"{coordinator_ip}:{free_port()}"
     procs = []
     for i in range(num_processes):
@@ -43,14 +45,33 @@ def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), en
         penv.update(env[i] if env else {})
         procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, cwd="/"))
+    echoed: list[str] = []
+    if echo is not None:
+        def copy_lines(stream=procs[echo].stdout):
+            for line in stream:
+                echoed.append(line)
+                if not line.startswith("RESULT "):
+                    print(line, end="", flush=True)
+        copier = threading.Thread(target=copy_lines, daemon=True)
+        copier.start()
     outputs, failed = [], False
     for i, p in enumerate(procs):
         try:
-            out, _ = p.communicate(timeout=timeout)
+            if i == echo:
+                p.wait(timeout=timeout)
+                copier.join(timeout=10)
+                out = "".join(echoed)
+            else:
+                out, _ = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            out, _ = p.communicate()
+            if i == echo:
+                p.wait()
+                copier.join(timeout=10)
+                out = "".join(echoed)
+            else:
+                out, _ = p.communicate()
             out += f"\n[launcher: process {i} killed after {timeout}s]"
         outputs.append(out)
         failed |= p.returncode != (-9 if i in killed else 0)

@@ -152,8 +152,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   std::shared_ptr<LocalExchange> exchange;
   std::unique_ptr<LocalLink> local;
   if (k > 1) {
-    ACCL_RETURN_IF_ERROR(finish(
-        join_call(spec.key, li, k, sig, spec.label, deadline, segments, &exchange)));
+    Status joined = join_call(spec.key, li, k, sig, spec.label, deadline, segments, &exchange);
+    if (!joined.ok()) return finish(joined);
     local = std::make_unique<LocalLink>(exchange, li, deadline);
   }
   PeerMemory* peers = local ? local->peer_memory() : nullptr;
