@@ -4,13 +4,14 @@
 ``jax.jit(jax.shard_map(...))`` and ``jax.pmap`` programs.
 """
 from jax_accl import _native
+from jax_accl import distributed, profiler
 from jax_accl.api import allreduce, pmax, pmean, pmin, psum
 from jax_accl.errors import AcclError
 from jax_accl.patch import patch_psum
 from jax_accl.stats import reset_stats, stats
 
 __version__ = "0.1.0"
-__all__ = ["AcclError", "allreduce", "patch_psum", "pmax", "pmean", "pmin", "psum",
-           "reset_stats", "stats"]
+__all__ = ["AcclError", "allreduce", "distributed", "patch_psum", "pmax", "pmean", "pmin",
+           "profiler", "psum", "reset_stats", "stats"]
 
 _native.register_targets()

@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export VENV="${VENV:-.venv}"
-bash scripts/install.sh
+bash scripts/install.sh "[demo]"
 venv_python="$(cd "$(dirname "$VENV")" && pwd)/$(basename "$VENV")/bin/python"
 cd /tmp && "$venv_python" -m jax_accl.demo "$@"

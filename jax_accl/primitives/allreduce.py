@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
+from jax_accl import _accl
 from jax_accl import config
 from jax_accl import distributed
 
@@ -163,6 +164,20 @@ def _padded_groups(groups) -> tuple[np.ndarray, int]:
 # the module's own cache (module-scoped, freed with the module).
 
 
+def _profile_name(algorithm: str, avals, groups) -> str:
+    """The HLO name of the call, which is what profilers show: e.g. "accl_allreduce
+    reduce_broadcast 16MiB" (for "auto", the cost model's pick for the whole call)."""
+    nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in avals)
+    if algorithm == "auto":
+        algorithm = ("hierarchical" if jax.process_count() > 1 else
+                     _accl.choose_algorithm(max(len(g) for g in groups), nbytes))
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)):
+        if nbytes >= scale or unit == "B":
+            size = f"{nbytes / scale:.3g}{unit}"
+            break
+    return f"accl_allreduce {algorithm} {size}"
+
+
 def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id):
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     flat_groups, group_size = _padded_groups(groups)
@@ -179,12 +194,13 @@ def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id
         distributed.ensure_started()
         devices = np.asarray([d.id for d in c.device_assignment(ctx)], np.int64)
     call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True)
-    order_out, *results = call(
-        ctx.replace(avals_in=[u32, *ctx.avals_in], avals_out=[u32, *ctx.avals_out]), order_in,
-        *xs, groups=flat_groups, group_size=np.int64(group_size), op=np.int64(OP_CODES[op]),
-        algorithm=np.int64(ALGORITHM_CODES[chosen]), op_id=np.int64(op_id),
-        timeout_ms=np.int64(cfg.timeout_s * 1000), name=f"jax_accl.{API_NAMES[op]} over {axes}",
-        devices=devices)
+    with c.ir.Location.name(_profile_name(chosen, ctx.avals_in, groups)):
+      order_out, *results = call(
+          ctx.replace(avals_in=[u32, *ctx.avals_in], avals_out=[u32, *ctx.avals_out]), order_in,
+          *xs, groups=flat_groups, group_size=np.int64(group_size), op=np.int64(OP_CODES[op]),
+          algorithm=np.int64(ALGORITHM_CODES[chosen]), op_id=np.int64(op_id),
+          timeout_ms=np.int64(cfg.timeout_s * 1000), name=f"jax_accl.{API_NAMES[op]} over {axes}",
+          devices=devices)
     module_cache[key] = order_out
     return results
 

@@ -1,7 +1,9 @@
-"""The custom call shows by name in HLO and in a jax.profiler trace; every private JAX
-API jax_accl relies on is still where _compat expects it."""
+"""The custom call shows by name in HLO and in a jax.profiler trace; jax_accl.profiler
+merges the native events onto JAX's timeline; every private JAX API jax_accl relies on
+is still where _compat expects it."""
 import glob
 import gzip
+import json
 import os
 
 import jax
@@ -25,7 +27,8 @@ def test_hlo_has_one_named_custom_call():
     fn, x = _program()
     hlo = fn.lower(x).compile().as_text()
     assert hlo.count('custom_call_target="accl_allreduce"') == 1
-    assert "%accl_allreduce" in hlo  # the instruction name the profiler shows
+    # The instruction name the profiler shows: algorithm (the cost model's pick) and size.
+    assert "%accl_allreduce_direct_256B" in hlo
     assert "all-reduce(" not in hlo  # XLA's own all-reduce is not used
 
 
@@ -43,12 +46,46 @@ def test_profiler_trace_names_the_allreduce(tmp_path):
     assert b"ffi_call" not in data
 
 
+def test_jax_accl_profiler_merges_native_events_on_jax_clock(tmp_path):
+    mesh = jax.make_mesh((8,), ("i",))
+    x = put(mesh, values((8, 1 << 18), "float32"), P("i"))
+    fn = jax.jit(jax.shard_map(lambda a: jax_accl.psum(jax_accl.psum(a, "i") * 0.5, "i"),
+                               mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False))
+    jax.block_until_ready(fn(x))
+    with jax_accl.profiler.trace(str(tmp_path)) as result:
+        jax.block_until_ready(fn(x))
+    assert result.path.endswith("perfetto_trace.json.gz")
+    assert result.native_events == 16  # two calls on eight devices
+    with gzip.open(result.path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    xla = [e for e in events if e.get("name", "").startswith("accl_allreduce_") and "dur" in e]
+    native_pid = {e["pid"] for e in events if e.get("name") == "process_name"
+                  and e["args"]["name"].startswith("jax_accl native")}
+    assert len(native_pid) == 1
+    native = [e for e in events if e.get("pid") in native_pid and e.get("ph") == "X"]
+    assert len(native) == 16 and len(xla) == 16
+    assert all(e["name"].startswith("accl_allreduce ") and e["name"].endswith("1MiB")
+               for e in native)
+    assert all(e["args"]["bytes"] == 1 << 20 for e in native)
+    # Every native call lies inside XLA's event of the same call on the same device
+    # (clocks aligned to well under a millisecond), and each device's two calls are ordered.
+    for device in range(8):
+        ours = sorted((e for e in native if e["tid"] == device), key=lambda e: e["ts"])
+        theirs = sorted((e for e in xla if e["args"]["device_ordinal"] == str(device)),
+                        key=lambda e: e["ts"])
+        assert len(ours) == len(theirs) == 2
+        for a, b in zip(ours, theirs):
+            assert b["ts"] - 500 <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"] + 500
+        assert ours[0]["ts"] + ours[0]["dur"] <= ours[1]["ts"]
+
+
 def test_compat_names_exist():
     for name in ["check_vma_enabled", "auto_pcast_enabled", "varying_axes", "with_varying_axes",
                  "pvary", "skip_size_one_axes", "validate_axis_index_groups",
                  "canonicalize_axis_index_groups", "value_state_along",
                  "insert_collective_pvary", "replica_groups", "check_axis_names",
-                 "linear_jvp", "ct_aval", "const_like", "mesh_axis_names", "module_scratch"]:
+                 "linear_jvp", "ct_aval", "const_like", "mesh_axis_names", "module_scratch",
+                 "device_assignment", "distributed_client", "use_gloo_on_interface"]:
         assert callable(getattr(_compat, name)), name
     for module in ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]:
         assert getattr(_compat, module) is not None

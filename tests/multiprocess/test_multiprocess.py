@@ -20,6 +20,30 @@ def run(processes, devices, scenario, *, extra=(), env=None, **kw):
 RAILS = "rail0,rail1"
 
 
+def phases_by_device(trace: list) -> dict:
+    """{device: [event names in time order]} from a worker's merged native events."""
+    out = {}
+    for e in sorted(trace, key=lambda e: e["ts"]):
+        out.setdefault(e["tid"], []).append(e)
+    return out
+
+
+def assert_hierarchical_phases(trace: list, inter_prefix: str, rails: set):
+    """Each device: reduce-scatter, then the inter step on every rail, then all-gather,
+    in that order and inside its call event."""
+    for device, events in phases_by_device(trace).items():
+        names = [e["name"] for e in events]
+        call = next(e for e in events if e["name"].startswith("accl_allreduce hierarchical"))
+        rs = next(e for e in events if e["name"] == "local reduce-scatter")
+        inter = [e for e in events if e["name"].startswith(inter_prefix)]
+        ag = next(e for e in events if e["name"] == "local all-gather")
+        assert {e["name"].rsplit(" ", 1)[-1] for e in inter} == rails, names
+        assert all(e["bytes"] > 0 for e in inter)
+        assert call["ts"] <= rs["ts"] <= rs["ts"] + rs["dur"] <= min(e["ts"] for e in inter) + 1
+        assert max(e["ts"] + e["dur"] for e in inter) <= ag["ts"] + 1
+        assert ag["ts"] + ag["dur"] <= call["ts"] + call["dur"] + 1
+
+
 def rail_shares(stats: dict) -> dict:
     tcp = {k: v["bytes_sent"] for k, v in stats["transports"].items() if k.startswith("tcp:")}
     total = sum(tcp.values())
@@ -27,8 +51,8 @@ def rail_shares(stats: dict) -> dict:
 
 
 @pytest.mark.parametrize("processes,devices", [(2, 4), (4, 2), (8, 1)])
-def test_one_host_matches_gloo_psum(processes, devices):
-    results = run(processes, devices, "correctness")
+def test_one_host_matches_gloo_psum(processes, devices, tmp_path):
+    results = run(processes, devices, "correctness", extra=["--profile-dir", str(tmp_path)])
     assert len(results) == processes
     for r in results:
         assert r["checks"] == 87
@@ -41,6 +65,9 @@ def test_one_host_matches_gloo_psum(processes, devices):
         assert r["stats"]["refused_connections"] == 0
     hosts = {p["host"] for p in results[0]["topology"]}
     assert len(hosts) == 1
+    if devices > 1:
+        for r in results:
+            assert_hierarchical_phases(r["trace"], "inter-process", {"shm"})
 
 
 @pytest.fixture
@@ -72,11 +99,11 @@ def test_two_hosts_two_processes_each_over_two_rails(root_required):
     assert len({p["host"] for p in results[0]["topology"]}) == 2
 
 
-def test_three_shaped_hosts_stripe_over_both_rails(root_required):
+def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
     with netns.virtual_hosts(3, 2, rate_mbit=300) as names:
         results = run(3, 2, "bandwidth",
                                  extra=["--reference", "numpy", "--bytes", str(4 << 20),
-                                        "--reps", "2"],
+                                        "--reps", "2", "--profile-dir", str(tmp_path)],
                                  env=host_env(names), namespaces=names,
                                  coordinator_ip=netns.rail_ip(0, 0))
     for r in results:
@@ -84,6 +111,7 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required):
         assert set(shares) == {"tcp:rail0", "tcp:rail1"}
         assert all(0.45 < s < 0.55 for s in shares.values()), shares
         assert r["stats"]["phase_seconds"]["inter_process"] > 0
+        assert_hierarchical_phases(r["trace"], "inter-host", {"rail0", "rail1"})
 
 
 @pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])

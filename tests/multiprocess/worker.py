@@ -24,6 +24,8 @@ parser.add_argument("--gloo-interface", default="",
                     help="bind gloo to this interface (network namespaces share a hostname)")
 parser.add_argument("--bytes", type=int, default=1 << 20)
 parser.add_argument("--reps", type=int, default=5)
+parser.add_argument("--profile-dir", default="",
+                    help="afterwards, trace one 1 MiB all-reduce with jax_accl.profiler")
 args = parser.parse_args()
 
 jax.config.update("jax_num_cpu_devices", args.devices)
@@ -173,11 +175,31 @@ def scenario_survive_kill():
     return {"error": None}
 
 
+def profile_events():
+    """Native events of one 1 MiB all-reduce, as merged into this process's trace."""
+    import gzip
+    x = global_input((1 << 18,), np.float32, seed=5)
+    placed = place(x, P(ALL))
+    step = allreduce_program(jax_accl, ALL)
+    step(placed).block_until_ready()
+    log_dir = os.path.join(args.profile_dir, f"process{jax.process_index()}")
+    with jax_accl.profiler.trace(log_dir) as traced:
+        step(placed).block_until_ready()
+    with gzip.open(traced.path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    pids = {e["pid"] for e in events if e.get("name") == "process_name"
+            and e["args"]["name"].startswith("jax_accl native")}
+    return [{k: e[k] for k in ("name", "tid", "ts", "dur")} | {"bytes": e["args"]["bytes"]}
+            for e in events if e.get("pid") in pids and e.get("ph") == "X"]
+
+
 SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidth,
              "survive_kill": scenario_survive_kill}
 
 if __name__ == "__main__":
     result = SCENARIOS[args.scenario]()
+    if args.profile_dir:
+        result["trace"] = profile_events()
     result["process"] = jax.process_index()
     result.setdefault("stats", jax_accl.stats())
     result["topology"] = jax_accl.distributed.topology()

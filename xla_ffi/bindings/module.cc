@@ -15,6 +15,7 @@
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
 #include "runtime/stats.h"
+#include "runtime/trace.h"
 #include "runtime/world.h"
 #include "transport/channel_link.h"
 #include "transport/ring_channel.h"
@@ -232,6 +233,22 @@ NB_MODULE(_accl, m) {
     World::stop();
   });
   m.def("world_started", [] { return World::get() != nullptr; });
+  m.def("trace_enable", &trace_enable, nb::arg("on"));
+  m.def("now_ns", &trace_now_ns, "the native trace clock (steady clock), in ns");
+  m.def("trace_take", [] {
+    nb::list out;
+    for (TraceEvent& e : trace_take()) {
+      nb::dict d;
+      d["name"] = e.name;
+      d["device"] = e.device;
+      d["start_ns"] = e.start_ns;
+      d["end_ns"] = e.end_ns;
+      d["bytes"] = e.bytes;
+      d["detail"] = e.detail;
+      out.append(d);
+    }
+    return out;
+  }, "recorded events (and clear them)");
   m.def("stats", &stats);
   m.def("reset_stats", &reset_stats);
   m.def("pending_calls", &pending_calls);

@@ -118,6 +118,7 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   spec.key = CallKey{run_id.run_id, op_id, group, next_sequence(logical, run_id.run_id, op_id)};
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
+  spec.device = member_devices.empty() ? logical : member_devices[spec.rank];
   if (!member_devices.empty()) {
     return to_ffi(allreduce_across_processes(spec, member_devices, ins, outs, counts));
   }

@@ -4,6 +4,7 @@
 
 #include "algorithms/select.h"
 #include "runtime/stats.h"
+#include "runtime/trace.h"
 
 namespace accl {
 
@@ -48,10 +49,18 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   }
   stats.calls.fetch_add(1, std::memory_order_relaxed);
   stats.bytes.fetch_add(sig.count * elem, std::memory_order_relaxed);
+  const auto end = std::chrono::steady_clock::now();
   stats.nanoseconds.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count(),
+      std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
       std::memory_order_relaxed);
+  if (trace_enabled()) {
+    auto ns = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    trace_record(TraceEvent{str_cat("accl_allreduce ", algorithm_name(algorithm), " ",
+                                    human_bytes(sig.count * elem)),
+                            spec.device, ns(start), ns(end), sig.count * elem, spec.label});
+  }
   return Status::Ok();
 }
 

@@ -14,6 +14,7 @@ namespace accl {
 struct CallSpec {
   CallKey key;
   int rank = 0;
+  int64_t device = -1;  // for traces: partition id, or global device id across processes
   int size = 1;
   std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
   Signature signature;

@@ -21,6 +21,7 @@
 #include "algorithms/select.h"
 #include "runtime/allreduce.h"
 #include "runtime/stats.h"
+#include "runtime/trace.h"
 #include "runtime/world.h"
 #include "transport/channel_link.h"
 
@@ -58,14 +59,33 @@ Status open_link(World& world, const std::vector<int64_t>& members, int rank, ui
   return Status::Ok();
 }
 
+// Runs `algorithm` over channels to `members`; *sent_by_rail receives the bytes sent per rail.
 Status run_over_link(World& world, const std::vector<int64_t>& members, int rank, uint64_t tag,
                      const std::string& where, const Deadline& deadline, Algorithm algorithm,
-                     const std::vector<Buffers>& segments, const Reduction& reduction) {
+                     const std::vector<Buffers>& segments, const Reduction& reduction,
+                     std::map<std::string, uint64_t>* sent_by_rail) {
   std::unique_ptr<ChannelLink> link;
   ACCL_RETURN_IF_ERROR(open_link(world, members, rank, tag, where, deadline, &link));
   Status s = run_allreduce(algorithm, *link, segments, reduction);
   if (!s.ok()) link->fail();
+  *sent_by_rail = link->bytes_sent_by_rail();
   return s;
+}
+
+int64_t ns_of(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// One trace event per rail that carried bytes during [start, end).
+void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_by_rail,
+                 int64_t device, Clock::time_point start, Clock::time_point end,
+                 const std::string& detail) {
+  if (!trace_enabled()) return;
+  for (const auto& [rail, bytes] : sent_by_rail) {
+    const bool between_hosts = rail != "shm" && rail != "memory";
+    trace_record(TraceEvent{str_cat(phase, between_hosts ? " rail " : " ", rail), device,
+                            ns_of(start), ns_of(end), bytes, detail});
+  }
 }
 
 struct Layout {
@@ -120,6 +140,13 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                     sig.algorithm == Algorithm::kHalvingDoubling;
   const Algorithm recorded = flat ? sig.algorithm : Algorithm::kHierarchical;
   AlgorithmStats& stats = algorithm_stats()[static_cast<int>(recorded)];
+  auto trace_call = [&](Clock::time_point end) {
+    if (trace_enabled()) {
+      trace_record(TraceEvent{str_cat("accl_allreduce ", algorithm_name(recorded), " ",
+                                      human_bytes(sig.count * elem)),
+                              spec.device, ns_of(start), ns_of(end), sig.count * elem, spec.label});
+    }
+  };
   auto finish = [&](const Status& s) {
     if (!s.ok()) {
       stats.errors.fetch_add(1, std::memory_order_relaxed);
@@ -136,8 +163,13 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
   }
   if (flat) {
-    return finish(run_over_link(*world, devices, spec.rank, tag, where, deadline, sig.algorithm,
-                                segments, reduction));
+    std::map<std::string, uint64_t> sent;
+    Status s = run_over_link(*world, devices, spec.rank, tag, where, deadline, sig.algorithm,
+                             segments, reduction, &sent);
+    trace_rails(str_cat("flat ", algorithm_name(sig.algorithm)).c_str(), sent, spec.device, start,
+                Clock::now(), spec.label);
+    trace_call(Clock::now());
+    return finish(s);
   }
 
   // Hierarchical.
@@ -157,6 +189,12 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     local = std::make_unique<LocalLink>(exchange, li, deadline);
   }
   PeerMemory* peers = local ? local->peer_memory() : nullptr;
+  auto trace_phase = [&](const char* name, Clock::time_point from, uint64_t bytes) {
+    if (trace_enabled()) {
+      trace_record(TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), bytes,
+                              spec.label});
+    }
+  };
   auto fail_local = [&](Status s) {
     if (local) local->fail(s);
     return finish(s);
@@ -185,6 +223,9 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     }
   }
   phase_nanoseconds()[0].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
+  size_t slice_bytes = 0;
+  for (const Buffers& b : mine) slice_bytes += b.count * elem;
+  if (k > 1) trace_phase("local reduce-scatter", phase_start, slice_bytes);
 
   // 2. Inter-process all-reduce of my slice with the same slice of the other processes.
   phase_start = Clock::now();
@@ -195,8 +236,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       if (p == world->process_index()) cross_rank = static_cast<int>(cross.size());
       cross.push_back(devices[layout.ranks_of[p][li]]);
     }
-    size_t slice_bytes = 0;
-    for (const Buffers& b : mine) slice_bytes += b.count * elem;
     // Messages between hosts cost the rails' time; between processes of one host, memory's.
     int rails = 0;
     for (int p : layout.process_order) {
@@ -207,9 +246,12 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     const CostModel model = rails > 0 ? network_model(cost_model(), rails) : cost_model();
     const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
                                              /*peer_memory=*/false, model);
+    std::map<std::string, uint64_t> sent;
     Status s = run_over_link(*world, cross, cross_rank, tag, where, deadline, inner, mine,
-                             reduction);
+                             reduction, &sent);
     if (!s.ok()) return fail_local(s);
+    trace_rails(str_cat(rails > 0 ? "inter-host " : "inter-process ", algorithm_name(inner)).c_str(),
+                sent, spec.device, phase_start, Clock::now(), spec.label);
   }
   phase_nanoseconds()[1].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
 
@@ -230,8 +272,10 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     }
     s = peers->barrier();  // nobody reads our output any more
     if (!s.ok()) return fail_local(s);
+    trace_phase("local all-gather", phase_start, (sig.count * elem) - slice_bytes);
   }
   phase_nanoseconds()[2].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
+  trace_call(Clock::now());
   return finish(Status::Ok());
 }
 

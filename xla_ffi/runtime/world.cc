@@ -202,6 +202,7 @@ Status World::connect_tcp(int64_t me, int64_t peer, const Deadline& deadline,
       }
       auto channel = std::make_unique<TcpChannel>(fd, label, weight);
       channel->traffic = traffic;
+      channel->rail = local.name;
       out->push_back(std::move(channel));
     }
   }
@@ -243,6 +244,7 @@ Status World::channels(int64_t me, int64_t peer, const Deadline& deadline,
         name, me < peer ? 0 : 1,
         str_cat("shm to process ", peer_process, ", device ", peer), &c));
     c->traffic = &traffic_stats("shm");
+    c->rail = "shm";
     made.push_back(std::move(c));
   } else {
     ACCL_RETURN_IF_ERROR(connect_tcp(me, peer, deadline, &made));

@@ -45,6 +45,7 @@ class Channel {
   // A channel whose stream lost sync (bad frame, dead peer) stays failed.
   Status broken;
   TrafficStats* traffic = nullptr;
+  std::string rail = "memory";  // "memory", "shm" or the interface name of a TCP rail
 };
 
 }  // namespace accl

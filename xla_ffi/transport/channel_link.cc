@@ -105,6 +105,7 @@ Status ChannelLink::step_send(Transfer& t, bool* progressed) {
       t.done += n;
     }
   }
+  sent_by_rail_[t.channel->rail] += t.bytes;
   if (t.channel->traffic != nullptr) {
     t.channel->traffic->bytes_sent.fetch_add(t.bytes, std::memory_order_relaxed);
     t.channel->traffic->messages_sent.fetch_add(1, std::memory_order_relaxed);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ class ChannelLink : public Link {
   Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                      const Reduction& reduction) override;
   std::string where() const override { return where_; }
+  // Payload bytes this link has sent, per rail (Channel::rail).
+  const std::map<std::string, uint64_t>& bytes_sent_by_rail() const { return sent_by_rail_; }
   // Marks every channel of this link broken and tells the peers (see Channel::poison).
   void fail();
 
@@ -81,6 +84,7 @@ class ChannelLink : public Link {
   std::vector<Transfer> sends_;
   std::vector<char> scratch_;
   Clock::time_point last_liveness_check_;
+  std::map<std::string, uint64_t> sent_by_rail_;
 };
 
 }  // namespace accl

@@ -1,0 +1,52 @@
+#include "runtime/trace.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+namespace accl {
+namespace {
+
+std::atomic<bool> enabled{false};
+std::mutex mutex;
+std::vector<TraceEvent>& events() {
+  static std::vector<TraceEvent> list;
+  return list;
+}
+
+}  // namespace
+
+int64_t trace_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void trace_enable(bool on) { enabled.store(on, std::memory_order_release); }
+bool trace_enabled() { return enabled.load(std::memory_order_relaxed); }
+
+void trace_record(TraceEvent event) {
+  if (!trace_enabled()) return;
+  std::lock_guard<std::mutex> lock(mutex);
+  events().push_back(std::move(event));
+}
+
+std::vector<TraceEvent> trace_take() {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<TraceEvent> out;
+  out.swap(events());
+  return out;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 3) value /= 1024, ++unit;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g%s", value, units[unit]);
+  return buf;
+}
+
+}  // namespace accl

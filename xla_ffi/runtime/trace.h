@@ -1,0 +1,28 @@
+// The native side of jax_accl.profiler.trace: while enabled, every all-reduce records
+// an event per device (the whole call, and each phase of the hierarchical schedule, per
+// rail), on the steady clock; Python takes them and merges them into JAX's trace.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accl {
+
+struct TraceEvent {
+  std::string name;    // e.g. "accl_allreduce ring 16MiB", "inter-host rail0"
+  int64_t device = -1; // partition id in one process, global device id across processes
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  uint64_t bytes = 0;
+  std::string detail;  // group, algorithm, rail
+};
+
+int64_t trace_now_ns();
+void trace_enable(bool on);
+bool trace_enabled();
+void trace_record(TraceEvent event);
+std::vector<TraceEvent> trace_take();  // and clear
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace accl
