@@ -26,6 +26,7 @@ import jax
 from jax_accl import _accl
 from jax_accl import _compat as c
 from jax_accl import config
+from jax_accl import log
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
 
@@ -80,6 +81,13 @@ def _start() -> list[dict]:
                             f"publish its endpoints: {e}") from e
     _accl.world_set_processes(
         [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table])
+    hosts = sorted({e["host"] for e in table})
+    log.logger.info("process %d of %d on host %r; %d host(s): %s", index, count, host,
+                    len(hosts), ", ".join(
+                        f"{h}: processes {[i for i, e in enumerate(table) if e['host'] == h]}"
+                        for h in hosts))
+    log.logger.info("rails of this process: %s", ", ".join(
+        f"{name} {ip}:{port} (weight {w:g})" for name, ip, port, w in entry["rails"]))
     return table
 
 

@@ -21,6 +21,7 @@ from jax_accl import _compat as c
 from jax_accl import _accl
 from jax_accl import config
 from jax_accl import distributed
+from jax_accl import log
 
 accl_allreduce_p = c.core.Primitive("accl_allreduce")
 accl_allreduce_p.multiple_results = True  # one call all-reduces a bucket of leaves
@@ -194,7 +195,11 @@ def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id
         distributed.ensure_started()
         devices = np.asarray([d.id for d in c.device_assignment(ctx)], np.int64)
     call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True)
-    with c.ir.Location.name(_profile_name(chosen, ctx.avals_in, groups)):
+    profile_name = _profile_name(chosen, ctx.avals_in, groups)
+    log.once((profile_name, len(groups), group_size), "jax_accl.%s over %s: %d group(s) of %d "
+             "devices, %s -> %s", API_NAMES[op], axes, len(groups), group_size,
+             profile_name.split()[-1], profile_name.split()[1])
+    with c.ir.Location.name(profile_name):
       order_out, *results = call(
           ctx.replace(avals_in=[u32, *ctx.avals_in], avals_out=[u32, *ctx.avals_out]), order_in,
           *xs, groups=flat_groups, group_size=np.int64(group_size), op=np.int64(OP_CODES[op]),

@@ -53,13 +53,15 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   stats.nanoseconds.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
       std::memory_order_relaxed);
-  if (trace_enabled()) {
+  if (trace_enabled() || debug_calls()) {
     auto ns = [](std::chrono::steady_clock::time_point t) {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
     };
-    trace_record(TraceEvent{str_cat("accl_allreduce ", algorithm_name(algorithm), " ",
-                                    human_bytes(sig.count * elem)),
-                            spec.device, ns(start), ns(end), sig.count * elem, spec.label});
+    TraceEvent call{str_cat("accl_allreduce ", algorithm_name(algorithm), " ",
+                            human_bytes(sig.count * elem)),
+                    spec.device, ns(start), ns(end), sig.count * elem, spec.label};
+    if (debug_calls()) debug_call(call);
+    trace_record(std::move(call));
   }
   return Status::Ok();
 }

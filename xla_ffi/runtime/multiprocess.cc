@@ -141,10 +141,12 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   const Algorithm recorded = flat ? sig.algorithm : Algorithm::kHierarchical;
   AlgorithmStats& stats = algorithm_stats()[static_cast<int>(recorded)];
   auto trace_call = [&](Clock::time_point end) {
-    if (trace_enabled()) {
-      trace_record(TraceEvent{str_cat("accl_allreduce ", algorithm_name(recorded), " ",
-                                      human_bytes(sig.count * elem)),
-                              spec.device, ns_of(start), ns_of(end), sig.count * elem, spec.label});
+    if (trace_enabled() || debug_calls()) {
+      TraceEvent call{str_cat("accl_allreduce ", algorithm_name(recorded), " ",
+                              human_bytes(sig.count * elem)),
+                      spec.device, ns_of(start), ns_of(end), sig.count * elem, spec.label};
+      if (debug_calls()) debug_call(call);
+      trace_record(std::move(call));
     }
   };
   auto finish = [&](const Status& s) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 namespace accl {
@@ -37,6 +38,20 @@ std::vector<TraceEvent> trace_take() {
   std::vector<TraceEvent> out;
   out.swap(events());
   return out;
+}
+
+bool debug_calls() {
+  static const bool on = [] {
+    const char* level = std::getenv("JAX_ACCL_DEBUG");
+    return level != nullptr && (std::string(level) == "DEBUG" || std::string(level) == "debug");
+  }();
+  return on;
+}
+
+void debug_call(const TraceEvent& call) {
+  std::fprintf(stderr, "jax_accl DEBUG: device %lld: %s in %.3f ms (%s)\n",
+               static_cast<long long>(call.device), call.name.c_str(),
+               (call.end_ns - call.start_ns) * 1e-6, call.detail.c_str());
 }
 
 std::string human_bytes(uint64_t bytes) {

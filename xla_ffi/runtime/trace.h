@@ -25,4 +25,8 @@ void trace_record(TraceEvent event);
 std::vector<TraceEvent> trace_take();  // and clear
 std::string human_bytes(uint64_t bytes);
 
+// JAX_ACCL_DEBUG=DEBUG: one line per all-reduce per device on stderr.
+bool debug_calls();
+void debug_call(const TraceEvent& call);
+
 }  // namespace accl

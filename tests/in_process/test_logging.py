@@ -1,0 +1,42 @@
+"""JAX_ACCL_DEBUG: silent by default, the algorithm choice once at INFO, one line per
+call and device at DEBUG."""
+import os
+import subprocess
+import sys
+
+PROGRAM = """
+import jax, numpy as np, jax_accl
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((4,), ("i",))
+x = jax.device_put(np.ones((4, 1024), np.float32), NamedSharding(mesh, P("i")))
+f = jax.jit(jax.shard_map(lambda a: jax_accl.psum(a, "i"), mesh=mesh, in_specs=P("i"),
+                          out_specs=P("i"), check_vma=False))
+for _ in range(2):
+    f(x).block_until_ready()
+"""
+
+
+def run_with(level: str) -> str:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_ACCL_DEBUG": level}
+    done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
+                          text=True, timeout=120, cwd="/")
+    assert done.returncode == 0, done.stderr
+    return "\n".join(l for l in done.stderr.splitlines() if l.startswith("jax_accl"))
+
+
+def test_silent_by_default():
+    assert run_with("") == ""
+
+
+def test_info_names_the_algorithm_once():
+    lines = run_with("INFO").splitlines()
+    assert len(lines) == 1, lines
+    assert "1 group(s) of 4 devices, 4KiB -> direct" in lines[0]
+
+
+def test_debug_adds_a_line_per_call_and_device():
+    lines = run_with("DEBUG").splitlines()
+    calls = [l for l in lines if l.startswith("jax_accl DEBUG: device")]
+    assert len(calls) == 8  # 2 calls x 4 devices
+    assert all("accl_allreduce direct 4KiB" in l for l in calls)
