@@ -23,6 +23,10 @@
 namespace nb = nanobind;
 
 namespace accl {
+void register_testing(nb::module_& m);  // testing.cc
+}
+
+namespace accl {
 namespace {
 
 nb::dict registrations() {
@@ -75,63 +79,6 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
       threads.emplace_back([&, r] {
         Status s = allreduce_local(specs[r], {reinterpret_cast<const void*>(ins[r])},
                                    {reinterpret_cast<void*>(outs[r])}, {counts[r]});
-        if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-  return errors;
-}
-
-// Runs one all-reduce with a thread per rank over message channels (memory rings, the
-// same framing and progress engine as the cross-process transports): the message path
-// of every algorithm, without processes. Returns one error message per rank.
-std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
-                                                    std::vector<uintptr_t> outs,
-                                                    std::vector<uint64_t> counts,
-                                                    const std::string& dtype,
-                                                    const std::string& op,
-                                                    const std::string& algorithm, int stripes,
-                                                    double timeout_s) {
-  const int n = static_cast<int>(ins.size());
-  if (outs.size() != ins.size() || counts.size() != ins.size()) {
-    throw nb::value_error("allreduce_threads_channels: one in, out and count per rank");
-  }
-  const DType dt = parse_or_throw<DType>(dtype, parse_dtype, "dtype");
-  const ReduceOp rop = parse_or_throw<ReduceOp>(op, parse_reduce_op, "reduce op");
-  const Algorithm alg = parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm");
-  ReduceFn fn = reduce_kernel(dt, rop);
-  if (fn == nullptr) throw nb::value_error("reduce op not defined for dtype");
-  // owned[a][b]: the channels rank a uses to talk to rank b.
-  std::vector<std::vector<std::vector<std::unique_ptr<Channel>>>> owned(n);
-  for (auto& row : owned) row.resize(n);
-  for (int a = 0; a < n; ++a) {
-    for (int b = a + 1; b < n; ++b) {
-      for (int s = 0; s < stripes; ++s) {
-        std::unique_ptr<Channel> x, y;
-        make_memory_channels(&x, &y);
-        owned[a][b].push_back(std::move(x));
-        owned[b][a].push_back(std::move(y));
-      }
-    }
-  }
-  std::vector<std::string> errors(n);
-  {
-    nb::gil_scoped_release release;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        std::vector<std::vector<Channel*>> channels(n);
-        for (int b = 0; b < n; ++b) {
-          for (auto& c : owned[r][b]) channels[b].push_back(c.get());
-        }
-        const Deadline deadline = Deadline::after_seconds(timeout_s);
-        ChannelLink link(r, std::move(channels), 42, str_cat("channel test rank ", r), deadline);
-        const size_t elem = dtype_size(dt);
-        Status s = run_allreduce(alg, link,
-                                 {Buffers{reinterpret_cast<const void*>(ins[r]),
-                                          reinterpret_cast<void*>(outs[r]), counts[r], elem, 0}},
-                                 Reduction{fn, elem});
         if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
       });
     }
@@ -222,9 +169,7 @@ NB_MODULE(_accl, m) {
   m.def("allreduce_threads", &allreduce_threads, nb::arg("ins"), nb::arg("outs"),
         nb::arg("counts"), nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"),
         nb::arg("present"), nb::arg("timeout_s"));
-  m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"),
-        nb::arg("outs"), nb::arg("counts"), nb::arg("dtype"), nb::arg("op"),
-        nb::arg("algorithm"), nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
+  register_testing(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail") = 1);
   m.def("world_set_processes", &world_set_processes, nb::arg("processes"));

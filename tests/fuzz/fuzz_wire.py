@@ -1,0 +1,84 @@
+"""Fuzz the wire parsers (atheris): the TCP handshake and the frame headers of
+ChannelLink, fed arbitrary bytes through the native module. Every input must be either
+accepted exactly when it is valid (and then deliver the right payload) or refused with
+an error; never a crash, a hang or a wrong payload.
+
+    python tests/fuzz/fuzz_wire.py -runs=3000        # the CI run (tests/fuzz/test_fuzz.py)
+    python tests/fuzz/fuzz_wire.py -max_total_time=3600   # the long run
+"""
+import glob
+import importlib.util
+import os
+import struct
+import sys
+
+import atheris
+
+
+def load_native():
+    """jax_accl._accl alone: importing the package would import (and instrument) jax."""
+    package = os.path.dirname(importlib.util.find_spec("jax_accl").origin)
+    path = glob.glob(os.path.join(package, "_accl*.so"))[0]
+    spec = importlib.util.spec_from_file_location("jax_accl._accl", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_accl = load_native()
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+HANDSHAKE = struct.Struct("<II32sqqIId")
+FRAME = struct.Struct("<IIQQQ")  # magic, reserved, tag, seq, bytes
+HANDSHAKE_MAGIC, FRAME_MAGIC, TAG = 0x4C434341, 0x46434341, 42
+
+
+@atheris.instrument_func
+def check_handshake(raw: bytes):
+    message = _accl.parse_handshake(raw, SECRET)
+    valid = (len(raw) >= HANDSHAKE.size and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 1)
+             and raw[8:40] == SECRET)
+    assert (message == "") == valid, (raw[:48], message)
+
+
+@atheris.instrument_func
+def check_frames(raw: bytes, expected: int):
+    error, payload = _accl.receive_frames(raw, expected)
+    valid = len(raw) >= FRAME.size + expected
+    if valid:
+        magic, _, tag, seq, nbytes = FRAME.unpack(raw[:FRAME.size])
+        valid = magic == FRAME_MAGIC and tag == TAG and seq == 0 and nbytes == expected
+    assert (error == "") == valid, (raw[:40], expected, error)
+    if valid:
+        assert payload == raw[FRAME.size:FRAME.size + expected]
+
+
+@atheris.instrument_func
+def test_one_input(data: bytes):
+    fdp = atheris.FuzzedDataProvider(data)
+    mode = fdp.ConsumeIntInRange(0, 3)
+    if mode == 0:
+        check_handshake(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 100)))
+    elif mode == 1:  # a near-valid handshake with one field changed
+        fields = [HANDSHAKE_MAGIC, 1, SECRET, 1, 2, 0, 0, 1.0]
+        k = fdp.ConsumeIntInRange(0, 2)
+        fields[k] = (fdp.ConsumeBytes(32) if k == 2 else fdp.ConsumeIntInRange(0, 2**32 - 1))
+        if k == 2:
+            fields[2] = fields[2].ljust(32, b"\0")
+        check_handshake(HANDSHAKE.pack(*fields)[:fdp.ConsumeIntInRange(0, HANDSHAKE.size)])
+    elif mode == 2:
+        check_frames(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)),
+                     fdp.ConsumeIntInRange(0, 256))
+    else:  # a near-valid frame: one header field changed, or cut short
+        expected = fdp.ConsumeIntInRange(0, 256)
+        fields = [FRAME_MAGIC, 0, TAG, 0, expected]
+        k = fdp.ConsumeIntInRange(0, 5)
+        if k < 5:
+            fields[k] = fdp.ConsumeIntInRange(0, 2**32 - 1)
+        frame = FRAME.pack(*fields) + fdp.ConsumeBytes(expected)
+        check_frames(frame[:fdp.ConsumeIntInRange(0, len(frame))] if k == 5 else frame, expected)
+
+
+if __name__ == "__main__":
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
