@@ -8,3 +8,5 @@ bash scripts/install.sh "[test]"
 # The pytest launcher (not `python -m pytest`) keeps the source tree off sys.path, so
 # the tests import the installed package with its compiled module.
 "$VENV/bin/pytest" -q tests "$@"
+# The native core alone, under AddressSanitizer and UBSan.
+bash scripts/sanitize.sh address
