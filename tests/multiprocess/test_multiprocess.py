@@ -123,3 +123,11 @@ def test_killed_peer_makes_every_survivor_raise(processes, devices):
         assert "jax_accl" in r["error"]
         assert any(w in r["error"] for w in ("died", "aborted", "closed")), r["error"]
         assert r["seconds_to_error"] < 10, r
+
+
+def test_ranks_in_different_calls_all_raise():
+    results = run(2, 2, "mismatch", env=[{"JAX_ACCL_TIMEOUT_S": "20"}] * 2, timeout=120)
+    for r in results:
+        assert r["error"] is not None and "jax_accl" in r["error"], r
+        assert r["seconds_to_error"] < 20, r
+    assert any("different call" in r["error"] for r in results), results

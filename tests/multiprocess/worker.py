@@ -193,8 +193,62 @@ def profile_events():
             for e in events if e.get("pid") in pids and e.get("ph") == "X"]
 
 
+def scenario_soak():
+    """--reps random all-reduces (sizes, dtypes, ops, axes, algorithms from a pool of
+    compiled programs), each checked; reports the growth of resident memory."""
+    rng = np.random.default_rng(11)  # the same sequence on every process
+    programs = []
+    for k in range(12):
+        axes = [ALL, "p", "d"][k % 3]
+        dtype = [np.int32, np.float32, np.int64][k % 3]
+        op = ["sum", "max", "min"][k % 3]
+        algorithm = ["auto", "ring", "halving_doubling", "direct"][k % 4]
+        elements = int(rng.integers(1, (1 << 20) // 8))
+        fn = jax.jit(jax.shard_map(
+            lambda x, a=axes, o=op, al=algorithm: jax_accl.allreduce(x, a, op=o, algorithm=al),
+            mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL), check_vma=False))
+        programs.append((fn, axes, dtype, op, elements))
+
+    def rss_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    baseline = None
+    for i in range(args.reps):
+        fn, axes, dtype, op, elements = programs[rng.integers(len(programs))]
+        x = global_input((elements,), dtype, seed=int(rng.integers(1 << 30)))
+        x = np.abs(x) % 64 if op == "sum" else x  # exact in float32
+        got = fn(place(x, P(ALL)))
+        grid = x.reshape(NP, ND, elements)
+        reduce = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+        if "p" in axes:
+            grid = np.broadcast_to(reduce(grid, axis=0, keepdims=True), grid.shape)
+        if "d" in axes:
+            grid = np.broadcast_to(reduce(grid, axis=1, keepdims=True), grid.shape)
+        want = grid.reshape(NP * ND, elements).astype(dtype)
+        mine = [k for k, d in enumerate(DEVICES) if d.process_index == jax.process_index()]
+        check(f"soak call {i}", got, [want[k:k + 1] for k in mine])
+        if i == args.reps // 5:
+            baseline = rss_mib()
+    return {"calls": args.reps, "rss_growth_mib": rss_mib() - (baseline or rss_mib())}
+
+
+def scenario_mismatch():
+    """Process 0 runs ring, the others direct: the same psum, different calls on the
+    wire. Every rank must raise (not hang, not return garbage)."""
+    x = global_input((4096,), np.float32, seed=1)
+    algorithm = "ring" if jax.process_index() == 0 else "direct"
+    start = time.perf_counter()
+    try:
+        allreduce_program(jax_accl, ALL, algorithm=algorithm)(place(x, P(ALL))).block_until_ready()
+    except Exception as e:
+        return {"error": str(e), "seconds_to_error": time.perf_counter() - start}
+    return {"error": None}
+
+
 SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidth,
-             "survive_kill": scenario_survive_kill}
+             "survive_kill": scenario_survive_kill, "soak": scenario_soak,
+             "mismatch": scenario_mismatch}
 
 if __name__ == "__main__":
     result = SCENARIOS[args.scenario]()
@@ -204,6 +258,6 @@ if __name__ == "__main__":
     result.setdefault("stats", jax_accl.stats())
     result["topology"] = jax_accl.distributed.topology()
     print("RESULT " + json.dumps(result), flush=True)
-    if args.scenario == "survive_kill":
+    if args.scenario in ("survive_kill", "mismatch"):
         os._exit(0)  # a peer is gone: jax.distributed's shutdown barrier would wait for it
     jax.distributed.shutdown()
