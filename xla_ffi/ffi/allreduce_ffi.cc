@@ -37,7 +37,8 @@ bool to_dtype(ffi::DataType type, DType* out) {
 
 ffi::Error to_ffi(const Status& s) {
   if (s.ok()) return ffi::Error::Success();
-  ffi::ErrorCode code = s.code() == Code::kInvalidArgument ? ffi::ErrorCode::kInvalidArgument
+  ffi::ErrorCode code = (s.code() == Code::kInvalidArgument || s.code() == Code::kMismatch)
+                            ? ffi::ErrorCode::kInvalidArgument
                         : s.code() == Code::kTimeout       ? ffi::ErrorCode::kDeadlineExceeded
                         : s.code() == Code::kAborted       ? ffi::ErrorCode::kAborted
                                                            : ffi::ErrorCode::kInternal;
