@@ -7,6 +7,7 @@
 
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
+#include "runtime/one_shot.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -49,7 +50,16 @@ ffi::Error to_ffi(const Status& s) {
 // the partition id again (an ordering edge), then N buffers shaped like the operands. groups: the replica groups flattened row by row, each
 // padded with -1 to group_size. devices: the global device id of every partition id when
 // the program spans processes, else empty.
-ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
+ffi::Future failed(ffi::Error error) {
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  promise.SetError(std::move(error));
+  return future;
+}
+
+// Returns a future: the one-shot path completes it when the last rank arrives (so the
+// early ranks' threads go on instead of sleeping); the other paths before returning.
+ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
                      ffi::Result<ffi::Buffer<ffi::U32>> order, ffi::RemainingArgs args,
                      ffi::RemainingRets rets,
                      ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
@@ -60,18 +70,18 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   std::vector<void*> outs;
   std::vector<uint64_t> counts;
   if (args.size() != rets.size() || args.size() == 0) {
-    return ffi::Error::InvalidArgument("jax_accl: operands and results differ in " +
-                                       std::string(name));
+    return failed(ffi::Error::InvalidArgument("jax_accl: operands and results differ in " +
+                                       std::string(name)));
   }
   for (size_t k = 0; k < args.size(); ++k) {
     auto x = args.get<ffi::AnyBuffer>(k);
     auto y = rets.get<ffi::AnyBuffer>(k);
-    if (!x.has_value() || !y.has_value()) return ffi::Error::InvalidArgument("jax_accl: bad buffer");
+    if (!x.has_value() || !y.has_value()) return failed(ffi::Error::InvalidArgument("jax_accl: bad buffer"));
     DType dtype;
     if (!to_dtype(x->element_type(), &dtype) || (*y)->element_type() != x->element_type() ||
         (*y)->size_bytes() != x->size_bytes() || (k > 0 && dtype != spec.signature.dtype)) {
-      return ffi::Error::InvalidArgument(
-          "jax_accl: unsupported or mismatched buffer types in " + std::string(name));
+      return failed(ffi::Error::InvalidArgument(
+          "jax_accl: unsupported or mismatched buffer types in " + std::string(name)));
     }
     spec.signature.dtype = dtype;
     ins.push_back(x->untyped_data());
@@ -80,7 +90,7 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   }
   if (op < 0 || op >= kNumReduceOps || algorithm < 0 || algorithm >= kNumAlgorithms ||
       group_size <= 0 || groups.size() % group_size != 0) {
-    return ffi::Error::InvalidArgument("jax_accl: bad attributes in " + std::string(name));
+    return failed(ffi::Error::InvalidArgument("jax_accl: bad attributes in " + std::string(name)));
   }
   const int64_t logical = partition.typed_data()[0];
   // Result 0 passes the partition id on to the next jax_accl call of the same block,
@@ -99,7 +109,7 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
       members += str_cat(size == 0 ? "" : " ", groups[j]);
       if (!(devices.size() == 0)) {
         if (groups[j] >= static_cast<int64_t>(devices.size())) {
-          return ffi::Error::InvalidArgument("jax_accl: partition id outside the device list");
+          return failed(ffi::Error::InvalidArgument("jax_accl: partition id outside the device list"));
         }
         member_devices.push_back(devices[groups[j]]);
       }
@@ -109,8 +119,8 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
     spec.size = size;
   }
   if (group < 0) {
-    return ffi::Error::InvalidArgument(
-        str_cat("jax_accl: device ", logical, " is in no replica group of ", name));
+    return failed(ffi::Error::InvalidArgument(
+        str_cat("jax_accl: device ", logical, " is in no replica group of ", name)));
   }
   spec.signature.op = static_cast<ReduceOp>(op);
   spec.signature.algorithm = static_cast<Algorithm>(algorithm);
@@ -120,10 +130,28 @@ ffi::Error allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> pa
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
   spec.device = member_devices.empty() ? logical : member_devices[spec.rank];
-  if (!member_devices.empty()) {
-    return to_ffi(allreduce_across_processes(spec, member_devices, ins, outs, counts));
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  auto complete = [promise](const Status& s) mutable {
+    if (s.ok()) {
+      promise.SetAvailable();
+    } else {
+      promise.SetError(to_ffi(s));
+    }
+  };
+  size_t bytes = 0;
+  for (size_t k = 0; k < ins.size(); ++k) bytes += counts[k] * dtype_size(spec.signature.dtype);
+  const bool one_shot = member_devices.empty() && bytes <= kOneShotBytes &&
+                        (spec.signature.algorithm == Algorithm::kAuto ||
+                         spec.signature.algorithm == Algorithm::kDirect);
+  if (one_shot) {
+    allreduce_one_shot(spec, ins, outs, counts, std::move(complete));
+  } else if (!member_devices.empty()) {
+    complete(allreduce_across_processes(spec, member_devices, ins, outs, counts));
+  } else {
+    complete(allreduce_local(spec, ins, outs, counts));
   }
-  return to_ffi(allreduce_local(spec, ins, outs, counts));
+  return future;
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +21,7 @@
 
 #include "algorithms/algorithm.h"
 #include "runtime/allreduce.h"
+#include "runtime/one_shot.h"
 #include "transport/channel_link.h"
 #include "transport/ring_channel.h"
 #include "transport/shm.h"
@@ -147,6 +150,44 @@ void tcp_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y
   *y = std::make_unique<TcpChannel>(server, "tcp", 1.0);
 }
 
+void test_one_shot(int n, size_t count, int present) {
+  auto in = random_inputs(n, count, n * 31 + count);
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count));
+  const int64_t op_id = fresh_op_id();
+  std::vector<Status> status(n, error(Code::kInternal, "never completed"));
+  std::atomic<int> completed{0};
+  auto started = std::chrono::steady_clock::now();
+  on_threads(present, [&](int r) {
+    CallSpec spec;
+    spec.key = CallKey{0, op_id, 0, 0};
+    spec.rank = r;
+    spec.size = n;
+    spec.label = "selftest one-shot";
+    spec.signature.dtype = DType::kI32;
+    spec.timeout_s = 0.3;
+    allreduce_one_shot(spec, {in[r].data()}, {out[r].data()}, {count}, [&, r](const Status& s) {
+      status[r] = s;
+      completed.fetch_add(1);
+    });
+    return Status::Ok();
+  });
+  while (completed.load() < present &&
+         std::chrono::steady_clock::now() - started < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  expect(completed.load() == present, str_cat("one-shot n=", n, ": every present rank completes"));
+  const auto want = reference_sum(in);
+  for (int r = 0; r < present; ++r) {
+    if (present == n) {
+      expect(status[r].ok() && out[r] == want, str_cat("one-shot n=", n, " count=", count, " rank ", r));
+    } else {
+      expect(status[r].code() == Code::kTimeout &&
+                 status[r].message().find("ranks [" + std::to_string(n - 1) + "]") != std::string::npos,
+             "one-shot missing rank times out naming it: " + status[r].message());
+    }
+  }
+}
+
 void test_errors() {
   // Mismatched lengths over channels: every rank fails, nobody hangs.
   std::unique_ptr<Channel> x, y;
@@ -196,6 +237,10 @@ int main() {
       }
     }
   }
+  for (int n : {1, 2, 5, 8}) {
+    for (size_t count : {size_t(0), size_t(1), size_t(1000)}) test_one_shot(n, count, n);
+  }
+  test_one_shot(4, 100, 3);
   test_errors();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;

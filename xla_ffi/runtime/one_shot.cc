@@ -1,0 +1,196 @@
+#include "runtime/one_shot.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "runtime/stats.h"
+#include "runtime/trace.h"
+
+namespace accl {
+namespace {
+
+struct Pending {
+  int size = 0;
+  int joined = 0;
+  std::string label;
+  Deadline deadline;
+  Clock::time_point first_arrival;
+  std::vector<Signature> signatures;
+  std::vector<uint8_t> present;
+  std::vector<std::vector<char>> inputs;        // staged, all segments back to back
+  std::vector<std::vector<void*>> outputs;      // per rank, per segment
+  std::vector<int64_t> devices;
+  std::vector<std::function<void(const Status&)>> done;
+};
+
+struct KeyHash {
+  size_t operator()(const CallKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : {static_cast<uint64_t>(k.run_id), static_cast<uint64_t>(k.op_id),
+                       static_cast<uint64_t>(k.group), k.seq}) {
+      h = (h ^ v) * 1099511628211ull;
+    }
+    return h;
+  }
+};
+
+std::mutex g_mutex;
+std::condition_variable g_watchdog_cv;
+std::unordered_map<CallKey, std::shared_ptr<Pending>, KeyHash> g_pending;
+
+std::string missing(const Pending& p) {
+  std::string out;
+  for (size_t r = 0; r < p.present.size(); ++r) {
+    if (!p.present[r]) out += str_cat(out.empty() ? "" : ", ", r);
+  }
+  return out;
+}
+
+// Fails expired calls (a rank never arrived). One thread per process, started lazily.
+void watchdog() {
+  std::unique_lock<std::mutex> lock(g_mutex);
+  for (;;) {
+    g_watchdog_cv.wait_for(lock, std::chrono::milliseconds(50));
+    std::vector<std::shared_ptr<Pending>> expired;
+    for (auto it = g_pending.begin(); it != g_pending.end();) {
+      if (it->second->deadline.expired()) {
+        expired.push_back(it->second);
+        it = g_pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    lock.unlock();
+    for (auto& p : expired) {
+      Status s = error(Code::kTimeout, p->label, ": timed out waiting for ranks [", missing(*p),
+                       "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
+      for (size_t r = 0; r < p->done.size(); ++r) {
+        if (p->present[r]) p->done[r](s);
+      }
+    }
+    lock.lock();
+  }
+}
+
+void ensure_watchdog() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::thread(watchdog).detach(); });
+}
+
+// The last rank: reduce once, write every output, complete every rank.
+void complete(Pending& p, const std::vector<uint64_t>& counts, ReduceFn fn, size_t elem,
+              Algorithm recorded) {
+  Status s;
+  for (int r = 1; r < p.size && s.ok(); ++r) {
+    if (!(p.signatures[r] == p.signatures[0])) {
+      s = error(Code::kMismatch, p.label, ": ranks disagree on the all-reduce: rank 0 calls ",
+                describe(p.signatures[0]), " but rank ", r, " calls ", describe(p.signatures[r]));
+    }
+  }
+  if (s.ok()) {
+    size_t offset = 0;
+    for (size_t seg = 0; seg < counts.size(); ++seg) {
+      const size_t bytes = counts[seg] * elem;
+      if (bytes > 0) {
+        char* result = static_cast<char*>(p.outputs[0][seg]);
+        if (p.size == 1) {
+          std::memcpy(result, p.inputs[0].data() + offset, bytes);
+        } else {
+          fn(result, p.inputs[0].data() + offset, p.inputs[1].data() + offset, counts[seg]);
+          for (int r = 2; r < p.size; ++r) fn(result, result, p.inputs[r].data() + offset, counts[seg]);
+        }
+        for (int r = 1; r < p.size; ++r) std::memcpy(p.outputs[r][seg], result, bytes);
+      }
+      offset += bytes;
+    }
+    AlgorithmStats& stats = algorithm_stats()[static_cast<int>(recorded)];
+    stats.calls.fetch_add(p.size, std::memory_order_relaxed);
+    stats.bytes.fetch_add(p.size * offset, std::memory_order_relaxed);
+    const auto now = Clock::now();
+    stats.nanoseconds.fetch_add(
+        p.size * std::chrono::duration_cast<std::chrono::nanoseconds>(now - p.first_arrival).count(),
+        std::memory_order_relaxed);
+    if (trace_enabled() || debug_calls()) {
+      auto ns = [](Clock::time_point t) {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+      };
+      for (int r = 0; r < p.size; ++r) {
+        TraceEvent call{str_cat("accl_allreduce ", algorithm_name(recorded), " ", human_bytes(offset)),
+                        p.devices[r], ns(p.first_arrival), ns(now), offset, p.label};
+        if (debug_calls()) debug_call(call);
+        trace_record(std::move(call));
+      }
+    }
+  } else {
+    algorithm_stats()[static_cast<int>(recorded)].errors.fetch_add(p.size, std::memory_order_relaxed);
+  }
+  for (auto& done : p.done) done(s);
+}
+
+}  // namespace
+
+void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
+                        const std::vector<void*>& out, const std::vector<uint64_t>& counts,
+                        std::function<void(const Status&)> done) {
+  describe_layout(counts, &spec.signature);
+  const Signature& sig = spec.signature;
+  ReduceFn fn = reduce_kernel(sig.dtype, sig.op);
+  if (fn == nullptr) {
+    return done(error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label, ": ",
+                      reduce_op_name(sig.op), " is not defined for ", dtype_name(sig.dtype)));
+  }
+  const size_t elem = dtype_size(sig.dtype);
+  ensure_watchdog();
+  std::shared_ptr<Pending> ready;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto& slot = g_pending[spec.key];
+    if (!slot) {
+      slot = std::make_shared<Pending>();
+      slot->size = spec.size;
+      slot->label = spec.label;
+      slot->deadline = Deadline::after_seconds(spec.timeout_s);
+      slot->first_arrival = Clock::now();
+      slot->signatures.resize(spec.size);
+      slot->present.resize(spec.size);
+      slot->inputs.resize(spec.size);
+      slot->outputs.resize(spec.size);
+      slot->devices.resize(spec.size, -1);
+      slot->done.resize(spec.size);
+    }
+    Pending& p = *slot;
+    Status refused;
+    if (p.size != spec.size) {
+      refused = error(Code::kMismatch, "rank ", spec.rank, " of ", spec.label, ": group size ",
+                      spec.size, " differs from ", p.size, " given by another rank");
+    } else if (p.present[spec.rank]) {
+      refused = error(Code::kInternal, "rank ", spec.rank, " of ", spec.label,
+                      ": joined the same collective twice");
+    }
+    if (!refused.ok()) return done(refused);
+    p.present[spec.rank] = 1;
+    p.signatures[spec.rank] = sig;
+    p.devices[spec.rank] = spec.device;
+    auto& staged = p.inputs[spec.rank];
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const char* src = static_cast<const char*>(in[k]);
+      staged.insert(staged.end(), src, src + counts[k] * elem);
+    }
+    p.outputs[spec.rank] = out;
+    p.done[spec.rank] = std::move(done);
+    if (++p.joined == p.size) {
+      ready = slot;
+      g_pending.erase(spec.key);
+    }
+  }
+  // Ranks disagreeing on segment sizes may have staged different lengths: complete()
+  // checks signatures before reading anything.
+  if (ready) complete(*ready, counts, fn, elem, Algorithm::kDirect);
+}
+
+}  // namespace accl
