@@ -1,15 +1,16 @@
 // Halving-doubling all-reduce (Rabenseifner), for any group size.
-//   Let p be the largest power of two <= n and e = n - p. Fold: among ranks < 2e, each
-//   even rank sends its input to the odd rank above it, which reduces it into `out`;
-//   the even ranks then wait. The p remaining ranks take virtual ids v (odd rank r < 2e
-//   -> r/2, rank r >= 2e -> r - e) and the buffer is cut into p blocks.
+//   Let p be the largest power of two <= n and e = n - p. Fold: rank p + j (j < e) sends
+//   its input to rank j, which reduces it into `out`; ranks >= p then wait. Ranks 0..p-1
+//   keep their order as virtual ids v (the rank mapping: on a fat tree whose leaves hold
+//   consecutive ranks, every step's flows then use distinct links; see jax_accl.plan),
+//   and the buffer is cut into p blocks.
 //   Reduce-scatter by recursive halving, mask = p/2, p/4, ..., 1: v exchanges with
 //   v ^ mask, keeps the half of its current window on its side of the mask bit, sends
 //   the other half and reduces the partner's copy of the kept half into `out`.
 //   After log2(p) steps v holds the full reduction of block v.
 //   All-gather by recursive doubling, mask = 1, 2, ..., p/2: v sends its window to
 //   v ^ mask and receives the partner's adjacent window, doubling it.
-//   Unfold: each odd rank < 2e sends the result to the even rank below it.
+//   Unfold: rank j < e sends the result to rank p + j.
 //   2·log2(p) steps (+2 when n is not a power of two); 2(p-1)/p · S bytes per rank.
 #include "algorithms/algorithm.h"
 
@@ -22,19 +23,19 @@ Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reductio
   const int extra = n - p;
   const size_t total_bytes = buf.count * buf.elem_size;
 
-  // Fold the first 2e ranks pairwise.
+  // Fold: rank p + j hands its input to rank j and waits for the result.
   bool have_out = false;  // does `out` already hold this rank's partial sums?
-  if (me < 2 * extra) {
-    if (me % 2 == 0) {
-      ACCL_RETURN_IF_ERROR(link.post_send(me + 1, buf.in, total_bytes));
-      ACCL_RETURN_IF_ERROR(link.wait_sends());
-      return link.recv(me + 1, buf.out, total_bytes);  // unfold
-    }
-    ACCL_RETURN_IF_ERROR(link.recv_reduce(me - 1, buf.in, buf.out, total_bytes, reduction));
+  if (me >= p) {
+    ACCL_RETURN_IF_ERROR(link.post_send(me - p, buf.in, total_bytes));
+    ACCL_RETURN_IF_ERROR(link.wait_sends());
+    return link.recv(me - p, buf.out, total_bytes);  // unfold
+  }
+  if (me < extra) {
+    ACCL_RETURN_IF_ERROR(link.recv_reduce(me + p, buf.in, buf.out, total_bytes, reduction));
     have_out = true;
   }
-  const int v = (me < 2 * extra) ? me / 2 : me - extra;
-  auto real_rank = [extra](int virt) { return virt < extra ? 2 * virt + 1 : virt + extra; };
+  const int v = me;
+  auto real_rank = [](int virt) { return virt; };
   const Blocks blocks{buf.count, p};
   auto bytes_of = [&](int first, int last) { return blocks.span(first, last) * buf.elem_size; };
 
@@ -66,8 +67,8 @@ Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reductio
     lo = partner_above ? lo : other_lo;
     hi = partner_above ? other_hi : hi;
   }
-  if (me < 2 * extra) {  // odd rank: hand the result back to the folded even rank
-    ACCL_RETURN_IF_ERROR(link.post_send(me - 1, buf.out, total_bytes));
+  if (me < extra) {  // hand the result back to the folded rank
+    ACCL_RETURN_IF_ERROR(link.post_send(me + p, buf.out, total_bytes));
     return link.wait_sends();
   }
   return Status::Ok();

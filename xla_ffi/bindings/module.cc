@@ -213,9 +213,12 @@ NB_MODULE(_accl, m) {
       nb::arg("algorithm"), nb::arg("n"), nb::arg("bytes"), nb::arg("peer_memory") = true);
   m.def("get_cost_model", [] {
     const CostModel& c = cost_model();
-    return std::vector<double>{c.alpha_s, c.beta_s_per_byte, c.gamma_s_per_byte};
-  });
-  m.def("set_cost_model", [](double alpha, double beta, double gamma) {
-    cost_model() = CostModel{alpha, beta, gamma};
-  });
+    return std::vector<double>{c.alpha_s, c.beta_s_per_byte, c.gamma_s_per_byte, c.net_alpha_s,
+                               c.net_beta_s_per_byte};
+  }, "[alpha, beta, gamma, net_alpha, net_beta] in seconds and seconds per byte");
+  m.def("set_cost_model", [](double alpha, double beta, double gamma, double net_alpha,
+                             double net_beta) {
+    cost_model() = CostModel{alpha, beta, gamma, net_alpha, net_beta};
+  }, nb::arg("alpha"), nb::arg("beta"), nb::arg("gamma"), nb::arg("net_alpha") = 60e-6,
+     nb::arg("net_beta") = 8.0 / 10e9);
 }
