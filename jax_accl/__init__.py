@@ -15,3 +15,6 @@ __all__ = ["AcclError", "allreduce", "distributed", "patch_psum", "pmax", "pmean
            "profiler", "psum", "reset_stats", "stats"]
 
 _native.register_targets()
+from jax_accl import calibrate as _calibrate  # noqa: E402
+
+_calibrate.load()  # this machine's cost-model constants, if `bench --calibrate` stored them

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -115,7 +116,6 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
 def measure_pytree(n: int, leaves: int, reps: int):
     """A gradient-like pytree (`leaves` leaves of model-like sizes): leaf-by-leaf
     jax.lax.psum against jax_accl.psum fused into one call, and jax_accl unfused."""
-    import os
 
     import jax
     from jax.sharding import NamedSharding
@@ -169,6 +169,42 @@ def run_sweep(args, n: int, bandwidth: float, label: str) -> list[dict]:
     return rows
 
 
+def auto_vs_best(rows: list[dict]) -> list[str]:
+    """Per size: how far the automatic choice is from the best forced algorithm."""
+    lines = []
+    for size in sorted({r["size_bytes"] for r in rows}):
+        at = {r["variant"]: r["seconds_per_op"] for r in rows if r["size_bytes"] == size}
+        forced = {k: v for k, v in at.items() if k.startswith("accl:") and k != "accl:auto"}
+        if "accl:auto" in at and forced:
+            best = min(forced, key=forced.get)
+            lines.append(f"{human(size)}: auto {at['accl:auto'] / forced[best]:.2f}x the best "
+                         f"forced ({best[5:]})")
+    return lines
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+    """busbw against size, one line per variant (matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'jax_accl[bench]'")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == variant]
+        ax.plot([r["size_bytes"] for r in mine], [r["busbw_gbs"] for r in mine], marker="o",
+                label=variant.replace("accl:", "jax_accl "))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per device")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def print_rows(rows: list[dict], limit_name: str, limit_of, out) -> None:
     print(f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
           f"{'busbw GB/s':>10} {'vs base':>8} {'vs ' + limit_name:>10} {'1-call':>10}")
@@ -179,7 +215,21 @@ def print_rows(rows: list[dict], limit_name: str, limit_of, out) -> None:
               f"{t / limit_of(r):>9.2f}x {r['single_call_s'] * 1e6:>8.0f}us")
         if out:
             out.write(json.dumps(r) + "\n")
+    for line in auto_vs_best(rows):
+        print("#", line)
     sys.stdout.flush()
+
+
+def calibrate_main(n: int) -> int:
+    """Measure the cost-model constants here, store them, show the choice they make."""
+    from jax_accl import _accl, calibrate
+    rows, _, _ = measure(4096, n, ["reduce_broadcast"], 50, 5)
+    values = calibrate.measure(dict(rows)["accl:reduce_broadcast"])
+    path = calibrate.store(values)
+    print(f"# stored in {path}: " + ", ".join(f"{k}={v:.3g}" for k, v in values.items()))
+    for size in (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20):
+        print(f"#   {human(size):>6} on {n} devices -> {_accl.choose_algorithm(n, size)}")
+    return 0
 
 
 def parse_args(argv):
@@ -197,6 +247,9 @@ def parse_args(argv):
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", default="", help="append JSON lines here")
+    parser.add_argument("--plot", default="", help="write a PNG of busbw against size here")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure this machine's cost-model constants and store them")
     parser.add_argument("--pytree", type=int, default=0,
                         help="also time psum of a pytree of this many leaves (fusion)")
     # Set by the launcher for the processes of a multi-process run.
@@ -241,6 +294,8 @@ def multi_process_main(args, out) -> int:
         print(f"# {label}; baseline: jax.lax.psum over gloo; copy bandwidth "
               f"B = {bandwidth / 1e9:.1f} GB/s")
         print_rows(rows, "memory", lambda r: r["memory_limit_s"], out)
+        if args.plot:
+            plot(rows, args.plot, label)
         return 0
     if args.processes % args.hosts:
         raise SystemExit("--processes must be a multiple of --hosts")
@@ -267,6 +322,9 @@ def multi_process_main(args, out) -> int:
             r["rails_used"] = rails
         print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
         print_rows(rows, "link", link_limit, out)
+        if args.plot:
+            stem, ext = os.path.splitext(args.plot)
+            plot(rows, f"{stem}-{rails}rail{ext or '.png'}", label)
         print("# bytes sent per rail by process 0:",
               {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()})
     return 0
@@ -286,8 +344,13 @@ def main(argv=None) -> int:
         bandwidth = copy_bandwidth()
         print(f"# {n} CPU devices, float32 sum, copy bandwidth B = {bandwidth / 1e9:.1f} GB/s; "
               f"times are medians of {args.reps} runs, per op in a fori_loop")
-        print_rows(run_sweep(args, n, bandwidth, f"1x{n} in-process"), "memory",
-                   lambda r: r["memory_limit_s"], out)
+        if args.calibrate:
+            return calibrate_main(n)
+        rows = run_sweep(args, n, bandwidth, f"1x{n} in-process")
+        print_rows(rows, "memory", lambda r: r["memory_limit_s"], out)
+        if args.plot:
+            plot(rows, args.plot, f"all-reduce, {n} CPU devices in one process")
+            print(f"# plot: {args.plot}")
         if args.pytree:
             nbytes, results = measure_pytree(n, args.pytree, args.reps)
             base = results["jax.lax.psum leaf by leaf"]
