@@ -67,15 +67,17 @@ def test_jax_accl_profiler_merges_native_events_on_jax_clock(tmp_path):
     assert all(e["name"].startswith("accl_allreduce ") and e["name"].endswith("1MiB")
                for e in native)
     assert all(e["args"]["bytes"] == 1 << 20 for e in native)
-    # Every native call lies inside XLA's event of the same call on the same device
-    # (clocks aligned to well under a millisecond), and each device's two calls are ordered.
+    # Every native call starts when XLA launches the same call on the same device (XLA's
+    # event covers the launch; the call runs on the device's worker and completes a
+    # future), with the clocks aligned to well under a millisecond; each device's two
+    # calls are ordered.
     for device in range(8):
         ours = sorted((e for e in native if e["tid"] == device), key=lambda e: e["ts"])
         theirs = sorted((e for e in xla if e["args"]["device_ordinal"] == str(device)),
                         key=lambda e: e["ts"])
         assert len(ours) == len(theirs) == 2
         for a, b in zip(ours, theirs):
-            assert b["ts"] - 500 <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"] + 500
+            assert b["ts"] - 500 <= a["ts"] <= b["ts"] + b["dur"] + 2000
         assert ours[0]["ts"] + ours[0]["dur"] <= ours[1]["ts"]
 
 

@@ -48,29 +48,17 @@ std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
   const Algorithm alg = parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm");
   ReduceFn fn = reduce_kernel(dt, rop);
   if (fn == nullptr) throw nb::value_error("reduce op not defined for dtype");
-  // owned[a][b]: the channels rank a uses to talk to rank b.
-  std::vector<std::vector<std::vector<std::unique_ptr<Channel>>>> owned(n);
-  for (auto& row : owned) row.resize(n);
-  for (int a = 0; a < n; ++a) {
-    for (int b = a + 1; b < n; ++b) {
-      for (int s = 0; s < stripes; ++s) {
-        std::unique_ptr<Channel> x, y;
-        make_memory_channels(&x, &y);
-        owned[a][b].push_back(std::move(x));
-        owned[b][a].push_back(std::move(y));
-      }
-    }
-  }
+  const ChannelMesh mesh = make_channel_mesh(
+      n, stripes, [](int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
+        make_memory_channels(x, y);
+      });
   std::vector<std::string> errors(n);
   {
     nb::gil_scoped_release release;
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
-        std::vector<std::vector<Channel*>> channels(n);
-        for (int b = 0; b < n; ++b) {
-          for (auto& c : owned[r][b]) channels[b].push_back(c.get());
-        }
+        auto channels = channels_of(mesh, r);
         const Deadline deadline = Deadline::after_seconds(timeout_s);
         ChannelLink link(r, std::move(channels), 42, str_cat("channel test rank ", r), deadline);
         const size_t elem = dtype_size(dt);

@@ -7,6 +7,7 @@
 
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
+#include "runtime/device_workers.h"
 #include "runtime/one_shot.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -58,7 +59,8 @@ ffi::Future failed(ffi::Error error) {
 }
 
 // Returns a future: the one-shot path completes it when the last rank arrives (so the
-// early ranks' threads go on instead of sleeping); the other paths before returning.
+// early ranks' threads go on instead of sleeping); the other paths run on the device's
+// worker thread (runtime/device_workers.h), which completes it.
 ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
                      ffi::Result<ffi::Buffer<ffi::U32>> order, ffi::RemainingArgs args,
                      ffi::RemainingRets rets,
@@ -146,10 +148,14 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
                          spec.signature.algorithm == Algorithm::kDirect);
   if (one_shot) {
     allreduce_one_shot(spec, ins, outs, counts, std::move(complete));
-  } else if (!member_devices.empty()) {
-    complete(allreduce_across_processes(spec, member_devices, ins, outs, counts));
   } else {
-    complete(allreduce_local(spec, ins, outs, counts));
+    // The buffers stay valid until the future completes (XLA's contract for async calls).
+    run_on_device_worker(spec.device, [spec, member_devices, ins, outs, counts,
+                                       complete]() mutable {
+      complete(member_devices.empty()
+                   ? allreduce_local(spec, ins, outs, counts)
+                   : allreduce_across_processes(spec, member_devices, ins, outs, counts));
+    });
   }
   return future;
 }

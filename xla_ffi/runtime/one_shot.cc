@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "runtime/device_workers.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 
@@ -28,28 +29,10 @@ struct Pending {
   std::vector<std::function<void(const Status&)>> done;
 };
 
-struct KeyHash {
-  size_t operator()(const CallKey& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t v : {static_cast<uint64_t>(k.run_id), static_cast<uint64_t>(k.op_id),
-                       static_cast<uint64_t>(k.group), k.seq}) {
-      h = (h ^ v) * 1099511628211ull;
-    }
-    return h;
-  }
-};
-
-std::mutex g_mutex;
-std::condition_variable g_watchdog_cv;
-std::unordered_map<CallKey, std::shared_ptr<Pending>, KeyHash> g_pending;
-
-std::string missing(const Pending& p) {
-  std::string out;
-  for (size_t r = 0; r < p.present.size(); ++r) {
-    if (!p.present[r]) out += str_cat(out.empty() ? "" : ", ", r);
-  }
-  return out;
-}
+// Never destroyed (see device_workers.cc): the watchdog waits on g_watchdog_cv until exit.
+std::mutex& g_mutex = *new std::mutex;
+std::condition_variable& g_watchdog_cv = *new std::condition_variable;
+auto& g_pending = *new std::unordered_map<CallKey, std::shared_ptr<Pending>, CallKeyHash>;
 
 // Fails expired calls (a rank never arrived). One thread per process, started lazily.
 void watchdog() {
@@ -67,10 +50,10 @@ void watchdog() {
     }
     lock.unlock();
     for (auto& p : expired) {
-      Status s = error(Code::kTimeout, p->label, ": timed out waiting for ranks [", missing(*p),
+      Status s = error(Code::kTimeout, p->label, ": timed out waiting for ranks [", missing_ranks(p->present),
                        "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
       for (size_t r = 0; r < p->done.size(); ++r) {
-        if (p->present[r]) p->done[r](s);
+        if (p->present[r]) run_on_device_worker(p->devices[r], [done = p->done[r], s] { done(s); });
       }
     }
     lock.lock();
@@ -83,8 +66,8 @@ void ensure_watchdog() {
 }
 
 // The last rank: reduce once, write every output, complete every rank.
-void complete(Pending& p, const std::vector<uint64_t>& counts, ReduceFn fn, size_t elem,
-              Algorithm recorded) {
+void complete(Pending& p, int self, const std::vector<uint64_t>& counts, ReduceFn fn,
+              size_t elem, Algorithm recorded) {
   Status s;
   for (int r = 1; r < p.size && s.ok(); ++r) {
     if (!(p.signatures[r] == p.signatures[0])) {
@@ -129,7 +112,16 @@ void complete(Pending& p, const std::vector<uint64_t>& counts, ReduceFn fn, size
   } else {
     algorithm_stats()[static_cast<int>(recorded)].errors.fetch_add(p.size, std::memory_order_relaxed);
   }
-  for (auto& done : p.done) done(s);
+  // Each rank's completion runs on that device's worker thread: XLA may continue the
+  // device's program right inside it, and that program may block (another collective),
+  // which must not hold up this thread, the other devices' completions, or their work.
+  for (int r = 0; r < p.size; ++r) {
+    if (r == self) {
+      continue;
+    }
+    run_on_device_worker(p.devices[r], [done = std::move(p.done[r]), s] { done(s); });
+  }
+  p.done[self](s);
 }
 
 }  // namespace
@@ -190,7 +182,7 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
   }
   // Ranks disagreeing on segment sizes may have staged different lengths: complete()
   // checks signatures before reading anything.
-  if (ready) complete(*ready, counts, fn, elem, Algorithm::kDirect);
+  if (ready) complete(*ready, spec.rank, counts, fn, elem, Algorithm::kDirect);
 }
 
 }  // namespace accl

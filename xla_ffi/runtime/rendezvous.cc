@@ -7,17 +7,6 @@
 namespace accl {
 namespace {
 
-struct CallKeyHash {
-  size_t operator()(const CallKey& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t v : {static_cast<uint64_t>(k.run_id), static_cast<uint64_t>(k.op_id),
-                       static_cast<uint64_t>(k.group), k.seq}) {
-      h = (h ^ v) * 1099511628211ull;
-    }
-    return h;
-  }
-};
-
 struct PendingCall {
   PendingCall(int size, const std::string& label, size_t bytes)
       : exchange(std::make_shared<LocalExchange>(size, label, bytes)),
@@ -34,15 +23,24 @@ struct PendingCall {
 std::mutex g_mutex;
 std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> g_calls;
 
-std::string missing_ranks(const PendingCall& call) {
+}  // namespace
+
+size_t CallKeyHash::operator()(const CallKey& k) const {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t v : {static_cast<uint64_t>(k.run_id), static_cast<uint64_t>(k.op_id),
+                     static_cast<uint64_t>(k.group), k.seq}) {
+    h = (h ^ v) * 1099511628211ull;
+  }
+  return h;
+}
+
+std::string missing_ranks(const std::vector<uint8_t>& present) {
   std::string out;
-  for (size_t r = 0; r < call.present.size(); ++r) {
-    if (!call.present[r]) out += str_cat(out.empty() ? "" : ", ", r);
+  for (size_t r = 0; r < present.size(); ++r) {
+    if (!present[r]) out += str_cat(out.empty() ? "" : ", ", r);
   }
   return out;
 }
-
-}  // namespace
 
 std::string describe(const Signature& s) {
   return str_cat(reduce_op_name(s.op), " of ", s.count, " x ", dtype_name(s.dtype),
@@ -97,7 +95,7 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
     if (call->arrived.load() < static_cast<uint32_t>(size)) {
       call->abandoned = true;
       return error(Code::kTimeout, "rank ", rank, " of ", label,
-                   ": timed out waiting for ranks [", missing_ranks(*call),
+                   ": timed out waiting for ranks [", missing_ranks(call->present),
                    "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
     }
   }

@@ -28,6 +28,13 @@ struct CallKey {
   }
 };
 
+struct CallKeyHash {
+  size_t operator()(const CallKey& k) const;
+};
+
+// "0, 3, 5": the ranks whose flag in `present` is 0.
+std::string missing_ranks(const std::vector<uint8_t>& present);
+
 // What a rank calls: the same on every rank, or the call is refused.
 struct Signature {
   DType dtype = DType::kF32;

@@ -89,31 +89,13 @@ void test_in_process(Algorithm algorithm, int n, size_t count) {
   }
 }
 
-// Channels[a][b]: rank a's end towards rank b, made by `make_pair`.
-using PairMaker = std::function<void(int a, int b, std::unique_ptr<Channel>*, std::unique_ptr<Channel>*)>;
-
 void test_channels(const char* transport, const PairMaker& make_pair, Algorithm algorithm, int n,
                    size_t count, int stripes) {
-  std::vector<std::vector<std::vector<std::unique_ptr<Channel>>>> owned(n);
-  for (auto& row : owned) row.resize(n);
-  for (int a = 0; a < n; ++a) {
-    for (int b = a + 1; b < n; ++b) {
-      for (int s = 0; s < stripes; ++s) {
-        std::unique_ptr<Channel> x, y;
-        make_pair(a, b, &x, &y);
-        owned[a][b].push_back(std::move(x));
-        owned[b][a].push_back(std::move(y));
-      }
-    }
-  }
+  const ChannelMesh mesh = make_channel_mesh(n, stripes, make_pair);
   auto in = random_inputs(n, count, n * 104729 + count);
   std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count));
   auto status = on_threads(n, [&](int r) {
-    std::vector<std::vector<Channel*>> channels(n);
-    for (int b = 0; b < n; ++b) {
-      for (auto& c : owned[r][b]) channels[b].push_back(c.get());
-    }
-    ChannelLink link(r, std::move(channels), 7, "selftest", Deadline::after_seconds(30));
+    ChannelLink link(r, channels_of(mesh, r), 7, "selftest", Deadline::after_seconds(30));
     return run_allreduce(algorithm, link, {Buffers{in[r].data(), out[r].data(), count, 4, 0}},
                          Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4});
   });

@@ -35,6 +35,30 @@ std::vector<size_t> stripe_lengths(size_t bytes, const std::vector<Channel*>& ch
   return lengths;
 }
 
+ChannelMesh make_channel_mesh(int n, int stripes, const PairMaker& make_pair) {
+  ChannelMesh mesh(n);
+  for (auto& row : mesh) row.resize(n);
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      for (int s = 0; s < stripes; ++s) {
+        std::unique_ptr<Channel> x, y;
+        make_pair(a, b, &x, &y);
+        mesh[a][b].push_back(std::move(x));
+        mesh[b][a].push_back(std::move(y));
+      }
+    }
+  }
+  return mesh;
+}
+
+std::vector<std::vector<Channel*>> channels_of(const ChannelMesh& mesh, int rank) {
+  std::vector<std::vector<Channel*>> out(mesh.size());
+  for (size_t b = 0; b < mesh.size(); ++b) {
+    for (const auto& c : mesh[rank][b]) out[b].push_back(c.get());
+  }
+  return out;
+}
+
 ChannelLink::ChannelLink(int rank, std::vector<std::vector<Channel*>> channels, uint64_t tag,
                          std::string where, Deadline deadline)
     : rank_(rank),

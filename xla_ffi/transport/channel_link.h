@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +37,15 @@ constexpr uint32_t kFrameMagic = 0x46434341;  // "ACCF"
 
 // Cuts `bytes` into one piece per channel by weight (small messages use only the first).
 std::vector<size_t> stripe_lengths(size_t bytes, const std::vector<Channel*>& channels);
+
+// Channels between every pair of n ranks (tests, self-test): mesh[a][b] holds rank a's
+// ends towards rank b, `stripes` of them, each pair made by make_pair(a, b, &a_end, &b_end).
+using ChannelMesh = std::vector<std::vector<std::vector<std::unique_ptr<Channel>>>>;
+using PairMaker =
+    std::function<void(int a, int b, std::unique_ptr<Channel>*, std::unique_ptr<Channel>*)>;
+ChannelMesh make_channel_mesh(int n, int stripes, const PairMaker& make_pair);
+// Rank r's view of the mesh, as ChannelLink takes it.
+std::vector<std::vector<Channel*>> channels_of(const ChannelMesh& mesh, int rank);
 
 class ChannelLink : public Link {
  public:

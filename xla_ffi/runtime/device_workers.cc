@@ -1,0 +1,58 @@
+#include "runtime/device_workers.h"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace accl {
+namespace {
+
+struct Worker {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::function<void()>> jobs;
+
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        ready.wait(lock, [&] { return !jobs.empty(); });
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      job();
+    }
+  }
+};
+
+Worker& worker_for(int64_t device) {
+  // Never destroyed: the workers wait on their condition variables until the process
+  // exits, and destroying a condition variable with waiters would hang the exit.
+  static auto* mutex = new std::mutex;
+  static auto* workers = new std::map<int64_t, std::unique_ptr<Worker>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  auto& slot = (*workers)[device];
+  if (!slot) {
+    slot = std::make_unique<Worker>();
+    Worker* w = slot.get();
+    std::thread([w] { w->loop(); }).detach();
+  }
+  return *slot;
+}
+
+}  // namespace
+
+void run_on_device_worker(int64_t device, std::function<void()> job) {
+  Worker& w = worker_for(device);
+  {
+    std::lock_guard<std::mutex> lock(w.mutex);
+    w.jobs.push_back(std::move(job));
+  }
+  w.ready.notify_one();
+}
+
+}  // namespace accl
