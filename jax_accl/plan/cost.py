@@ -29,13 +29,15 @@ class Constants:
 
 
 def _local_phases(t: Topology, size: float, c: Constants) -> tuple[float, float]:
-    """Reduce-scatter and all-gather among the devices of one host, in memory."""
+    """Reduce-scatter and all-gather among the devices of one host, which share its
+    memory (or intra-host link) bandwidth: the reduce-scatter reads every device's
+    buffer once and writes one buffer ((d+1)·S bytes; the adds hide under the reads); the
+    all-gather copies (d-1) slices into every device (2(d-1)·S bytes)."""
     d = t.devices_per_host
     if d == 1:
         return 0.0, 0.0
-    share = (d - 1) / d * size
-    return (c.alpha_mem_s + share * (c.beta_mem_s_per_byte + c.gamma_s_per_byte),
-            c.alpha_mem_s + share * c.beta_mem_s_per_byte)
+    return (c.alpha_mem_s + (d + 1) * size * c.beta_mem_s_per_byte,
+            c.alpha_mem_s + 2 * (d - 1) * size * c.beta_mem_s_per_byte)
 
 
 def _inter(t: Topology, inner: str, size: float, c: Constants) -> float:

@@ -87,7 +87,7 @@ def test_bigraph_report_names_the_shared_links():
 
 
 def test_predictions_rank_algorithms_sensibly():
-    c = Constants()
+    c = Constants(beta_mem_s_per_byte=1 / 300e9, gamma_s_per_byte=1 / 300e9)  # NVLink-class
     big = Topology(1024, 8, 8, 200)
     times = {a: predict_seconds(big, a, 256 << 20, c) for a in
              ["flat ring", "hierarchical ring", "hierarchical halving_doubling"]}
