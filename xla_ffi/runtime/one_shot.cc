@@ -1,5 +1,7 @@
 #include "runtime/one_shot.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -27,7 +29,28 @@ struct Pending {
   std::vector<std::vector<void*>> outputs;      // per rank, per segment
   std::vector<int64_t> devices;
   std::vector<std::function<void(const Status&)>> done;
+  // Per rank: kWaiting while its thread still waits inline for the result (briefly),
+  // kDetached once it has returned a pending future, kHandedBack when the completer left
+  // the result for the waiting thread to deliver itself.
+  std::unique_ptr<std::atomic<int>[]> handoff;
+  Status result;
 };
+
+constexpr int kWaiting = 0, kDetached = 1, kHandedBack = 2;
+// How long an early rank waits inline for the others before it returns a pending future.
+constexpr auto kInlineWait = std::chrono::microseconds(50);
+
+// Delivers `s` to every present rank except `self`: to a rank still waiting inline by
+// handing it back, else on the rank's device worker (see complete()).
+void release(Pending& p, int self, const Status& s) {
+  p.result = s;
+  for (int r = 0; r < p.size; ++r) {
+    if (r == self || !p.present[r]) continue;
+    int expected = kWaiting;
+    if (p.handoff[r].compare_exchange_strong(expected, kHandedBack)) continue;
+    run_on_device_worker(p.devices[r], [done = std::move(p.done[r]), s] { done(s); });
+  }
+}
 
 // Never destroyed (see device_workers.cc): the watchdog waits on g_watchdog_cv until exit.
 std::mutex& g_mutex = *new std::mutex;
@@ -52,9 +75,7 @@ void watchdog() {
     for (auto& p : expired) {
       Status s = error(Code::kTimeout, p->label, ": timed out waiting for ranks [", missing_ranks(p->present),
                        "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
-      for (size_t r = 0; r < p->done.size(); ++r) {
-        if (p->present[r]) run_on_device_worker(p->devices[r], [done = p->done[r], s] { done(s); });
-      }
+      release(*p, -1, s);
     }
     lock.lock();
   }
@@ -112,15 +133,11 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, ReduceF
   } else {
     algorithm_stats()[static_cast<int>(recorded)].errors.fetch_add(p.size, std::memory_order_relaxed);
   }
-  // Each rank's completion runs on that device's worker thread: XLA may continue the
-  // device's program right inside it, and that program may block (another collective),
-  // which must not hold up this thread, the other devices' completions, or their work.
-  for (int r = 0; r < p.size; ++r) {
-    if (r == self) {
-      continue;
-    }
-    run_on_device_worker(p.devices[r], [done = std::move(p.done[r]), s] { done(s); });
-  }
+  // A rank that returned a pending future is completed on its device's worker thread:
+  // XLA may continue the device's program right inside the completion, and that program
+  // may block (another collective), which must not hold up this thread or other devices.
+  // A rank still waiting inline delivers the result on its own thread.
+  release(p, self, s);
   p.done[self](s);
 }
 
@@ -138,7 +155,7 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
   }
   const size_t elem = dtype_size(sig.dtype);
   ensure_watchdog();
-  std::shared_ptr<Pending> ready;
+  std::shared_ptr<Pending> ready, waiting;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto& slot = g_pending[spec.key];
@@ -154,6 +171,8 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
       slot->outputs.resize(spec.size);
       slot->devices.resize(spec.size, -1);
       slot->done.resize(spec.size);
+      slot->handoff = std::make_unique<std::atomic<int>[]>(spec.size);
+      for (int r = 0; r < spec.size; ++r) slot->handoff[r].store(kWaiting);
     }
     Pending& p = *slot;
     Status refused;
@@ -178,11 +197,23 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
     if (++p.joined == p.size) {
       ready = slot;
       g_pending.erase(spec.key);
+    } else {
+      waiting = slot;
     }
   }
   // Ranks disagreeing on segment sizes may have staged different lengths: complete()
   // checks signatures before reading anything.
-  if (ready) complete(*ready, spec.rank, counts, fn, elem, Algorithm::kDirect);
+  if (ready) return complete(*ready, spec.rank, counts, fn, elem, Algorithm::kDirect);
+  // An early rank: wait a moment for the last one (then the result is delivered on this
+  // thread, no hand-off), else return and leave the call pending.
+  std::atomic<int>& state = waiting->handoff[spec.rank];
+  const auto until = Clock::now() + kInlineWait;
+  while (state.load(std::memory_order_acquire) == kWaiting && Clock::now() < until) {
+    sched_yield();
+  }
+  int expected = kWaiting;
+  if (state.compare_exchange_strong(expected, kDetached)) return;  // completed later
+  waiting->done[spec.rank](waiting->result);
 }
 
 }  // namespace accl
