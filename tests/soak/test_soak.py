@@ -62,6 +62,8 @@ def test_native_soak():
             np.testing.assert_array_equal(out, want, err_msg=f"call {i}")
         if i == NATIVE_CALLS // 10:
             baseline = rss_mib()
+    print(f"\nnative soak: {NATIVE_CALLS} calls, resident memory {baseline:.0f} -> "
+          f"{rss_mib():.0f} MiB")
     assert rss_mib() - baseline < 64, (baseline, rss_mib())
 
 
@@ -97,6 +99,7 @@ def test_jax_soak():
         np.testing.assert_array_equal(got, want, err_msg=f"call {i}")
         if i == JAX_CALLS // 5:
             baseline = rss_mib()
+    print(f"\nJAX soak: {JAX_CALLS} calls, resident memory {baseline:.0f} -> {rss_mib():.0f} MiB")
     assert rss_mib() - baseline < 64, (baseline, rss_mib())
 
 
@@ -104,6 +107,8 @@ def test_multi_process_soak():
     worker = str(Path(__file__).parents[1] / "multiprocess" / "worker.py")
     results = launch.run_job([worker, "--scenario", "soak", "--reps", str(PROCESS_CALLS)], 3, 2,
                              env=[{"JAX_ACCL_TIMEOUT_S": "60"}] * 3, timeout=900)
+    print(f"\nmulti-process soak: {PROCESS_CALLS} calls x 3 processes, resident memory growth "
+          f"{[round(r['rss_growth_mib'], 1) for r in results]} MiB")
     for r in results:
         assert r["calls"] == PROCESS_CALLS
         assert r["rss_growth_mib"] < 64, r
