@@ -130,4 +130,5 @@ def test_ranks_in_different_calls_all_raise():
     for r in results:
         assert r["error"] is not None and "jax_accl" in r["error"], r
         assert r["seconds_to_error"] < 20, r
-    assert any("different call" in r["error"] for r in results), results
+    # Whichever rank sees the bad frame first, the reason reaches every rank.
+    assert all("different call" in r["error"] for r in results), results

@@ -67,7 +67,7 @@ Status run_over_link(World& world, const std::vector<int64_t>& members, int rank
   std::unique_ptr<ChannelLink> link;
   ACCL_RETURN_IF_ERROR(open_link(world, members, rank, tag, where, deadline, &link));
   Status s = run_allreduce(algorithm, *link, segments, reduction);
-  if (!s.ok()) link->fail();
+  if (!s.ok()) link->fail(s.code());
   *sent_by_rail = link->bytes_sent_by_rail();
   return s;
 }

@@ -183,7 +183,7 @@ void test_errors() {
     auto& out = r == 0 ? out_a : out_b;
     Status s = run_allreduce(Algorithm::kRing, link, {Buffers{in.data(), out.data(), in.size(), 4, 0}},
                              Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4});
-    if (!s.ok()) link.fail();
+    if (!s.ok()) link.fail(s.code());
     return s;
   });
   expect(!status[0].ok() && !status[1].ok(), "mismatched lengths fail on both ranks");

@@ -32,7 +32,8 @@ class Channel {
   virtual Status check_peer() { return Status::Ok(); }
   // After a failure mid-stream: makes the peer's next read or write fail at once
   // (the stream cannot be resynchronised), so errors spread instead of hanging.
-  virtual void poison() {}
+  // `reason`: what failed on this side, passed on where the transport can (memory rings).
+  virtual void poison(Code reason) {}
   // e.g. "tcp rail eth1 to 10.0.1.2:4711" or "shm".
   virtual std::string describe() const = 0;
   // Share of a striped message this channel carries (rails of different bandwidth).

@@ -76,11 +76,11 @@ std::string ChannelLink::peer_label(int peer) const {
   return out;
 }
 
-void ChannelLink::fail() {
+void ChannelLink::fail(Code reason) {
   for (auto& list : channels_) {
     for (Channel* c : list) {
       if (c->broken.ok()) c->broken = Status(Code::kAborted, "stream broken by an earlier error");
-      c->poison();
+      c->poison(reason);
     }
   }
   sends_.clear();

@@ -65,7 +65,7 @@ class ChannelLink : public Link {
   // Payload bytes this link has sent, per rail (Channel::rail).
   const std::map<std::string, uint64_t>& bytes_sent_by_rail() const { return sent_by_rail_; }
   // Marks every channel of this link broken and tells the peers (see Channel::poison).
-  void fail();
+  void fail(Code reason);
 
  private:
   struct Transfer {

@@ -83,10 +83,22 @@ Status RingChannel::check_peer() {
   return Status::Ok();
 }
 
-void RingChannel::poison() { header_->poisoned.store(1, std::memory_order_release); }
+void RingChannel::poison(Code reason) {
+  uint32_t expected = 0;  // the first failure is the one worth reporting
+  header_->poisoned.compare_exchange_strong(expected, 1 + static_cast<uint32_t>(reason),
+                                            std::memory_order_acq_rel);
+}
 
 Status RingChannel::poisoned_error() const {
-  return error(Code::kAborted, label_, ": the peer aborted this stream after an error of its own");
+  const Code reason = static_cast<Code>(header_->poisoned.load(std::memory_order_acquire) - 1);
+  if (reason == Code::kMismatch) {
+    return error(Code::kMismatch, label_,
+                 ": the peer found a mismatch: the ranks are in different calls (shapes, "
+                 "dtypes, ops or algorithm differ between ranks)");
+  }
+  return error(reason == Code::kTimeout ? Code::kTimeout : Code::kAborted, label_,
+               ": the peer aborted this stream after an error of its own (",
+               code_name(reason), ")");
 }
 
 void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1) {

@@ -27,7 +27,7 @@ struct alignas(64) RingPairHeader {
   std::atomic<uint32_t> magic;
   std::atomic<uint32_t> attached;  // ends that have mapped the region
   std::atomic<int32_t> pid[2];     // owner process of each side
-  std::atomic<uint32_t> poisoned;  // set by an end that failed mid-stream
+  std::atomic<uint32_t> poisoned;  // 1 + the Code of the failure, set by an end that failed
   char pad[44];
   RingControl control[2];
 };
@@ -44,7 +44,7 @@ class RingChannel : public Channel {
   Status write_some(const void* data, size_t bytes, size_t* done) override;
   Status read_some(void* data, size_t bytes, size_t* done) override;
   Status check_peer() override;
-  void poison() override;
+  void poison(Code reason) override;
   std::string describe() const override { return label_; }
 
  private:

@@ -158,7 +158,7 @@ TcpChannel::TcpChannel(int fd, std::string label, double weight)
 
 TcpChannel::~TcpChannel() { close(fd_); }
 
-void TcpChannel::poison() { shutdown(fd_, SHUT_RDWR); }
+void TcpChannel::poison(Code) { shutdown(fd_, SHUT_RDWR); }
 
 Status TcpChannel::write_some(const void* data, size_t bytes, size_t* done) {
   *done = 0;

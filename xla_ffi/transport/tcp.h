@@ -48,7 +48,7 @@ class TcpChannel : public Channel {
   Status write_some(const void* data, size_t bytes, size_t* done) override;
   Status read_some(void* data, size_t bytes, size_t* done) override;
   int poll_fd() const override { return fd_; }
-  void poison() override;
+  void poison(Code reason) override;
   std::string describe() const override { return label_; }
   double weight() const override { return weight_; }
 
