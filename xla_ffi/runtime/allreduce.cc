@@ -8,28 +8,56 @@
 
 namespace accl {
 
+Status reduction_for(const CallSpec& spec, Reduction* reduction) {
+  const Signature& sig = spec.signature;
+  reduction->fn = reduce_kernel(sig.dtype, sig.op);
+  reduction->elem_size = dtype_size(sig.dtype);
+  if (reduction->fn == nullptr) {
+    return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label, ": ",
+                 reduce_op_name(sig.op), " is not defined for ", dtype_name(sig.dtype));
+  }
+  return Status::Ok();
+}
+
+void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point start,
+                 Clock::time_point end, uint64_t bytes) {
+  auto ns = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  AlgorithmStats& stats = algorithm_stats()[static_cast<int>(algorithm)];
+  stats.calls.fetch_add(1, std::memory_order_relaxed);
+  stats.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  stats.nanoseconds.fetch_add(ns(end) - ns(start), std::memory_order_relaxed);
+  if (trace_enabled() || debug_calls()) {
+    TraceEvent call{str_cat("accl_allreduce ", algorithm_name(algorithm), " ", human_bytes(bytes)),
+                    spec.device, ns(start), ns(end), bytes, spec.label};
+    if (debug_calls()) debug_call(call);
+    trace_record(std::move(call));
+  }
+}
+
+void record_error(Algorithm algorithm) {
+  algorithm_stats()[static_cast<int>(algorithm)].errors.fetch_add(1, std::memory_order_relaxed);
+}
+
 Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
                        const std::vector<void*>& out, const std::vector<uint64_t>& counts) {
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
-  ReduceFn fn = reduce_kernel(sig.dtype, sig.op);
-  if (fn == nullptr) {
-    return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label, ": ",
-                 reduce_op_name(sig.op), " is not defined for ", dtype_name(sig.dtype));
-  }
+  Reduction reduction;
+  ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
   if (spec.rank < 0 || spec.rank >= spec.size) {
     return error(Code::kInvalidArgument, "rank ", spec.rank, " outside group of ", spec.size);
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
-  const size_t elem = dtype_size(sig.dtype);
+  const size_t elem = reduction.elem_size;
   // Within one process "hierarchical" has a single level: the automatic choice.
   Algorithm algorithm = (sig.algorithm == Algorithm::kAuto ||
                          sig.algorithm == Algorithm::kHierarchical)
                             ? choose_algorithm(spec.size, sig.count * elem, /*peer_memory=*/true,
                                                cost_model())
                             : sig.algorithm;
-  AlgorithmStats& stats = algorithm_stats()[static_cast<int>(algorithm)];
 
   std::vector<Buffers> segments;
   for (size_t k = 0; k < counts.size(); ++k) {
@@ -40,29 +68,14 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
       join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments, &exchange);
   if (s.ok()) {
     LocalLink link(exchange, spec.rank, deadline);
-    s = run_allreduce(algorithm, link, segments, Reduction{fn, elem});
+    s = run_allreduce(algorithm, link, segments, reduction);
     if (!s.ok()) link.fail(s);
   }
   if (!s.ok()) {
-    stats.errors.fetch_add(1, std::memory_order_relaxed);
+    record_error(algorithm);
     return s;
   }
-  stats.calls.fetch_add(1, std::memory_order_relaxed);
-  stats.bytes.fetch_add(sig.count * elem, std::memory_order_relaxed);
-  const auto end = std::chrono::steady_clock::now();
-  stats.nanoseconds.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
-      std::memory_order_relaxed);
-  if (trace_enabled() || debug_calls()) {
-    auto ns = [](std::chrono::steady_clock::time_point t) {
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-    };
-    TraceEvent call{str_cat("accl_allreduce ", algorithm_name(algorithm), " ",
-                            human_bytes(sig.count * elem)),
-                    spec.device, ns(start), ns(end), sig.count * elem, spec.label};
-    if (debug_calls()) debug_call(call);
-    trace_record(std::move(call));
-  }
+  record_call(algorithm, spec, start, Clock::now(), sig.count * elem);
   return Status::Ok();
 }
 

@@ -21,6 +21,15 @@ struct CallSpec {
   double timeout_s = 120.0;
 };
 
+// The reduce kernel of spec.signature, or an error naming the rank and the call.
+Status reduction_for(const CallSpec& spec, Reduction* reduction);
+
+// Bookkeeping of one rank's finished call: stats of `algorithm`, and the trace event and
+// debug line when those are on. record_error counts a failed call.
+void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point start,
+                 Clock::time_point end, uint64_t bytes);
+void record_error(Algorithm algorithm);
+
 // One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements each.
 // spec.signature's count/segments/layout are filled from `counts`.
 Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,

@@ -123,13 +123,10 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
 
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
-  ReduceFn fn = reduce_kernel(sig.dtype, sig.op);
-  if (fn == nullptr) {
-    return error(Code::kInvalidArgument, spec.label, ": ", reduce_op_name(sig.op),
-                 " is not defined for ", dtype_name(sig.dtype));
-  }
-  const size_t elem = dtype_size(sig.dtype);
-  const Reduction reduction{fn, elem};
+  Reduction reduction;
+  ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
+  const ReduceFn fn = reduction.fn;
+  const size_t elem = reduction.elem_size;
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const uint64_t tag = call_tag(sig, spec.size);
   const auto start = Clock::now();
@@ -139,24 +136,12 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   const bool flat = sig.algorithm == Algorithm::kDirect || sig.algorithm == Algorithm::kRing ||
                     sig.algorithm == Algorithm::kHalvingDoubling;
   const Algorithm recorded = flat ? sig.algorithm : Algorithm::kHierarchical;
-  AlgorithmStats& stats = algorithm_stats()[static_cast<int>(recorded)];
-  auto trace_call = [&](Clock::time_point end) {
-    if (trace_enabled() || debug_calls()) {
-      TraceEvent call{str_cat("accl_allreduce ", algorithm_name(recorded), " ",
-                              human_bytes(sig.count * elem)),
-                      spec.device, ns_of(start), ns_of(end), sig.count * elem, spec.label};
-      if (debug_calls()) debug_call(call);
-      trace_record(std::move(call));
-    }
-  };
   auto finish = [&](const Status& s) {
-    if (!s.ok()) {
-      stats.errors.fetch_add(1, std::memory_order_relaxed);
-      return s;
+    if (s.ok()) {
+      record_call(recorded, spec, start, Clock::now(), sig.count * elem);
+    } else {
+      record_error(recorded);
     }
-    stats.calls.fetch_add(1, std::memory_order_relaxed);
-    stats.bytes.fetch_add(sig.count * elem, std::memory_order_relaxed);
-    stats.nanoseconds.fetch_add(elapsed_ns(start), std::memory_order_relaxed);
     return s;
   };
 
@@ -170,7 +155,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                              segments, reduction, &sent);
     trace_rails(str_cat("flat ", algorithm_name(sig.algorithm)).c_str(), sent, spec.device, start,
                 Clock::now(), spec.label);
-    trace_call(Clock::now());
     return finish(s);
   }
 
@@ -277,7 +261,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     trace_phase("local all-gather", phase_start, (sig.count * elem) - slice_bytes);
   }
   phase_nanoseconds()[2].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
-  trace_call(Clock::now());
   return finish(Status::Ok());
 }
 

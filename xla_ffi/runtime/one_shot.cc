@@ -112,26 +112,14 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, ReduceF
       }
       offset += bytes;
     }
-    AlgorithmStats& stats = algorithm_stats()[static_cast<int>(recorded)];
-    stats.calls.fetch_add(p.size, std::memory_order_relaxed);
-    stats.bytes.fetch_add(p.size * offset, std::memory_order_relaxed);
-    const auto now = Clock::now();
-    stats.nanoseconds.fetch_add(
-        p.size * std::chrono::duration_cast<std::chrono::nanoseconds>(now - p.first_arrival).count(),
-        std::memory_order_relaxed);
-    if (trace_enabled() || debug_calls()) {
-      auto ns = [](Clock::time_point t) {
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-      };
-      for (int r = 0; r < p.size; ++r) {
-        TraceEvent call{str_cat("accl_allreduce ", algorithm_name(recorded), " ", human_bytes(offset)),
-                        p.devices[r], ns(p.first_arrival), ns(now), offset, p.label};
-        if (debug_calls()) debug_call(call);
-        trace_record(std::move(call));
-      }
+    CallSpec spec;
+    spec.label = p.label;
+    for (int r = 0; r < p.size; ++r) {
+      spec.device = p.devices[r];
+      record_call(recorded, spec, p.first_arrival, Clock::now(), offset);
     }
   } else {
-    algorithm_stats()[static_cast<int>(recorded)].errors.fetch_add(p.size, std::memory_order_relaxed);
+    for (int r = 0; r < p.size; ++r) record_error(recorded);
   }
   // A rank that returned a pending future is completed on its device's worker thread:
   // XLA may continue the device's program right inside the completion, and that program
@@ -148,12 +136,11 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
                         std::function<void(const Status&)> done) {
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
-  ReduceFn fn = reduce_kernel(sig.dtype, sig.op);
-  if (fn == nullptr) {
-    return done(error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label, ": ",
-                      reduce_op_name(sig.op), " is not defined for ", dtype_name(sig.dtype)));
-  }
-  const size_t elem = dtype_size(sig.dtype);
+  Reduction reduction;
+  Status usable = reduction_for(spec, &reduction);
+  if (!usable.ok()) return done(usable);
+  const ReduceFn fn = reduction.fn;
+  const size_t elem = reduction.elem_size;
   ensure_watchdog();
   std::shared_ptr<Pending> ready, waiting;
   {
