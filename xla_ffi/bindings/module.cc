@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "algorithms/select.h"
+#include "bindings/parse.h"
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
 #include "runtime/stats.h"
@@ -33,13 +34,6 @@ nb::dict registrations() {
   nb::dict targets;
   targets["accl_allreduce"] = nb::capsule(reinterpret_cast<void*>(AcclAllreduceHandler));
   return targets;
-}
-
-template <typename T, typename Parse>
-T parse_or_throw(const std::string& name, Parse parse, const char* what) {
-  T value;
-  if (!parse(name, &value)) throw nb::value_error((std::string("unknown ") + what + ": " + name).c_str());
-  return value;
 }
 
 // Runs one all-reduce with a thread per rank over the in-process transport. Rank r

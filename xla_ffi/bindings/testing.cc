@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "bindings/parse.h"
 #include "common/dtype.h"
 #include "reduce/reduce.h"
 #include "transport/channel_link.h"
@@ -21,13 +22,6 @@ namespace nb = nanobind;
 
 namespace accl {
 namespace {
-
-template <typename T, typename Parse>
-T parse_or_throw(const std::string& name, Parse parse, const char* what) {
-  T value;
-  if (!parse(name, &value)) throw nb::value_error((std::string("unknown ") + what + ": " + name).c_str());
-  return value;
-}
 
 // Runs one all-reduce with a thread per rank over message channels (memory rings, the
 // same framing and progress engine as the cross-process transports): the message path
