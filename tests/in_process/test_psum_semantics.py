@@ -101,6 +101,36 @@ def test_every_algorithm_in_jax(mesh8, algorithm):
     assert_same(got, run("lax", lambda lib, a: lib.psum(a, "i"), mesh8, [P("i")], P(), x))
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "direct", "ring", "halving_doubling",
+                                       "reduce_broadcast"])
+@pytest.mark.parametrize("elements", [1000, 300_000])  # staged one-shot, and in peers' memory
+def test_in_place_with_operand_dead_or_still_needed(mesh8, algorithm, elements):
+    """The call writes its result into its operand's buffer: when the operand is an
+    intermediate nobody needs afterwards (a gradient) XLA hands over that buffer; when it
+    is used again (here: added to the result) XLA must keep a copy. Both must be exact."""
+    x = values((8, elements), "int32")
+
+    def body(lib, a):
+        b = a * 3 + 1  # dead after the all-reduce
+        reduce = ((lambda v: jax_accl.allreduce(v, "i", algorithm=algorithm)) if lib is jax_accl
+                  else (lambda v: lib.psum(v, "i")))
+        return reduce(b), reduce(a) + a, a  # `a` is read again after its all-reduce
+
+    got = run("accl", body, mesh8, [P("i")], (P(), P("i"), P("i")), x)
+    assert_same(got, run("lax", body, mesh8, [P("i")], (P(), P("i"), P("i")), x))
+
+
+def test_lowering_declares_in_place(mesh8):
+    fn = jax.jit(jax.shard_map(lambda a, b: jax_accl.psum((a, b), "i"), mesh=mesh8,
+                               in_specs=(P("i"), P("i")), out_specs=P()))
+    spec = jax.ShapeDtypeStruct((8, 4), np.float32,
+                                sharding=jax.sharding.NamedSharding(mesh8, P("i")))
+    text = fn.lower(spec, spec).as_text()
+    assert "output_operand_aliases" in text
+    assert text.count("output_tuple_indices = [1]") == 1
+    assert text.count("output_tuple_indices = [2]") == 1
+
+
 def test_prod(mesh8):
     x = values((8, 9), "int32")
     got = run("accl", lambda lib, a: jax_accl.allreduce(a, "i", op="prod"), mesh8, [P("i")],

@@ -12,8 +12,9 @@ import pytest
 from jax_accl import _accl
 
 
-def run_channels(inputs, algorithm, stripes=1, counts=None, op="sum", timeout_s=30.0):
-    outputs = [np.empty_like(x) for x in inputs]
+def run_channels(inputs, algorithm, stripes=1, counts=None, op="sum", timeout_s=30.0,
+                 in_place=False):
+    outputs = inputs if in_place else [np.empty_like(x) for x in inputs]
     counts = counts or [x.size for x in inputs]
     errors = _accl.allreduce_threads_channels(
         [x.ctypes.data for x in inputs], [o.ctypes.data for o in outputs], counts,
@@ -32,6 +33,20 @@ def test_message_path_matches_numpy_bitwise(algorithm, n, count, stripes):
     assert errors == [""] * n
     with np.errstate(over="ignore"):
         want = np.sum(inputs, axis=0, dtype=np.int32) if count else np.empty(0, np.int32)
+    for out in outputs:
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling"])
+@pytest.mark.parametrize("n", [3, 4])
+def test_in_place_message_path(algorithm, n):
+    """out == in (XLA's aliased operand): sends still in flight must read the input."""
+    rng = np.random.default_rng(n)
+    inputs = [rng.integers(-2**31, 2**31 - 1, 300_001, dtype=np.int32) for _ in range(n)]
+    with np.errstate(over="ignore"):
+        want = np.sum(inputs, axis=0, dtype=np.int32)
+    outputs, errors = run_channels(inputs, algorithm, in_place=True)
+    assert errors == [""] * n
     for out in outputs:
         np.testing.assert_array_equal(out, want)
 

@@ -24,7 +24,8 @@ inline constexpr int kNumAlgorithms = 6;
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);
 
-// One rank's buffers: `count` elements of `elem_size` bytes; in and out do not overlap.
+// One rank's buffers: `count` elements of `elem_size` bytes; in and out are either the
+// same buffer (an in-place all-reduce: every algorithm handles it) or do not overlap.
 // A call may all-reduce several such segments (fused leaves of a pytree); `segment` is
 // the index under which peers published theirs (PeerMemory).
 struct Buffers {

@@ -5,16 +5,38 @@
 //   ranks joined, so the call has a single sync point; larger ones end with the
 //   caller's barrier (peers may still be reading our input). Otherwise every rank sends its input to
 //   every other rank. Bytes read per rank: n·S, which is why it only wins for small S.
+//   In place (in == out), the result is built aside: peers read our input, or our sends
+//   read it, until everybody is done; then it is copied over (after a barrier, in memory).
 #include "algorithms/algorithm.h"
 
 #include <cstring>
+#include <vector>
 
 namespace accl {
+namespace {
+
+Status direct_messages(Link& link, const Buffers& buf, const Reduction& reduction);
+
+}  // namespace
 
 Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reduction) {
-  const int n = link.size(), me = link.rank();
+  const int n = link.size();
   const size_t bytes = buf.count * buf.elem_size;
-  if (PeerMemory* peers = link.peer_memory()) {
+  PeerMemory* peers = link.peer_memory();
+  if (buf.in == buf.out && bytes > 0 && !(peers && peers->inputs_staged())) {
+    std::vector<char> result(bytes);
+    Buffers aside = buf;
+    aside.out = result.data();
+    if (peers) {
+      ACCL_RETURN_IF_ERROR(allreduce_direct(link, aside, reduction));
+      ACCL_RETURN_IF_ERROR(peers->barrier());  // nobody reads our input any more
+    } else {
+      ACCL_RETURN_IF_ERROR(direct_messages(link, aside, reduction));  // sends done on return
+    }
+    std::memcpy(buf.out, result.data(), bytes);
+    return Status::Ok();
+  }
+  if (peers) {
     if (bytes > 0) {
       const int seg = buf.segment;
       reduction.fn(buf.out, peers->input(0, seg), peers->input(1, seg), buf.count);
@@ -22,6 +44,14 @@ Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reducti
     }
     return Status::Ok();
   }
+  return direct_messages(link, buf, reduction);
+}
+
+namespace {
+
+Status direct_messages(Link& link, const Buffers& buf, const Reduction& reduction) {
+  const int n = link.size(), me = link.rank();
+  const size_t bytes = buf.count * buf.elem_size;
   for (int peer = 0; peer < n; ++peer) {
     if (peer != me) ACCL_RETURN_IF_ERROR(link.post_send(peer, buf.in, bytes));
   }
@@ -46,4 +76,5 @@ Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reducti
   return link.wait_sends();
 }
 
+}  // namespace
 }  // namespace accl

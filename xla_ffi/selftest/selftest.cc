@@ -66,9 +66,12 @@ std::vector<Status> on_threads(int n, const std::function<Status(int)>& body) {
   return status;
 }
 
-void test_in_process(Algorithm algorithm, int n, size_t count) {
+// in_place: out is in (XLA's aliased operand), as the lowering asks for.
+void test_in_process(Algorithm algorithm, int n, size_t count, bool in_place = false) {
   auto in = random_inputs(n, count, n * 7919 + count);
-  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count));
+  const auto want = reference_sum(in);
+  std::vector<std::vector<int32_t>> copies(in_place ? 0 : n, std::vector<int32_t>(count));
+  auto& out = in_place ? in : copies;
   const int64_t op_id = fresh_op_id();
   auto status = on_threads(n, [&](int r) {
     CallSpec spec;
@@ -81,28 +84,28 @@ void test_in_process(Algorithm algorithm, int n, size_t count) {
     spec.timeout_s = 30;
     return allreduce_local(spec, {in[r].data()}, {out[r].data()}, {count});
   });
-  const auto want = reference_sum(in);
   for (int r = 0; r < n; ++r) {
     expect(status[r].ok() && out[r] == want,
-           str_cat("in-process ", algorithm_name(algorithm), " n=", n, " count=", count,
+           str_cat("in-process ", algorithm_name(algorithm), in_place ? " in place" : "", " n=", n, " count=", count,
                    " rank ", r, ": ", status[r].message()));
   }
 }
 
 void test_channels(const char* transport, const PairMaker& make_pair, Algorithm algorithm, int n,
-                   size_t count, int stripes) {
+                   size_t count, int stripes, bool in_place = false) {
   const ChannelMesh mesh = make_channel_mesh(n, stripes, make_pair);
   auto in = random_inputs(n, count, n * 104729 + count);
-  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count));
+  const auto want = reference_sum(in);
+  std::vector<std::vector<int32_t>> copies(in_place ? 0 : n, std::vector<int32_t>(count));
+  auto& out = in_place ? in : copies;
   auto status = on_threads(n, [&](int r) {
     ChannelLink link(r, channels_of(mesh, r), 7, "selftest", Deadline::after_seconds(30));
     return run_allreduce(algorithm, link, {Buffers{in[r].data(), out[r].data(), count, 4, 0}},
                          Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4});
   });
-  const auto want = reference_sum(in);
   for (int r = 0; r < n; ++r) {
     expect(status[r].ok() && out[r] == want,
-           str_cat(transport, " ", algorithm_name(algorithm), " n=", n, " count=", count,
+           str_cat(transport, " ", algorithm_name(algorithm), in_place ? " in place" : "", " n=", n, " count=", count,
                    " stripes=", stripes, " rank ", r, ": ", status[r].message()));
   }
 }
@@ -210,10 +213,14 @@ int main() {
   const Algorithm messages[] = {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling};
   for (int n : {1, 2, 3, 5, 8}) {
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(70001)}) {
-      for (Algorithm a : all) test_in_process(a, n, count);
+      for (Algorithm a : all) {
+        test_in_process(a, n, count);
+        test_in_process(a, n, count, /*in_place=*/true);
+      }
       if (n == 1) continue;
       for (Algorithm a : messages) {
         test_channels("memory", memory_pair, a, n, count, count > 1000 ? 2 : 1);
+        test_channels("memory", memory_pair, a, n, count, 1, /*in_place=*/true);
         if (n <= 3) test_channels("shm", shm_pair, a, n, count, 1);
         if (n <= 3) test_channels("tcp", tcp_pair, a, n, count, n == 2 ? 2 : 1);
       }
