@@ -45,6 +45,17 @@ def test_sum_float32_every_shape(algorithm, n, count):
         np.testing.assert_array_equal(out, outputs[0])
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "reduce_broadcast"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("count", [5, 1000, 2**18 + 7])
+def test_one_pass_fold_rounds_like_the_pairwise_fold(algorithm, dtype, count):
+    """The k-input sum kernel adds in rank order, rounding after every addition exactly
+    as ((x0 + x1) + x2) + ... does in NumPy: bitwise equal, including the tail."""
+    inputs = rank_values(8, count, dtype, seed=5)
+    for out in allreduce_threads(inputs, "sum", algorithm):
+        np.testing.assert_array_equal(out, expected(inputs, "sum"))
+
+
 INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 
 

@@ -38,9 +38,9 @@ Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reducti
   }
   if (peers) {
     if (bytes > 0) {
-      const int seg = buf.segment;
-      reduction.fn(buf.out, peers->input(0, seg), peers->input(1, seg), buf.count);
-      for (int r = 2; r < n; ++r) reduction.fn(buf.out, buf.out, peers->input(r, seg), buf.count);
+      std::vector<const void*> sources(n);
+      for (int r = 0; r < n; ++r) sources[r] = peers->input(r, buf.segment);
+      reduction.fold(buf.out, sources.data(), n, buf.count);
     }
     return Status::Ok();
   }

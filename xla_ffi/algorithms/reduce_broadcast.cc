@@ -1,7 +1,7 @@
 // Reduce-broadcast all-reduce in shared memory, for large messages on one host.
 //   The buffer is cut into n blocks; rank r owns block r. For each tile of its block
 //   (small enough to stay in L1/L2) it folds the n inputs in rank order into a scratch
-//   tile, then stores the tile into block r of every rank's output with non-temporal
+//   tile (in one pass where there is a k-input kernel), then stores the tile into block r of every rank's output with non-temporal
 //   stores, which skip the read-for-ownership an ordinary store pays. The caller's
 //   closing barrier then tells everybody that all outputs are complete (and that inputs are no longer read).
 //   Memory traffic of the whole group: n·S bytes read and n·S written, the least any
@@ -32,10 +32,11 @@ Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reductio
   auto at = [&](const void* base, size_t elem) {
     return static_cast<const char*>(base) + elem * buf.elem_size;
   };
+  std::vector<const void*> sources(n);
   for (size_t done = 0; done < length; done += tile) {
     const size_t m = std::min(tile, length - done), e = first + done;
-    reduction.fn(scratch, at(peers->input(0, seg), e), at(peers->input(1, seg), e), m);
-    for (int r = 2; r < n; ++r) reduction.fn(scratch, scratch, at(peers->input(r, seg), e), m);
+    for (int r = 0; r < n; ++r) sources[r] = at(peers->input(r, seg), e);
+    reduction.fold(scratch, sources.data(), n, m);
     for (int k = 0; k < n; ++k) {  // start with our own output, then the next ranks'
       const int r = (me + k) % n;
       stream_copy(const_cast<char*>(at(peers->output(r, seg), e)), scratch, m * buf.elem_size);

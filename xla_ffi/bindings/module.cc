@@ -192,6 +192,12 @@ NB_MODULE(_accl, m) {
   m.def("reset_stats", &reset_stats);
   m.def("pending_calls", &pending_calls);
   m.def("reduce_isa", &reduce_isa);
+  m.def("stream_copy", [](uintptr_t dst, uintptr_t src, size_t bytes) {
+    nb::gil_scoped_release release;
+    stream_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    stream_fence();
+  }, nb::arg("dst"), nb::arg("src"), nb::arg("bytes"),
+     "memcpy with non-temporal stores (the bench's copy bandwidth), without the GIL");
   m.def(
       "choose_algorithm",
       [](int n, size_t bytes, bool peer_memory) {

@@ -14,6 +14,10 @@ ReduceFn reduce_kernel(DType dtype, ReduceOp op) {
   return kHasAvx2 ? kernels_avx2::lookup(dtype, op) : kernels_generic::lookup(dtype, op);
 }
 
+ReduceManyFn reduce_many_kernel(DType dtype, ReduceOp op) {
+  return kHasAvx2 ? kernels_avx2::lookup_many(dtype, op) : kernels_generic::lookup_many(dtype, op);
+}
+
 void stream_copy(void* dst, const void* src, size_t bytes) {
   if (kHasAvx2) {
     kernels_avx2::stream_copy(dst, src, bytes);

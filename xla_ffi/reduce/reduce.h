@@ -12,10 +12,15 @@
 namespace accl {
 
 using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[k-1][i], folded left to right (k >= 2).
+using ReduceManyFn = void (*)(void* dst, const void* const* srcs, int k, size_t count);
 
 // The kernel for (dtype, op), or nullptr where jax.lax has no such reduction
 // (min/max of complex numbers).
 ReduceFn reduce_kernel(DType dtype, ReduceOp op);
+// A one-pass kernel over k inputs, bit-identical to folding with reduce_kernel, where
+// there is one (sums of integers, float32 and float64); nullptr otherwise.
+ReduceManyFn reduce_many_kernel(DType dtype, ReduceOp op);
 
 // memcpy with non-temporal stores where the CPU has them (for data nobody reads soon);
 // call stream_fence() before publishing that the copies are complete.
@@ -28,10 +33,12 @@ const char* reduce_isa();
 // The kernels of one build; reduce.cc picks between these two tables.
 namespace kernels_avx2 {
 ReduceFn lookup(DType dtype, ReduceOp op);
+ReduceManyFn lookup_many(DType dtype, ReduceOp op);
 void stream_copy(void* dst, const void* src, size_t bytes);
 }
 namespace kernels_generic {
 ReduceFn lookup(DType dtype, ReduceOp op);
+ReduceManyFn lookup_many(DType dtype, ReduceOp op);
 void stream_copy(void* dst, const void* src, size_t bytes);
 }
 

@@ -11,6 +11,7 @@ namespace accl {
 Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   const Signature& sig = spec.signature;
   reduction->fn = reduce_kernel(sig.dtype, sig.op);
+  reduction->many = reduce_many_kernel(sig.dtype, sig.op);
   reduction->elem_size = dtype_size(sig.dtype);
   if (reduction->fn == nullptr) {
     return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label, ": ",

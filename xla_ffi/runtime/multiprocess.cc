@@ -125,7 +125,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   const Signature& sig = spec.signature;
   Reduction reduction;
   ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
-  const ReduceFn fn = reduction.fn;
   const size_t elem = reduction.elem_size;
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const uint64_t tag = call_tag(sig, spec.size);
@@ -198,11 +197,11 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       const void* reduced = seg.in_at(begin);
       if (k > 1 && len > 0) {
         scratch[s].resize(len * elem);
-        auto in_of = [&](int j) {
-          return static_cast<const char*>(peers->input(j, static_cast<int>(s))) + begin * elem;
-        };
-        fn(scratch[s].data(), in_of(0), in_of(1), len);
-        for (int j = 2; j < k; ++j) fn(scratch[s].data(), scratch[s].data(), in_of(j), len);
+        std::vector<const void*> sources(k);
+        for (int j = 0; j < k; ++j) {
+          sources[j] = static_cast<const char*>(peers->input(j, static_cast<int>(s))) + begin * elem;
+        }
+        reduction.fold(scratch[s].data(), sources.data(), k, len);
         reduced = scratch[s].data();
       }
       mine.push_back(Buffers{reduced, seg.out_at(begin), len, elem, static_cast<int>(s)});

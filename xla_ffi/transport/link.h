@@ -21,6 +21,17 @@ namespace accl {
 struct Reduction {
   ReduceFn fn = nullptr;
   size_t elem_size = 0;
+  ReduceManyFn many = nullptr;  // optional one-pass form of folding fn over k inputs
+
+  // dst = srcs[0] op srcs[1] op ... op srcs[k-1], left to right (k >= 2); dst may be srcs[0].
+  void fold(void* dst, const void* const* srcs, int k, size_t count) const {
+    if (many != nullptr) {
+      many(dst, srcs, k, count);
+      return;
+    }
+    fn(dst, srcs[0], srcs[1], count);
+    for (int r = 2; r < k; ++r) fn(dst, dst, srcs[r], count);
+  }
 };
 
 // Direct access to the buffers of the other ranks, where the transport has it (the
