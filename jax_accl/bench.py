@@ -138,7 +138,10 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
         single[name] = _timed(once, x, reps)
         short, long = program(reduce, loop), program(reduce, 2 * loop)
         samples = []
-        jax.block_until_ready((short(x), long(x)))  # compile both
+        # Compile and run both, one after the other: two programs of collectives in
+        # flight at once can split XLA's execution threads between them (see README).
+        jax.block_until_ready(short(x))
+        jax.block_until_ready(long(x))
         for _ in range(reps):  # interleaved, so a slow spell of the machine hits both
             samples.append((_seconds(long, x) - _seconds(short, x)) / loop)
         rows.append((name, max(statistics.median(samples), 1e-9)))
