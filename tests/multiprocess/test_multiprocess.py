@@ -50,15 +50,19 @@ def rail_shares(stats: dict) -> dict:
     return {k: v / total for k, v in tcp.items()} if total else {}
 
 
-@pytest.mark.parametrize("processes,devices", [(2, 4), (4, 2), (8, 1)])
-def test_one_host_matches_gloo_psum(processes, devices, tmp_path):
-    results = run(processes, devices, "correctness", extra=["--profile-dir", str(tmp_path)])
+@pytest.mark.parametrize("processes,devices,cma", [(2, 4, "1"), (4, 2, "1"), (8, 1, "1"),
+                                                   (2, 4, "0")])
+def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
+    results = run(processes, devices, "correctness", extra=["--profile-dir", str(tmp_path)],
+                  env=[{"JAX_ACCL_CMA": cma}] * processes)
     assert len(results) == processes
     for r in results:
         assert r["checks"] == 87
         transports = r["stats"]["transports"]
-        # Processes of one host talk through shared memory only.
+        # Processes of one host talk through shared memory only: rings for small slices,
+        # and for large ones cross-memory attach (unless JAX_ACCL_CMA=0).
         assert transports["shm"]["bytes_sent"] > 0
+        assert (transports.get("cma", {}).get("bytes_sent", 0) > 0) == (cma == "1")
         assert not any(k.startswith("tcp:") for k in transports)
         assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
         assert r["stats"]["algorithms"]["ring"]["calls"] > 0
@@ -67,7 +71,8 @@ def test_one_host_matches_gloo_psum(processes, devices, tmp_path):
     assert len(hosts) == 1
     if devices > 1:
         for r in results:
-            assert_hierarchical_phases(r["trace"], "inter-process", {"shm"})
+            assert_hierarchical_phases(r["trace"], "inter-process",
+                                       {"cma"} if cma == "1" else {"shm"})  # a 1 MiB call
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "algorithms/select.h"
 #include "reduce/reduce.h"
@@ -87,6 +88,44 @@ void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_
     trace_record(TraceEvent{str_cat(phase, between_hosts ? " rail " : " ", rail), device,
                             ns_of(start), ns_of(end), bytes, detail});
   }
+}
+
+// Slices from this size on go between the processes of one host by cross-memory attach.
+constexpr size_t kCmaMinBytes = 256 << 10;
+
+// Runs allreduce_cma over `link` (the group `cross` of processes on this host); *done
+// tells whether it ran. Whether the group can use cross-memory attach is probed on its
+// first call and remembered per group, by every member alike.
+Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& cross,
+                              const std::vector<Buffers>& mine, const Reduction& reduction,
+                              bool* done) {
+  static std::mutex mutex;
+  static std::map<std::vector<int64_t>, bool> usable_by_group;
+  bool known = false, usable = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = usable_by_group.find(cross);
+    if (it != usable_by_group.end()) known = true, usable = it->second;
+  }
+  *done = false;
+  if (known && !usable) return Status::Ok();
+  ACCL_RETURN_IF_ERROR(allreduce_cma(link, mine, reduction, /*probe=*/!known, &usable));
+  if (!known) {
+    std::lock_guard<std::mutex> lock(mutex);
+    usable_by_group[cross] = usable;
+  }
+  *done = usable;
+  if (usable) {
+    uint64_t bytes = 0;
+    for (const Buffers& b : mine) bytes += b.count * b.elem_size;
+    // This rank read its block from, and wrote it to, each of the n - 1 others.
+    const uint64_t moved = bytes / link.size() * (link.size() - 1);
+    TrafficStats& cma = traffic_stats("cma");
+    cma.bytes_received.fetch_add(moved, std::memory_order_relaxed);
+    cma.bytes_sent.fetch_add(moved, std::memory_order_relaxed);
+    cma.messages_sent.fetch_add(link.size() - 1, std::memory_order_relaxed);
+  }
+  return Status::Ok();
 }
 
 struct Layout {
@@ -236,11 +275,23 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
                                              /*peer_memory=*/false, model);
     std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*world, cross, cross_rank, tag, where, deadline, inner, mine,
-                             reduction, &sent);
+    std::unique_ptr<ChannelLink> link;
+    Status s = open_link(*world, cross, cross_rank, tag, where, deadline, &link);
+    bool done = false;
+    if (s.ok() && rails == 0 && slice_bytes >= kCmaMinBytes && world->cross_memory_attach()) {
+      s = allreduce_cross_memory(*link, cross, mine, reduction, &done);
+      if (done) trace_phase("inter-process reduce-broadcast cma", phase_start, slice_bytes);
+    }
+    if (s.ok() && !done) s = run_allreduce(inner, *link, mine, reduction);
+    if (link) {
+      if (!s.ok()) link->fail(s.code());
+      sent = link->bytes_sent_by_rail();
+    }
     if (!s.ok()) return fail_local(s);
-    trace_rails(str_cat(rails > 0 ? "inter-host " : "inter-process ", algorithm_name(inner)).c_str(),
-                sent, spec.device, phase_start, Clock::now(), spec.label);
+    if (!done) {
+      trace_rails(str_cat(rails > 0 ? "inter-host " : "inter-process ", algorithm_name(inner)).c_str(),
+                  sent, spec.device, phase_start, Clock::now(), spec.label);
+    }
   }
   phase_nanoseconds()[1].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
 

@@ -1,9 +1,12 @@
 #include "runtime/world.h"
 
+#include "transport/cma.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime/stats.h"
@@ -51,6 +54,11 @@ Status World::start(int process_index, int process_count, const std::string& sec
   w->secret_ = secret;
   w->host_ = host;
   w->stripes_per_rail_ = std::max(1, stripes_per_rail);
+  // JAX_ACCL_CMA=0 keeps large transfers between processes of a host on the
+  // shared-memory rings instead of cross-memory attach.
+  const char* cma = std::getenv("JAX_ACCL_CMA");
+  w->cross_memory_attach_ = cma == nullptr || std::strcmp(cma, "0") != 0;
+  if (w->cross_memory_attach_) allow_cross_memory_attach();
   for (Rail& rail : *rails) {
     int fd;
     ACCL_RETURN_IF_ERROR(tcp_listen(rail.ip, &fd, &rail.port));

@@ -57,6 +57,8 @@ class World {
   // The channels from device `me` (of this process) to device `peer`.
   Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
   uint64_t refused_connections() const { return refused_; }
+  // Whether large transfers between processes of this host may use cross-memory attach.
+  bool cross_memory_attach() const { return cross_memory_attach_; }
 
   ~World();
 
@@ -73,6 +75,7 @@ class World {
   std::string host_;
   std::vector<Rail> rails_;
   int stripes_per_rail_ = 1;
+  bool cross_memory_attach_ = true;
   std::vector<int> listeners_;
   int wake_pipe_[2] = {-1, -1};
   std::thread acceptor_;

@@ -110,6 +110,34 @@ void test_channels(const char* transport, const PairMaker& make_pair, Algorithm 
   }
 }
 
+// Cross-memory attach between threads of this process (the kernel copies from and to
+// our own pid just the same), addresses and barrier over memory rings.
+void test_cma(int n, size_t count, bool in_place) {
+  const ChannelMesh mesh = make_channel_mesh(n, 1, [](int, int, std::unique_ptr<Channel>* x,
+                                                      std::unique_ptr<Channel>* y) {
+    make_memory_channels(x, y);
+  });
+  auto in = random_inputs(n, count, n * 31 + count);
+  const auto want = reference_sum(in);
+  std::vector<std::vector<int32_t>> copies(in_place ? 0 : n, std::vector<int32_t>(count));
+  auto& out = in_place ? in : copies;
+  auto status = on_threads(n, [&](int r) {
+    ChannelLink link(r, channels_of(mesh, r), 9, "selftest cma", Deadline::after_seconds(30));
+    bool usable = false;
+    Status s = allreduce_cma(link, {Buffers{in[r].data(), out[r].data(), count, 4, 0}},
+                             Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4,
+                                       reduce_many_kernel(DType::kI32, ReduceOp::kSum)},
+                             /*probe=*/true, &usable);
+    if (s.ok() && !usable) s = error(Code::kInternal, "cross-memory attach unusable");
+    return s;
+  });
+  for (int r = 0; r < n; ++r) {
+    expect(status[r].ok() && out[r] == want,
+           str_cat("cma", in_place ? " in place" : "", " n=", n, " count=", count, " rank ", r,
+                   ": ", status[r].message()));
+  }
+}
+
 void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
   make_memory_channels(x, y);
 }
@@ -230,6 +258,12 @@ int main() {
     for (size_t count : {size_t(0), size_t(1), size_t(1000)}) test_one_shot(n, count, n);
   }
   test_one_shot(4, 100, 3);
+  for (int n : {2, 3, 5}) {
+    for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(100003)}) {
+      test_cma(n, count, false);
+      test_cma(n, count, true);
+    }
+  }
   test_errors();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;

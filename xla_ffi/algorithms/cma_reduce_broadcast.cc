@@ -1,0 +1,119 @@
+// Reduce-broadcast between processes of one host by cross-memory attach, for large
+// messages: the cross-process counterpart of reduce_broadcast.
+//   1. Every rank sends every other rank its pid and the addresses of its buffers (and,
+//      when asked to probe, whether it could read each peer's memory: all ranks then
+//      agree to go on, or all report CMA unusable before any data moves).
+//   2. Each segment is cut into n blocks; rank r owns block r. Tile by tile it reads
+//      block r of every peer's input straight from the peer's memory into a local tile,
+//      folds the n tiles in rank order and writes the result into block r of every
+//      peer's output (and its own): one kernel copy per byte each way, where a
+//      shared-memory ring makes two.
+//   3. A closing exchange of one-byte messages: afterwards every output is complete and
+//      nobody reads anybody's input any more.
+//   Only rank r ever reads or writes block r, so in == out (in place) is safe.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "transport/cma.h"
+
+namespace accl {
+namespace {
+
+constexpr size_t kTileBytes = 64 << 10;
+
+// All-to-all of one equal-length message per rank: mine to every peer, theirs into out[r].
+Status exchange(Link& link, const void* mine, size_t bytes, std::vector<std::vector<char>>* out) {
+  const int n = link.size(), me = link.rank();
+  out->assign(n, std::vector<char>(bytes));
+  for (int r = 0; r < n; ++r) {
+    if (r != me) ACCL_RETURN_IF_ERROR(link.post_send(r, mine, bytes));
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r != me) ACCL_RETURN_IF_ERROR(link.recv(r, (*out)[r].data(), bytes));
+  }
+  return link.wait_sends();
+}
+
+}  // namespace
+
+Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Reduction& reduction,
+                     bool probe, bool* usable) {
+  const int n = link.size(), me = link.rank();
+  // 1. Addresses: pid, then (in, out) per segment.
+  std::vector<uint64_t> mine{static_cast<uint64_t>(getpid())};
+  for (const Buffers& b : segments) {
+    mine.push_back(reinterpret_cast<uint64_t>(b.in));
+    mine.push_back(reinterpret_cast<uint64_t>(b.out));
+  }
+  std::vector<std::vector<char>> raw;
+  ACCL_RETURN_IF_ERROR(exchange(link, mine.data(), mine.size() * 8, &raw));
+  std::vector<std::vector<uint64_t>> peer(n, std::vector<uint64_t>(mine.size()));
+  for (int r = 0; r < n; ++r) {
+    if (r == me) {
+      peer[r] = mine;
+    } else {
+      std::memcpy(peer[r].data(), raw[r].data(), mine.size() * 8);
+    }
+  }
+  auto pid_of = [&](int r) { return static_cast<pid_t>(peer[r][0]); };
+  auto in_of = [&](int r, size_t s) { return peer[r][1 + 2 * s]; };
+  auto out_of = [&](int r, size_t s) { return peer[r][2 + 2 * s]; };
+
+  *usable = true;
+  size_t probed = 0;  // a segment with data, to try reading
+  while (probed < segments.size() && segments[probed].count == 0) ++probed;
+  if (probe && probed < segments.size()) {
+    // Can this rank read every peer? Everybody learns everybody's answer.
+    char can = 1, byte = 0;
+    for (int r = 0; r < n; ++r) {
+      if (r != me && !read_remote(pid_of(r), in_of(r, probed), &byte, 1).ok()) can = 0;
+    }
+    ACCL_RETURN_IF_ERROR(exchange(link, &can, 1, &raw));
+    for (int r = 0; r < n; ++r) *usable &= (r == me ? can : raw[r][0]) != 0;
+    if (!*usable) return Status::Ok();
+  }
+
+  // 2. My block of every segment, tile by tile.
+  thread_local std::vector<char> tiles;
+  tiles.resize(static_cast<size_t>(n + 1) * kTileBytes);
+  std::vector<const void*> sources(n);
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const Buffers& seg = segments[s];
+    const size_t elem = seg.elem_size, tile = std::max<size_t>(1, kTileBytes / elem);
+    const Blocks blocks{seg.count, n};
+    const size_t first = blocks.begin(me), length = blocks.length(me);
+    char* result = tiles.data() + static_cast<size_t>(n) * kTileBytes;
+    for (size_t done = 0; done < length; done += tile) {
+      const size_t m = std::min(tile, length - done), offset = (first + done) * elem;
+      for (int r = 0; r < n; ++r) {
+        if (r == me) {
+          sources[r] = seg.in_at(first + done);
+          continue;
+        }
+        char* local = tiles.data() + static_cast<size_t>(r) * kTileBytes;
+        Status got = read_remote(pid_of(r), in_of(r, s) + offset, local, m * elem);
+        if (!got.ok()) return error(got.code(), link.where(), ": ", got.message());
+        sources[r] = local;
+      }
+      reduction.fold(result, sources.data(), n, m);
+      for (int k = 1; k <= n; ++k) {  // the next ranks' outputs first, our own last
+        const int r = (me + k) % n;
+        if (r == me) {
+          std::memcpy(seg.out_at(first + done), result, m * elem);
+          continue;
+        }
+        Status put = write_remote(pid_of(r), out_of(r, s) + offset, result, m * elem);
+        if (!put.ok()) return error(put.code(), link.where(), ": ", put.message());
+      }
+    }
+  }
+  // 3. Closing exchange.
+  const char done = 1;
+  return exchange(link, &done, 1, &raw);
+}
+
+}  // namespace accl

@@ -1,0 +1,26 @@
+// Cross-memory attach: copying straight between this process's memory and another
+// process's (process_vm_readv / process_vm_writev), one copy by the kernel instead of
+// the two of a shared-memory ring (into the ring, out of it). Needs the right to ptrace
+// the peer: same user, and under Yama ptrace_scope 1 the peer's consent, which
+// allow_cross_memory_attach() gives for this process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace accl {
+
+// Lets any process of this user read and write this process's memory (PR_SET_PTRACER
+// where Yama is active; a no-op elsewhere).
+void allow_cross_memory_attach();
+
+// Copies `bytes` from address `remote` of process `pid` into `local`, or from `local` to
+// `remote`; loops over partial transfers. Errors name the peer and the errno.
+Status read_remote(pid_t pid, uint64_t remote, void* local, size_t bytes);
+Status write_remote(pid_t pid, uint64_t remote, const void* local, size_t bytes);
+
+}  // namespace accl
