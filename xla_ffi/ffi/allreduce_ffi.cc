@@ -128,7 +128,8 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
   spec.signature.algorithm = static_cast<Algorithm>(algorithm);
   // Count executions per logical device (the partition id): DeviceOrdinal is not a
   // reliable per-device key when XLA runs independent thunks on its worker pool.
-  spec.key = CallKey{run_id.run_id, op_id, group, next_sequence(logical, run_id.run_id, op_id)};
+  spec.key = CallKey{run_id.run_id, op_id, group,
+                     next_sequence(logical, run_id.run_id, op_id, timeout_ms / 1000.0)};
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
   spec.device = member_devices.empty() ? logical : member_devices[spec.rank];

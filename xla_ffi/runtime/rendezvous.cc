@@ -1,5 +1,7 @@
 #include "runtime/rendezvous.h"
 
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -132,21 +134,32 @@ struct SeqKeyHash {
   }
 };
 std::mutex g_seq_mutex;
-std::unordered_map<SeqKey, uint64_t, SeqKeyHash> g_sequences;
-int64_t g_newest_run = 0;
-// Launches older than this many run ids are finished; their counters are dropped.
-constexpr int64_t kRunWindow = 1024;
+struct Counter {
+  uint64_t next = 0;
+  Clock::time_point used;
+};
+std::unordered_map<SeqKey, Counter, SeqKeyHash> g_sequences;
+double g_longest_timeout_s = 0;
+Clock::time_point g_last_sweep;
+// Run ids are not ordered (JAX starts each executable's launch ids at a hash of it), so
+// finished launches are recognised by their counters' idleness, not by their ids.
+constexpr size_t kSweepAbove = 4096;
 }  // namespace
 
-uint64_t next_sequence(int64_t device, int64_t run_id, int64_t op_id) {
+uint64_t next_sequence(int64_t device, int64_t run_id, int64_t op_id, double timeout_s) {
   std::lock_guard<std::mutex> lock(g_seq_mutex);
-  if (run_id > g_newest_run) g_newest_run = run_id;
-  if (g_sequences.size() > 4 * kRunWindow) {
+  const auto now = Clock::now();
+  g_longest_timeout_s = std::max(g_longest_timeout_s, timeout_s);
+  const auto idle = std::chrono::duration<double>(std::max(60.0, 2 * g_longest_timeout_s));
+  if (g_sequences.size() > kSweepAbove && now - g_last_sweep > std::chrono::seconds(1)) {
+    g_last_sweep = now;
     for (auto it = g_sequences.begin(); it != g_sequences.end();) {
-      it = (it->first.run_id < g_newest_run - kRunWindow) ? g_sequences.erase(it) : std::next(it);
+      it = (now - it->second.used > idle) ? g_sequences.erase(it) : std::next(it);
     }
   }
-  return g_sequences[SeqKey{device, run_id, op_id}]++;
+  Counter& counter = g_sequences[SeqKey{device, run_id, op_id}];
+  counter.used = now;
+  return counter.next++;
 }
 
 int64_t fresh_op_id() {

@@ -138,6 +138,18 @@ void test_cma(int n, size_t count, bool in_place) {
   }
 }
 
+// Launch ids are not ordered: a launch with a small id still running while thousands of
+// launches with large ids come and go keeps its counters.
+void test_sequence_counters() {
+  const int64_t op = fresh_op_id(), running = 5;
+  expect(next_sequence(0, running, op, 120) == 0, "first call of a launch is call 0");
+  for (int64_t run = int64_t{3} << 30; run < (int64_t{3} << 30) + 5000; ++run) {
+    next_sequence(0, run, op, 120);
+  }
+  expect(next_sequence(0, running, op, 120) == 1,
+         "a running launch keeps its call count while others come and go");
+}
+
 void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
   make_memory_channels(x, y);
 }
@@ -258,6 +270,7 @@ int main() {
     for (size_t count : {size_t(0), size_t(1), size_t(1000)}) test_one_shot(n, count, n);
   }
   test_one_shot(4, 100, 3);
+  test_sequence_counters();
   for (int n : {2, 3, 5}) {
     for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(100003)}) {
       test_cma(n, count, false);
