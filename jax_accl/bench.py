@@ -7,7 +7,8 @@ lax.fori_loop, each feeding the next and nothing else in the loop; the differenc
 K is the time of one all-reduce with everything paid once per call (dispatch, the copy
 of the argument into the loop, page faults of fresh buffers) cancelled out. That for
 jax.lax.psum and for jax_accl with each algorithm, and reports time per op, algbw = S/t and busbw = algbw·2(n-1)/n, the ratio
-to psum and the memory limit t_min = 2·n·S/B (B: copy bandwidth measured here).
+to psum and the memory limit t_min = 2·n·S/B (B: copy bandwidths measured here, NumPy's and
+a non-temporal one, both on every core).
 Every row checks its result against NumPy.
 """
 from __future__ import annotations
@@ -38,10 +39,11 @@ def human(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def copy_bandwidth(nbytes: int = 64 << 20, reps: int = 7) -> float:
+def copy_bandwidths(nbytes: int = 64 << 20, reps: int = 7) -> dict:
     """Bytes per second moved by large copies on every core at once (each core copies its
-    own `nbytes` array; read + write counted once each), the best of `reps` for NumPy's
-    copy and for a copy with non-temporal stores (no read of the destination first)."""
+    own `nbytes` array; read + write counted once each), the best of `reps`:
+    "copy", NumPy's copy (the issue's B), and "stream", a copy with non-temporal stores,
+    which skips reading the destination first (the stricter limit)."""
     import threading
 
     from jax_accl import _accl
@@ -49,19 +51,36 @@ def copy_bandwidth(nbytes: int = 64 << 20, reps: int = 7) -> float:
     pairs = [(np.empty(nbytes // 8), np.ones(nbytes // 8)) for _ in range(cores)]
     for dst, src in pairs:
         np.copyto(dst, src)  # fault the pages in
-    copies = [lambda dst, src: np.copyto(dst, src),
-              lambda dst, src: _accl.stream_copy(dst.ctypes.data, src.ctypes.data, nbytes)]
-    best = float("inf")
+    copies = {"copy": lambda dst, src: np.copyto(dst, src),
+              "stream": lambda dst, src: _accl.stream_copy(dst.ctypes.data, src.ctypes.data,
+                                                           nbytes)}
+    best = {}
     for _ in range(reps):
-        for copy in copies:
+        for kind, copy in copies.items():
             threads = [threading.Thread(target=copy, args=pair) for pair in pairs]
             start = time.perf_counter()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            best = min(best, time.perf_counter() - start)
-    return 2 * nbytes * cores / best
+            best[kind] = min(best.get(kind, float("inf")), time.perf_counter() - start)
+    return {kind: 2 * nbytes * cores / seconds for kind, seconds in best.items()}
+
+
+def add_memory_limits(rows: list[dict], bandwidths: dict) -> None:
+    """t_min = 2·n·S/B for both copy bandwidths."""
+    for r in rows:
+        r["memory_limit_s"] = 2 * r["devices"] * r["size_bytes"] / bandwidths["copy"]
+        r["memory_limit_stream_s"] = 2 * r["devices"] * r["size_bytes"] / bandwidths["stream"]
+
+
+def describe_bandwidths(bandwidths: dict) -> str:
+    return (f"copy bandwidth B = {bandwidths['copy'] / 1e9:.1f} GB/s (NumPy copy, all cores), "
+            f"{bandwidths['stream'] / 1e9:.1f} GB/s (non-temporal copy)")
+
+
+MEMORY_LIMITS = [("copy", lambda r: r["memory_limit_s"]),
+                 ("NT copy", lambda r: r["memory_limit_stream_s"])]
 
 
 def _seconds(fn, arg) -> float:
@@ -187,7 +206,7 @@ def measure_pytree(n: int, leaves: int, reps: int):
     return nbytes, results
 
 
-def run_sweep(args, n: int, bandwidth: float, label: str) -> list[dict]:
+def run_sweep(args, n: int, label: str) -> list[dict]:
     """Every size, jax.lax.psum and each algorithm: rows in nccl-tests units."""
     algorithms = [a for a in args.algorithms.split(",") if a]
     rows = []
@@ -199,7 +218,7 @@ def run_sweep(args, n: int, bandwidth: float, label: str) -> list[dict]:
             algbw = size / t / 1e9
             rows.append(dict(setting=label, size_bytes=size, devices=n, variant=name,
                              seconds_per_op=t, algbw_gbs=algbw, busbw_gbs=algbw * 2 * (n - 1) / n,
-                             speedup_vs_baseline=base / t, memory_limit_s=2 * n * size / bandwidth,
+                             speedup_vs_baseline=base / t,
                              single_call_s=single[name]))
     return rows
 
@@ -240,14 +259,17 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def print_rows(rows: list[dict], limit_name: str, limit_of, out) -> None:
+def print_rows(rows: list[dict], limits, out) -> None:
+    """limits: [(name, seconds of row)], one "vs <name>" column each."""
     print(f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
-          f"{'busbw GB/s':>10} {'vs base':>8} {'vs ' + limit_name:>10} {'1-call':>10}")
+          f"{'busbw GB/s':>10} {'vs base':>8} "
+          + "".join(f"{'vs ' + name:>11} " for name, _ in limits) + f"{'1-call':>10}")
     for r in rows:
         t = r["seconds_per_op"]
         print(f"{human(r['size_bytes']):>8} {r['variant']:>24} {t * 1e6:>9.1f}us "
               f"{r['algbw_gbs']:>10.3f} {r['busbw_gbs']:>10.3f} {r['speedup_vs_baseline']:>7.2f}x "
-              f"{t / limit_of(r):>9.2f}x {r['single_call_s'] * 1e6:>8.0f}us")
+              + "".join(f"{t / limit(r):>10.2f}x " for _, limit in limits)
+              + f"{r['single_call_s'] * 1e6:>8.0f}us")
         if out:
             out.write(json.dumps(r) + "\n")
     for line in auto_vs_best(rows):
@@ -307,7 +329,7 @@ def worker_main(args) -> int:
         from jax_accl import _compat
         _compat.use_gloo_on_interface(args.gloo_interface)
     n = args.devices * args.num_processes
-    rows = run_sweep(args, n, copy_bandwidth(), args.label)
+    rows = run_sweep(args, n, args.label)
     import jax_accl
     print("RESULT " + json.dumps({"rows": rows, "stats": jax_accl.stats()}), flush=True)
     jax.distributed.shutdown()
@@ -325,13 +347,11 @@ def multi_process_main(args, out) -> int:
         results = launch.run_job(worker, args.processes, args.devices,
                                  extra=forwarded + ["--label", label])
         rows = results[0]["rows"]
-        # B measured here, alone: in the workers all processes copied at once.
-        bandwidth = copy_bandwidth()
-        for r in rows:
-            r["memory_limit_s"] = 2 * r["devices"] * r["size_bytes"] / bandwidth
-        print(f"# {label}; baseline: jax.lax.psum over gloo; copy bandwidth "
-              f"B = {bandwidth / 1e9:.1f} GB/s")
-        print_rows(rows, "memory", lambda r: r["memory_limit_s"], out)
+        # B measured here, alone, after the workers are done.
+        bandwidths = copy_bandwidths()
+        add_memory_limits(rows, bandwidths)
+        print(f"# {label}; baseline: jax.lax.psum over gloo; {describe_bandwidths(bandwidths)}")
+        print_rows(rows, MEMORY_LIMITS, out)
         if args.plot:
             plot(rows, args.plot, label)
         return 0
@@ -359,7 +379,7 @@ def multi_process_main(args, out) -> int:
             r["link_limit_s"] = link_limit(r)
             r["rails_used"] = rails
         print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
-        print_rows(rows, "link", link_limit, out)
+        print_rows(rows, [("link", link_limit)], out)
         if args.plot:
             stem, ext = os.path.splitext(args.plot)
             plot(rows, f"{stem}-{rails}rail{ext or '.png'}", label)
@@ -379,13 +399,14 @@ def main(argv=None) -> int:
         import jax
         jax.config.update("jax_num_cpu_devices", args.devices)
         n = args.devices
-        bandwidth = copy_bandwidth()
-        print(f"# {n} CPU devices, float32 sum, copy bandwidth B = {bandwidth / 1e9:.1f} GB/s; "
+        bandwidths = copy_bandwidths()
+        print(f"# {n} CPU devices, float32 sum, {describe_bandwidths(bandwidths)}; "
               f"times are medians of {args.reps} runs, per op in a fori_loop")
         if args.calibrate:
             return calibrate_main(n)
-        rows = run_sweep(args, n, bandwidth, f"1x{n} in-process")
-        print_rows(rows, "memory", lambda r: r["memory_limit_s"], out)
+        rows = run_sweep(args, n, f"1x{n} in-process")
+        add_memory_limits(rows, bandwidths)
+        print_rows(rows, MEMORY_LIMITS, out)
         if args.plot:
             plot(rows, args.plot, f"all-reduce, {n} CPU devices in one process")
             print(f"# plot: {args.plot}")
