@@ -188,8 +188,13 @@ def measure_pytree(n: int, leaves: int, reps: int):
             for t, s in zip(tree, specs)]
     nbytes = sum(t[0].nbytes for t in tree)
 
+    # The step computes the leaves before reducing them, as a train step computes its
+    # gradients (halving is exact here; XLA would fold away x * 1): the all-reduce gets
+    # intermediates, as in training, not the jitted function's own arguments.
     def build(reduce):
-        return jax.jit(jax.shard_map(reduce, mesh=mesh, in_specs=(specs,), out_specs=specs,
+        def step(t):
+            return reduce([x * 0.5 for x in t])
+        return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(specs,), out_specs=specs,
                                      check_vma=False))
 
     results = {}
@@ -200,7 +205,7 @@ def measure_pytree(n: int, leaves: int, reps: int):
         fn = build(reduce)
         got = fn(args)
         for g, t in zip(got, tree):
-            if not np.array_equal(_first_local_block(g), t.sum(0)):
+            if not np.array_equal(_first_local_block(g), t.sum(0) * 0.5):
                 raise AssertionError(f"{name}: wrong result")
         results[name] = _timed(fn, args, reps)
     return nbytes, results
@@ -224,15 +229,22 @@ def run_sweep(args, n: int, label: str) -> list[dict]:
 
 
 def auto_vs_best(rows: list[dict]) -> list[str]:
-    """Per size: how far the automatic choice is from the best forced algorithm."""
+    """Per size: which algorithm the automatic choice ran, and how far its time is from
+    the best forced algorithm's (where both are the same algorithm, the ratio is noise)."""
+    from jax_accl import _accl
     lines = []
     for size in sorted({r["size_bytes"] for r in rows}):
         at = {r["variant"]: r["seconds_per_op"] for r in rows if r["size_bytes"] == size}
         forced = {k: v for k, v in at.items() if k.startswith("accl:") and k != "accl:auto"}
         if "accl:auto" in at and forced:
             best = min(forced, key=forced.get)
-            lines.append(f"{human(size)}: auto {at['accl:auto'] / forced[best]:.2f}x the best "
-                         f"forced ({best[5:]})")
+            n = next(r["devices"] for r in rows if r["size_bytes"] == size)
+            chosen = _accl.choose_algorithm(n, size)
+            line = (f"{human(size)}: auto ran {chosen}, {at['accl:auto'] / forced[best]:.2f}x "
+                    f"the best forced ({best[5:]})")
+            if f"accl:{chosen}" in forced and best != f"accl:{chosen}":
+                line += f"; {chosen} forced: {forced[f'accl:{chosen}'] / forced[best]:.2f}x"
+            lines.append(line)
     return lines
 
 
