@@ -69,10 +69,19 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
         assert r["stats"]["refused_connections"] == 0
     hosts = {p["host"] for p in results[0]["topology"]}
     assert len(hosts) == 1
-    if devices > 1:
-        for r in results:
-            assert_hierarchical_phases(r["trace"], "inter-process",
-                                       {"cma"} if cma == "1" else {"shm"})  # a 1 MiB call
+    for r in results:  # the profiled call: 1 MiB
+        if cma == "1":  # one reduce-broadcast over all devices, inside the call's event
+            for device, events in phases_by_device(r["trace"]).items():
+                by_name = {e["name"]: e for e in events}
+                assert set(by_name) == {"accl_allreduce hierarchical 1MiB",
+                                        "one-host reduce-broadcast cma"}, events
+                call = by_name["accl_allreduce hierarchical 1MiB"]
+                phase = by_name["one-host reduce-broadcast cma"]
+                assert phase["bytes"] == 1 << 20
+                assert call["ts"] <= phase["ts"] + 1
+                assert phase["ts"] + phase["dur"] <= call["ts"] + call["dur"] + 1
+        elif devices > 1:
+            assert_hierarchical_phases(r["trace"], "inter-process", {"shm"})
 
 
 @pytest.fixture

@@ -11,6 +11,12 @@
 // When processes hold different numbers of the group's devices, k is taken as 1: the
 // first local member reduces the whole buffer, runs step 2 and the others copy its result.
 //
+// One host (every process of the group on this host, 256 KiB and more, cross-memory
+// attach usable): instead of the hierarchy, one reduce-broadcast over all devices of the
+// group (algorithms/cma_reduce_broadcast.cc); between devices of one process its copies
+// are plain memcpy. Each rank reads its block of every input once and writes it into
+// every output once: the hierarchy's local reduce-scatter and all-gather passes go.
+//
 // Flat schedule (algorithm= ring, halving_doubling or direct): the algorithm runs over
 // all devices of the group at once, with memory rings between device threads of one
 // process, shared memory between processes of a host and TCP between hosts.
@@ -90,13 +96,13 @@ void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_
   }
 }
 
-// Slices from this size on go between the processes of one host by cross-memory attach.
+// Groups on one host all-reduce from this size on by cross-memory attach.
 constexpr size_t kCmaMinBytes = 256 << 10;
 
-// Runs allreduce_cma over `link` (the group `cross` of processes on this host); *done
-// tells whether it ran. Whether the group can use cross-memory attach is probed on its
+// Runs allreduce_cma over `link` (the group `members`, all on this host); *done tells
+// whether it ran. Whether the group can use cross-memory attach is probed on its
 // first call and remembered per group, by every member alike.
-Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& cross,
+Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members,
                               const std::vector<Buffers>& mine, const Reduction& reduction,
                               bool* done) {
   static std::mutex mutex;
@@ -104,7 +110,7 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& cross,
   bool known = false, usable = false;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto it = usable_by_group.find(cross);
+    auto it = usable_by_group.find(members);
     if (it != usable_by_group.end()) known = true, usable = it->second;
   }
   *done = false;
@@ -112,7 +118,7 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& cross,
   ACCL_RETURN_IF_ERROR(allreduce_cma(link, mine, reduction, /*probe=*/!known, &usable));
   if (!known) {
     std::lock_guard<std::mutex> lock(mutex);
-    usable_by_group[cross] = usable;
+    usable_by_group[members] = usable;
   }
   *done = usable;
   if (usable) {
@@ -187,6 +193,30 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   std::vector<Buffers> segments;
   for (size_t k = 0; k < counts.size(); ++k) {
     segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
+  }
+  // Every process on this host: one reduce-broadcast over all devices by cross-memory
+  // attach (plain copies between devices of one process) moves the least memory; the
+  // hierarchy's local reduce-scatter and all-gather would add two passes.
+  bool one_host = true;
+  for (int p : layout.process_order) {
+    one_host &= world->process(p).host == world->process(world->process_index()).host;
+  }
+  if (!flat && one_host && sig.count * elem >= kCmaMinBytes && world->cross_memory_attach()) {
+    std::unique_ptr<ChannelLink> link;
+    Status s = open_link(*world, devices, spec.rank, tag, where, deadline, &link);
+    bool done = false;
+    if (s.ok()) s = allreduce_cross_memory(*link, devices, segments, reduction, &done);
+    if (!s.ok()) {
+      if (link) link->fail(s.code());
+      return finish(s);
+    }
+    if (done) {
+      if (trace_enabled()) {
+        trace_record(TraceEvent{"one-host reduce-broadcast cma", spec.device, ns_of(start),
+                                ns_of(Clock::now()), sig.count * elem, spec.label});
+      }
+      return finish(s);
+    }
   }
   if (flat) {
     std::map<std::string, uint64_t> sent;
@@ -275,23 +305,11 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
                                              /*peer_memory=*/false, model);
     std::map<std::string, uint64_t> sent;
-    std::unique_ptr<ChannelLink> link;
-    Status s = open_link(*world, cross, cross_rank, tag, where, deadline, &link);
-    bool done = false;
-    if (s.ok() && rails == 0 && slice_bytes >= kCmaMinBytes && world->cross_memory_attach()) {
-      s = allreduce_cross_memory(*link, cross, mine, reduction, &done);
-      if (done) trace_phase("inter-process reduce-broadcast cma", phase_start, slice_bytes);
-    }
-    if (s.ok() && !done) s = run_allreduce(inner, *link, mine, reduction);
-    if (link) {
-      if (!s.ok()) link->fail(s.code());
-      sent = link->bytes_sent_by_rail();
-    }
+    Status s = run_over_link(*world, cross, cross_rank, tag, where, deadline, inner, mine,
+                             reduction, &sent);
     if (!s.ok()) return fail_local(s);
-    if (!done) {
-      trace_rails(str_cat(rails > 0 ? "inter-host " : "inter-process ", algorithm_name(inner)).c_str(),
-                  sent, spec.device, phase_start, Clock::now(), spec.label);
-    }
+    trace_rails(str_cat(rails > 0 ? "inter-host " : "inter-process ", algorithm_name(inner)).c_str(),
+                sent, spec.device, phase_start, Clock::now(), spec.label);
   }
   phase_nanoseconds()[1].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
 

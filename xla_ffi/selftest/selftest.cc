@@ -110,8 +110,9 @@ void test_channels(const char* transport, const PairMaker& make_pair, Algorithm 
   }
 }
 
-// Cross-memory attach between threads of this process (the kernel copies from and to
-// our own pid just the same), addresses and barrier over memory rings.
+// The cross-memory-attach reduce-broadcast between threads of this process (where its
+// copies are plain memcpy; the multi-process tests run the kernel's), addresses and
+// barrier over memory rings.
 void test_cma(int n, size_t count, bool in_place) {
   const ChannelMesh mesh = make_channel_mesh(n, 1, [](int, int, std::unique_ptr<Channel>* x,
                                                       std::unique_ptr<Channel>* y) {

@@ -2,6 +2,7 @@
 
 #include <sys/prctl.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +11,11 @@ namespace accl {
 namespace {
 
 Status transfer(bool read, pid_t pid, uint64_t remote, void* local, size_t bytes) {
+  if (pid == getpid()) {  // a device of this process: its memory is ours
+    void* theirs = reinterpret_cast<void*>(remote);
+    std::memcpy(read ? local : theirs, read ? theirs : local, bytes);
+    return Status::Ok();
+  }
   size_t done = 0;
   while (done < bytes) {
     iovec mine{static_cast<char*>(local) + done, bytes - done};

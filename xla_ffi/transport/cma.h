@@ -19,7 +19,8 @@ namespace accl {
 void allow_cross_memory_attach();
 
 // Copies `bytes` from address `remote` of process `pid` into `local`, or from `local` to
-// `remote`; loops over partial transfers. Errors name the peer and the errno.
+// `remote`; loops over partial transfers (a plain memcpy when `pid` is this process).
+// Errors name the peer and the errno.
 Status read_remote(pid_t pid, uint64_t remote, void* local, size_t bytes);
 Status write_remote(pid_t pid, uint64_t remote, const void* local, size_t bytes);
 
