@@ -1,8 +1,9 @@
 // Reduce-broadcast between processes of one host by cross-memory attach, for large
 // messages: the cross-process counterpart of reduce_broadcast.
 //   1. Every rank sends every other rank its pid and the addresses of its buffers (and,
-//      when asked to probe, whether it could read each peer's memory: all ranks then
-//      agree to go on, or all report CMA unusable before any data moves).
+//      when asked to probe, whether it could read each peer's token through the peer's
+//      pid: all ranks then agree to go on, or all report CMA unusable before any data
+//      moves).
 //   2. Each segment is cut into n blocks; rank r owns block r. Tile by tile it reads
 //      block r of every peer's input straight from the peer's memory into a local tile,
 //      folds the n tiles in rank order and writes the result into block r of every
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -43,12 +45,16 @@ Status exchange(Link& link, const void* mine, size_t bytes, std::vector<std::vec
 Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Reduction& reduction,
                      bool probe, bool* usable) {
   const int n = link.size(), me = link.rank();
-  // 1. Addresses: pid, then (in, out) per segment.
-  std::vector<uint64_t> mine{static_cast<uint64_t>(getpid())};
+  // 1. Addresses: a random token, where it lives, the pid, then (in, out) per segment.
+  //    The probe reads each peer's token through its pid: a pid that names another
+  //    process (another pid namespace, a host id shared by mistake) cannot pass it.
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  std::vector<uint64_t> mine{random(), 0, static_cast<uint64_t>(getpid())};
   for (const Buffers& b : segments) {
     mine.push_back(reinterpret_cast<uint64_t>(b.in));
     mine.push_back(reinterpret_cast<uint64_t>(b.out));
   }
+  mine[1] = reinterpret_cast<uint64_t>(mine.data());  // final: no push_back after this
   std::vector<std::vector<char>> raw;
   ACCL_RETURN_IF_ERROR(exchange(link, mine.data(), mine.size() * 8, &raw));
   std::vector<std::vector<uint64_t>> peer(n, std::vector<uint64_t>(mine.size()));
@@ -59,18 +65,18 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
       std::memcpy(peer[r].data(), raw[r].data(), mine.size() * 8);
     }
   }
-  auto pid_of = [&](int r) { return static_cast<pid_t>(peer[r][0]); };
-  auto in_of = [&](int r, size_t s) { return peer[r][1 + 2 * s]; };
-  auto out_of = [&](int r, size_t s) { return peer[r][2 + 2 * s]; };
+  auto pid_of = [&](int r) { return static_cast<pid_t>(peer[r][2]); };
+  auto in_of = [&](int r, size_t s) { return peer[r][3 + 2 * s]; };
+  auto out_of = [&](int r, size_t s) { return peer[r][4 + 2 * s]; };
 
   *usable = true;
-  size_t probed = 0;  // a segment with data, to try reading
-  while (probed < segments.size() && segments[probed].count == 0) ++probed;
-  if (probe && probed < segments.size()) {
-    // Can this rank read every peer? Everybody learns everybody's answer.
-    char can = 1, byte = 0;
+  if (probe) {  // can this rank read every peer? Everybody learns everybody's answer.
+    char can = 1;
     for (int r = 0; r < n; ++r) {
-      if (r != me && !read_remote(pid_of(r), in_of(r, probed), &byte, 1).ok()) can = 0;
+      uint64_t token = 0;
+      if (r != me && (!read_remote(pid_of(r), peer[r][1], &token, 8).ok() || token != peer[r][0])) {
+        can = 0;
+      }
     }
     ACCL_RETURN_IF_ERROR(exchange(link, &can, 1, &raw));
     for (int r = 0; r < n; ++r) *usable &= (r == me ? can : raw[r][0]) != 0;
