@@ -6,9 +6,9 @@ For every size it times, in the same run, K and 2K all-reduces chained in one ji
 lax.fori_loop, each feeding the next and nothing else in the loop; the difference over
 K is the time of one all-reduce with everything paid once per call (dispatch, the copy
 of the argument into the loop, page faults of fresh buffers) cancelled out. That for
-jax.lax.psum and for jax_accl with each algorithm, and reports time per op, algbw = S/t and busbw = algbw·2(n-1)/n, the ratio
-to psum and the memory limit t_min = 2·n·S/B (B: copy bandwidths measured here, NumPy's and
-a non-temporal one, both on every core).
+jax.lax.psum and for jax_accl with each algorithm; it reports time per op, algbw = S/t
+and busbw = algbw·2(n-1)/n, the ratio to psum and the memory limit t_min = 2·n·S/B
+(B: copy bandwidths measured here, NumPy's and a non-temporal one, both on every core).
 Every row checks its result against NumPy.
 """
 from __future__ import annotations
@@ -91,14 +91,8 @@ def _seconds(fn, arg) -> float:
 
 
 def _timed(fn, arg, reps: int) -> float:
-    import jax
-    jax.block_until_ready(fn(arg))  # compile and warm up
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(arg))
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    _seconds(fn, arg)  # compile and warm up
+    return statistics.median(_seconds(fn, arg) for _ in range(reps))
 
 
 def _mesh(n: int):
@@ -157,10 +151,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
         single[name] = _timed(once, x, reps)
         short, long = program(reduce, loop), program(reduce, 2 * loop)
         samples = []
-        # Compile and run both, one after the other: two programs of collectives in
-        # flight at once can split XLA's execution threads between them (see README).
-        jax.block_until_ready(short(x))
-        jax.block_until_ready(long(x))
+        _seconds(short, x), _seconds(long, x)  # compile and warm up
         for _ in range(reps):  # interleaved, so a slow spell of the machine hits both
             samples.append((_seconds(long, x) - _seconds(short, x)) / loop)
         rows.append((name, max(statistics.median(samples), 1e-9)))

@@ -1,8 +1,9 @@
 // Reduce-broadcast all-reduce in shared memory, for large messages on one host.
 //   The buffer is cut into n blocks; rank r owns block r. For each tile of its block
 //   (small enough to stay in L1/L2) it folds the n inputs in rank order into a scratch
-//   tile (in one pass where there is a k-input kernel), then stores the tile into block r of every rank's output with non-temporal
-//   stores, which skip the read-for-ownership an ordinary store pays. The caller's
+//   tile (in one pass where there is a k-input kernel), then stores the tile into block
+//   r of every rank's output with non-temporal stores, which skip the
+//   read-for-ownership an ordinary store pays. The caller's
 //   closing barrier then tells everybody that all outputs are complete (and that inputs are no longer read).
 //   Memory traffic of the whole group: n·S bytes read and n·S written, the least any
 //   all-reduce of n buffers can do; two sync points (the join and the barrier).

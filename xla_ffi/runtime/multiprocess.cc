@@ -194,6 +194,12 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   for (size_t k = 0; k < counts.size(); ++k) {
     segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
   }
+  auto trace_phase = [&](const char* name, Clock::time_point from, uint64_t bytes) {
+    if (trace_enabled()) {
+      trace_record(TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), bytes,
+                              spec.label});
+    }
+  };
   // Every process on this host: one reduce-broadcast over all devices by cross-memory
   // attach (plain copies between devices of one process) moves the least memory; the
   // hierarchy's local reduce-scatter and all-gather would add two passes.
@@ -211,10 +217,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       return finish(s);
     }
     if (done) {
-      if (trace_enabled()) {
-        trace_record(TraceEvent{"one-host reduce-broadcast cma", spec.device, ns_of(start),
-                                ns_of(Clock::now()), sig.count * elem, spec.label});
-      }
+      trace_phase("one-host reduce-broadcast cma", start, sig.count * elem);
       return finish(s);
     }
   }
@@ -244,12 +247,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     local = std::make_unique<LocalLink>(exchange, li, deadline);
   }
   PeerMemory* peers = local ? local->peer_memory() : nullptr;
-  auto trace_phase = [&](const char* name, Clock::time_point from, uint64_t bytes) {
-    if (trace_enabled()) {
-      trace_record(TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), bytes,
-                              spec.label});
-    }
-  };
   auto fail_local = [&](Status s) {
     if (local) local->fail(s);
     return finish(s);

@@ -87,8 +87,9 @@ void ensure_watchdog() {
 }
 
 // The last rank: reduce once, write every output, complete every rank.
-void complete(Pending& p, int self, const std::vector<uint64_t>& counts, ReduceFn fn,
-              size_t elem, Algorithm recorded) {
+void complete(Pending& p, int self, const std::vector<uint64_t>& counts,
+              const Reduction& reduction, Algorithm recorded) {
+  const size_t elem = reduction.elem_size;
   Status s;
   for (int r = 1; r < p.size && s.ok(); ++r) {
     if (!(p.signatures[r] == p.signatures[0])) {
@@ -105,8 +106,9 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, ReduceF
         if (p.size == 1) {
           std::memcpy(result, p.inputs[0].data() + offset, bytes);
         } else {
-          fn(result, p.inputs[0].data() + offset, p.inputs[1].data() + offset, counts[seg]);
-          for (int r = 2; r < p.size; ++r) fn(result, result, p.inputs[r].data() + offset, counts[seg]);
+          std::vector<const void*> sources(p.size);
+          for (int r = 0; r < p.size; ++r) sources[r] = p.inputs[r].data() + offset;
+          reduction.fold(result, sources.data(), p.size, counts[seg]);
         }
         for (int r = 1; r < p.size; ++r) std::memcpy(p.outputs[r][seg], result, bytes);
       }
@@ -139,7 +141,6 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
   Reduction reduction;
   Status usable = reduction_for(spec, &reduction);
   if (!usable.ok()) return done(usable);
-  const ReduceFn fn = reduction.fn;
   const size_t elem = reduction.elem_size;
   ensure_watchdog();
   std::shared_ptr<Pending> ready, waiting;
@@ -190,7 +191,7 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
   }
   // Ranks disagreeing on segment sizes may have staged different lengths: complete()
   // checks signatures before reading anything.
-  if (ready) return complete(*ready, spec.rank, counts, fn, elem, Algorithm::kDirect);
+  if (ready) return complete(*ready, spec.rank, counts, reduction, Algorithm::kDirect);
   // An early rank: wait a moment for the last one (then the result is delivered on this
   // thread, no hand-off), else return and leave the call pending.
   std::atomic<int>& state = waiting->handoff[spec.rank];

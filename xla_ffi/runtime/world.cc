@@ -1,7 +1,5 @@
 #include "runtime/world.h"
 
-#include "transport/cma.h"
-
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +8,7 @@
 #include <cstring>
 
 #include "runtime/stats.h"
+#include "transport/cma.h"
 #include "transport/ring_channel.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
