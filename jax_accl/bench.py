@@ -67,6 +67,12 @@ def copy_bandwidths(nbytes: int = 64 << 20, reps: int = 7) -> dict:
     return {kind: 2 * nbytes * cores / seconds for kind, seconds in best.items()}
 
 
+def fastest(*measurements: dict) -> dict:
+    """Per kind, the highest of several copy_bandwidths() results: the machine's memory
+    speed drifts by up to 2x within minutes here, and the limit must be the strict one."""
+    return {kind: max(m[kind] for m in measurements) for kind in measurements[0]}
+
+
 def add_memory_limits(rows: list[dict], bandwidths: dict) -> None:
     """t_min = 2·n·S/B for both copy bandwidths."""
     for r in rows:
@@ -93,6 +99,29 @@ def _seconds(fn, arg) -> float:
 def _timed(fn, arg, reps: int) -> float:
     _seconds(fn, arg)  # compile and warm up
     return statistics.median(_seconds(fn, arg) for _ in range(reps))
+
+
+def per_op(short, long, arg, loop: int, reps: int) -> float:
+    """Seconds per all-reduce: the median of (time of `long` - time of `short`) / loop,
+    where `long` chains 2·loop all-reduces and `short` loop."""
+    _seconds(short, arg), _seconds(long, arg)  # compile and warm up
+    samples = []
+    for _ in range(reps):  # interleaved, so a slow spell of the machine hits both
+        samples.append((_seconds(long, arg) - _seconds(short, arg)) / loop)
+    return max(statistics.median(samples), 1e-9)
+
+
+def chain_length(size_bytes: int, loop: int, n: int) -> int:
+    """K, the all-reduces chained per call: --loop, or by size (more for small ones),
+    capped so that the chained sums stay finite."""
+    loop = loop or max(4, min(50, (256 << 20) // max(size_bytes, 1) // 8))
+    return max(1, min(loop, max_chain(n) // 2))
+
+
+def test_data(size_bytes: int, n: int) -> np.ndarray:
+    """n rows of small integers (exact sums in float32), one per device."""
+    rng = np.random.default_rng(0)
+    return rng.integers(-8, 8, (n, max(1, size_bytes // 4))).astype(np.float32)
 
 
 def _mesh(n: int):
@@ -123,13 +152,10 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
     import jax_accl
 
     mesh = _mesh(n)
-    count = max(1, size_bytes // 4)
-    rng = np.random.default_rng(0)
-    host = rng.integers(-8, 8, (n, count)).astype(np.float32)  # exact sums in float32
+    host = test_data(size_bytes, n)
     x = jax.make_array_from_callback(host.shape, NamedSharding(mesh, P("i")),
                                      lambda index: host[index])
     want = host.sum(0)
-    loop = max(1, min(loop, max_chain(n) // 2))
 
     def program(reduce, steps):
         def body(a):
@@ -149,12 +175,8 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
         if not np.array_equal(got, want):
             raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
         single[name] = _timed(once, x, reps)
-        short, long = program(reduce, loop), program(reduce, 2 * loop)
-        samples = []
-        _seconds(short, x), _seconds(long, x)  # compile and warm up
-        for _ in range(reps):  # interleaved, so a slow spell of the machine hits both
-            samples.append((_seconds(long, x) - _seconds(short, x)) / loop)
-        rows.append((name, max(statistics.median(samples), 1e-9)))
+        rows.append((name, per_op(program(reduce, loop), program(reduce, 2 * loop), x, loop,
+                                  reps)))
     return rows, single
 
 
@@ -207,16 +229,44 @@ def run_sweep(args, n: int, label: str) -> list[dict]:
     algorithms = [a for a in args.algorithms.split(",") if a]
     rows = []
     for size in (parse_size(s) for s in args.sizes.split(",")):
-        loop = args.loop or max(4, min(50, (256 << 20) // max(size, 1) // 8))
-        timings, single = measure(size, n, algorithms, loop, args.reps)
+        timings, single = measure(size, n, algorithms, chain_length(size, args.loop, n),
+                                  args.reps)
         base = dict(timings)["jax.lax.psum"]
-        for name, t in timings:
-            algbw = size / t / 1e9
-            rows.append(dict(setting=label, size_bytes=size, devices=n, variant=name,
-                             seconds_per_op=t, algbw_gbs=algbw, busbw_gbs=algbw * 2 * (n - 1) / n,
-                             speedup_vs_baseline=base / t,
-                             single_call_s=single[name]))
+        rows += [nccl_row(dict(setting=label, size_bytes=size, devices=n, variant=name,
+                               seconds_per_op=t, single_call_s=single[name]), base)
+                 for name, t in timings]
     return rows
+
+
+def nccl_row(row: dict, baseline_seconds: float) -> dict:
+    """Adds algbw = S/t, busbw = algbw·2(n-1)/n and the speedup over the baseline."""
+    n, t = row["devices"], row["seconds_per_op"]
+    algbw = row["size_bytes"] / t / 1e9
+    return {**row, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (n - 1) / n,
+            "speedup_vs_baseline": baseline_seconds / t}
+
+
+def add_mpi_rows(rows: list[dict], args, label: str) -> list[str]:
+    """Runs the MPI baseline (--mpi) with as many processes as the job has devices and
+    appends its rows; returns the comment lines comparing jax_accl with it."""
+    from jax_accl import bench_mpi
+    n = rows[0]["devices"]
+    reason = bench_mpi.missing()
+    if args.mpi == "off" or (args.mpi == "auto" and reason):
+        return [f"MPI baseline not run: {reason or '--mpi off'}"]
+    gloo = {r["size_bytes"]: r["seconds_per_op"] for r in rows if r["variant"] == "jax.lax.psum"}
+    mpi = {}
+    for r in bench_mpi.run(n, args.sizes, args.loop, args.reps):
+        rows.append(nccl_row({**r, "setting": label}, gloo[r["size_bytes"]]))
+        mpi[r["size_bytes"]] = r["seconds_per_op"]
+    rows.sort(key=lambda r: r["size_bytes"])  # stable: each size's rows stay together
+    lines = []
+    for r in rows:
+        if r["variant"] == "accl:auto":
+            lines.append(f"{human(r['size_bytes'])}: jax_accl auto is "
+                         f"{mpi[r['size_bytes']] / r['seconds_per_op']:.2f}x faster than "
+                         f"mpi4jax (Open MPI, {n} processes x 1 device)")
+    return lines
 
 
 def auto_vs_best(rows: list[dict]) -> list[str]:
@@ -283,7 +333,7 @@ def print_rows(rows: list[dict], limits, out) -> None:
 def calibrate_main(n: int) -> int:
     """Measure the cost-model constants here, store them, show the choice they make."""
     from jax_accl import _accl, calibrate
-    rows, _ = measure(4096, n, ["reduce_broadcast"], 50, 5)
+    rows, _ = measure(4096, n, ["reduce_broadcast"], chain_length(4096, 50, n), 5)
     values = calibrate.measure(dict(rows)["accl:reduce_broadcast"])
     path = calibrate.store(values)
     print(f"# stored in {path}: " + ", ".join(f"{k}={v:.3g}" for k, v in values.items()))
@@ -310,6 +360,9 @@ def parse_args(argv):
     parser.add_argument("--plot", default="", help="write a PNG of busbw against size here")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure this machine's cost-model constants and store them")
+    parser.add_argument("--mpi", choices=("auto", "on", "off"), default="auto",
+                        help="with --processes on one host: also time mpi4jax over Open MPI "
+                             "(auto: where installed, see scripts/install_mpi.sh)")
     parser.add_argument("--pytree", type=int, default=0,
                         help="also time psum of a pytree of this many leaves (fusion)")
     # Set by the launcher for the processes of a multi-process run.
@@ -347,14 +400,18 @@ def multi_process_main(args, out) -> int:
     worker = ["-m", "jax_accl.bench"]
     if args.hosts <= 1:
         label = f"{args.processes}x{args.devices} processes x devices, one host"
+        before = copy_bandwidths()
         results = launch.run_job(worker, args.processes, args.devices,
                                  extra=forwarded + ["--label", label])
         rows = results[0]["rows"]
-        # B measured here, alone, after the workers are done.
-        bandwidths = copy_bandwidths()
+        mpi_lines = add_mpi_rows(rows, args, label)
+        # B measured here, alone, before and after the workers ran.
+        bandwidths = fastest(before, copy_bandwidths())
         add_memory_limits(rows, bandwidths)
         print(f"# {label}; baseline: jax.lax.psum over gloo; {describe_bandwidths(bandwidths)}")
         print_rows(rows, MEMORY_LIMITS, out)
+        for line in mpi_lines:
+            print("#", line)
         if args.plot:
             plot(rows, args.plot, label)
         return 0
@@ -402,12 +459,14 @@ def main(argv=None) -> int:
         import jax
         jax.config.update("jax_num_cpu_devices", args.devices)
         n = args.devices
-        bandwidths = copy_bandwidths()
-        print(f"# {n} CPU devices, float32 sum, {describe_bandwidths(bandwidths)}; "
-              f"times are medians of {args.reps} runs, per op in a fori_loop")
         if args.calibrate:
             return calibrate_main(n)
+        before = copy_bandwidths()
         rows = run_sweep(args, n, f"1x{n} in-process")
+        bandwidths = fastest(before, copy_bandwidths())
+        print(f"# {n} CPU devices, float32 sum, {describe_bandwidths(bandwidths)} (the faster "
+              f"of before and after the sweep); times are medians of {args.reps} runs, per op "
+              f"in a fori_loop")
         add_memory_limits(rows, bandwidths)
         print_rows(rows, MEMORY_LIMITS, out)
         if args.plot:

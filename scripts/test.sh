@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export VENV="${VENV:-.venv}"
 bash scripts/install.sh "[test]"
+# The benchmark's MPI baseline (Open MPI, mpi4py, mpi4jax), which a test runs.
+bash scripts/install_mpi.sh
 # The pytest launcher (not `python -m pytest`) keeps the source tree off sys.path, so
 # the tests import the installed package with its compiled module.
 "$VENV/bin/pytest" -q tests "$@"

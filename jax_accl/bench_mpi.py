@@ -1,0 +1,109 @@
+"""The benchmark's MPI baseline: mpi4jax.allreduce over Open MPI, in n processes of one
+CPU device each, timed exactly as jax_accl and gloo psum are in jax_accl.bench (K and
+2K all-reduces chained in one jitted fori_loop; the difference over K per op), every
+size checked against NumPy.
+
+jax_accl.bench starts it under mpirun (`run`); rank 0 prints "RESULT <json>". Install
+the baseline with `bash scripts/install_mpi.sh`. JAX's own MPI collectives would need
+MPItrampoline's MPIwrapper library, which no package registry ships; mpi4jax is the MPI
+path a JAX user installs."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def mpirun() -> str | None:
+    """The mpirun next to this interpreter (the Open MPI wheel's), else on PATH."""
+    beside = Path(sys.executable).parent / "mpirun"
+    return str(beside) if beside.exists() else shutil.which("mpirun")
+
+
+def missing() -> str:
+    """Why the MPI baseline cannot run here ("" when it can)."""
+    if importlib.util.find_spec("mpi4jax") is None:
+        return "mpi4jax is not installed"
+    if mpirun() is None:
+        return "mpirun is not on PATH"
+    return ""
+
+
+def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> list[dict]:
+    """Runs the baseline as n MPI processes; its rows (variant "mpi4jax")."""
+    reason = missing()
+    if reason:
+        raise RuntimeError(f"MPI baseline: {reason} (bash scripts/install_mpi.sh)")
+    cmd = [mpirun(), "--oversubscribe", "--bind-to", "none", "-np", str(n), sys.executable,
+           "-m", "jax_accl.bench_mpi", "--sizes", sizes, "--loop", str(loop),
+           "--reps", str(reps)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPI4JAX_NO_WARN_JAX_VERSION": "1",
+           # Open MPI refuses root unless told twice; CI and these machines run as root.
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "PYTHONPATH": os.pathsep.join(
+               [str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("XLA_FLAGS", None)  # one device per process
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                              cwd="/")
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"MPI baseline: {n} processes did not finish in {timeout:.0f} s:\n"
+                           f"{(e.stdout or '')[-3000:]}") from None
+    results = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not results:
+        raise RuntimeError(f"MPI baseline failed (exit {done.returncode}):\n"
+                           f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads(results[-1][len("RESULT "):])
+
+
+def worker_main(argv=None) -> int:
+    """One MPI rank: every size, a checked call, then the chained timing; rank 0 reports."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", required=True)
+    parser.add_argument("--loop", type=int, default=0)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    import jax
+    import mpi4jax
+    from mpi4py import MPI
+
+    from jax_accl.bench import _timed, chain_length, human, parse_size, per_op, test_data
+
+    comm = MPI.COMM_WORLD
+    rank, n = comm.Get_rank(), comm.Get_size()
+
+    def reduce(v):
+        return mpi4jax.allreduce(v, op=MPI.SUM, comm=comm)
+
+    def program(steps):
+        return jax.jit(lambda a: jax.lax.fori_loop(0, steps, lambda _, v: reduce(v), a))
+
+    rows = []
+    for size in (parse_size(s) for s in args.sizes.split(",")):
+        host = test_data(size, n)
+        x = jax.device_put(host[rank])
+        once = jax.jit(reduce)
+        if not np.array_equal(np.asarray(once(x)), host.sum(0)):
+            raise AssertionError(f"mpi4jax at {human(size)}: wrong result on rank {rank}")
+        single = _timed(once, x, args.reps)
+        loop = chain_length(size, args.loop, n)
+        t = per_op(program(loop), program(2 * loop), x, loop, args.reps)
+        rows.append(dict(size_bytes=size, devices=n, variant="mpi4jax", seconds_per_op=t,
+                         single_call_s=single))
+    if rank == 0:
+        print("RESULT " + json.dumps(rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())
