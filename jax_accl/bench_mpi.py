@@ -97,7 +97,7 @@ def worker_main(argv=None) -> int:
             raise AssertionError(f"mpi4jax at {human(size)}: wrong result on rank {rank}")
         single = _timed(once, x, args.reps)
         loop = chain_length(size, args.loop, n)
-        t = per_op(program(loop), program(2 * loop), x, loop, args.reps)
+        t = per_op(program(loop), program(2 * loop), x, loop, args.reps, size)
         rows.append(dict(size_bytes=size, devices=n, variant="mpi4jax", seconds_per_op=t,
                          single_call_s=single))
     if rank == 0:
