@@ -2,8 +2,11 @@
 // ACCL_RETURN_IF_ERROR and turned into ffi::Error / a Python exception at the boundary.
 #pragma once
 
+#include <charconv>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace accl {
@@ -37,17 +40,38 @@ class Status {
   std::string message_;
 };
 
+// Appends one value as `std::ostream <<` would print it. Strings and integers skip the
+// stream: every call builds its label this way, and a std::ostringstream per piece cost
+// microseconds per call (its locale setup), a tenth of a small all-reduce.
+template <typename T>
+void str_append(std::string& out, const T& value) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    out += std::string_view(value);
+  } else if constexpr (std::is_same_v<U, char> || std::is_same_v<U, signed char> ||
+                       std::is_same_v<U, unsigned char>) {
+    out += static_cast<char>(value);
+  } else if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool>) {
+    char digits[24];
+    out.append(digits, std::to_chars(digits, digits + sizeof(digits), value).ptr);
+  } else {
+    std::ostringstream stream;
+    stream << value;
+    out += stream.str();
+  }
+}
+
 // Concatenates anything streamable into one string: str_cat("rank ", 3, " of ", 8).
 template <typename... Args>
-std::string str_cat(Args&&... args) {
-  std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
-  return out.str();
+std::string str_cat(const Args&... args) {
+  std::string out;
+  (str_append(out, args), ...);
+  return out;
 }
 
 template <typename... Args>
-Status error(Code code, Args&&... args) {
-  return Status(code, str_cat(std::forward<Args>(args)...));
+Status error(Code code, const Args&... args) {
+  return Status(code, str_cat(args...));
 }
 
 }  // namespace accl
