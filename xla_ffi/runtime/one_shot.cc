@@ -99,6 +99,7 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts,
   }
   if (s.ok()) {
     size_t offset = 0;
+    std::vector<const void*> sources(p.size);
     for (size_t seg = 0; seg < counts.size(); ++seg) {
       const size_t bytes = counts[seg] * elem;
       if (bytes > 0) {
@@ -106,7 +107,6 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts,
         if (p.size == 1) {
           std::memcpy(result, p.inputs[0].data() + offset, bytes);
         } else {
-          std::vector<const void*> sources(p.size);
           for (int r = 0; r < p.size; ++r) sources[r] = p.inputs[r].data() + offset;
           reduction.fold(result, sources.data(), p.size, counts[seg]);
         }

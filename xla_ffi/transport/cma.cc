@@ -10,8 +10,9 @@
 namespace accl {
 namespace {
 
-Status transfer(bool read, pid_t pid, uint64_t remote, void* local, size_t bytes) {
-  if (pid == getpid()) {  // a device of this process: its memory is ours
+Status transfer(bool read, pid_t pid, uint64_t remote, void* local, size_t bytes,
+                bool through_kernel = false) {
+  if (pid == getpid() && !through_kernel) {  // a device of this process: its memory is ours
     void* theirs = reinterpret_cast<void*>(remote);
     std::memcpy(read ? local : theirs, read ? theirs : local, bytes);
     return Status::Ok();
@@ -44,6 +45,10 @@ void allow_cross_memory_attach() {
 
 Status read_remote(pid_t pid, uint64_t remote, void* local, size_t bytes) {
   return transfer(true, pid, remote, local, bytes);
+}
+
+Status probe_remote(pid_t pid, uint64_t remote, void* local, size_t bytes) {
+  return transfer(true, pid, remote, local, bytes, /*through_kernel=*/true);
 }
 
 Status write_remote(pid_t pid, uint64_t remote, const void* local, size_t bytes) {

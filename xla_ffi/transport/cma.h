@@ -23,5 +23,9 @@ void allow_cross_memory_attach();
 // Errors name the peer and the errno.
 Status read_remote(pid_t pid, uint64_t remote, void* local, size_t bytes);
 Status write_remote(pid_t pid, uint64_t remote, const void* local, size_t bytes);
+// read_remote always through the kernel, even for this pid: a peer's pid from another
+// pid namespace may equal ours, and its address must then fail cleanly (EFAULT) or
+// yield the wrong token, never be dereferenced here.
+Status probe_remote(pid_t pid, uint64_t remote, void* local, size_t bytes);
 
 }  // namespace accl
