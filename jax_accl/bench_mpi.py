@@ -12,15 +12,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def mpirun() -> str | None:
@@ -46,12 +43,10 @@ def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> lis
     cmd = [mpirun(), "--oversubscribe", "--bind-to", "none", "-np", str(n), sys.executable,
            "-m", "jax_accl.bench_mpi", "--sizes", sizes, "--loop", str(loop),
            "--reps", str(reps)]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "MPI4JAX_NO_WARN_JAX_VERSION": "1",
-           # Open MPI refuses root unless told twice; CI and these machines run as root.
-           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "PYTHONPATH": os.pathsep.join(
-               [str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    env.pop("XLA_FLAGS", None)  # one device per process
+    from jax_accl.launch import worker_env
+    env = worker_env({"MPI4JAX_NO_WARN_JAX_VERSION": "1",
+                      # Open MPI refuses root unless told twice; CI runs as root.
+                      "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                               cwd="/")

@@ -23,6 +23,17 @@ def free_port() -> int:
     return random.randint(20000, 60000)
 
 
+def worker_env(extra=None) -> dict:
+    """The environment of a worker process: CPU only, this checkout importable, no
+    XLA_FLAGS (the worker sets its own device count), plus `extra`."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(
+               [str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("XLA_FLAGS", None)
+    env.update(extra or {})
+    return env
+
+
 def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), env=None,
             namespaces=None, coordinator_ip="127.0.0.1", timeout=300.0,
             killed=(), echo: int | None = None) -> list[dict]:
@@ -38,11 +49,7 @@ def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), en
                *extra]
         if namespaces is not None:
             cmd = ["ip", "netns", "exec", namespaces[i], *cmd]
-        penv = {**os.environ, "JAX_PLATFORMS": "cpu",
-                "PYTHONPATH": os.pathsep.join(
-                    [str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        penv.pop("XLA_FLAGS", None)  # the worker sets its own device count
-        penv.update(env[i] if env else {})
+        penv = worker_env(env[i] if env else None)
         procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, cwd="/"))
     echoed: list[str] = []
