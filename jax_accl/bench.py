@@ -154,8 +154,8 @@ def max_chain(n: int) -> int:
 
 
 def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
-    """[(variant, seconds per all-reduce)], {variant: seconds of one call}: per op is
-    (time of 2K chained ops - time of K) / K, with K = loop."""
+    """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant: the
+    algorithm it ran}: per op is (time of 2K chained ops - time of K) / K, with K = loop."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -174,7 +174,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
                                      check_vma=False))
 
-    single = {}
+    single, ran = {}, {}
     rows = []
     variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))] + [
         (f"accl:{alg}", (lambda a: lambda v: jax_accl.allreduce(v, "i", algorithm=a))(alg))
@@ -182,13 +182,27 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
     for name, reduce in variants:
         once = jax.jit(jax.shard_map(reduce, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
                                      check_vma=False))
+        calls_before = _calls_by_algorithm()
         got = _first_local_block(once(x))
+        if name == "accl:auto":  # what the automatic choice ran, from the library's counters
+            ran[name] = _most_called_since(calls_before)
         if not np.array_equal(got, want):
             raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
         single[name] = _timed(once, x, reps)
         rows.append((name, per_op(program(reduce, loop), program(reduce, 2 * loop), x, loop,
                                   reps, size_bytes)))
-    return rows, single
+    return rows, single, ran
+
+
+def _calls_by_algorithm() -> dict:
+    import jax_accl
+    return {name: a["calls"] for name, a in jax_accl.stats()["algorithms"].items()}
+
+
+def _most_called_since(before: dict) -> str:
+    """The algorithm this process ran most often since `before` (_calls_by_algorithm)."""
+    after = _calls_by_algorithm()
+    return max(after, key=lambda name: after[name] - before.get(name, 0))
 
 
 def measure_pytree(n: int, leaves: int, reps: int):
@@ -240,11 +254,12 @@ def run_sweep(args, n: int, label: str) -> list[dict]:
     algorithms = [a for a in args.algorithms.split(",") if a]
     rows = []
     for size in (parse_size(s) for s in args.sizes.split(",")):
-        timings, single = measure(size, n, algorithms, chain_length(size, args.loop, n),
-                                  args.reps)
+        timings, single, ran = measure(size, n, algorithms,
+                                       chain_length(size, args.loop, n), args.reps)
         base = dict(timings)["jax.lax.psum"]
         rows += [nccl_row(dict(setting=label, size_bytes=size, devices=n, variant=name,
-                               seconds_per_op=t, single_call_s=single[name]), base)
+                               seconds_per_op=t, single_call_s=single[name],
+                               **({"ran": ran[name]} if name in ran else {})), base)
                  for name, t in timings]
     return rows
 
@@ -283,15 +298,14 @@ def add_mpi_rows(rows: list[dict], args, label: str) -> list[str]:
 def auto_vs_best(rows: list[dict]) -> list[str]:
     """Per size: which algorithm the automatic choice ran, and how far its time is from
     the best forced algorithm's (where both are the same algorithm, the ratio is noise)."""
-    from jax_accl import _accl
     lines = []
     for size in sorted({r["size_bytes"] for r in rows}):
         at = {r["variant"]: r["seconds_per_op"] for r in rows if r["size_bytes"] == size}
         forced = {k: v for k, v in at.items() if k.startswith("accl:") and k != "accl:auto"}
         if "accl:auto" in at and forced:
             best = min(forced, key=forced.get)
-            n = next(r["devices"] for r in rows if r["size_bytes"] == size)
-            chosen = _accl.choose_algorithm(n, size)
+            chosen = next(r["ran"] for r in rows
+                          if r["size_bytes"] == size and r["variant"] == "accl:auto")
             line = (f"{human(size)}: auto ran {chosen}, {at['accl:auto'] / forced[best]:.2f}x "
                     f"the best forced ({best[5:]})")
             if f"accl:{chosen}" in forced and best != f"accl:{chosen}":
@@ -344,7 +358,7 @@ def print_rows(rows: list[dict], limits, out) -> None:
 def calibrate_main(n: int) -> int:
     """Measure the cost-model constants here, store them, show the choice they make."""
     from jax_accl import _accl, calibrate
-    rows, _ = measure(4096, n, ["reduce_broadcast"], chain_length(4096, 50, n), 5)
+    rows, _, _ = measure(4096, n, ["reduce_broadcast"], chain_length(4096, 50, n), 5)
     values = calibrate.measure(dict(rows)["accl:reduce_broadcast"])
     path = calibrate.store(values)
     print(f"# stored in {path}: " + ", ".join(f"{k}={v:.3g}" for k, v in values.items()))

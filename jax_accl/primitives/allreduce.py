@@ -167,11 +167,11 @@ def _padded_groups(groups) -> tuple[np.ndarray, int]:
 
 def _profile_name(algorithm: str, avals, groups) -> str:
     """The HLO name of the call, which is what profilers show: e.g. "accl_allreduce
-    reduce_broadcast 16MiB" (for "auto", the cost model's pick for the whole call)."""
+    reduce_broadcast 16MiB" (for "auto" within one process, the cost model's pick for the
+    whole call; across processes the pick depends on where they run and stays "auto")."""
     nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in avals)
-    if algorithm == "auto":
-        algorithm = ("hierarchical" if jax.process_count() > 1 else
-                     _accl.choose_algorithm(max(len(g) for g in groups), nbytes))
+    if algorithm == "auto" and jax.process_count() == 1:
+        algorithm = _accl.choose_algorithm(max(len(g) for g in groups), nbytes)
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)):
         if nbytes >= scale or unit == "B":
             size = f"{nbytes / scale:.3g}{unit}"

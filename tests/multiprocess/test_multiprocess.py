@@ -59,8 +59,8 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
     for r in results:
         assert r["checks"] == 87
         transports = r["stats"]["transports"]
-        # Processes of one host talk through shared memory only: rings for small slices,
-        # and for large ones cross-memory attach (unless JAX_ACCL_CMA=0).
+        # Processes of one host talk through shared memory only: rings for small
+        # messages, and for large ones cross-memory attach (unless JAX_ACCL_CMA=0).
         assert transports["shm"]["bytes_sent"] > 0
         assert (transports.get("cma", {}).get("bytes_sent", 0) > 0) == (cma == "1")
         assert not any(k.startswith("tcp:") for k in transports)
@@ -73,9 +73,9 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
         if cma == "1":  # one reduce-broadcast over all devices, inside the call's event
             for device, events in phases_by_device(r["trace"]).items():
                 by_name = {e["name"]: e for e in events}
-                assert set(by_name) == {"accl_allreduce hierarchical 1MiB",
+                assert set(by_name) == {"accl_allreduce reduce_broadcast 1MiB",
                                         "one-host reduce-broadcast cma"}, events
-                call = by_name["accl_allreduce hierarchical 1MiB"]
+                call = by_name["accl_allreduce reduce_broadcast 1MiB"]
                 phase = by_name["one-host reduce-broadcast cma"]
                 assert phase["bytes"] == 1 << 20
                 assert call["ts"] <= phase["ts"] + 1

@@ -118,3 +118,17 @@ def test_cost_model_picks_direct_small_and_bandwidth_algorithms_large():
     for alg in ("direct", "ring", "halving_doubling", "reduce_broadcast"):
         assert _accl.predict_seconds(alg, 8, 1 << 20) > 0
     assert _accl.predict_seconds("ring", 1, 1 << 20) == 0
+
+
+@pytest.mark.parametrize("processes,k", [(2, 4), (4, 2), (8, 1)])
+def test_one_host_choice_is_flat_small_and_cross_memory_attach_large(processes, k):
+    # Small messages: a flat algorithm over all devices (a few message steps), never the
+    # hierarchy's sync points; large ones: the cross-memory-attach reduce-broadcast.
+    for cma in (True, False):
+        assert _accl.choose_one_host(processes, k, 4096, cma) in ("direct", "ring",
+                                                                   "halving_doubling")
+    assert _accl.choose_one_host(processes, k, 16 << 20, True) == "reduce_broadcast"
+    # Without cross-memory attach, large messages: the hierarchy where processes hold
+    # many devices (its local passes are plain copies), else a flat algorithm.
+    expected = ["hierarchical"] if k >= 4 else ["ring", "halving_doubling"] + ["hierarchical"] * (k > 1)
+    assert _accl.choose_one_host(processes, k, 16 << 20, False) in expected

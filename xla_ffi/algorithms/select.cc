@@ -41,7 +41,7 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
   }
   switch (algorithm) {
     case Algorithm::kDirect:
-      return a + (n - 1) * S * (b + g);
+      return (n - 1) * a + (n - 1) * S * (b + g);
     case Algorithm::kRing:
       return 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S * b + double(n - 1) / n * S * g;
     case Algorithm::kHalvingDoubling:
@@ -59,6 +59,42 @@ CostModel network_model(const CostModel& model, int rails) {
   net.alpha_s = model.net_alpha_s;
   net.beta_s_per_byte = model.net_beta_s_per_byte / std::max(1, rails);
   return net;
+}
+
+CostModel shared_memory_model(const CostModel& model) {
+  CostModel shm = model;
+  shm.alpha_s = model.shm_alpha_s;
+  shm.beta_s_per_byte = shm.gamma_s_per_byte = model.shm_beta_s_per_byte;
+  return shm;
+}
+
+double predict_cma_seconds(size_t bytes, const CostModel& model) {
+  return model.cma_alpha_s + static_cast<double>(bytes) * model.cma_beta_s_per_byte;
+}
+
+double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
+                                             const CostModel& model) {
+  const CostModel shm = shared_memory_model(model);
+  const size_t slice = bytes / std::max(1, k);
+  const Algorithm inner = choose_algorithm(processes, slice, /*peer_memory=*/false, shm);
+  // A byte of a local pass is one copy, half a byte through the rings (two).
+  const double local = k > 1 ? 3 * model.alpha_s + 1.5 * bytes * model.shm_beta_s_per_byte : 0.0;
+  return local + predict_seconds(inner, processes, slice, /*peer_memory=*/false, shm);
+}
+
+// Measured with 8 ranks on 2 cores (benchmarks/, 2x4, 4x2, 8x1): flat halving-doubling
+// is fastest up to ~64-128 KiB (2x4 at 4 KiB: 75 us, the hierarchy 258 us), cross-memory
+// attach from ~256 KiB, where the hierarchy only ties it at 2x4 and is 2.5x slower at
+// 4x2 (4 MiB); so with cross-memory attach the hierarchy is not a candidate.
+Algorithm choose_one_host(int processes, int k, size_t bytes, bool cma, const CostModel& model) {
+  const CostModel shm = shared_memory_model(model);
+  const int n = processes * k;
+  const Algorithm flat = choose_algorithm(n, bytes, /*peer_memory=*/false, shm);
+  const double flat_seconds = predict_seconds(flat, n, bytes, /*peer_memory=*/false, shm);
+  const double other = cma ? predict_cma_seconds(bytes, model)
+                           : predict_one_host_hierarchical_seconds(processes, k, bytes, model);
+  if (other >= flat_seconds) return flat;
+  return cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical;
 }
 
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model) {

@@ -1,7 +1,7 @@
 // Algorithm selection by an alpha-beta cost model: a step costs alpha (the handshake:
 // publish, wake the peer, wait), a byte moved costs beta, a byte reduced gamma.
 // Between processes or hosts (messages), per rank:
-//   direct:           alpha + (n-1)·S·(beta + gamma)
+//   direct:           (n-1)·alpha + (n-1)·S·(beta + gamma)   (a handshake per peer)
 //   ring:             2(n-1)·alpha + 2(n-1)/n·S·beta + (n-1)/n·S·gamma
 //   halving-doubling: 2·log2(p)·alpha + 2(p-1)/p·S·beta + (p-1)/p·S·gamma,
 //                     plus 2·alpha + 2·S·beta + S·gamma to fold n - p extra ranks
@@ -31,16 +31,41 @@ struct CostModel {
   // so beta is divided by their number.
   double net_alpha_s = 60e-6;
   double net_beta_s_per_byte = 8.0 / 10e9;
+  // Between processes of one host (8 ranks on 2 cores, measured with benchmarks/ at
+  // 2x4, 4x2 and 8x1 processes x devices): a message step through the shared-memory
+  // rings costs ~10 us, a byte ~0.8 ns per rank (its two copies, and the cores shared by
+  // four ranks each). The cross-memory-attach reduce-broadcast costs two all-to-all
+  // exchanges (~150 us) and ~1.45 ns per byte of the buffer.
+  double shm_alpha_s = 10e-6;
+  double shm_beta_s_per_byte = 0.8e-9;
+  double cma_alpha_s = 150e-6;
+  double cma_beta_s_per_byte = 1.45e-9;
 };
 
 // The model for messages between hosts over `rails` rails (alpha/beta from the net_*
 // constants, gamma unchanged), for choose_algorithm(..., peer_memory=false, ...).
 CostModel network_model(const CostModel& model, int rails);
+// The model for messages between processes of one host (shm_* constants for alpha, beta
+// and gamma).
+CostModel shared_memory_model(const CostModel& model);
+// The predicted time of the one-host reduce-broadcast by cross-memory attach.
+double predict_cma_seconds(size_t bytes, const CostModel& model);
+// The predicted time of the hierarchy on one host, `processes` processes holding `k`
+// devices each: three sync points among a process's k threads, its local passes over
+// memory (reduce-scatter, all-gather: ~3 copies per byte), and the best
+// algorithm among the processes on S/k bytes through shared memory.
+double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
+                                             const CostModel& model);
 
 CostModel& cost_model();  // the process-wide model used by kAuto
 // `peer_memory`: the ranks can read each other's buffers (threads of one process).
 double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memory,
                        const CostModel& model);
+// The automatic choice for a group on one host, `processes` processes holding `k` of its
+// devices each: with cross-memory attach (`cma`), the best flat algorithm over all
+// devices or the cross-memory-attach reduce-broadcast (kReduceBroadcast), whichever the
+// model predicts faster; without it, the best flat algorithm or kHierarchical.
+Algorithm choose_one_host(int processes, int k, size_t bytes, bool cma, const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model);
 

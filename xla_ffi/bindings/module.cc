@@ -205,6 +205,14 @@ NB_MODULE(_accl, m) {
       },
       nb::arg("n"), nb::arg("bytes"), nb::arg("peer_memory") = true);
   m.def(
+      "choose_one_host",
+      [](int processes, int k, size_t bytes, bool cma) {
+        return std::string(
+            algorithm_name(choose_one_host(processes, k, bytes, cma, cost_model())));
+      },
+      nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("bytes"), nb::arg("cma"),
+      "The automatic choice for a group of `processes` x `devices_per_process` on one host.");
+  m.def(
       "predict_seconds",
       [](const std::string& algorithm, int n, size_t bytes, bool peer_memory) {
         return predict_seconds(parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"),

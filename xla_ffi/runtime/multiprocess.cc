@@ -11,15 +11,19 @@
 // When processes hold different numbers of the group's devices, k is taken as 1: the
 // first local member reduces the whole buffer, runs step 2 and the others copy its result.
 //
-// One host (every process of the group on this host, 32 KiB and more, cross-memory
-// attach usable): instead of the hierarchy, one reduce-broadcast over all devices of the
+// One host (every process of the group on this host), large messages with cross-memory
+// attach usable: instead of the hierarchy, one reduce-broadcast over all devices of the
 // group (algorithms/cma_reduce_broadcast.cc); between devices of one process its copies
 // are plain memcpy. Each rank reads its block of every input once and writes it into
 // every output once: the hierarchy's local reduce-scatter and all-gather passes go.
+// Small messages on one host run flat: a few message steps cost less than the
+// hierarchy's sync points among each process's device threads. The cost model picks
+// (choose_one_host).
 //
-// Flat schedule (algorithm= ring, halving_doubling or direct): the algorithm runs over
-// all devices of the group at once, with memory rings between device threads of one
-// process, shared memory between processes of a host and TCP between hosts.
+// Flat schedule (algorithm= ring, halving_doubling or direct, or the automatic choice
+// on one host): the algorithm runs over all devices of the group at once, with memory
+// rings between device threads of one process, shared memory between processes of a
+// host and TCP between hosts.
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -48,6 +52,10 @@ uint64_t call_tag(const Signature& sig, int group_size) {
   mix(static_cast<uint64_t>(sig.algorithm));
   mix(static_cast<uint64_t>(group_size));
   return h;
+}
+
+uint64_t schedule_tag(uint64_t call, Algorithm schedule) {
+  return (call ^ static_cast<uint64_t>(schedule)) * 1099511628211ull;
 }
 
 uint64_t elapsed_ns(Clock::time_point since) {
@@ -95,11 +103,6 @@ void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_
                             ns_of(start), ns_of(end), bytes, detail});
   }
 }
-
-// Groups on one host all-reduce from this size on by cross-memory attach. Measured
-// per op against the rings of the hierarchy (8x1 / 2x4 processes x devices): 16 KiB
-// 404 vs 275 us (8x1), 32 KiB 403 vs 445 and 269 vs 372 us, 128 KiB 579 vs 1544 us.
-constexpr size_t kCmaMinBytes = 32 << 10;
 
 // Runs allreduce_cma over `link` (the group `members`, all on this host); *done tells
 // whether it ran. Whether the group can use cross-memory attach is probed on its
@@ -175,41 +178,62 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
   const size_t elem = reduction.elem_size;
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
-  const uint64_t tag = call_tag(sig, spec.size);
+  uint64_t tag = call_tag(sig, spec.size);
   const auto start = Clock::now();
   const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
                                     devices[spec.rank], ", process ", world->process_index(), ")");
 
-  const bool flat = sig.algorithm == Algorithm::kDirect || sig.algorithm == Algorithm::kRing ||
-                    sig.algorithm == Algorithm::kHalvingDoubling;
-  const Algorithm recorded = flat ? sig.algorithm : Algorithm::kHierarchical;
+  const size_t bytes = sig.count * elem;
+  // This process's members of the group; k per process if every process holds as many.
+  const std::vector<int>& local_ranks = layout.ranks_of[world->process_index()];
+  const int k = static_cast<int>(local_ranks.size());
+  int li = 0;
+  while (local_ranks[li] != spec.rank) ++li;
+  bool uniform = true;
+  for (int p : layout.process_order) uniform &= static_cast<int>(layout.ranks_of[p].size()) == k;
+  const int slices = uniform ? k : 1;
+  const int processes = static_cast<int>(layout.process_order.size());
+  bool one_host = true;
+  for (int p : layout.process_order) {
+    one_host &= world->process(p).host == world->process(world->process_index()).host;
+  }
+
+  // The schedule: a forced ring, halving-doubling or direct runs flat over all devices;
+  // a forced reduce_broadcast is the cross-memory-attach one on one host. The automatic
+  // choice on one host takes the least predicted of the cross-memory-attach
+  // reduce-broadcast, the best flat algorithm and the hierarchy (small messages: flat,
+  // a few sync points; large ones: cross-memory attach, one kernel copy per byte each
+  // way); between hosts it is the hierarchy, which keeps every rail busy.
+  const bool cma = one_host && world->cross_memory_attach();
+  Algorithm schedule = sig.algorithm;
+  if (schedule == Algorithm::kAuto) {
+    schedule = one_host ? choose_one_host(processes, slices, bytes, cma, cost_model()) : Algorithm::kHierarchical;
+  }
+  if (schedule == Algorithm::kReduceBroadcast && !cma) schedule = Algorithm::kHierarchical;
+  // The choice is on the wire: a process whose model chose otherwise (another
+  // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
+  const uint64_t base_tag = tag;
+  tag = schedule_tag(base_tag, schedule);
   auto finish = [&](const Status& s) {
     if (s.ok()) {
-      record_call(recorded, spec, start, Clock::now(), sig.count * elem);
+      record_call(schedule, spec, start, Clock::now(), bytes);
     } else {
-      record_error(recorded);
+      record_error(schedule);
     }
     return s;
   };
 
   std::vector<Buffers> segments;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
+  for (size_t i = 0; i < counts.size(); ++i) {
+    segments.push_back(Buffers{in[i], out[i], counts[i], elem, static_cast<int>(i)});
   }
-  auto trace_phase = [&](const char* name, Clock::time_point from, uint64_t bytes) {
+  auto trace_phase = [&](const char* name, Clock::time_point from, uint64_t moved) {
     if (trace_enabled()) {
-      trace_record(TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), bytes,
+      trace_record(TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), moved,
                               spec.label});
     }
   };
-  // Every process on this host: one reduce-broadcast over all devices by cross-memory
-  // attach (plain copies between devices of one process) moves the least memory; the
-  // hierarchy's local reduce-scatter and all-gather would add two passes.
-  bool one_host = true;
-  for (int p : layout.process_order) {
-    one_host &= world->process(p).host == world->process(world->process_index()).host;
-  }
-  if (!flat && one_host && sig.count * elem >= kCmaMinBytes && world->cross_memory_attach()) {
+  if (schedule == Algorithm::kReduceBroadcast) {
     std::unique_ptr<ChannelLink> link;
     Status s = open_link(*world, devices, spec.rank, tag, where, deadline, &link);
     bool done = false;
@@ -219,28 +243,25 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       return finish(s);
     }
     if (done) {
-      trace_phase("one-host reduce-broadcast cma", start, sig.count * elem);
+      trace_phase("one-host reduce-broadcast cma", start, bytes);
       return finish(s);
     }
+    // Cross-memory attach refused (every rank learnt it alike): the next best schedule.
+    schedule = sig.algorithm == Algorithm::kAuto
+                   ? choose_one_host(processes, slices, bytes, /*cma=*/false, cost_model())
+                   : Algorithm::kHierarchical;
+    tag = schedule_tag(base_tag, schedule);
   }
-  if (flat) {
+  if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*world, devices, spec.rank, tag, where, deadline, sig.algorithm,
+    Status s = run_over_link(*world, devices, spec.rank, tag, where, deadline, schedule,
                              segments, reduction, &sent);
-    trace_rails(str_cat("flat ", algorithm_name(sig.algorithm)).c_str(), sent, spec.device, start,
+    trace_rails(str_cat("flat ", algorithm_name(schedule)).c_str(), sent, spec.device, start,
                 Clock::now(), spec.label);
     return finish(s);
   }
 
   // Hierarchical.
-  const std::vector<int>& local_ranks = layout.ranks_of[world->process_index()];
-  const int k = static_cast<int>(local_ranks.size());
-  int li = 0;
-  while (local_ranks[li] != spec.rank) ++li;
-  bool uniform = true;
-  for (int p : layout.process_order) uniform &= static_cast<int>(layout.ranks_of[p].size()) == k;
-  const int slices = uniform ? k : 1;
-
   std::shared_ptr<LocalExchange> exchange;
   std::unique_ptr<LocalLink> local;
   if (k > 1) {
@@ -300,7 +321,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
         rails = static_cast<int>(world->process(world->process_index()).rails.size());
       }
     }
-    const CostModel model = rails > 0 ? network_model(cost_model(), rails) : cost_model();
+    const CostModel model =
+        rails > 0 ? network_model(cost_model(), rails) : shared_memory_model(cost_model());
     const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
                                              /*peer_memory=*/false, model);
     std::map<std::string, uint64_t> sent;
