@@ -112,19 +112,18 @@ def warm_up_calls(size_bytes: int, loop: int) -> int:
 
 
 def per_op(short, long, arg, loop: int, reps: int, size_bytes: int) -> float:
-    """Seconds per all-reduce: (fastest time of `long` - fastest time of `short`) / loop,
-    where `long` chains 2·loop all-reduces and `short` loop, after a warm-up. The
-    fastest of each, since the machine's noise only ever adds time. Where the two are
-    not told apart (the noise of one call exceeds loop all-reduces), the upper bound
-    `long` / 2·loop, dispatch included, rather than a zero."""
+    """Seconds per all-reduce: the median of (time of `long` - time of `short`) / loop,
+    where `long` chains 2·loop all-reduces and `short` loop, after a warm-up. Where the
+    noise hides the difference (a median of 5% of `long` / 2·loop or less), that upper
+    bound, dispatch included, rather than a zero."""
     for _ in range(warm_up_calls(size_bytes, loop)):  # the first also compiles
         _seconds(short, arg), _seconds(long, arg)
-    shorts, longs = [], []
+    differences, longs = [], []
     for _ in range(reps):  # interleaved, so a slow spell of the machine hits both
         longs.append(_seconds(long, arg))
-        shorts.append(_seconds(short, arg))
-    difference = (min(longs) - min(shorts)) / loop
-    upper_bound = min(longs) / (2 * loop)
+        differences.append((longs[-1] - _seconds(short, arg)) / loop)
+    difference = statistics.median(differences)
+    upper_bound = statistics.median(longs) / (2 * loop)
     return difference if difference > 0.05 * upper_bound else upper_bound
 
 

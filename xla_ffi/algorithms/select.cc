@@ -41,7 +41,7 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
   }
   switch (algorithm) {
     case Algorithm::kDirect:
-      return (n - 1) * a + (n - 1) * S * (b + g);
+      return (n - 1) * a / 2 + (n - 1) * S * (b + g);
     case Algorithm::kRing:
       return 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S * b + double(n - 1) / n * S * g;
     case Algorithm::kHalvingDoubling:
@@ -61,20 +61,23 @@ CostModel network_model(const CostModel& model, int rails) {
   return net;
 }
 
-CostModel shared_memory_model(const CostModel& model) {
+CostModel shared_memory_model(const CostModel& model, double cross_process_share) {
   CostModel shm = model;
-  shm.alpha_s = model.shm_alpha_s;
+  shm.alpha_s = model.shm_alpha_s + cross_process_share * (model.shm_process_alpha_s - model.shm_alpha_s);
   shm.beta_s_per_byte = shm.gamma_s_per_byte = model.shm_beta_s_per_byte;
   return shm;
 }
 
-double predict_cma_seconds(size_t bytes, const CostModel& model) {
-  return model.cma_alpha_s + static_cast<double>(bytes) * model.cma_beta_s_per_byte;
+double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
+                           const CostModel& model) {
+  // Two all-to-all exchanges, each overlapping its n - 1 handshakes as direct does.
+  const double alpha = shared_memory_model(model, cross_process_share).alpha_s;
+  return 2.0 * (n - 1) / 2 * alpha + static_cast<double>(bytes) * model.cma_beta_s_per_byte;
 }
 
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
                                              const CostModel& model) {
-  const CostModel shm = shared_memory_model(model);
+  const CostModel shm = shared_memory_model(model, 1.0);
   const size_t slice = bytes / std::max(1, k);
   const Algorithm inner = choose_algorithm(processes, slice, /*peer_memory=*/false, shm);
   // A byte of a local pass is one copy, half a byte through the rings (two).
@@ -86,12 +89,26 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
 // is fastest up to ~64-128 KiB (2x4 at 4 KiB: 75 us, the hierarchy 258 us), cross-memory
 // attach from ~256 KiB, where the hierarchy only ties it at 2x4 and is 2.5x slower at
 // 4x2 (4 MiB); so with cross-memory attach the hierarchy is not a candidate.
-Algorithm choose_one_host(int processes, int k, size_t bytes, bool cma, const CostModel& model) {
-  const CostModel shm = shared_memory_model(model);
-  const int n = processes * k;
-  const Algorithm flat = choose_algorithm(n, bytes, /*peer_memory=*/false, shm);
-  const double flat_seconds = predict_seconds(flat, n, bytes, /*peer_memory=*/false, shm);
-  const double other = cma ? predict_cma_seconds(bytes, model)
+Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
+                          const CostModel& model) {
+  // The share of each algorithm's message steps that cross processes (ranks numbered
+  // process by process): direct talks to n - k of n - 1 peers, a ring crosses at P of
+  // its n hops, halving-doubling's first log2(k) exchanges stay within a process.
+  int log_n = 0, log_k = 0;
+  while ((2 << log_n) <= n) ++log_n;
+  while ((2 << log_k) <= k) ++log_k;
+  const double share[] = {double(n - k) / std::max(1, n - 1), double(processes) / n,
+                          double(std::max(0, log_n - log_k)) / std::max(1, log_n)};
+  const Algorithm candidates[] = {Algorithm::kDirect, Algorithm::kRing,
+                                  Algorithm::kHalvingDoubling};
+  Algorithm flat = Algorithm::kDirect;
+  double flat_seconds = INFINITY;
+  for (int i = 0; i < 3; ++i) {
+    const double t = predict_seconds(candidates[i], n, bytes, /*peer_memory=*/false,
+                                     shared_memory_model(model, share[i]));
+    if (t < flat_seconds) flat = candidates[i], flat_seconds = t;
+  }
+  const double other = cma ? predict_cma_seconds(n, bytes, share[0], model)
                            : predict_one_host_hierarchical_seconds(processes, k, bytes, model);
   if (other >= flat_seconds) return flat;
   return cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical;

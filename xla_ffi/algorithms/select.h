@@ -1,7 +1,7 @@
 // Algorithm selection by an alpha-beta cost model: a step costs alpha (the handshake:
 // publish, wake the peer, wait), a byte moved costs beta, a byte reduced gamma.
 // Between processes or hosts (messages), per rank:
-//   direct:           (n-1)·alpha + (n-1)·S·(beta + gamma)   (a handshake per peer)
+//   direct:           (n-1)/2·alpha + (n-1)·S·(beta + gamma)   (overlapped handshakes)
 //   ring:             2(n-1)·alpha + 2(n-1)/n·S·beta + (n-1)/n·S·gamma
 //   halving-doubling: 2·log2(p)·alpha + 2(p-1)/p·S·beta + (p-1)/p·S·gamma,
 //                     plus 2·alpha + 2·S·beta + S·gamma to fold n - p extra ranks
@@ -32,24 +32,31 @@ struct CostModel {
   double net_alpha_s = 60e-6;
   double net_beta_s_per_byte = 8.0 / 10e9;
   // Between processes of one host (8 ranks on 2 cores, measured with benchmarks/ at
-  // 2x4, 4x2 and 8x1 processes x devices): a message step through the shared-memory
-  // rings costs ~10 us, a byte ~0.8 ns per rank (its two copies, and the cores shared by
-  // four ranks each). The cross-memory-attach reduce-broadcast costs two all-to-all
-  // exchanges (~150 us) and ~1.45 ns per byte of the buffer.
-  double shm_alpha_s = 10e-6;
+  // 2x4, 4x2 and 8x1 processes x devices): a message step through the memory rings
+  // between device threads of one process costs ~8 us, one between processes ~28 us
+  // (a switch between processes: 8x1 at 4 KiB, halving-doubling 180 us, direct 140 us;
+  // 2x4, where two of its three steps stay within a process, 70 and 90 us), a byte
+  // ~0.8 ns per rank (its two copies, and the cores shared by four ranks each). The
+  // cross-memory-attach reduce-broadcast costs two all-to-all exchanges and ~1.45 ns
+  // per byte of the buffer.
+  double shm_alpha_s = 8e-6;
+  double shm_process_alpha_s = 28e-6;
   double shm_beta_s_per_byte = 0.8e-9;
-  double cma_alpha_s = 150e-6;
   double cma_beta_s_per_byte = 1.45e-9;
 };
 
 // The model for messages between hosts over `rails` rails (alpha/beta from the net_*
 // constants, gamma unchanged), for choose_algorithm(..., peer_memory=false, ...).
 CostModel network_model(const CostModel& model, int rails);
-// The model for messages between processes of one host (shm_* constants for alpha, beta
-// and gamma).
-CostModel shared_memory_model(const CostModel& model);
-// The predicted time of the one-host reduce-broadcast by cross-memory attach.
-double predict_cma_seconds(size_t bytes, const CostModel& model);
+// The model for messages among ranks of one host (shm_* constants for beta and gamma;
+// alpha between shm_alpha_s and shm_process_alpha_s by the share of the steps that
+// cross processes).
+CostModel shared_memory_model(const CostModel& model, double cross_process_share);
+// The predicted time of the one-host reduce-broadcast by cross-memory attach over n
+// ranks: two all-to-all exchanges ((n-1)/2 handshakes each, as direct; a
+// `cross_process_share` of them between processes) and cma_beta per byte.
+double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
+                           const CostModel& model);
 // The predicted time of the hierarchy on one host, `processes` processes holding `k`
 // devices each: three sync points among a process's k threads, its local passes over
 // memory (reduce-scatter, all-gather: ~3 copies per byte), and the best
@@ -61,11 +68,13 @@ CostModel& cost_model();  // the process-wide model used by kAuto
 // `peer_memory`: the ranks can read each other's buffers (threads of one process).
 double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memory,
                        const CostModel& model);
-// The automatic choice for a group on one host, `processes` processes holding `k` of its
-// devices each: with cross-memory attach (`cma`), the best flat algorithm over all
-// devices or the cross-memory-attach reduce-broadcast (kReduceBroadcast), whichever the
-// model predicts faster; without it, the best flat algorithm or kHierarchical.
-Algorithm choose_one_host(int processes, int k, size_t bytes, bool cma, const CostModel& model);
+// The automatic choice for a group of n devices on one host, `processes` processes
+// holding `k` of them each (1 where they hold different numbers): with cross-memory
+// attach (`cma`), the best flat algorithm over all n devices or the cross-memory-attach
+// reduce-broadcast (kReduceBroadcast), whichever the model predicts faster; without it,
+// the best flat algorithm or kHierarchical.
+Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
+                          const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model);
 

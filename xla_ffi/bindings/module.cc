@@ -207,8 +207,8 @@ NB_MODULE(_accl, m) {
   m.def(
       "choose_one_host",
       [](int processes, int k, size_t bytes, bool cma) {
-        return std::string(
-            algorithm_name(choose_one_host(processes, k, bytes, cma, cost_model())));
+        return std::string(algorithm_name(
+            choose_one_host(processes * k, processes, k, bytes, cma, cost_model())));
       },
       nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("bytes"), nb::arg("cma"),
       "The automatic choice for a group of `processes` x `devices_per_process` on one host.");

@@ -207,7 +207,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   const bool cma = one_host && world->cross_memory_attach();
   Algorithm schedule = sig.algorithm;
   if (schedule == Algorithm::kAuto) {
-    schedule = one_host ? choose_one_host(processes, slices, bytes, cma, cost_model()) : Algorithm::kHierarchical;
+    schedule = one_host ? choose_one_host(spec.size, processes, slices, bytes, cma, cost_model())
+                        : Algorithm::kHierarchical;
   }
   if (schedule == Algorithm::kReduceBroadcast && !cma) schedule = Algorithm::kHierarchical;
   // The choice is on the wire: a process whose model chose otherwise (another
@@ -248,7 +249,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     }
     // Cross-memory attach refused (every rank learnt it alike): the next best schedule.
     schedule = sig.algorithm == Algorithm::kAuto
-                   ? choose_one_host(processes, slices, bytes, /*cma=*/false, cost_model())
+                   ? choose_one_host(spec.size, processes, slices, bytes, /*cma=*/false,
+                                     cost_model())
                    : Algorithm::kHierarchical;
     tag = schedule_tag(base_tag, schedule);
   }
@@ -322,7 +324,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       }
     }
     const CostModel model =
-        rails > 0 ? network_model(cost_model(), rails) : shared_memory_model(cost_model());
+        rails > 0 ? network_model(cost_model(), rails) : shared_memory_model(cost_model(), 1.0);
     const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
                                              /*peer_memory=*/false, model);
     std::map<std::string, uint64_t> sent;
