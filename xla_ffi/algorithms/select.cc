@@ -70,9 +70,10 @@ CostModel shared_memory_model(const CostModel& model, double cross_process_share
 
 double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
                            const CostModel& model) {
-  // Two all-to-all exchanges, each overlapping its n - 1 handshakes as direct does.
-  const double alpha = shared_memory_model(model, cross_process_share).alpha_s;
-  return 2.0 * (n - 1) / 2 * alpha + static_cast<double>(bytes) * model.cma_beta_s_per_byte;
+  // Two all-to-all exchanges of addresses: each a direct exchange of no payload.
+  const double exchange = predict_seconds(Algorithm::kDirect, n, 0, /*peer_memory=*/false,
+                                          shared_memory_model(model, cross_process_share));
+  return 2 * exchange + static_cast<double>(bytes) * model.cma_beta_s_per_byte;
 }
 
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,

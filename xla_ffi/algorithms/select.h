@@ -53,8 +53,8 @@ CostModel network_model(const CostModel& model, int rails);
 // cross processes).
 CostModel shared_memory_model(const CostModel& model, double cross_process_share);
 // The predicted time of the one-host reduce-broadcast by cross-memory attach over n
-// ranks: two all-to-all exchanges ((n-1)/2 handshakes each, as direct; a
-// `cross_process_share` of them between processes) and cma_beta per byte.
+// ranks: two all-to-all exchanges (each a direct exchange of no payload, a
+// `cross_process_share` of its handshakes between processes) and cma_beta per byte.
 double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
                            const CostModel& model);
 // The predicted time of the hierarchy on one host, `processes` processes holding `k`

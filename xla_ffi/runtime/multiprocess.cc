@@ -178,7 +178,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
   const size_t elem = reduction.elem_size;
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
-  uint64_t tag = call_tag(sig, spec.size);
   const auto start = Clock::now();
   const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
                                     devices[spec.rank], ", process ", world->process_index(), ")");
@@ -200,10 +199,9 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
 
   // The schedule: a forced ring, halving-doubling or direct runs flat over all devices;
   // a forced reduce_broadcast is the cross-memory-attach one on one host. The automatic
-  // choice on one host takes the least predicted of the cross-memory-attach
-  // reduce-broadcast, the best flat algorithm and the hierarchy (small messages: flat,
-  // a few sync points; large ones: cross-memory attach, one kernel copy per byte each
-  // way); between hosts it is the hierarchy, which keeps every rail busy.
+  // choice on one host is choose_one_host's (small messages: flat, a few sync points;
+  // large ones: cross-memory attach, one kernel copy per byte each way); between hosts
+  // it is the hierarchy, which keeps every rail busy.
   const bool cma = one_host && world->cross_memory_attach();
   Algorithm schedule = sig.algorithm;
   if (schedule == Algorithm::kAuto) {
@@ -213,8 +211,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   if (schedule == Algorithm::kReduceBroadcast && !cma) schedule = Algorithm::kHierarchical;
   // The choice is on the wire: a process whose model chose otherwise (another
   // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
-  const uint64_t base_tag = tag;
-  tag = schedule_tag(base_tag, schedule);
+  const uint64_t call = call_tag(sig, spec.size);
+  uint64_t tag = schedule_tag(call, schedule);
   auto finish = [&](const Status& s) {
     if (s.ok()) {
       record_call(schedule, spec, start, Clock::now(), bytes);
@@ -252,7 +250,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                    ? choose_one_host(spec.size, processes, slices, bytes, /*cma=*/false,
                                      cost_model())
                    : Algorithm::kHierarchical;
-    tag = schedule_tag(base_tag, schedule);
+    tag = schedule_tag(call, schedule);
   }
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
