@@ -158,9 +158,10 @@ def max_chain(n: int) -> int:
     return int(math.log(3e38 / 8) / math.log(max(n, 2)))
 
 
-def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
+def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline: bool = True):
     """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant: the
-    algorithm it ran}: per op is (time of 2K chained ops - time of K) / K, with K = loop."""
+    algorithm it ran}: per op is (time of 2K chained ops - time of K) / K, with K = loop.
+    The variants: jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -181,7 +182,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
 
     single, ran = {}, {}
     rows = []
-    variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))] + [
+    variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][:int(baseline)] + [
         (f"accl:{alg}", (lambda a: lambda v: jax_accl.allreduce(v, "i", algorithm=a))(alg))
         for alg in algorithms]
     for name, reduce in variants:
@@ -189,7 +190,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int):
                                      check_vma=False))
         calls_before = _calls_by_algorithm()
         got = _first_local_block(once(x))
-        if name == "accl:auto":  # what the automatic choice ran, from the library's counters
+        if name.startswith("accl:"):  # what it ran (auto's choice), from the library's counters
             ran[name] = _most_called_since(calls_before)
         if not np.array_equal(got, want):
             raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
@@ -360,16 +361,91 @@ def print_rows(rows: list[dict], limits, out) -> None:
     sys.stdout.flush()
 
 
-def calibrate_main(n: int) -> int:
-    """Measure the cost-model constants here, store them, show the choice they make."""
-    from jax_accl import _accl, calibrate
-    rows, _, _ = measure(4096, n, ["reduce_broadcast"], chain_length(4096, 50, n), 5)
-    values = calibrate.measure(dict(rows)["accl:reduce_broadcast"])
-    path = calibrate.store(values)
-    print(f"# stored in {path}: " + ", ".join(f"{k}={v:.3g}" for k, v in values.items()))
+def calibrate_main(args) -> int:
+    """Measure the cost model's constants here, store them, show the choices they make:
+    the in-process ones on the job's devices, then every one-host shape P x k of them
+    (the one --processes names, or all with P >= 2 processes)."""
+    import jax
+
+    from jax_accl import _accl, calibrate, launch
+    n = args.devices * max(1, args.processes)
+    shapes = ([args.processes] if args.processes > 1 else
+              [p for p in range(2, n + 1) if n % p == 0])
+    if not shapes:
+        raise SystemExit("--calibrate needs at least 2 devices")
+    jax.config.update("jax_num_cpu_devices", n)
+    rows, _, _ = measure(4096, n, ["reduce_broadcast"], chain_length(4096, 50, n), 5,
+                         baseline=False)
+    values = calibrate.in_process(dict(rows)["accl:reduce_broadcast"])
+    print(f"# {n} devices in one process: "
+          + ", ".join(f"{name}={v:.3g}" for name, v in values.items()))
+    tables, measured = {}, []
+    for processes in shapes:
+        k = n // processes
+        points = launch.run_job(["-m", "jax_accl.bench"], processes, k,
+                                extra=["--calibrate", "--reps", str(args.reps)])[0]["points"]
+        table = one_host_table(points)
+        tables[f"{processes}x{k}"] = table
+        measured += [(processes, k, alg, size, t) for alg, row in table["seconds"].items()
+                     if alg in calibrate.ONE_HOST_ALGORITHMS
+                     for size, t in zip(table["sizes"], row)]
+    fitted = calibrate.fit_one_host(measured)
+    path = calibrate.store({**values, **fitted, "one_host": tables})
+    print(f"# one host, fitted to {len(measured)} points: "
+          + ", ".join(f"{name}={v:.3g}" for name, v in fitted.items())
+          + "; kept: " + (", ".join(sorted(set(calibrate.ONE_HOST) - set(fitted))) or "none"))
+    for shape, table in tables.items():
+        processes, k = (int(x) for x in shape.split("x"))
+        print_one_host_table(processes, k, table)
+    print(f"# stored in {path}")
     for size in (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20):
-        print(f"#   {human(size):>6} on {n} devices -> {_accl.choose_algorithm(n, size)}")
+        print(f"#   {human(size):>6}: {n} devices in one process -> "
+              f"{_accl.choose_algorithm(n, size)}")
     return 0
+
+
+def one_host_table(points: list[dict]) -> dict:
+    """{"sizes": [...], "seconds": {algorithm: [...]}} from calibration_points(), each
+    forced algorithm filed under what it ran (reduce_broadcast without cross-memory
+    attach runs the hierarchy), and left out where that differs between sizes."""
+    sizes = sorted({p["bytes"] for p in points})
+    seconds = {}
+    for algorithm in dict.fromkeys(p["algorithm"] for p in points):
+        mine = sorted((p for p in points if p["algorithm"] == algorithm), key=lambda p: p["bytes"])
+        ran = {p["ran"] for p in mine}
+        if len(ran) == 1 and [p["bytes"] for p in mine] == sizes:
+            seconds[ran.pop()] = [p["seconds"] for p in mine]
+    return {"sizes": sizes, "seconds": seconds}
+
+
+def print_one_host_table(processes: int, k: int, table: dict) -> None:
+    """The measured times, the fitted model's, and both picks, per size."""
+    from jax_accl import _accl, calibrate
+    algorithms = list(table["seconds"])
+    print(f"# {processes}x{k} on this host, measured (fitted model) per op:")
+    print("# " + f"{'size':>6} " + "".join(f"{a:>22}" for a in algorithms)
+          + f"{'auto':>18}{'model alone':>18}")
+    for i, size in enumerate(table["sizes"]):
+        cells = "".join(
+            f"{table['seconds'][a][i] * 1e6:>11.0f} ({_accl.predict_one_host(a, processes, k, size) * 1e6:>6.0f})us"
+            for a in algorithms)
+        cma = "reduce_broadcast" in algorithms
+        print(f"# {human(size):>6} {cells}{_accl.choose_one_host(processes, k, size, cma):>18}"
+              f"{calibrate.model_choice(processes, k, size, algorithms):>18}")
+
+
+def calibration_points(n: int, reps: int) -> list[dict]:
+    """One process of `bench --calibrate`'s multi-process run: every algorithm of
+    calibrate.ONE_HOST_ALGORITHMS forced over all n devices at every size of
+    calibrate.ONE_HOST_SIZES, with the algorithm it ran."""
+    from jax_accl import calibrate
+    points = []
+    for size in calibrate.ONE_HOST_SIZES:
+        rows, _, ran = measure(size, n, calibrate.ONE_HOST_ALGORITHMS, chain_length(size, 0, n),
+                               reps, baseline=False)
+        points += [{"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}
+                   for name, t in rows]
+    return points
 
 
 def parse_args(argv):
@@ -389,7 +465,9 @@ def parse_args(argv):
     parser.add_argument("--json", default="", help="append JSON lines here")
     parser.add_argument("--plot", default="", help="write a PNG of busbw against size here")
     parser.add_argument("--calibrate", action="store_true",
-                        help="measure this machine's cost-model constants and store them")
+                        help="measure this machine's cost-model constants (in one process on "
+                             "--devices devices, then across --processes processes, 2 by "
+                             "default) and store them")
     parser.add_argument("--mpi", choices=("auto", "on", "off"), default="auto",
                         help="with --processes on one host: also time mpi4jax over Open MPI "
                              "(auto: where installed, see scripts/install_mpi.sh)")
@@ -415,9 +493,12 @@ def worker_main(args) -> int:
         from jax_accl import _compat
         _compat.use_gloo_on_interface(args.gloo_interface)
     n = args.devices * args.num_processes
-    rows = run_sweep(args, n, args.label)
     import jax_accl
-    print("RESULT " + json.dumps({"rows": rows, "stats": jax_accl.stats()}), flush=True)
+    if args.calibrate:
+        result = {"points": calibration_points(n, args.reps)}
+    else:
+        result = {"rows": run_sweep(args, n, args.label), "stats": jax_accl.stats()}
+    print("RESULT " + json.dumps(result), flush=True)
     jax.distributed.shutdown()
     return 0
 
@@ -482,6 +563,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.process_id >= 0:
         return worker_main(args)
+    if args.calibrate:
+        return calibrate_main(args)
     out = open(args.json, "a") if args.json else None
     try:
         if args.processes > 1:
@@ -489,8 +572,6 @@ def main(argv=None) -> int:
         import jax
         jax.config.update("jax_num_cpu_devices", args.devices)
         n = args.devices
-        if args.calibrate:
-            return calibrate_main(n)
         before = copy_bandwidths()
         rows = run_sweep(args, n, f"1x{n} in-process")
         bandwidths = fastest(before, copy_bandwidths())

@@ -3,10 +3,20 @@
 ``python -m jax_accl.bench --calibrate`` measures them on this machine and stores them in
 ``$JAX_ACCL_CACHE`` (default ``~/.cache/jax_accl``)/cost_model.json; ``import jax_accl``
 loads that file when it exists, so the automatic choice uses this machine's numbers.
+
+Devices of one process (in_process()):
   alpha: a synchronisation among the device threads (half a small reduce-broadcast,
          which has two sync points and moves almost nothing);
   beta:  seconds per byte of memory traffic (a large copy, read and write counted);
   gamma: seconds per byte reduced (a large NumPy add, its three streams counted).
+Processes of one host, per group shape P x k (processes x devices per process):
+  the measured seconds of every flat algorithm and of the cross-memory-attach
+  reduce-broadcast at a grid of sizes ("one_host"), by which the automatic choice on one
+  host goes for that shape (xla_ffi/algorithms/measured.h); and, fitted to them all
+  (fit_one_host()), the model's one-host constants for the shapes not measured:
+  shm_alpha, shm_process_alpha: a message step between device threads of one process,
+         and one between processes; shm_beta: a byte through the shared-memory rings;
+  cma_beta: a byte of the cross-memory-attach reduce-broadcast.
 The constants between hosts (net_alpha, net_beta) keep their defaults unless given.
 """
 from __future__ import annotations
@@ -18,7 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-FIELDS = ("alpha", "beta", "gamma", "net_alpha", "net_beta")
+IN_PROCESS = ("alpha", "beta", "gamma")
+ONE_HOST = ("shm_alpha", "shm_process_alpha", "shm_beta", "cma_beta")
+
+# What `bench --calibrate` times on every one-host shape: each candidate of the automatic
+# choice (reduce_broadcast across processes is the cross-memory-attach one) at each size.
+ONE_HOST_ALGORITHMS = ("direct", "ring", "halving_doubling", "reduce_broadcast")
+# Largest first: the first few hundred all-reduces of a process run slower, and at the
+# large sizes that is lost in their warm-up. Above 1 MiB cross-memory attach wins by 2x
+# or more (direct alone takes 10 ms per op at 1 MiB, 8 ranks).
+ONE_HOST_SIZES = tuple(1 << e for e in range(20, 9, -2))  # 1 MiB .. 1 KiB
 
 
 def cache_path() -> Path:
@@ -27,16 +46,25 @@ def cache_path() -> Path:
 
 
 def load() -> dict | None:
-    """Applies the stored constants to the native cost model; returns them (or None)."""
-    from jax_accl import _accl
-    path = cache_path()
+    """Applies the stored constants and measured times to the native cost model (what a
+    file lacks keeps its default); returns them, or None where there is no readable file."""
     try:
-        stored = json.loads(path.read_text())
-        values = [float(stored[k]) for k in FIELDS]
-    except (OSError, ValueError, KeyError):
+        stored = json.loads(cache_path().read_text())
+        apply(stored)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
-    _accl.set_cost_model(*values)
-    return dict(zip(FIELDS, values))
+    return stored
+
+
+def apply(stored: dict) -> None:
+    """Sets the constants in `stored` and replaces the measured one-host times by its own."""
+    from jax_accl import _accl
+    _accl.set_cost_model(**{k: float(v) for k, v in stored.items()
+                            if k in _accl.get_cost_model()})
+    _accl.clear_measured_one_host()
+    for shape, table in stored.get("one_host", {}).items():
+        processes, k = (int(x) for x in shape.split("x"))
+        _accl.set_measured_one_host(processes, k, table["sizes"], table["seconds"])
 
 
 def _best_seconds(fn, reps: int = 5) -> float:
@@ -48,23 +76,78 @@ def _best_seconds(fn, reps: int = 5) -> float:
     return best
 
 
-def measure(small_op_seconds: float) -> dict:
-    """Constants from a small reduce-broadcast's time per op and large array kernels."""
-    from jax_accl import _accl
+def in_process(small_op_seconds: float) -> dict:
+    """alpha, beta, gamma from a small reduce-broadcast's time per op and large kernels."""
     n = 64 << 20
     src, dst = np.ones(n // 8), np.empty(n // 8)
     beta = _best_seconds(lambda: np.copyto(dst, src)) / (2 * n)
     a, b = np.ones(n // 8), np.ones(n // 8)
     gamma = _best_seconds(lambda: np.add(a, b, out=dst)) / (3 * n)
-    current = dict(zip(FIELDS, _accl.get_cost_model()))
-    return {"alpha": small_op_seconds / 2, "beta": beta, "gamma": gamma,
-            "net_alpha": current["net_alpha"], "net_beta": current["net_beta"]}
+    return {"alpha": small_op_seconds / 2, "beta": beta, "gamma": gamma}
+
+
+def _predictions(points, values: dict) -> np.ndarray:
+    """The model's seconds at every (processes, k, algorithm, bytes) with `values` set,
+    then restored."""
+    from jax_accl import _accl
+    saved = _accl.get_cost_model()
+    try:
+        _accl.set_cost_model(**values)
+        return np.array([_accl.predict_one_host(a, p, k, b) for p, k, a, b in points])
+    finally:
+        _accl.set_cost_model(**saved)
+
+
+def predicted(points) -> np.ndarray:
+    """The current model's seconds at every (processes, k, algorithm, bytes)."""
+    return _predictions(points, {})
+
+
+def fit_one_host(measured: list[tuple[int, int, str, int, float]]) -> dict:
+    """The one-host constants that best predict `measured` [(processes, k, algorithm,
+    bytes, seconds)] (direct, ring, halving_doubling, reduce_broadcast), by least squares
+    on the relative error: the model is linear in them. A constant the points cannot
+    tell (shm_alpha where every step crosses processes, cma_beta without cross-memory
+    attach) or that fits below zero keeps its current value and is left out."""
+    points = [m[:4] for m in measured]
+    seconds = np.array([m[4] for m in measured])
+    weights = 1.0 / seconds
+    free = list(ONE_HOST)
+    while free:
+        zero = {name: 0.0 for name in free}
+        base = _predictions(points, zero)
+        columns = np.stack([_predictions(points, {**zero, name: 1.0}) - base
+                            for name in free], axis=1) * weights[:, None]
+        told = np.abs(columns).max(axis=0) > 1e-9
+        if not told.all():
+            free = [name for name, ok in zip(free, told) if ok]
+            continue
+        x, *_ = np.linalg.lstsq(columns, (seconds - base) * weights, rcond=None)
+        if (x > 0).all():
+            return dict(zip(free, x.tolist()))
+        free.pop(int(np.argmin(x)))
+    return {}
+
+
+def model_choice(processes: int, k: int, size: int, algorithms) -> str:
+    """The model's pick among `algorithms` on processes x k (measured times aside)."""
+    from jax_accl import _accl
+    return min(algorithms, key=lambda a: _accl.predict_one_host(a, processes, k, size))
 
 
 def store(values: dict) -> Path:
-    from jax_accl import _accl
+    """Merges `values` (constants; "one_host": {"PxK": table}) into the stored ones and
+    applies the result."""
     path = cache_path()
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    tables = {**stored.get("one_host", {}), **values.get("one_host", {})}
+    stored.update(values)
+    if tables:
+        stored["one_host"] = tables
+    apply(stored)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values, indent=1))
-    _accl.set_cost_model(*[values[k] for k in FIELDS])
+    path.write_text(json.dumps(stored, indent=1))
     return path

@@ -24,8 +24,8 @@ class Constants:
     @classmethod
     def from_runtime(cls) -> "Constants":
         from jax_accl import _accl
-        alpha, beta, gamma, net_alpha, _ = _accl.get_cost_model()
-        return cls(alpha, beta, gamma, net_alpha)
+        c = _accl.get_cost_model()
+        return cls(c["alpha"], c["beta"], c["gamma"], c["net_alpha"])
 
 
 def _local_phases(t: Topology, size: float, c: Constants) -> tuple[float, float]:

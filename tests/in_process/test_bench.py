@@ -1,5 +1,6 @@
 """The benchmark command: rows checked and written as JSON lines, the busbw plot, and
---calibrate storing this machine's cost-model constants (which import then loads)."""
+--calibrate storing this machine's cost-model constants and measured one-host times
+(which import then loads)."""
 import json
 import os
 import subprocess
@@ -25,15 +26,29 @@ def test_sweep_writes_json_lines_and_a_plot(tmp_path):
     assert "auto" in out and "the best forced" in out
 
 
-def test_calibrate_stores_constants_that_import_loads(tmp_path):
+def test_calibrate_stores_what_it_measured_and_import_goes_by_it(tmp_path):
     env = {"JAX_ACCL_CACHE": str(tmp_path)}
-    bench("--devices", "4", "--calibrate", env=env)
+    out = bench("--devices", "2", "--calibrate", "--reps", "3", env=env)
     stored = json.loads((tmp_path / "cost_model.json").read_text())
-    assert set(stored) == {"alpha", "beta", "gamma", "net_alpha", "net_beta"}
-    assert all(v > 0 for v in stored.values())
+    # In one process all three; on 2 x 1 every step crosses processes, so shm_alpha is
+    # not measured (kept) while the other one-host constants are fitted.
+    assert {"alpha", "beta", "gamma", "shm_process_alpha", "shm_beta", "cma_beta"} <= set(stored)
+    assert "shm_alpha" not in stored and "kept: shm_alpha" in out
+    assert all(stored[k] > 0 for k in stored if k != "one_host")
+    table = stored["one_host"]["2x1"]
+    assert table["sizes"] == sorted(table["sizes"]) and len(table["sizes"]) >= 4
+    assert set(table["seconds"]) == {"direct", "ring", "halving_doubling", "reduce_broadcast"}
+    assert all(t > 0 for row in table["seconds"].values() for t in row)
+    # A fresh process loads it: the constants, and the choice at every measured size is
+    # the measured fastest.
+    best = [min(table["seconds"], key=lambda a: table["seconds"][a][i])
+            for i in range(len(table["sizes"]))]
     loaded = subprocess.run(
-        [sys.executable, "-c", "import jax_accl; from jax_accl import _accl; "
-         "print(_accl.get_cost_model())"], capture_output=True, text=True, cwd="/",
+        [sys.executable, "-c", "import jax_accl, json; from jax_accl import _accl; print(json.dumps("
+         "[_accl.get_cost_model(), [_accl.choose_one_host(2, 1, s, True) for s in %r]]))"
+         % table["sizes"]], capture_output=True, text=True, cwd="/",
         env={**os.environ, **env}, timeout=120)
     assert loaded.returncode == 0, loaded.stderr
-    assert eval(loaded.stdout)[:3] == [stored["alpha"], stored["beta"], stored["gamma"]]
+    constants, choices = json.loads(loaded.stdout)
+    assert all(constants[k] == stored[k] for k in constants if k in stored)
+    assert choices == best

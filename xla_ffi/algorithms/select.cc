@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "algorithms/measured.h"
 #include "transport/local.h"
 
 namespace accl {
@@ -86,33 +87,63 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
   return local + predict_seconds(inner, processes, slice, /*peer_memory=*/false, shm);
 }
 
+// The share of an algorithm's message steps that cross processes, ranks numbered
+// process by process: direct talks to n - k of its n - 1 peers, a ring crosses at P of
+// its n hops, halving-doubling's first log2(k) exchanges stay within a process.
+static double cross_process_share(Algorithm algorithm, int n, int processes, int k) {
+  int log_n = 0, log_k = 0;
+  while ((2 << log_n) <= n) ++log_n;
+  while ((2 << log_k) <= k) ++log_k;
+  switch (algorithm) {
+    case Algorithm::kRing: return double(processes) / n;
+    case Algorithm::kHalvingDoubling:
+      return double(std::max(0, log_n - log_k)) / std::max(1, log_n);
+    default: return double(n - k) / std::max(1, n - 1);
+  }
+}
+
+double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k,
+                                size_t bytes, const CostModel& model) {
+  const double share = cross_process_share(algorithm, n, processes, k);
+  switch (algorithm) {
+    case Algorithm::kDirect:
+    case Algorithm::kRing:
+    case Algorithm::kHalvingDoubling:
+      return predict_seconds(algorithm, n, bytes, /*peer_memory=*/false,
+                             shared_memory_model(model, share));
+    case Algorithm::kReduceBroadcast: return predict_cma_seconds(n, bytes, share, model);
+    case Algorithm::kHierarchical:
+      return predict_one_host_hierarchical_seconds(processes, k, bytes, model);
+    case Algorithm::kAuto: break;
+  }
+  return INFINITY;
+}
+
 // Measured with 8 ranks on 2 cores (benchmarks/, 2x4, 4x2, 8x1): flat halving-doubling
 // is fastest up to ~64-128 KiB (2x4 at 4 KiB: 75 us, the hierarchy 258 us), cross-memory
 // attach from ~256 KiB, where the hierarchy only ties it at 2x4 and is 2.5x slower at
 // 4x2 (4 MiB); so with cross-memory attach the hierarchy is not a candidate.
 Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model) {
-  // The share of each algorithm's message steps that cross processes (ranks numbered
-  // process by process): direct talks to n - k of n - 1 peers, a ring crosses at P of
-  // its n hops, halving-doubling's first log2(k) exchanges stay within a process.
-  int log_n = 0, log_k = 0;
-  while ((2 << log_n) <= n) ++log_n;
-  while ((2 << log_k) <= k) ++log_k;
-  const double share[] = {double(n - k) / std::max(1, n - 1), double(processes) / n,
-                          double(std::max(0, log_n - log_k)) / std::max(1, log_n)};
   const Algorithm candidates[] = {Algorithm::kDirect, Algorithm::kRing,
-                                  Algorithm::kHalvingDoubling};
-  Algorithm flat = Algorithm::kDirect;
-  double flat_seconds = INFINITY;
-  for (int i = 0; i < 3; ++i) {
-    const double t = predict_seconds(candidates[i], n, bytes, /*peer_memory=*/false,
-                                     shared_memory_model(model, share[i]));
-    if (t < flat_seconds) flat = candidates[i], flat_seconds = t;
+                                  Algorithm::kHalvingDoubling,
+                                  cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical};
+  // This shape's measured times (bench --calibrate) where all four were measured.
+  double seconds[4];
+  bool measured = n == processes * k;
+  for (int i = 0; i < 4 && measured; ++i) {
+    const std::optional<double> t = measured_one_host_seconds(processes, k, candidates[i], bytes);
+    measured = t.has_value();
+    seconds[i] = t.value_or(0.0);
   }
-  const double other = cma ? predict_cma_seconds(n, bytes, share[0], model)
-                           : predict_one_host_hierarchical_seconds(processes, k, bytes, model);
-  if (other >= flat_seconds) return flat;
-  return cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical;
+  for (int i = 0; i < 4 && !measured; ++i) {
+    seconds[i] = predict_one_host_seconds(candidates[i], n, processes, k, bytes, model);
+  }
+  int best = 0;
+  for (int i = 1; i < 4; ++i) {
+    if (seconds[i] < seconds[best]) best = i;
+  }
+  return candidates[best];
 }
 
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model) {

@@ -68,11 +68,17 @@ CostModel& cost_model();  // the process-wide model used by kAuto
 // `peer_memory`: the ranks can read each other's buffers (threads of one process).
 double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memory,
                        const CostModel& model);
+// The predicted time of `algorithm` over n devices of one host, `processes` processes
+// holding `k` of them each: direct, ring and halving-doubling through the shared-memory
+// rings, kReduceBroadcast by cross-memory attach, kHierarchical; kAuto: infinity.
+double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k,
+                                size_t bytes, const CostModel& model);
 // The automatic choice for a group of n devices on one host, `processes` processes
 // holding `k` of them each (1 where they hold different numbers): with cross-memory
 // attach (`cma`), the best flat algorithm over all n devices or the cross-memory-attach
 // reduce-broadcast (kReduceBroadcast), whichever the model predicts faster; without it,
-// the best flat algorithm or kHierarchical.
+// the best flat algorithm or kHierarchical. Where bench --calibrate measured all four
+// candidates on this shape (algorithms/measured.h), those times decide, not the model.
 Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).

@@ -1,16 +1,22 @@
 // The nanobind module jax_accl._accl: FFI handler capsules for XLA, the native test
 // entry point (threads as ranks), stats and the cost model. Only this file sees nanobind.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
 #include <cstdint>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "algorithms/measured.h"
 #include "algorithms/select.h"
 #include "bindings/parse.h"
 #include "ffi/handlers.h"
@@ -29,6 +35,23 @@ void register_testing(nb::module_& m);  // testing.cc
 
 namespace accl {
 namespace {
+
+// The cost model's constants as Python sees them (calibrate.py stores these names).
+struct CostModelField {
+  const char* name;
+  double CostModel::*member;
+};
+constexpr CostModelField kCostModelFields[] = {
+    {"alpha", &CostModel::alpha_s},
+    {"beta", &CostModel::beta_s_per_byte},
+    {"gamma", &CostModel::gamma_s_per_byte},
+    {"net_alpha", &CostModel::net_alpha_s},
+    {"net_beta", &CostModel::net_beta_s_per_byte},
+    {"shm_alpha", &CostModel::shm_alpha_s},
+    {"shm_process_alpha", &CostModel::shm_process_alpha_s},
+    {"shm_beta", &CostModel::shm_beta_s_per_byte},
+    {"cma_beta", &CostModel::cma_beta_s_per_byte},
+};
 
 nb::dict registrations() {
   nb::dict targets;
@@ -219,14 +242,58 @@ NB_MODULE(_accl, m) {
                                n, bytes, peer_memory, cost_model());
       },
       nb::arg("algorithm"), nb::arg("n"), nb::arg("bytes"), nb::arg("peer_memory") = true);
+  m.def(
+      "predict_one_host",
+      [](const std::string& algorithm, int processes, int k, size_t bytes) {
+        return predict_one_host_seconds(
+            parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"), processes * k,
+            processes, k, bytes, cost_model());
+      },
+      nb::arg("algorithm"), nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("bytes"),
+      "The model's seconds for `algorithm` over `processes` x `devices_per_process` on one "
+      "host (reduce_broadcast: by cross-memory attach).");
+  m.def(
+      "set_measured_one_host",
+      [](int processes, int k, std::vector<size_t> sizes,
+         const std::map<std::string, std::vector<double>>& seconds) {
+        std::vector<MeasuredTimes> times;
+        for (const auto& [name, row] : seconds) {
+          times.push_back({parse_or_throw<Algorithm>(name, parse_algorithm, "algorithm"), row});
+        }
+        try {
+          set_measured_one_host(processes, k, std::move(sizes), std::move(times));
+        } catch (const std::invalid_argument& e) {
+          throw nb::value_error(e.what());
+        }
+      },
+      nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("sizes"), nb::arg("seconds"),
+      "Measured seconds per all-reduce {algorithm: [one per size]} on processes x "
+      "devices_per_process (bench --calibrate); choose_one_host then goes by them.");
+  m.def("clear_measured_one_host", &clear_measured_one_host);
+  m.def("measured_one_host", [](int processes, int k, const std::string& algorithm, size_t bytes) {
+    return measured_one_host_seconds(
+        processes, k, parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"), bytes);
+  }, nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("algorithm"), nb::arg("bytes"));
   m.def("get_cost_model", [] {
-    const CostModel& c = cost_model();
-    return std::vector<double>{c.alpha_s, c.beta_s_per_byte, c.gamma_s_per_byte, c.net_alpha_s,
-                               c.net_beta_s_per_byte};
-  }, "[alpha, beta, gamma, net_alpha, net_beta] in seconds and seconds per byte");
-  m.def("set_cost_model", [](double alpha, double beta, double gamma, double net_alpha,
-                             double net_beta) {
-    cost_model() = CostModel{alpha, beta, gamma, net_alpha, net_beta};
-  }, nb::arg("alpha"), nb::arg("beta"), nb::arg("gamma"), nb::arg("net_alpha") = 60e-6,
-     nb::arg("net_beta") = 8.0 / 10e9);
+    nb::dict values;
+    for (const CostModelField& f : kCostModelFields) values[f.name] = cost_model().*f.member;
+    return values;
+  }, "The cost model's constants by name, in seconds and seconds per byte.");
+  m.def("set_cost_model", [](nb::kwargs values) {
+    CostModel model = cost_model();
+    for (auto [key, value] : values) {
+      const std::string name = nb::cast<std::string>(key);
+      const CostModelField* field = nullptr;
+      for (const CostModelField& f : kCostModelFields) {
+        if (name == f.name) field = &f;
+      }
+      if (field == nullptr) throw nb::value_error(("unknown cost-model constant: " + name).c_str());
+      const double v = nb::cast<double>(value);
+      if (!(v >= 0) || std::isinf(v)) {
+        throw nb::value_error(("cost-model constant " + name + " must be finite and >= 0").c_str());
+      }
+      model.*field->member = v;
+    }
+    cost_model() = model;
+  }, "Sets the named constants (see get_cost_model); the others keep their values.");
 }

@@ -1,0 +1,62 @@
+"""The calibration's fit of the one-host constants: it recovers the constants that made
+the times, keeps the ones the measured shapes cannot tell apart, and the stored file
+round-trips (constants and measured times) through load()."""
+import json
+
+import pytest
+
+from jax_accl import _accl, calibrate
+
+TRUE = {"shm_alpha": 6e-6, "shm_process_alpha": 21e-6, "shm_beta": 0.7e-9, "cma_beta": 1.3e-9}
+
+
+@pytest.fixture
+def model():
+    saved = _accl.get_cost_model()
+    yield
+    _accl.set_cost_model(**saved)
+    _accl.clear_measured_one_host()
+
+
+def times_of(shapes):
+    """What machine TRUE would measure at every shape, candidate and grid size."""
+    _accl.set_cost_model(**TRUE)
+    points = [(p, k, a, size) for p, k in shapes for a in calibrate.ONE_HOST_ALGORITHMS
+              for size in calibrate.ONE_HOST_SIZES]
+    measured = [(*point, t) for point, t in zip(points, calibrate.predicted(points))]
+    _accl.set_cost_model(shm_alpha=1e-6, shm_process_alpha=1e-6, shm_beta=1e-9, cma_beta=1e-9)
+    return measured
+
+
+def test_fit_recovers_the_constants_behind_the_times(model):
+    fitted = calibrate.fit_one_host(times_of([(2, 4), (4, 2), (8, 1)]))
+    assert fitted == pytest.approx(TRUE, rel=1e-6)
+
+
+def test_a_constant_the_shapes_cannot_tell_keeps_its_value(model):
+    # 8 x 1: every message step crosses processes, so the step within one is not seen.
+    fitted = calibrate.fit_one_host(times_of([(8, 1)]))
+    assert set(fitted) == set(TRUE) - {"shm_alpha"}
+    assert fitted == pytest.approx({k: TRUE[k] for k in fitted}, rel=1e-6)
+
+
+def test_store_merges_and_load_applies(model, tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_ACCL_CACHE", str(tmp_path))
+    table = {"sizes": [1024, 4096], "seconds": {"ring": [1e-4, 2e-4], "direct": [2e-4, 1e-4]}}
+    calibrate.store({"alpha": 3e-5, "one_host": {"4x2": table}})
+    calibrate.store({"shm_beta": 2e-9, "one_host": {"8x1": table}})
+    stored = json.loads((tmp_path / "cost_model.json").read_text())
+    assert stored["alpha"] == 3e-5 and stored["shm_beta"] == 2e-9
+    assert set(stored["one_host"]) == {"4x2", "8x1"}
+    _accl.set_cost_model(alpha=1.0, shm_beta=1.0)
+    _accl.clear_measured_one_host()
+    assert calibrate.load() == stored
+    assert _accl.get_cost_model()["alpha"] == 3e-5 and _accl.get_cost_model()["shm_beta"] == 2e-9
+    assert _accl.measured_one_host(8, 1, "direct", 4096) == 1e-4
+
+
+def test_unknown_or_negative_constants_are_refused(model):
+    with pytest.raises(ValueError, match="unknown cost-model constant: bogus"):
+        _accl.set_cost_model(bogus=1.0)
+    with pytest.raises(ValueError, match="shm_beta must be finite"):
+        _accl.set_cost_model(shm_beta=-1.0)
