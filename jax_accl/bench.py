@@ -6,7 +6,8 @@ For every size it times, in the same run, K and 2K all-reduces chained in one ji
 lax.fori_loop, each feeding the next and nothing else in the loop; the difference over
 K is the time of one all-reduce with everything paid once per call (dispatch, the copy
 of the argument into the loop, page faults of fresh buffers) cancelled out. That for
-jax.lax.psum and for jax_accl with each algorithm; it reports time per op, algbw = S/t
+jax.lax.psum and for jax_accl with each algorithm, the repetitions going round the
+variants so that the machine's slow spells hit all alike; it reports time per op, algbw = S/t
 and busbw = algbw·2(n-1)/n, the ratio to psum and the memory limit t_min = 2·n·S/B
 (B: copy bandwidths measured here, NumPy's and a non-temporal one, both on every core).
 Every row checks its result against NumPy.
@@ -111,20 +112,31 @@ def warm_up_calls(size_bytes: int, loop: int) -> int:
     return max(1, math.ceil(ops / (3 * loop)))
 
 
-def per_op(short, long, arg, loop: int, reps: int, size_bytes: int) -> float:
-    """Seconds per all-reduce: the median of (time of `long` - time of `short`) / loop,
-    where `long` chains 2·loop all-reduces and `short` loop, after a warm-up. Where the
-    noise hides the difference (a median of 5% of `long` / 2·loop or less), that upper
-    bound, dispatch included, rather than a zero."""
-    for _ in range(warm_up_calls(size_bytes, loop)):  # the first also compiles
-        _seconds(short, arg), _seconds(long, arg)
-    differences, longs = [], []
-    for _ in range(reps):  # interleaved, so a slow spell of the machine hits both
-        longs.append(_seconds(long, arg))
-        differences.append((longs[-1] - _seconds(short, arg)) / loop)
-    difference = statistics.median(differences)
-    upper_bound = statistics.median(longs) / (2 * loop)
-    return difference if difference > 0.05 * upper_bound else upper_bound
+def per_op_interleaved(chains: dict, arg, loop: int, reps: int, size_bytes: int) -> dict:
+    """Seconds per all-reduce of every variant {name: (short, long)}: the median of (time
+    of `long` - time of `short`) / loop, where `long` chains 2·loop all-reduces and
+    `short` loop. After a warm-up of each, the repetitions go round the variants, each
+    round starting one further (the one after jax.lax.psum's gloo ran up to 1.4x slower),
+    so a slow spell of the machine (they last seconds here) hits all of them alike and
+    their ratios hold. Where the noise hides the difference (a median of 5% of `long` / 2·loop
+    or less), that upper bound, dispatch included, rather than a zero."""
+    for short, long in chains.values():
+        for _ in range(warm_up_calls(size_bytes, loop)):  # the first also compiles
+            _seconds(short, arg), _seconds(long, arg)
+    differences = {name: [] for name in chains}
+    longs = {name: [] for name in chains}
+    names = list(chains)
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            short, long = chains[name]
+            longs[name].append(_seconds(long, arg))
+            differences[name].append((longs[name][-1] - _seconds(short, arg)) / loop)
+    result = {}
+    for name in chains:
+        difference = statistics.median(differences[name])
+        upper_bound = statistics.median(longs[name]) / (2 * loop)
+        result[name] = difference if difference > 0.05 * upper_bound else upper_bound
+    return result
 
 
 def chain_length(size_bytes: int, loop: int, n: int) -> int:
@@ -180,8 +192,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
                                      check_vma=False))
 
-    single, ran = {}, {}
-    rows = []
+    single, ran, chains = {}, {}, {}
     variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][:int(baseline)] + [
         (f"accl:{alg}", (lambda a: lambda v: jax_accl.allreduce(v, "i", algorithm=a))(alg))
         for alg in algorithms]
@@ -195,9 +206,8 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
         if not np.array_equal(got, want):
             raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
         single[name] = _timed(once, x, reps)
-        rows.append((name, per_op(program(reduce, loop), program(reduce, 2 * loop), x, loop,
-                                  reps, size_bytes)))
-    return rows, single, ran
+        chains[name] = (program(reduce, loop), program(reduce, 2 * loop))
+    return list(per_op_interleaved(chains, x, loop, reps, size_bytes).items()), single, ran
 
 
 def _calls_by_algorithm() -> dict:
@@ -361,6 +371,10 @@ def print_rows(rows: list[dict], limits, out) -> None:
     sys.stdout.flush()
 
 
+# A multi-process run's bound: long, but a hung worker still ends it with everyone's output.
+JOB_TIMEOUT_S = 3600.0
+
+
 def calibrate_main(args) -> int:
     """Measure the cost model's constants here, store them, show the choices they make:
     the in-process ones on the job's devices, then every one-host shape P x k of them
@@ -383,20 +397,19 @@ def calibrate_main(args) -> int:
     for processes in shapes:
         k = n // processes
         points = launch.run_job(["-m", "jax_accl.bench"], processes, k,
-                                extra=["--calibrate", "--reps", str(args.reps)])[0]["points"]
-        table = one_host_table(points)
-        tables[f"{processes}x{k}"] = table
-        measured += [(processes, k, alg, size, t) for alg, row in table["seconds"].items()
-                     if alg in calibrate.ONE_HOST_ALGORITHMS
-                     for size, t in zip(table["sizes"], row)]
+                                extra=["--calibrate", "--reps", str(args.reps)],
+                                timeout=JOB_TIMEOUT_S)[0]["points"]
+        tables[f"{processes}x{k}"] = one_host_lines(points)
+        measured += [(processes, k, p["ran"], p["bytes"], p["seconds"]) for p in points
+                     if p["ran"] in calibrate.ONE_HOST_ALGORITHMS]
     fitted = calibrate.fit_one_host(measured)
     path = calibrate.store({**values, **fitted, "one_host": tables})
-    print(f"# one host, fitted to {len(measured)} points: "
+    print(f"# one host, model fitted to {len(measured)} points: "
           + ", ".join(f"{name}={v:.3g}" for name, v in fitted.items())
           + "; kept: " + (", ".join(sorted(set(calibrate.ONE_HOST) - set(fitted))) or "none"))
-    for shape, table in tables.items():
+    for shape, lines in tables.items():
         processes, k = (int(x) for x in shape.split("x"))
-        print_one_host_table(processes, k, table)
+        print_one_host_lines(processes, k, lines)
     print(f"# stored in {path}")
     for size in (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20):
         print(f"#   {human(size):>6}: {n} devices in one process -> "
@@ -404,32 +417,36 @@ def calibrate_main(args) -> int:
     return 0
 
 
-def one_host_table(points: list[dict]) -> dict:
-    """{"sizes": [...], "seconds": {algorithm: [...]}} from calibration_points(), each
-    forced algorithm filed under what it ran (reduce_broadcast without cross-memory
-    attach runs the hierarchy), and left out where that differs between sizes."""
-    sizes = sorted({p["bytes"] for p in points})
-    seconds = {}
+def one_host_lines(points: list[dict]) -> dict:
+    """{algorithm: {"latency", "per_byte", "measured": [[bytes, seconds], ...]}} from
+    calibration_points(), each forced algorithm filed under what it ran (reduce_broadcast
+    without cross-memory attach runs the hierarchy) and left out where that varied."""
+    from jax_accl import calibrate
+    lines = {}
     for algorithm in dict.fromkeys(p["algorithm"] for p in points):
         mine = sorted((p for p in points if p["algorithm"] == algorithm), key=lambda p: p["bytes"])
         ran = {p["ran"] for p in mine}
-        if len(ran) == 1 and [p["bytes"] for p in mine] == sizes:
-            seconds[ran.pop()] = [p["seconds"] for p in mine]
-    return {"sizes": sizes, "seconds": seconds}
+        if len(ran) == 1:
+            measured = [[p["bytes"], p["seconds"]] for p in mine]
+            latency, per_byte = calibrate.fit_line(measured)
+            lines[ran.pop()] = {"latency": latency, "per_byte": per_byte, "measured": measured}
+    return lines
 
 
-def print_one_host_table(processes: int, k: int, table: dict) -> None:
-    """The measured times, the fitted model's, and both picks, per size."""
+def print_one_host_lines(processes: int, k: int, lines: dict) -> None:
+    """Per size: each candidate's measured time (its line's), the choice and the model's."""
     from jax_accl import _accl, calibrate
-    algorithms = list(table["seconds"])
-    print(f"# {processes}x{k} on this host, measured (fitted model) per op:")
+    algorithms = list(lines)
+    print(f"# {processes}x{k} on this host, per op, measured (calibrated line):")
     print("# " + f"{'size':>6} " + "".join(f"{a:>22}" for a in algorithms)
           + f"{'auto':>18}{'model alone':>18}")
-    for i, size in enumerate(table["sizes"]):
-        cells = "".join(
-            f"{table['seconds'][a][i] * 1e6:>11.0f} ({_accl.predict_one_host(a, processes, k, size) * 1e6:>6.0f})us"
-            for a in algorithms)
-        cma = "reduce_broadcast" in algorithms
+    cma = "reduce_broadcast" in algorithms
+    for size in sorted({b for line in lines.values() for b, _ in line["measured"]}):
+        cells = ""
+        for a in algorithms:
+            t = dict(lines[a]["measured"]).get(size)
+            fit = lines[a]["latency"] + size * lines[a]["per_byte"]
+            cells += (f"{t * 1e6:>11.0f}" if t else f"{'-':>11}") + f" ({fit * 1e6:>6.0f})us"
         print(f"# {human(size):>6} {cells}{_accl.choose_one_host(processes, k, size, cma):>18}"
               f"{calibrate.model_choice(processes, k, size, algorithms):>18}")
 
@@ -441,8 +458,10 @@ def calibration_points(n: int, reps: int) -> list[dict]:
     from jax_accl import calibrate
     points = []
     for size in calibrate.ONE_HOST_SIZES:
-        rows, _, ran = measure(size, n, calibrate.ONE_HOST_ALGORITHMS, chain_length(size, 0, n),
-                               reps, baseline=False)
+        algorithms = [a for a in calibrate.ONE_HOST_ALGORITHMS
+                      if a != "direct" or size <= calibrate.DIRECT_MAX_BYTES]
+        rows, _, ran = measure(size, n, algorithms, chain_length(size, 0, n), reps,
+                               baseline=False)
         points += [{"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}
                    for name, t in rows]
     return points
@@ -461,7 +480,8 @@ def parse_args(argv):
                         help="tc rate of every namespaced rail")
     parser.add_argument("--algorithms", default="auto,direct,ring,halving_doubling")
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=None,
+                        help="repetitions per variant and size (median): 5, for --calibrate 9")
     parser.add_argument("--json", default="", help="append JSON lines here")
     parser.add_argument("--plot", default="", help="write a PNG of busbw against size here")
     parser.add_argument("--calibrate", action="store_true",
@@ -513,7 +533,7 @@ def multi_process_main(args, out) -> int:
         label = f"{args.processes}x{args.devices} processes x devices, one host"
         before = copy_bandwidths()
         results = launch.run_job(worker, args.processes, args.devices,
-                                 extra=forwarded + ["--label", label])
+                                 extra=forwarded + ["--label", label], timeout=JOB_TIMEOUT_S)
         rows = results[0]["rows"]
         mpi_lines = add_mpi_rows(rows, args, label)
         # B measured here, alone, before and after the workers ran.
@@ -541,7 +561,7 @@ def multi_process_main(args, out) -> int:
                                      extra=forwarded + ["--gloo-interface", "rail0",
                                                         "--label", label],
                                      env=env, namespaces=spaces,
-                                     coordinator_ip=netns.rail_ip(0, 0))
+                                     coordinator_ip=netns.rail_ip(0, 0), timeout=JOB_TIMEOUT_S)
         rows = results[0]["rows"]
         h = args.hosts
         # Every host must send 2(h-1)/h of the buffer over its rails at least once.
@@ -561,6 +581,8 @@ def multi_process_main(args, out) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.reps is None:
+        args.reps = 9 if args.calibrate else 5
     if args.process_id >= 0:
         return worker_main(args)
     if args.calibrate:

@@ -10,10 +10,10 @@ Devices of one process (in_process()):
   beta:  seconds per byte of memory traffic (a large copy, read and write counted);
   gamma: seconds per byte reduced (a large NumPy add, its three streams counted).
 Processes of one host, per group shape P x k (processes x devices per process):
-  the measured seconds of every flat algorithm and of the cross-memory-attach
-  reduce-broadcast at a grid of sizes ("one_host"), by which the automatic choice on one
-  host goes for that shape (xla_ffi/algorithms/measured.h); and, fitted to them all
-  (fit_one_host()), the model's one-host constants for the shapes not measured:
+  "one_host": every candidate of the automatic choice timed at sizes from 1 KiB to 4 MiB
+  and fitted with a line, latency + bytes·per_byte (fit_line()); the automatic choice on
+  one host goes by these lines for that shape (xla_ffi/algorithms/measured.h). Fitted to
+  all those points (fit_one_host()), the model's one-host constants, for other shapes:
   shm_alpha, shm_process_alpha: a message step between device threads of one process,
          and one between processes; shm_beta: a byte through the shared-memory rings;
   cma_beta: a byte of the cross-memory-attach reduce-broadcast.
@@ -32,12 +32,13 @@ IN_PROCESS = ("alpha", "beta", "gamma")
 ONE_HOST = ("shm_alpha", "shm_process_alpha", "shm_beta", "cma_beta")
 
 # What `bench --calibrate` times on every one-host shape: each candidate of the automatic
-# choice (reduce_broadcast across processes is the cross-memory-attach one) at each size.
+# choice (reduce_broadcast across processes is the cross-memory-attach one) at each size,
+# largest first (the first few hundred all-reduces of a process run slower; at the large
+# sizes that is lost in their warm-up); direct only up to 1 MiB, where it already takes
+# 4x the others (10 ms per op at 8 ranks).
 ONE_HOST_ALGORITHMS = ("direct", "ring", "halving_doubling", "reduce_broadcast")
-# Largest first: the first few hundred all-reduces of a process run slower, and at the
-# large sizes that is lost in their warm-up. Above 1 MiB cross-memory attach wins by 2x
-# or more (direct alone takes 10 ms per op at 1 MiB, 8 ranks).
-ONE_HOST_SIZES = tuple(1 << e for e in range(20, 9, -2))  # 1 MiB .. 1 KiB
+ONE_HOST_SIZES = tuple(1 << e for e in range(22, 9, -2))  # 4 MiB .. 1 KiB
+DIRECT_MAX_BYTES = 1 << 20
 
 
 def cache_path() -> Path:
@@ -62,9 +63,10 @@ def apply(stored: dict) -> None:
     _accl.set_cost_model(**{k: float(v) for k, v in stored.items()
                             if k in _accl.get_cost_model()})
     _accl.clear_measured_one_host()
-    for shape, table in stored.get("one_host", {}).items():
+    for shape, lines in stored.get("one_host", {}).items():
         processes, k = (int(x) for x in shape.split("x"))
-        _accl.set_measured_one_host(processes, k, table["sizes"], table["seconds"])
+        _accl.set_measured_one_host(processes, k, {a: (line["latency"], line["per_byte"])
+                                                   for a, line in lines.items()})
 
 
 def _best_seconds(fn, reps: int = 5) -> float:
@@ -129,6 +131,25 @@ def fit_one_host(measured: list[tuple[int, int, str, int, float]]) -> dict:
     return {}
 
 
+def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(latency, per_byte), both >= 0, of the line through [(bytes, seconds)] with the least
+    relative error, robustly: iteratively reweighted (Huber), so that a point off by more
+    than 10% of the line (the difference of two noisy timings) counts as if it were 10% off."""
+    x = np.array([float(b) for b, _ in points])
+    y = np.array([t for _, t in points])
+    w = 1.0 / y
+    for _ in range(10):
+        (a, b), *_ = np.linalg.lstsq(np.stack([w, x * w], axis=1), y * w, rcond=None)
+        if b < 0:
+            a, b = float(np.sum(y * w * w) / np.sum(w * w)), 0.0
+        elif a < 0:
+            a, b = 0.0, float(np.sum(x * y * w * w) / np.sum(x * x * w * w))
+        line = np.maximum(a + b * x, 1e-12)
+        off = np.abs(y - line) / line
+        w = np.minimum(1.0, 0.1 / np.maximum(off, 1e-12)) ** 0.5 / line
+    return float(a), float(b)
+
+
 def model_choice(processes: int, k: int, size: int, algorithms) -> str:
     """The model's pick among `algorithms` on processes x k (measured times aside)."""
     from jax_accl import _accl
@@ -136,8 +157,8 @@ def model_choice(processes: int, k: int, size: int, algorithms) -> str:
 
 
 def store(values: dict) -> Path:
-    """Merges `values` (constants; "one_host": {"PxK": table}) into the stored ones and
-    applies the result."""
+    """Merges `values` (constants; "one_host": {"PxK": {algorithm: line}}) into the stored
+    ones and applies the result."""
     path = cache_path()
     try:
         stored = json.loads(path.read_text())

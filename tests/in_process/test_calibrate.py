@@ -1,6 +1,6 @@
 """The calibration's fit of the one-host constants: it recovers the constants that made
 the times, keeps the ones the measured shapes cannot tell apart, and the stored file
-round-trips (constants and measured times) through load()."""
+round-trips (constants and calibrated lines) through load(); lines fitted to measured times."""
 import json
 
 import pytest
@@ -42,9 +42,10 @@ def test_a_constant_the_shapes_cannot_tell_keeps_its_value(model):
 
 def test_store_merges_and_load_applies(model, tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_ACCL_CACHE", str(tmp_path))
-    table = {"sizes": [1024, 4096], "seconds": {"ring": [1e-4, 2e-4], "direct": [2e-4, 1e-4]}}
-    calibrate.store({"alpha": 3e-5, "one_host": {"4x2": table}})
-    calibrate.store({"shm_beta": 2e-9, "one_host": {"8x1": table}})
+    lines = {"ring": {"latency": 1e-4, "per_byte": 1e-9, "measured": [[1024, 1.01e-4]]},
+             "direct": {"latency": 5e-5, "per_byte": 1e-8, "measured": [[1024, 6e-5]]}}
+    calibrate.store({"alpha": 3e-5, "one_host": {"4x2": lines}})
+    calibrate.store({"shm_beta": 2e-9, "one_host": {"8x1": lines}})
     stored = json.loads((tmp_path / "cost_model.json").read_text())
     assert stored["alpha"] == 3e-5 and stored["shm_beta"] == 2e-9
     assert set(stored["one_host"]) == {"4x2", "8x1"}
@@ -52,7 +53,20 @@ def test_store_merges_and_load_applies(model, tmp_path, monkeypatch):
     _accl.clear_measured_one_host()
     assert calibrate.load() == stored
     assert _accl.get_cost_model()["alpha"] == 3e-5 and _accl.get_cost_model()["shm_beta"] == 2e-9
-    assert _accl.measured_one_host(8, 1, "direct", 4096) == 1e-4
+    assert _accl.measured_one_host(8, 1, "direct", 4096) == pytest.approx(5e-5 + 4096e-8)
+
+
+def test_a_line_through_exact_times_is_found_and_an_outlier_barely_moves_it():
+    sizes = list(calibrate.ONE_HOST_SIZES)
+    exact = [(b, 80e-6 + b * 1.5e-9) for b in sizes]
+    assert calibrate.fit_line(exact) == pytest.approx((80e-6, 1.5e-9), rel=1e-6)
+    # One small size timed at a third of the truth (the difference of two noisy
+    # timings): the latency stays within 10%, the per-byte cost within 2%.
+    noisy = [(b, t / 3 if b == 4096 else t) for b, t in exact]
+    latency, per_byte = calibrate.fit_line(noisy)
+    assert latency == pytest.approx(80e-6, rel=0.1) and per_byte == pytest.approx(1.5e-9, rel=0.02)
+    # Times falling with size (noise at one size only): no negative per-byte cost.
+    assert calibrate.fit_line([(1024, 2e-4), (4096, 1e-4)])[1] == 0.0
 
 
 def test_unknown_or_negative_constants_are_refused(model):

@@ -128,7 +128,7 @@ Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
   const Algorithm candidates[] = {Algorithm::kDirect, Algorithm::kRing,
                                   Algorithm::kHalvingDoubling,
                                   cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical};
-  // This shape's measured times (bench --calibrate) where all four were measured.
+  // This shape's calibrated lines (bench --calibrate) where all four have one.
   double seconds[4];
   bool measured = n == processes * k;
   for (int i = 0; i < 4 && measured; ++i) {

@@ -77,8 +77,8 @@ double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k
 // holding `k` of them each (1 where they hold different numbers): with cross-memory
 // attach (`cma`), the best flat algorithm over all n devices or the cross-memory-attach
 // reduce-broadcast (kReduceBroadcast), whichever the model predicts faster; without it,
-// the best flat algorithm or kHierarchical. Where bench --calibrate measured all four
-// candidates on this shape (algorithms/measured.h), those times decide, not the model.
+// the best flat algorithm or kHierarchical. Where bench --calibrate fitted lines to all
+// four candidates' times on this shape (algorithms/measured.h), those decide, not the model.
 Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).

@@ -254,20 +254,20 @@ NB_MODULE(_accl, m) {
       "host (reduce_broadcast: by cross-memory attach).");
   m.def(
       "set_measured_one_host",
-      [](int processes, int k, std::vector<size_t> sizes,
-         const std::map<std::string, std::vector<double>>& seconds) {
-        std::vector<MeasuredTimes> times;
-        for (const auto& [name, row] : seconds) {
-          times.push_back({parse_or_throw<Algorithm>(name, parse_algorithm, "algorithm"), row});
+      [](int processes, int k, const std::map<std::string, std::pair<double, double>>& lines) {
+        std::vector<MeasuredLine> parsed;
+        for (const auto& [name, line] : lines) {
+          parsed.push_back({parse_or_throw<Algorithm>(name, parse_algorithm, "algorithm"),
+                            line.first, line.second});
         }
         try {
-          set_measured_one_host(processes, k, std::move(sizes), std::move(times));
+          set_measured_one_host(processes, k, std::move(parsed));
         } catch (const std::invalid_argument& e) {
           throw nb::value_error(e.what());
         }
       },
-      nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("sizes"), nb::arg("seconds"),
-      "Measured seconds per all-reduce {algorithm: [one per size]} on processes x "
+      nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("lines"),
+      "Calibrated times {algorithm: (latency_s, per_byte_s)} on processes x "
       "devices_per_process (bench --calibrate); choose_one_host then goes by them.");
   m.def("clear_measured_one_host", &clear_measured_one_host);
   m.def("measured_one_host", [](int processes, int k, const std::string& algorithm, size_t bytes) {
