@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -115,19 +116,21 @@ def warm_up_calls(size_bytes: int, loop: int) -> int:
 def per_op_interleaved(chains: dict, arg, loop: int, reps: int, size_bytes: int) -> dict:
     """Seconds per all-reduce of every variant {name: (short, long)}: the median of (time
     of `long` - time of `short`) / loop, where `long` chains 2·loop all-reduces and
-    `short` loop. After a warm-up of each, the repetitions go round the variants, each
-    round starting one further (the one after jax.lax.psum's gloo ran up to 1.4x slower),
-    so a slow spell of the machine (they last seconds here) hits all of them alike and
-    their ratios hold. Where the noise hides the difference (a median of 5% of `long` / 2·loop
-    or less), that upper bound, dispatch included, rather than a zero."""
+    `short` loop. After a warm-up of each, the repetitions go round the variants in a
+    new order each round (in a fixed order, the variant after jax.lax.psum's gloo ran
+    1.1-1.8x slower than itself elsewhere), so a slow spell of the machine (they last
+    seconds here) and whatever a variant leaves behind hit all of them alike. Where the
+    noise hides the difference (a median of 5% of `long` / 2·loop or less), that upper
+    bound, dispatch included, rather than a zero."""
     for short, long in chains.values():
         for _ in range(warm_up_calls(size_bytes, loop)):  # the first also compiles
             _seconds(short, arg), _seconds(long, arg)
     differences = {name: [] for name in chains}
     longs = {name: [] for name in chains}
-    names = list(chains)
     for rep in range(reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        order = list(chains)
+        random.Random(rep).shuffle(order)  # seeded: every process runs the same order
+        for name in order:
             short, long = chains[name]
             longs[name].append(_seconds(long, arg))
             differences[name].append((longs[name][-1] - _seconds(short, arg)) / loop)
@@ -375,98 +378,6 @@ def print_rows(rows: list[dict], limits, out) -> None:
 JOB_TIMEOUT_S = 3600.0
 
 
-def calibrate_main(args) -> int:
-    """Measure the cost model's constants here, store them, show the choices they make:
-    the in-process ones on the job's devices, then every one-host shape P x k of them
-    (the one --processes names, or all with P >= 2 processes)."""
-    import jax
-
-    from jax_accl import _accl, calibrate, launch
-    n = args.devices * max(1, args.processes)
-    shapes = ([args.processes] if args.processes > 1 else
-              [p for p in range(2, n + 1) if n % p == 0])
-    if not shapes:
-        raise SystemExit("--calibrate needs at least 2 devices")
-    jax.config.update("jax_num_cpu_devices", n)
-    rows, _, _ = measure(4096, n, ["reduce_broadcast"], chain_length(4096, 50, n), 5,
-                         baseline=False)
-    values = calibrate.in_process(dict(rows)["accl:reduce_broadcast"])
-    print(f"# {n} devices in one process: "
-          + ", ".join(f"{name}={v:.3g}" for name, v in values.items()))
-    tables, measured = {}, []
-    for processes in shapes:
-        k = n // processes
-        points = launch.run_job(["-m", "jax_accl.bench"], processes, k,
-                                extra=["--calibrate", "--reps", str(args.reps)],
-                                timeout=JOB_TIMEOUT_S)[0]["points"]
-        tables[f"{processes}x{k}"] = one_host_lines(points)
-        measured += [(processes, k, p["ran"], p["bytes"], p["seconds"]) for p in points
-                     if p["ran"] in calibrate.ONE_HOST_ALGORITHMS]
-    fitted = calibrate.fit_one_host(measured)
-    path = calibrate.store({**values, **fitted, "one_host": tables})
-    print(f"# one host, model fitted to {len(measured)} points: "
-          + ", ".join(f"{name}={v:.3g}" for name, v in fitted.items())
-          + "; kept: " + (", ".join(sorted(set(calibrate.ONE_HOST) - set(fitted))) or "none"))
-    for shape, lines in tables.items():
-        processes, k = (int(x) for x in shape.split("x"))
-        print_one_host_lines(processes, k, lines)
-    print(f"# stored in {path}")
-    for size in (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20):
-        print(f"#   {human(size):>6}: {n} devices in one process -> "
-              f"{_accl.choose_algorithm(n, size)}")
-    return 0
-
-
-def one_host_lines(points: list[dict]) -> dict:
-    """{algorithm: {"latency", "per_byte", "measured": [[bytes, seconds], ...]}} from
-    calibration_points(), each forced algorithm filed under what it ran (reduce_broadcast
-    without cross-memory attach runs the hierarchy) and left out where that varied."""
-    from jax_accl import calibrate
-    lines = {}
-    for algorithm in dict.fromkeys(p["algorithm"] for p in points):
-        mine = sorted((p for p in points if p["algorithm"] == algorithm), key=lambda p: p["bytes"])
-        ran = {p["ran"] for p in mine}
-        if len(ran) == 1:
-            measured = [[p["bytes"], p["seconds"]] for p in mine]
-            latency, per_byte = calibrate.fit_line(measured)
-            lines[ran.pop()] = {"latency": latency, "per_byte": per_byte, "measured": measured}
-    return lines
-
-
-def print_one_host_lines(processes: int, k: int, lines: dict) -> None:
-    """Per size: each candidate's measured time (its line's), the choice and the model's."""
-    from jax_accl import _accl, calibrate
-    algorithms = list(lines)
-    print(f"# {processes}x{k} on this host, per op, measured (calibrated line):")
-    print("# " + f"{'size':>6} " + "".join(f"{a:>22}" for a in algorithms)
-          + f"{'auto':>18}{'model alone':>18}")
-    cma = "reduce_broadcast" in algorithms
-    for size in sorted({b for line in lines.values() for b, _ in line["measured"]}):
-        cells = ""
-        for a in algorithms:
-            t = dict(lines[a]["measured"]).get(size)
-            fit = lines[a]["latency"] + size * lines[a]["per_byte"]
-            cells += (f"{t * 1e6:>11.0f}" if t else f"{'-':>11}") + f" ({fit * 1e6:>6.0f})us"
-        print(f"# {human(size):>6} {cells}{_accl.choose_one_host(processes, k, size, cma):>18}"
-              f"{calibrate.model_choice(processes, k, size, algorithms):>18}")
-
-
-def calibration_points(n: int, reps: int) -> list[dict]:
-    """One process of `bench --calibrate`'s multi-process run: every algorithm of
-    calibrate.ONE_HOST_ALGORITHMS forced over all n devices at every size of
-    calibrate.ONE_HOST_SIZES, with the algorithm it ran."""
-    from jax_accl import calibrate
-    points = []
-    for size in calibrate.ONE_HOST_SIZES:
-        algorithms = [a for a in calibrate.ONE_HOST_ALGORITHMS
-                      if a != "direct" or size <= calibrate.DIRECT_MAX_BYTES]
-        rows, _, ran = measure(size, n, algorithms, chain_length(size, 0, n), reps,
-                               baseline=False)
-        points += [{"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}
-                   for name, t in rows]
-    return points
-
-
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,4MiB,16MiB,64MiB")
@@ -515,7 +426,8 @@ def worker_main(args) -> int:
     n = args.devices * args.num_processes
     import jax_accl
     if args.calibrate:
-        result = {"points": calibration_points(n, args.reps)}
+        from jax_accl import bench_calibrate
+        result = {"points": bench_calibrate.calibration_points(n, args.reps)}
     else:
         result = {"rows": run_sweep(args, n, args.label), "stats": jax_accl.stats()}
     print("RESULT " + json.dumps(result), flush=True)
@@ -586,7 +498,8 @@ def main(argv=None) -> int:
     if args.process_id >= 0:
         return worker_main(args)
     if args.calibrate:
-        return calibrate_main(args)
+        from jax_accl import bench_calibrate
+        return bench_calibrate.main(args)
     out = open(args.json, "a") if args.json else None
     try:
         if args.processes > 1:

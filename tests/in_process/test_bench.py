@@ -40,13 +40,15 @@ def test_calibrate_stores_what_it_measured_and_import_goes_by_it(tmp_path):
     assert all(line["latency"] >= 0 and line["per_byte"] >= 0 and len(line["measured"]) >= 4
                for line in lines.values())
     sizes = [1 << 10, 64 << 10, 1 << 20, 64 << 20]
-    seconds = {a: [line["latency"] + s * line["per_byte"] for s in sizes] for a, line in lines.items()}
+    seconds = {a: [line["latency"] + s * line["per_byte"] for s in sizes]
+               for a, line in lines.items()}
     # A fresh process loads it: the constants, and the choice at every size is the
     # least calibrated line.
     best = [min(seconds, key=lambda a: seconds[a][i]) for i in range(len(sizes))]
     loaded = subprocess.run(
-        [sys.executable, "-c", "import jax_accl, json; from jax_accl import _accl; print(json.dumps("
-         "[_accl.get_cost_model(), [_accl.choose_one_host(2, 1, s, True) for s in %r]]))"
+        [sys.executable, "-c", "import jax_accl, json; from jax_accl import _accl; "
+         "print(json.dumps([_accl.get_cost_model(), "
+         "[_accl.choose_one_host(2, 1, s, True) for s in %r]]))"
          % sizes], capture_output=True, text=True, cwd="/",
         env={**os.environ, **env}, timeout=120)
     assert loaded.returncode == 0, loaded.stderr

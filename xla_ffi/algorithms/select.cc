@@ -64,7 +64,8 @@ CostModel network_model(const CostModel& model, int rails) {
 
 CostModel shared_memory_model(const CostModel& model, double cross_process_share) {
   CostModel shm = model;
-  shm.alpha_s = model.shm_alpha_s + cross_process_share * (model.shm_process_alpha_s - model.shm_alpha_s);
+  shm.alpha_s = model.shm_alpha_s +
+                cross_process_share * (model.shm_process_alpha_s - model.shm_alpha_s);
   shm.beta_s_per_byte = shm.gamma_s_per_byte = model.shm_beta_s_per_byte;
   return shm;
 }
