@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -47,18 +48,30 @@ def cache_path() -> Path:
 
 
 def load() -> dict | None:
-    """Applies the stored constants and measured times to the native cost model (what a
-    file lacks keeps its default); returns them, or None where there is no readable file."""
+    """Applies the stored constants and calibrated lines to the native cost model (what
+    the file lacks keeps its default); returns them, or None where there is no file. A
+    file that cannot be applied is reported (a warning naming it and why) and skipped."""
+    path = cache_path()
     try:
-        stored = json.loads(cache_path().read_text())
+        stored = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        warnings.warn(f"jax_accl: ignoring {path}: {e}", stacklevel=2)
+        return None
+    try:
         apply(stored)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        warnings.warn(f"jax_accl: ignoring {path} (run `python -m jax_accl.bench "
+                      f"--calibrate` again): {type(e).__name__}: {e}", stacklevel=2)
+        from jax_accl import _accl
+        _accl.clear_measured_one_host()
         return None
     return stored
 
 
 def apply(stored: dict) -> None:
-    """Sets the constants in `stored` and replaces the measured one-host times by its own."""
+    """Sets the constants in `stored` and replaces the calibrated one-host lines by its own."""
     from jax_accl import _accl
     _accl.set_cost_model(**{k: float(v) for k, v in stored.items()
                             if k in _accl.get_cost_model()})

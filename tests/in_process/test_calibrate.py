@@ -74,3 +74,16 @@ def test_unknown_or_negative_constants_are_refused(model):
         _accl.set_cost_model(bogus=1.0)
     with pytest.raises(ValueError, match="shm_beta must be finite"):
         _accl.set_cost_model(shm_beta=-1.0)
+
+
+def test_a_file_that_cannot_be_applied_is_named_in_a_warning(model, tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_ACCL_CACHE", str(tmp_path))
+    path = tmp_path / "cost_model.json"
+    path.write_text('{"alpha": 1e-5, "one_host": {"4x2": {"bogus": {"latency": 0, '
+                    '"per_byte": 0}}}}')
+    with pytest.warns(UserWarning, match=f"ignoring {path}.*bogus"):
+        assert calibrate.load() is None
+    assert _accl.measured_one_host(4, 2, "ring", 1024) is None
+    path.write_text("{not json")
+    with pytest.warns(UserWarning, match=f"ignoring {path}"):
+        assert calibrate.load() is None
