@@ -72,7 +72,8 @@ def worker_main(argv=None) -> int:
     import mpi4jax
     from mpi4py import MPI
 
-    from jax_accl.bench import _timed, chain_length, human, parse_size, per_op, test_data
+    from jax_accl.bench import (_timed, chain_length, human, parse_size, per_op_interleaved,
+                                test_data)
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -92,7 +93,8 @@ def worker_main(argv=None) -> int:
             raise AssertionError(f"mpi4jax at {human(size)}: wrong result on rank {rank}")
         single = _timed(once, x, args.reps)
         loop = chain_length(size, args.loop, n)
-        t = per_op(program(loop), program(2 * loop), x, loop, args.reps, size)
+        chains = {"mpi4jax": (program(loop), program(2 * loop))}
+        t = per_op_interleaved(chains, x, loop, args.reps, size)["mpi4jax"]
         rows.append(dict(size_bytes=size, devices=n, variant="mpi4jax", seconds_per_op=t,
                          single_call_s=single))
     if rank == 0:
