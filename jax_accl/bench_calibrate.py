@@ -96,8 +96,8 @@ def calibration_points(n: int, reps: int) -> list[dict]:
     for size in calibrate.ONE_HOST_SIZES:
         algorithms = [a for a in calibrate.ONE_HOST_ALGORITHMS
                       if a != "direct" or size <= calibrate.DIRECT_MAX_BYTES]
-        rows, _, ran = bench.measure(size, n, algorithms, bench.chain_length(size, 0, n), reps,
-                               baseline=False)
+        rows, _, ran = bench.measure(size, n, algorithms, bench.chain_length(size, 0, n),
+                                     reps, baseline=False)
         points += [{"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}
                    for name, t in rows]
     return points
