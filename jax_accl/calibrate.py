@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-IN_PROCESS = ("alpha", "beta", "gamma")
 ONE_HOST = ("shm_alpha", "shm_process_alpha", "shm_beta", "cma_beta")
 
 # What `bench --calibrate` times on every one-host shape: each candidate of the automatic
