@@ -1,7 +1,8 @@
 """Every private JAX API jax_accl uses, in one place (they move between versions).
 
-tests/jax/test_compat.py checks that each of them is still there.
+tests/in_process/test_profiler_and_compat.py checks that each of them is still there.
 """
+import numpy as np
 from jax._src import config as _config
 from jax._src import core
 from jax._src import dispatch
@@ -13,8 +14,10 @@ from jax._src.mesh import get_abstract_mesh as _get_abstract_mesh
 from jax._src.lax import parallel as _parallel
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
+from jax.sharding import PartitionSpec
 
-__all__ = ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]
+__all__ = ["P", "ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]
+P = PartitionSpec
 
 
 def check_vma_enabled() -> bool:
@@ -37,6 +40,60 @@ def with_varying_axes(aval, varying: frozenset):
 
 def pvary(x, axes: tuple):
     return core.pvary(x, axis_name=axes)
+
+
+def _uses_name(fn, name: str) -> bool:
+    """Whether `fn` or a function nested in it reads the global `name`."""
+    stack = [fn.__code__]
+    while stack:
+        code = stack.pop()
+        if name in code.co_names:
+            return True
+        stack.extend(k for k in code.co_consts if hasattr(k, "co_names"))
+    return False
+
+
+# The reductions whose jax.lax form refuses an operand that varies along only some of
+# the axes (psum always; pmax and pmin from jax 0.11 or 0.12 on): jax_accl refuses
+# them too, and computes the others.
+STATE_CHECKED_OPS = frozenset(
+    op for op, fn in (("sum", _parallel.psum), ("max", _parallel.pmax), ("min", _parallel.pmin))
+    if _uses_name(fn, "_get_from") or op == "sum")
+
+
+def unreduced_axes(aval) -> frozenset:
+    return frozenset(getattr(aval.mat, "unreduced", ()) or ())
+
+
+# JAX's collective primitives that routing (jax_accl/routing.py) takes over.
+pvary_p = core.pvary_p
+psum_invariant_p = _parallel.psum_invariant_p
+psum_p = _parallel.psum_p
+pmax_p = _parallel.pmax_p
+pmin_p = _parallel.pmin_p
+
+
+def hook_bind(primitive, make_bind) -> None:
+    """Replaces `primitive.bind` on the instance with make_bind(original bind)."""
+    primitive.bind = make_bind(primitive.bind)
+
+
+def hook_bind_psum_invariant(make_bind) -> None:
+    """jax.lax.psum binds each leaf through parallel.bind_psum_invariant under
+    check_vma=True (inserting a pvary for the axes the leaf is invariant along first);
+    replaced by make_bind(original)."""
+    _parallel.bind_psum_invariant = make_bind(_parallel.bind_psum_invariant)
+
+
+def define_bool_state(name: str, default: bool, help_text: str):
+    """A JAX config option (thread-local as a context, global via jax.config.update)
+    that is part of the trace and jit cache keys."""
+    return _config.bool_state(name, default, help_text, include_in_trace_context=True)
+
+
+def update_config(name: str, value) -> None:
+    import jax
+    jax.config.update(name, value)
 
 
 # Argument handling shared with jax.lax.psum, so that both accept and reject alike.
@@ -100,3 +157,69 @@ def use_gloo_on_interface(interface: str) -> None:
         return xla_bridge.make_cpu_client(collectives=collectives)
 
     xla_bridge.register_backend_factory("cpu", factory, priority=0, fail_quietly=False)
+
+
+# --- partially manual shard_map (axis_names a strict subset of the mesh axes) ---
+
+def is_partial_manual(ctx) -> bool:
+    """True when lowering inside a shard_map that is manual over only some mesh axes."""
+    axis_context = ctx.module_context.axis_context
+    manual = getattr(axis_context, "manual_axes", frozenset())
+    return bool(manual) and manual != frozenset(axis_context.mesh.axis_names)
+
+
+def lower_fully_manual(ctx, fn, in_specs, out_specs, *args):
+    """Lowers fn(*args) as a shard_map over the mesh axes not yet manual, inside a
+    partially manual region (as jax.lax.axis_index does); its mesh is the region's."""
+    from jax._src.shard_map import shard_map
+    axis_context = ctx.module_context.axis_context
+    mesh = axis_context.mesh.abstract_mesh.update_axis_types(
+        {a: _mesh_lib.AxisType.Manual for a in axis_context.manual_axes})
+    nested = shard_map(fn, mesh=mesh, check_vma=False, in_specs=in_specs,
+                       out_specs=out_specs)
+    with _mesh_lib.use_abstract_mesh(mesh):
+        return mlir.lower_fun(lambda *xs: list(nested(*xs)), multiple_results=True)(
+            ctx, *args)
+
+
+def spec_along_auto_axes(ctx, aval) -> PartitionSpec:
+    """How `aval` is sharded along the mesh axes that are not manual, as its type says
+    (explicit mesh axes; along automatic ones the type records nothing: replicated)."""
+    manual = ctx.module_context.axis_context.manual_axes
+    spec = getattr(getattr(aval, "sharding", None), "spec", None)
+    if spec is None:
+        return PartitionSpec()
+    dims = []
+    for entry in spec:
+        names = entry if isinstance(entry, tuple) else (entry,) if entry is not None else ()
+        names = tuple(n for n in names if n not in manual)
+        dims.append(None if not names else names[0] if len(names) == 1 else names)
+    return PartitionSpec(*dims)
+
+
+_partition_id_p = core.Primitive("accl_partition_id")
+_partition_id_p.def_abstract_eval(lambda: core.ShapedArray((), np.uint32))
+mlir.register_lowering(_partition_id_p, lambda ctx: [hlo.partition_id()])
+
+
+def partition_index(ctx):
+    """This device's partition index (u32) in a partially manual region, read in a
+    nested fully manual one. Declared replicated along the automatic axes, which it is
+    not: no value crosses devices for it, so each device keeps its own."""
+    return lower_fully_manual(
+        ctx.replace(avals_in=[], avals_out=[core.ShapedArray((), np.uint32)]),
+        lambda: (_partition_id_p.bind(),), (), (PartitionSpec(),))[0]
+
+
+def _shard_map_primitive():
+    from jax._src import shard_map
+    return shard_map.shard_map_p
+
+
+shard_map_p = _shard_map_primitive()
+
+
+def lowering_rule(primitive):
+    """The lowering rule registered for `primitive` on every platform."""
+    entry = mlir._lowerings[primitive]
+    return getattr(entry, "rule", entry)

@@ -1,14 +1,17 @@
 """Public collectives: drop-in replacements for jax.lax.psum / pmean / pmax / pmin."""
 from __future__ import annotations
 
+import functools
 import math
+
+import jax
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, tree_util
 
 from jax_accl import _compat as c
-from jax_accl import config
+from jax_accl import config, routing
 from jax_accl.primitives import allreduce as prim
 
 _jax_psum = lax.psum  # JAX's own, even while patch_psum() is active
@@ -31,7 +34,7 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
     if algorithm not in config.ALGORITHMS:
         raise ValueError(f"jax_accl.allreduce: algorithm must be one of {config.ALGORITHMS},"
                          f" got {algorithm!r}")
-    api = f"jax_accl.{prim.API_NAMES[op]}"
+    api_name = prim.API_NAMES[op]
     axes = c.skip_size_one_axes(_axes_tuple(axis_name))
     if not axes:
         return x
@@ -39,47 +42,82 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
         raise ValueError("axis_index_groups only supported for sums over just named axes")
     c.validate_axis_index_groups(axis_index_groups)
     groups = c.canonicalize_axis_index_groups(axis_index_groups)
-    named = tuple(a for a in axes if not isinstance(a, int))
-    positional = tuple(a for a in axes if isinstance(a, int))
-
     leaves, treedef = tree_util.tree_flatten(x)
     if op == "sum":  # as jax.lax.psum: booleans are summed as int32
         leaves = [lax.convert_element_type(leaf, np.int32)
                   if np.result_type(leaf) == np.bool_ else leaf for leaf in leaves]
+    if op in c.STATE_CHECKED_OPS and c.check_vma_enabled():  # one state along all axes
+        mesh_named = tuple(a for a in axes if a in c.mesh_axis_names())
+        for leaf in leaves:
+            if mesh_named and isinstance(leaf, c.core.Tracer):
+                c.value_state_along(c.core.typeof(leaf), mesh_named, f"jax_accl.{api_name}")
+    out = reduce_leaves(leaves, axes, op=op, groups=groups, algorithm=algorithm)
+    return tree_util.tree_unflatten(treedef, out)
 
+
+def reduce_leaves(leaves: list, axes: tuple, *, op: str, groups=None, algorithm: str = "auto",
+                  invariant=None) -> list:
+    """All-reduces each leaf over `axes` (mesh, vmapped and positional axes mixed), one
+    native call per bucket of leaves that share dtype and reduced axes.
+
+    Under check_vma=True (or `invariant=True`) each leaf is reduced only along the mesh
+    axes it varies on; along the others its copies are identical, so they are folded
+    locally (a sum multiplies by their size, max and min keep the value), as jax.lax
+    computes them, without communication. The result is invariant along all `axes`.
+    """
+    named = tuple(a for a in axes if not isinstance(a, int))
+    positional = tuple(a for a in axes if isinstance(a, int))
     if all(not isinstance(leaf, c.core.Tracer) for leaf in leaves):
         # Constants (e.g. psum(1, "i") to get an axis size) need no communication.
-        size = (len(groups[0]) if groups is not None else
-                math.prod(c.core.get_axis_env().axis_size(name) for name in named))
+        size = len(groups[0]) if groups is not None else _axes_size(named)
         out = []
         for leaf in leaves:
             leaf = _reduce_positional(leaf, positional, op)
             out.append(prim._repeat_reduce(jnp.asarray(leaf), size, op)
                        if op != "sum" else c.const_like(leaf, size) * leaf)
-        return tree_util.tree_unflatten(treedef, out)
-
+        return out
     leaves = [_reduce_positional(leaf, positional, op) for leaf in leaves]
     if not named:
-        return tree_util.tree_unflatten(treedef, leaves)
-    # Varying-axes types concern mesh axes only: a tuple may also name vmapped axes
-    # (jax.lax.psum rejects that mix under check_vma=True; we accept it).
-    mesh_named = tuple(a for a in named if a in c.mesh_axis_names())
+        return leaves
+    invariant = c.check_vma_enabled() if invariant is None else invariant
+    mesh_axes = c.mesh_axis_names()
     out = list(leaves)
-    fusable = []
+    by_axes: dict = {}  # reduced axes -> [(index, leaf)]; then folded along `copies`
+    copies: dict = {}
     for k, leaf in enumerate(leaves):
-        if c.check_vma_enabled() and mesh_named:
-            state = c.value_state_along(c.core.typeof(leaf), mesh_named, api)
-            if state == "unreduced":  # JAX's own unreduced types: leave them to JAX
+        reduced, same = named, ()
+        if invariant and any(a in mesh_axes for a in named):
+            aval = c.core.typeof(leaf)
+            if set(named) & c.unreduced_axes(aval):  # JAX's own unreduced types
                 out[k] = _jax_psum(leaf, named)
                 continue
-            leaf = c.insert_collective_pvary(mesh_named, leaf)
-        fusable.append((k, jnp.asarray(leaf)))
-    for bucket in fusion_buckets(fusable, config.current().fusion_bytes):
-        results = prim.bind([leaf for _, leaf in bucket], axes=named, axis_index_groups=groups,
-                            op=op, algorithm=algorithm)
-        for (k, _), result in zip(bucket, results):
-            out[k] = result
-    return tree_util.tree_unflatten(treedef, out)
+            varying = c.varying_axes(aval)
+            reduced = tuple(a for a in named if a not in mesh_axes or a in varying)
+            same = tuple(a for a in named if a in mesh_axes and a not in varying)
+        if same and not any(a in mesh_axes for a in reduced):  # no communication
+            leaf, same = _fold(jnp.asarray(leaf), same, op), ()
+            if not reduced:
+                out[k] = leaf
+                continue
+        copies[k] = same
+        by_axes.setdefault(reduced, []).append((k, jnp.asarray(leaf)))
+    for reduced, indexed in by_axes.items():
+        for bucket in fusion_buckets(indexed, config.current().fusion_bytes):
+            results = prim.bind([leaf for _, leaf in bucket], axes=reduced,
+                                axis_index_groups=groups, op=op, algorithm=algorithm,
+                                invariant=invariant)
+            for (k, _), result in zip(bucket, results):
+                out[k] = _fold(result, copies[k], op)
+    return out
+
+
+def _axes_size(names) -> int:
+    return math.prod(c.core.get_axis_env().axis_size(name) for name in names)
+
+
+def _fold(v, same_along: tuple, op: str):
+    """The reduction of the identical copies of v along the axes `same_along`."""
+    return prim._repeat_reduce(v, _axes_size(same_along), op) if same_along else v
 
 
 def fusion_buckets(indexed_leaves, limit_bytes: int):
@@ -109,6 +147,16 @@ def _reduce_positional(leaf, positional, op):
         return leaf
     ndim = np.ndim(leaf)
     return prim.positional_reduce(jnp.asarray(leaf), [a % ndim for a in positional], op)
+
+
+def shard_map(f=None, /, **kwargs):
+    """:func:`jax.shard_map` whose every all-reduce is jax_accl's: the collectives traced
+    in `f` (``jax.lax.psum`` & co as well as ``jax_accl.psum``) and the gradient
+    all-reduces autodiff makes of it (of replicated inputs, under check_vma=True),
+    wherever the gradient is taken. Takes jax.shard_map's arguments."""
+    if f is None:
+        return functools.partial(shard_map, **kwargs)
+    return jax.shard_map(routing.routed(f), **kwargs)
 
 
 def psum(x, axis_name, *, axis_index_groups=None):

@@ -16,6 +16,15 @@ class Config:
     fusion_bytes: int = 64 << 20  # JAX_ACCL_FUSION_BYTES: largest bucket of fused leaves
 
 
+def routing_default() -> bool:
+    """JAX_ACCL_ROUTING=1: route every all-reduce of every program through jax_accl, as
+    inside ``patch_psum()`` (jax_accl/routing.py); off by default."""
+    value = os.environ.get("JAX_ACCL_ROUTING", "").strip().lower()
+    if value not in ("", "0", "1", "false", "true"):
+        raise ValueError(f"JAX_ACCL_ROUTING={value!r}: expected 0 or 1")
+    return value in ("1", "true")
+
+
 def current() -> Config:
     timeout = float(os.environ.get("JAX_ACCL_TIMEOUT_S", "") or Config.timeout_s)
     if timeout <= 0:

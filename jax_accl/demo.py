@@ -4,10 +4,15 @@
     python -m jax_accl.demo --processes 2    # 2 processes x 4 devices, via jax.distributed
 
 An MLP learns to classify points drawn from a mixture of Gaussians (generated here, no
-download). Every step all-reduces the whole gradient pytree and the loss in one fused
-jax_accl call. The same run is repeated with jax.lax.pmean; the demo prints the loss per
-step, the final accuracy, the largest parameter difference between the two runs, and a
-short table of step times (jax.lax, jax_accl fused, jax_accl leaf by leaf).
+download). The step is the data-parallel step JAX's shard_map documentation teaches:
+replicated parameters (in_specs=P()), the loss averaged over the global batch with
+jax.lax.pmean, jax.value_and_grad, optax. Its gradient all-reduce is the one autodiff
+inserts (the transpose of the implicit pvary of every replicated parameter). The same
+step function runs twice: under jax.shard_map, where XLA all-reduces, and under
+jax_accl.shard_map, where every all-reduce is jax_accl's and the gradients and the loss
+travel in one fused call. The demo prints what each compiled step contains (XLA
+all-reduces, jax_accl calls), the loss per step, the final accuracy, the largest
+parameter difference between the two runs, and their step times.
 """
 from __future__ import annotations
 
@@ -55,29 +60,47 @@ def loss_fn(params, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(forward(params, x), y).mean()
 
 
+VARIANTS = ("jax.lax", "jax_accl")
+
+
 def build_step(mesh, optimizer, variant: str):
-    """One jitted data-parallel step: local gradients, one all-reduce, optimizer update."""
+    """One jitted data-parallel step; `variant` picks whose all-reduces run it: the same
+    step function under jax.shard_map ("jax.lax") or jax_accl.shard_map ("jax_accl")."""
     import jax
     import optax
     from jax.sharding import PartitionSpec as P
 
     import jax_accl
 
-    def all_reduce_mean(tree):
-        if variant == "jax.lax.pmean":
-            return jax.lax.pmean(tree, "data")
-        if variant == "jax_accl.pmean fused":
-            return jax_accl.pmean(tree, "data")  # one custom call for the whole pytree
-        return jax.tree.map(lambda g: jax_accl.pmean(g, "data"), tree)
+    def global_loss(params, x, y):  # the mean over the global batch
+        return jax.lax.pmean(loss_fn(params, x, y), "data")
 
     def step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        grads, loss = all_reduce_mean((grads, loss))
+        loss, grads = jax.value_and_grad(global_loss)(params, x, y)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
-                                 out_specs=(P(), P(), P())), donate_argnums=(0, 1))
+    shard_map = {"jax.lax": jax.shard_map, "jax_accl": jax_accl.shard_map}[variant]
+    return jax.jit(shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
+                             out_specs=(P(), P(), P())), donate_argnums=(0, 1))
+
+
+def compiled_collectives(step_fn, *args) -> dict:
+    """What the compiled step holds: XLA's collectives and jax_accl's custom calls."""
+    text = step_fn.lower(*args).compile().as_text()
+    return {"xla all-reduce": text.count(" all-reduce("),
+            "xla reduce-scatter": text.count(" reduce-scatter("),
+            "xla all-gather": text.count(" all-gather("),
+            "jax_accl calls": text.count('custom_call_target="accl_allreduce"')}
+
+
+def global_batch(mesh, x, y):
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+    data = NamedSharding(mesh, P("data"))
+    return (jax.make_array_from_callback(x.shape, data, lambda idx: x[idx]),
+            jax.make_array_from_callback(y.shape, data, lambda idx: y[idx]))
 
 
 def progress(step: int, total: int, loss: float, width: int = 30) -> str:
@@ -86,11 +109,10 @@ def progress(step: int, total: int, loss: float, width: int = 30) -> str:
 
 
 def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
-    """Trains from the same initial parameters and batches; returns losses, params, step times."""
+    """Trains from the same initial parameters and batches; returns losses, params, step
+    times and the compiled step's collectives."""
     import jax
     import optax
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
     n = mesh.devices.size
     optimizer = optax.adam(1e-3)
@@ -98,12 +120,12 @@ def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
     opt_state = optimizer.init(params)
     step_fn = build_step(mesh, optimizer, variant)
     x_all, y_all = make_dataset(steps * batch_per_device * n, seed=1)
-    data = NamedSharding(mesh, P("data"))
-    losses, times = [], []
+    losses, times, collectives = [], [], None
     for i in range(steps):
         rows = slice(i * batch_per_device * n, (i + 1) * batch_per_device * n)
-        x = jax.make_array_from_callback(x_all[rows].shape, data, lambda idx: x_all[rows][idx])
-        y = jax.make_array_from_callback(y_all[rows].shape, data, lambda idx: y_all[rows][idx])
+        x, y = global_batch(mesh, x_all[rows], y_all[rows])
+        if collectives is None:
+            collectives = compiled_collectives(step_fn, params, opt_state, x, y)
         start = time.perf_counter()
         params, opt_state, loss = step_fn(params, opt_state, x, y)
         loss = float(loss)
@@ -114,7 +136,7 @@ def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
                   flush=True)
         elif show and (i % max(1, steps // 10) == 0 or i == steps - 1):
             print(progress(i + 1, steps, loss), flush=True)
-    return losses, params, times
+    return losses, params, times, collectives
 
 
 def accuracy(params) -> float:
@@ -130,7 +152,7 @@ def max_param_difference(a, b) -> float:
                for p, q in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-def run(mesh, steps: int, batch_per_device: int, timing_steps: int, quiet: bool) -> dict:
+def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
     import jax
     import jax_accl
     show = not quiet and jax.process_index() == 0
@@ -139,34 +161,37 @@ def run(mesh, steps: int, batch_per_device: int, timing_steps: int, quiet: bool)
     say(f"MLP {FEATURES}-{'-'.join(map(str, HIDDEN))}-{CLASSES}, {n_params:,} parameters "
         f"({n_params * 4 / 2**20:.2f} MiB of gradients per step), {mesh.devices.size} devices "
         f"in {jax.process_count()} process(es), batch {batch_per_device} per device")
-    say("training with jax_accl.pmean (gradients and loss fused into one all-reduce):")
+    say("training under jax_accl.shard_map (every all-reduce jax_accl's):")
     jax_accl.reset_stats()
-    losses, params, accl_times = train(mesh, "jax_accl.pmean fused", steps, batch_per_device, show)
+    losses, params, accl_times, accl_hlo = train(mesh, "jax_accl", steps, batch_per_device,
+                                                 show)
     calls = jax_accl.stats()["algorithms"]
     calls_per_step = sum(v["calls"] for v in calls.values()) / steps
-    say("the same run with jax.lax.pmean:")
-    ref_losses, ref_params, lax_times = train(mesh, "jax.lax.pmean", steps, batch_per_device, show)
+    say("the same step under jax.shard_map (XLA's all-reduce):")
+    ref_losses, ref_params, lax_times, lax_hlo = train(mesh, "jax.lax", steps,
+                                                       batch_per_device, show)
     result = {
         "first_loss": losses[0], "last_loss": losses[-1], "losses": losses,
         "reference_last_loss": ref_losses[-1],
         "accuracy": accuracy(params), "reference_accuracy": accuracy(ref_params),
         "max_param_difference": max_param_difference(params, ref_params),
         "accl_calls_per_step_per_device": calls_per_step / (mesh.devices.size // jax.process_count()),
-        "step_seconds": {"jax.lax.pmean": float(np.median(lax_times[1:] or lax_times)),
-                         "jax_accl.pmean fused": float(np.median(accl_times[1:] or accl_times))},
+        "compiled_step": {"jax_accl": accl_hlo, "jax.lax": lax_hlo},
+        "step_seconds": {"jax.lax": float(np.median(lax_times[1:] or lax_times)),
+                         "jax_accl": float(np.median(accl_times[1:] or accl_times))},
     }
-    if timing_steps:
-        _, _, unfused = train(mesh, "jax_accl.pmean leaf by leaf", timing_steps,
-                              batch_per_device, False)
-        result["step_seconds"]["jax_accl.pmean leaf by leaf"] = float(np.median(unfused[1:]))
     say(f"\nfinal loss {result['last_loss']:.4f} (jax.lax: {result['reference_last_loss']:.4f}), "
         f"accuracy {result['accuracy']:.1%} (jax.lax: {result['reference_accuracy']:.1%})")
     say(f"largest parameter difference from the jax.lax run: {result['max_param_difference']:.3g}")
     say(f"jax_accl calls per step and device: {result['accl_calls_per_step_per_device']:.0f}")
-    say("\nstep time (median)          ms   vs jax.lax")
-    base = result["step_seconds"]["jax.lax.pmean"]
+    say("\ncompiled step      XLA all-reduce  XLA reduce-scatter  XLA all-gather  jax_accl calls")
+    for name, hlo in result["compiled_step"].items():
+        say(f"  {name:<16} {hlo['xla all-reduce']:>14} {hlo['xla reduce-scatter']:>19} "
+            f"{hlo['xla all-gather']:>15} {hlo['jax_accl calls']:>15}")
+    say("\nstep time (median)   ms   vs jax.lax")
+    base = result["step_seconds"]["jax.lax"]
     for name, t in result["step_seconds"].items():
-        say(f"  {name:<26} {t * 1e3:6.2f}   {base / t:5.2f}x")
+        say(f"  {name:<16} {t * 1e3:6.2f}   {base / t:5.2f}x")
     return result
 
 
@@ -180,7 +205,7 @@ def worker_main(args) -> int:
     from jax.sharding import Mesh
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     mesh = Mesh(np.array(devices), ("data",))
-    result = run(mesh, args.steps, args.batch, args.timing_steps, args.quiet)
+    result = run(mesh, args.steps, args.batch, args.quiet)
     if args.json or args.num_processes > 1:
         print("RESULT " + json.dumps(result), flush=True)
     if args.num_processes > 1:
@@ -195,8 +220,6 @@ def main(argv=None) -> int:
     parser.add_argument("--devices", type=int, default=0,
                         help="devices per process (default: 8 / processes)")
     parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--timing-steps", type=int, default=30,
-                        help="steps of the leaf-by-leaf run timed at the end (0: skip)")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--json", action="store_true", help="print a RESULT line (tests)")
     parser.add_argument("--process-id", type=int, default=-1, help=argparse.SUPPRESS)
@@ -206,8 +229,8 @@ def main(argv=None) -> int:
     args.devices = args.devices or max(1, 8 // args.processes)
     if args.processes > 1 and args.process_id < 0:
         from jax_accl import launch
-        extra = ["--steps", str(args.steps), "--batch", str(args.batch),
-                 "--timing-steps", str(args.timing_steps)] + (["--quiet"] if args.quiet else [])
+        extra = ["--steps", str(args.steps), "--batch", str(args.batch)] + (
+            ["--quiet"] if args.quiet else [])
         launch.run_job(["-m", "jax_accl.demo"], args.processes, args.devices, extra=extra,
                        echo=0)
         return 0

@@ -18,10 +18,7 @@ import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
-from jax_accl import _accl
 from jax_accl import config
-from jax_accl import distributed
-from jax_accl import log
 
 accl_allreduce_p = c.core.Primitive("accl_allreduce")
 accl_allreduce_p.multiple_results = True  # one call all-reduces a bucket of leaves
@@ -45,9 +42,11 @@ def fresh(params: dict) -> dict:
     return {**params, "op_id": next(_op_ids)}
 
 
-def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str) -> list:
-    """All-reduce the arrays `xs` (one dtype) in one native call."""
-    invariant = c.check_vma_enabled()
+def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str,
+         invariant=None) -> list:
+    """All-reduce the arrays `xs` (one dtype) in one native call; the result is invariant
+    along `axes` (psum_invariant's type) under check_vma=True or with invariant=True."""
+    invariant = c.check_vma_enabled() if invariant is None else invariant
     if invariant and axis_index_groups is not None:
         raise NotImplementedError(
             f"jax_accl.{API_NAMES[op]}: axis_index_groups needs check_vma=False "
@@ -151,73 +150,8 @@ def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant, op_i
     return out
 
 
-def _padded_groups(groups) -> tuple[np.ndarray, int]:
-    size = max(len(g) for g in groups)
-    rows = [list(g) + [-1] * (size - len(g)) for g in groups]
-    return np.asarray(rows, dtype=np.int64).reshape(-1), size
-
-
-# XLA's CPU runtime may run independent custom calls of one device concurrently and in
-# different orders on different devices; blocking collectives then starve each other.
-# So the calls of one block are chained: each takes the previous call's first result
-# (the partition id, passed through) as its partition-id operand. Loops and branches
-# are blocks of their own, run sequentially anyway. The chain's end per block lives in
-# the module's own cache (module-scoped, freed with the module).
-
-
-def _profile_name(algorithm: str, avals, groups) -> str:
-    """The HLO name of the call, which is what profilers show: e.g. "accl_allreduce
-    reduce_broadcast 16MiB" (for "auto" within one process, the cost model's pick for the
-    whole call; across processes the pick depends on where they run and stays "auto")."""
-    nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in avals)
-    if algorithm == "auto" and jax.process_count() == 1:
-        algorithm = _accl.choose_algorithm(max(len(g) for g in groups), nbytes)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)):
-        if nbytes >= scale or unit == "B":
-            size = f"{nbytes / scale:.3g}{unit}"
-            break
-    return f"accl_allreduce {algorithm} {size}"
-
-
-def _lowering(ctx, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id):
-    groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
-    flat_groups, group_size = _padded_groups(groups)
-    cfg = config.current()
-    chosen = cfg.algorithm if algorithm == "auto" else algorithm
-    u32 = c.core.ShapedArray((), np.uint32)
-    module_cache = c.module_scratch(ctx)
-    key = ("jax_accl_order", c.ir.InsertionPoint.current.block)
-    order_in = module_cache.get(key)
-    if order_in is None:  # the first call of this block: this device's logical index
-        order_in = c.hlo.partition_id()
-    devices = np.zeros((0,), np.int64)
-    if jax.process_count() > 1:  # the native side needs every partition's global device
-        distributed.ensure_started()
-        devices = np.asarray([d.id for d in c.device_assignment(ctx)], np.int64)
-    # In place: each result is its operand's buffer. XLA then allocates no output (at
-    # 64 MiB per device, fresh buffers cost more in page faults than the all-reduce) and
-    # copies an operand only where it is still needed afterwards.
-    aliases = {k + 1: k + 1 for k in range(len(xs))}
-    call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True,
-                                operand_output_aliases=aliases)
-    profile_name = _profile_name(chosen, ctx.avals_in, groups)
-    log.once((profile_name, len(groups), group_size), "jax_accl.%s over %s: %d group(s) of %d "
-             "devices, %s -> %s", API_NAMES[op], axes, len(groups), group_size,
-             profile_name.split()[-1], profile_name.split()[1])
-    with c.ir.Location.name(profile_name):
-      order_out, *results = call(
-          ctx.replace(avals_in=[u32, *ctx.avals_in], avals_out=[u32, *ctx.avals_out]), order_in,
-          *xs, groups=flat_groups, group_size=np.int64(group_size), op=np.int64(OP_CODES[op]),
-          algorithm=np.int64(ALGORITHM_CODES[chosen]), op_id=np.int64(op_id),
-          timeout_ms=np.int64(cfg.timeout_s * 1000), name=f"jax_accl.{API_NAMES[op]} over {axes}",
-          devices=devices)
-    module_cache[key] = order_out
-    return results
-
-
 accl_allreduce_p.def_impl(partial(c.dispatch.apply_primitive, accl_allreduce_p))
 accl_allreduce_p.def_effectful_abstract_eval(_abstract_eval)
 c.batching.fancy_primitive_batchers[accl_allreduce_p] = _batcher
 c.ad.primitive_jvps[accl_allreduce_p] = _jvp
 c.ad.primitive_transposes[accl_allreduce_p] = _transpose
-c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu")

@@ -87,8 +87,17 @@ def test_compat_names_exist():
                  "canonicalize_axis_index_groups", "value_state_along",
                  "insert_collective_pvary", "replica_groups", "check_axis_names",
                  "linear_jvp", "ct_aval", "const_like", "mesh_axis_names", "module_scratch",
-                 "device_assignment", "distributed_client", "use_gloo_on_interface"]:
+                 "device_assignment", "distributed_client", "use_gloo_on_interface",
+                 "unreduced_axes", "hook_bind", "hook_bind_psum_invariant",
+                 "define_bool_state", "update_config", "is_partial_manual",
+                 "lower_fully_manual", "spec_along_auto_axes", "partition_index",
+                 "lowering_rule"]:
         assert callable(getattr(_compat, name)), name
+    # The primitives routing takes over, and the rule fusion wraps.
+    for prim in ["pvary_p", "psum_invariant_p", "psum_p", "pmax_p", "pmin_p", "shard_map_p"]:
+        assert isinstance(getattr(_compat, prim), _compat.core.Primitive), prim
+    assert callable(_compat.lowering_rule(_compat.shard_map_p))
+    assert callable(_compat._parallel.bind_psum_invariant)
     for module in ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]:
         assert getattr(_compat, module) is not None
     assert np.asarray(_compat.const_like(np.float32(1), 3)).dtype == np.float32

@@ -1,0 +1,132 @@
+"""Fusion of a shard_map body's jax_accl all-reduces into one native call per bucket.
+
+Autodiff transposes each use of a replicated parameter separately, so a training step's
+gradient all-reduce arrives as one ``accl_allreduce`` per parameter. Before the body is
+lowered, calls that share their axes, groups, op, algorithm and type are merged, as
+XLA's all-reduce combiner merges its own, into buckets of one dtype and at most
+``JAX_ACCL_FUSION_BYTES`` (the same buckets as a fused ``jax_accl.psum`` of a pytree).
+
+Schedule: the body's equations are walked in order. A call is held back in the group of
+its key, and so is every effect-free equation that reads the results of one group only
+(it waits with them); every other equation is emitted in place. A group is emitted (its
+calls merged, then the equations that waited) just before the first equation that reads
+its results and cannot wait: a call that reads them, an equation reading two groups or
+with effects; and at the end of the body. So no equation moves before its operands;
+every device (and every process) rewrites its identical program identically, so all
+still issue the same calls in the same order. Bodies of nested ``jit`` calls are fused
+the same way.
+"""
+from __future__ import annotations
+
+from jax_accl import _compat as c
+from jax_accl import config
+from jax_accl.api import fusion_buckets
+from jax_accl.primitives.allreduce import accl_allreduce_p
+
+_KEY = ("axes", "axis_index_groups", "op", "algorithm", "invariant")
+
+
+def fuse_jaxpr(jaxpr):
+    """The jaxpr with its compatible accl_allreduce equations merged (the same object
+    when there is nothing to merge)."""
+    limit = config.current().fusion_bytes
+    eqns: list = []
+    groups: dict = {}  # key -> _Group, in the order the groups opened
+    owner: dict = {}  # var defined by a held-back equation -> its group's key
+
+    def release(key):
+        group = groups.pop(key)
+        for v in group.defined:
+            owner.pop(v, None)
+        eqns.extend(_merge(group.calls, limit))
+        eqns.extend(group.after)
+
+    for eqn in jaxpr.eqns:
+        eqn = _fuse_nested(eqn)
+        hit = list(dict.fromkeys(owner[v] for v in eqn.invars if _is_var(v) and v in owner))
+        if eqn.primitive is accl_allreduce_p:
+            for key in hit:  # it reads results held back: those go first
+                release(key)
+            key = tuple(_hashable(eqn.params[k]) for k in _KEY)
+            groups.setdefault(key, _Group()).hold(eqn, eqn.outvars, owner, key, call=True)
+        elif len(hit) == 1 and _movable(eqn):  # depends on one group only: wait with it
+            groups[hit[0]].hold(eqn, eqn.outvars, owner, hit[0], call=False)
+        else:
+            for key in hit:
+                release(key)
+            eqns.append(eqn)
+    for key in list(groups):
+        release(key)
+    if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
+        return jaxpr
+    return jaxpr.replace(eqns=eqns)
+
+
+class _Group:
+    """Held-back calls of one key, and the equations that wait for their results."""
+    def __init__(self):
+        self.calls, self.after, self.defined = [], [], []
+
+    def hold(self, eqn, outvars, owner, key, *, call: bool):
+        (self.calls if call else self.after).append(eqn)
+        self.defined.extend(outvars)
+        owner.update((v, key) for v in outvars)
+
+
+def _movable(eqn) -> bool:
+    """An equation may wait for a group if it has no effect other than naming axes."""
+    return all(isinstance(e, c.core.NamedAxisEffect) for e in eqn.effects)
+
+
+def _merge(members, limit: int) -> list:
+    """Equations of one key merged into dtype buckets of at most `limit` bytes."""
+    if len(members) == 1:
+        return members
+    operands = [(v, out) for eqn in members for v, out in zip(eqn.invars, eqn.outvars)]
+    first = members[0]
+    effects = set().union(*(eqn.effects for eqn in members))
+    merged = []
+    leaves = [(k, _Leaf(v.aval)) for k, (v, _) in enumerate(operands)]
+    for bucket in fusion_buckets(leaves, limit):
+        pairs = [operands[k] for k, _ in bucket]
+        merged.append(c.core.new_jaxpr_eqn(
+            [v for v, _ in pairs], [out for _, out in pairs], accl_allreduce_p,
+            dict(first.params), effects, first.source_info))
+    return merged
+
+
+class _Leaf:
+    """An aval seen as the (size, dtype) that fusion_buckets reads."""
+    def __init__(self, aval):
+        self.size, self.dtype = aval.size, aval.dtype
+
+
+def _fuse_nested(eqn):
+    """Fuses inside the body of a nested jit call."""
+    if eqn.primitive.name not in ("jit", "pjit") or "jaxpr" not in eqn.params:
+        return eqn
+    closed = eqn.params["jaxpr"]
+    fused = fuse_jaxpr(closed.jaxpr)
+    if fused is closed.jaxpr:
+        return eqn
+    return eqn.replace(params={**eqn.params, "jaxpr": closed.replace(jaxpr=fused)})
+
+
+def _is_var(v) -> bool:
+    return isinstance(v, c.core.Var)
+
+
+def _hashable(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def install() -> None:
+    """Fuses every shard_map body before JAX lowers it."""
+    original = c.lowering_rule(c.shard_map_p)
+
+    def lower_shard_map(ctx, *in_nodes, jaxpr, **params):
+        return original(ctx, *in_nodes, jaxpr=fuse_jaxpr(jaxpr), **params)
+
+    c.mlir.register_lowering(c.shard_map_p, lower_shard_map)

@@ -1,0 +1,113 @@
+"""Routing: JAX's own all-reduces, and the ones autodiff inserts, bound as jax_accl's.
+
+Where routing is on, a program traced there has no XLA all-reduce left:
+
+* ``jax.lax.psum`` / ``pmean`` / ``pmax`` / ``pmin`` (and JAX-internal callers of their
+  primitives: ``psum_invariant``, ``psum``, ``pmax``, ``pmin``) bind ``accl_allreduce``;
+* ``pvary`` (explicit, or inserted by JAX under ``check_vma=True`` where a replicated
+  value meets a varying one) binds ``accl_pvary``: the same no-op cast, whose transpose
+  (the gradient all-reduce of a replicated parameter) is an ``accl_allreduce``. So the
+  gradient is ours wherever the transpose is traced, inside the routed body or outside;
+* a sum of a value that is already invariant along the axes (e.g. ``pmean`` of
+  gradients that autodiff reduced) runs no all-reduce: it is ``n * x`` locally.
+
+Routing is on process-wide inside ``jax_accl.patch_psum()`` and with the environment
+variable ``JAX_ACCL_ROUTING=1``; for one thread and one body inside
+``jax_accl.shard_map`` and functions decorated with ``jax_accl.routed``. It is part of
+JAX's trace context, so a jitted function traced with routing off is traced again when
+called with it on, and the other way round.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+from jax_accl import _compat as c
+from jax_accl import config
+
+# A JAX config state: thread-local when entered as a context, global when set with
+# jax.config.update; part of the jit and trace cache keys.
+_state = c.define_bool_state(
+    "jax_accl_routing", config.routing_default(),
+    "Bind jax.lax's all-reduces, and those autodiff inserts, as jax_accl custom calls.")
+_install_lock = threading.Lock()
+_installed = False
+
+
+def active() -> bool:
+    return bool(_state.value)
+
+
+def active_globally() -> bool:
+    return bool(_state.get_global())
+
+
+def scope():
+    """A context (this thread) in which collectives traced are jax_accl's."""
+    install()
+    return _state(True)
+
+
+def set_global(on: bool) -> None:
+    install()
+    c.update_config("jax_accl_routing", bool(on))
+
+
+def routed(fn):
+    """Decorator: every collective traced inside `fn` is jax_accl's (see module doc)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with scope():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def install() -> None:
+    """Puts the routing hooks on JAX's collective primitives (once; while routing is off
+    they hand every bind to JAX unchanged)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        from jax_accl.primitives import pvary as accl_pvary
+        c.hook_bind(c.pvary_p, lambda bind: _routed_pvary(bind, accl_pvary.bind))
+        c.hook_bind(c.psum_invariant_p, lambda bind: _routed_reduction(bind, "sum", True))
+        c.hook_bind(c.psum_p, lambda bind: _routed_reduction(bind, "sum", False))
+        c.hook_bind(c.pmax_p, lambda bind: _routed_reduction(bind, "max", None))
+        c.hook_bind(c.pmin_p, lambda bind: _routed_reduction(bind, "min", None))
+        c.hook_bind_psum_invariant(_routed_bind_psum_invariant)
+        _installed = True
+
+
+def _routed_pvary(jax_bind, accl_bind):
+    def bind(x, *, axes):
+        return accl_bind(x, axes=axes) if active() else jax_bind(x, axes=axes)
+    return bind
+
+
+def _routed_reduction(jax_bind, op: str, invariant):
+    """A bind of one of JAX's reduction primitives as accl_allreduce, with the result
+    type JAX's gives: psum_invariant's invariant (True), psum's unchanged (False, it is
+    bound under check_vma=False), pmax's and pmin's as check_vma says (None)."""
+    def bind(x, *, axes, **params):
+        if not active():
+            return jax_bind(x, axes=axes, **params)
+        from jax_accl import api
+        return api.reduce_leaves([x], tuple(axes), op=op,
+                                 groups=params.get("axis_index_groups"),
+                                 invariant=invariant)[0]
+    return bind
+
+
+def _routed_bind_psum_invariant(jax_fn):
+    """jax.lax.psum's leaf bind under check_vma=True: routed, it reduces only along the
+    axes the leaf varies on (an invariant leaf needs no communication)."""
+    def bind(leaf, *, axes, axis_index_groups, is_async):
+        if not active() or is_async:
+            return jax_fn(leaf, axes=axes, axis_index_groups=axis_index_groups,
+                          is_async=is_async)
+        if axis_index_groups is not None:
+            raise NotImplementedError("axis_index_groups needs check_vma=False (as jax.lax.psum)")
+        from jax_accl import api
+        return api.reduce_leaves([leaf], tuple(axes), op="sum", groups=None)[0]
+    return bind
