@@ -16,8 +16,7 @@ from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
 from jax.sharding import PartitionSpec
 
-__all__ = ["P", "ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]
-P = PartitionSpec
+__all__ = ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]
 
 
 def check_vma_enabled() -> bool:

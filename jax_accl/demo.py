@@ -60,9 +60,6 @@ def loss_fn(params, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(forward(params, x), y).mean()
 
 
-VARIANTS = ("jax.lax", "jax_accl")
-
-
 def build_step(mesh, optimizer, variant: str):
     """One jitted data-parallel step; `variant` picks whose all-reduces run it: the same
     step function under jax.shard_map ("jax.lax") or jax_accl.shard_map ("jax_accl")."""

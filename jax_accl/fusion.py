@@ -21,7 +21,7 @@ from __future__ import annotations
 from jax_accl import _compat as c
 from jax_accl import config
 from jax_accl.api import fusion_buckets
-from jax_accl.primitives.allreduce import accl_allreduce_p
+from jax_accl.primitives.allreduce import accl_allreduce_p, fresh
 
 _KEY = ("axes", "axis_index_groups", "op", "algorithm", "invariant")
 
@@ -79,26 +79,21 @@ def _movable(eqn) -> bool:
 
 
 def _merge(members, limit: int) -> list:
-    """Equations of one key merged into dtype buckets of at most `limit` bytes."""
+    """Equations of one key merged into dtype buckets of at most `limit` bytes (the
+    first bucket keeps the first call's id; each further one is a call of its own)."""
     if len(members) == 1:
         return members
     operands = [(v, out) for eqn in members for v, out in zip(eqn.invars, eqn.outvars)]
     first = members[0]
     effects = set().union(*(eqn.effects for eqn in members))
     merged = []
-    leaves = [(k, _Leaf(v.aval)) for k, (v, _) in enumerate(operands)]
-    for bucket in fusion_buckets(leaves, limit):
+    for bucket in fusion_buckets([(k, v.aval) for k, (v, _) in enumerate(operands)], limit):
         pairs = [operands[k] for k, _ in bucket]
+        params = dict(first.params) if not merged else fresh(first.params)
         merged.append(c.core.new_jaxpr_eqn(
-            [v for v, _ in pairs], [out for _, out in pairs], accl_allreduce_p,
-            dict(first.params), effects, first.source_info))
+            [v for v, _ in pairs], [out for _, out in pairs], accl_allreduce_p, params,
+            effects, first.source_info))
     return merged
-
-
-class _Leaf:
-    """An aval seen as the (size, dtype) that fusion_buckets reads."""
-    def __init__(self, aval):
-        self.size, self.dtype = aval.size, aval.dtype
 
 
 def _fuse_nested(eqn):

@@ -1,7 +1,8 @@
-"""The ``accl_allreduce`` primitive: one leaf all-reduced by the native core.
+"""The ``accl_allreduce`` primitive: a bucket of leaves of one dtype all-reduced by one
+native call.
 
 Order (as mpi4jax): primitive, bind helper, abstract eval, batching, JVP, transpose,
-lowering, registration. Semantics follow jax.lax.psum / pmax / pmin case by case:
+registration; the lowering is jax_accl/primitives/lowering.py. Semantics follow jax.lax.psum / pmax / pmin case by case:
 
 * under ``check_vma=True`` the result is invariant along the reduced axes (as
   ``psum_invariant``), and the transpose of a sum moves no data (``pvary``);

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from jax_accl import _accl
 from jax_accl import _compat as c
@@ -104,7 +105,7 @@ def _lowering(ctx, *xs, **params):
         order_out, *results = c.lower_fully_manual(
             ctx.replace(avals_in=[_U32, *ctx.avals_in], avals_out=[_U32, *ctx.avals_out]),
             lambda order, *vals: tuple(accl_allreduce_ordered_p.bind(order, *vals, **params)),
-            (c.P(), *specs), (c.P(), *specs), order_in, *xs)
+            (P(), *specs), (P(), *specs), order_in, *xs)
     module_cache[key] = order_out
     return results
 

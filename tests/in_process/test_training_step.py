@@ -110,6 +110,24 @@ def test_gradient_reductions_are_fused():
     assert xla_collectives(text) == 0 and text.count(ACCL_CALL) == 1
 
 
+def test_fused_gradient_buckets_respect_the_size_limit(monkeypatch):
+    """With a 256-byte limit the merged gradient call splits into several buckets, each
+    a call of its own, and the step still equals jax.lax's."""
+    monkeypatch.setenv("JAX_ACCL_FUSION_BYTES", "256")
+    mesh, params, _ = setup((8,), False)
+    optimizer = optax.sgd(0.1)
+    specs = dict(mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
+                 out_specs=(P(), P(), P()))
+    step = make_step(optimizer, True)
+    ours = jax.jit(jax_accl.shard_map(step, **specs))
+    theirs = jax.jit(jax.shard_map(step, **specs))
+    args = (params, optimizer.init(params), put(mesh, values((32, 6), "float32"), P("data")),
+            put(mesh, values((32, 3), "float32", seed=1), P("data")))
+    text = ours.lower(*args).compile().as_text()
+    assert xla_collectives(text) == 0 and text.count(ACCL_CALL) >= 3
+    assert_same(ours(*args), theirs(*args))
+
+
 def test_jax_accl_shard_map_routes_grad_taken_outside():
     """The documentation's pattern: jax.grad of a shard_map whose loss is pmean'd."""
     mesh, params, _ = setup((8,), False)
