@@ -59,7 +59,7 @@ def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str,
 
 def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op_id):
     api = f"jax_accl.{API_NAMES[op]}"
-    c.check_axis_names(axes, api)
+    c.check_axis_names(axes, API_NAMES[op])  # the message jax.lax.psum & co give
     if len({np.dtype(a.dtype) for a in avals}) != 1:
         raise TypeError(f"{api}: one fused call takes one dtype, got "
                         f"{sorted({str(a.dtype) for a in avals})}")
