@@ -175,7 +175,7 @@ def max_chain(n: int) -> int:
 
 def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline: bool = True):
     """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant: the
-    algorithm it ran}: per op is (time of 2K chained ops - time of K) / K, with K = loop.
+    algorithm it ran}, {variant: seconds per call in each phase of the hierarchy}: per op is (time of 2K chained ops - time of K) / K, with K = loop.
     The variants: jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
     import jax
     from jax.sharding import NamedSharding
@@ -195,7 +195,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
                                      check_vma=False))
 
-    single, ran, chains = {}, {}, {}
+    single, ran, chains, phases = {}, {}, {}, {}
     variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][:int(baseline)] + [
         (f"accl:{alg}", (lambda a: lambda v: jax_accl.allreduce(v, "i", algorithm=a))(alg))
         for alg in algorithms]
@@ -208,9 +208,14 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
             ran[name] = _most_called_since(calls_before)
         if not np.array_equal(got, want):
             raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
+        phases_before = jax_accl.stats()["phase_seconds"]
         single[name] = _timed(once, x, reps)
+        if name.startswith("accl:"):  # per call and device thread (reps + the warm-up)
+            phases_after = jax_accl.stats()["phase_seconds"]
+            calls = (reps + 1) * jax.local_device_count()
+            phases[name] = {k: (phases_after[k] - phases_before[k]) / calls for k in phases_after}
         chains[name] = (program(reduce, loop), program(reduce, 2 * loop))
-    return list(per_op_interleaved(chains, x, loop, reps, size_bytes).items()), single, ran
+    return list(per_op_interleaved(chains, x, loop, reps, size_bytes).items()), single, ran, phases
 
 
 def _calls_by_algorithm() -> dict:
@@ -273,12 +278,13 @@ def run_sweep(args, n: int, label: str) -> list[dict]:
     algorithms = [a for a in args.algorithms.split(",") if a]
     rows = []
     for size in (parse_size(s) for s in args.sizes.split(",")):
-        timings, single, ran = measure(size, n, algorithms,
-                                       chain_length(size, args.loop, n), args.reps)
+        timings, single, ran, phases = measure(size, n, algorithms,
+                                               chain_length(size, args.loop, n), args.reps)
         base = dict(timings)["jax.lax.psum"]
         rows += [nccl_row(dict(setting=label, size_bytes=size, devices=n, variant=name,
                                seconds_per_op=t, single_call_s=single[name],
-                               **({"ran": ran[name]} if name in ran else {})), base)
+                               **({"ran": ran[name]} if name in ran else {}),
+                               **({"phase_s": phases[name]} if name in phases else {})), base)
                  for name, t in timings]
     return rows
 
@@ -386,6 +392,9 @@ def parse_args(argv):
                         help="run as this many processes (jax.distributed; baseline: gloo psum)")
     parser.add_argument("--hosts", type=int, default=1,
                         help="spread the processes over this many network-namespace hosts (root)")
+    parser.add_argument("--processes-per-host", default="",
+                        help="with --hosts: processes on each host, one number for all or one "
+                             "per host (e.g. 2,1); sets --processes")
     parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
     parser.add_argument("--rate-mbit", type=float, default=300.0,
                         help="tc rate of every namespaced rail")
@@ -435,6 +444,30 @@ def worker_main(args) -> int:
     return 0
 
 
+def processes_per_host(args) -> list[int]:
+    """Processes on each of the --hosts hosts, from --processes-per-host or --processes."""
+    if args.processes_per_host:
+        counts = [int(c) for c in args.processes_per_host.split(",")]
+        counts = counts * args.hosts if len(counts) == 1 else counts
+        if len(counts) != args.hosts or min(counts) < 1:
+            raise SystemExit("--processes-per-host: one count >= 1, or one per host")
+        return counts
+    if args.processes % args.hosts:
+        raise SystemExit("--processes must be a multiple of --hosts")
+    return [args.processes // args.hosts] * args.hosts
+
+
+def print_phases(rows: list[dict]) -> None:
+    """Process 0's time per call in each tier of the hierarchy, for jax_accl's auto rows."""
+    for r in rows:
+        phases = r.get("phase_s")
+        if r["variant"] == "accl:auto" and phases and any(phases.values()):
+            print(f"# {human(r['size_bytes'])} accl:auto ({r.get('ran', '?')}) per call: "
+                  f"local reduce-scatter {phases['local_reduce_scatter'] * 1e3:.2f} ms, "
+                  f"between hosts {phases['between_hosts'] * 1e3:.2f} ms, "
+                  f"local all-gather {phases['local_all_gather'] * 1e3:.2f} ms")
+
+
 def multi_process_main(args, out) -> int:
     """Launch the processes (on namespaced hosts if --hosts > 1) and print their table."""
     from jax_accl import launch, netns
@@ -458,16 +491,15 @@ def multi_process_main(args, out) -> int:
         if args.plot:
             plot(rows, args.plot, label)
         return 0
-    if args.processes % args.hosts:
-        raise SystemExit("--processes must be a multiple of --hosts")
-    per_host = args.processes // args.hosts
+    per_host = processes_per_host(args)
     rate = args.rate_mbit * 1e6 / 8
     for rails in sorted({1, args.rails}):
         with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit) as names:
-            spaces = [name for name in names for _ in range(per_host)]
+            spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
             env = [{"JAX_ACCL_HOST_ID": ns,
                     "JAX_ACCL_RAILS": ",".join(f"rail{r}" for r in range(rails))} for ns in spaces]
-            label = (f"{args.hosts} hosts x {per_host} processes x {args.devices} devices, "
+            shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
+            label = (f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
                      f"{rails} of {args.rails} rails at {args.rate_mbit:g} Mbit/s")
             results = launch.run_job(worker, args.processes, args.devices,
                                      extra=forwarded + ["--gloo-interface", "rail0",
@@ -483,6 +515,7 @@ def multi_process_main(args, out) -> int:
             r["rails_used"] = rails
         print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
         print_rows(rows, [("link", link_limit)], out)
+        print_phases(rows)
         if args.plot:
             stem, ext = os.path.splitext(args.plot)
             plot(rows, f"{stem}-{rails}rail{ext or '.png'}", label)
@@ -502,6 +535,8 @@ def main(argv=None) -> int:
         return bench_calibrate.main(args)
     out = open(args.json, "a") if args.json else None
     try:
+        if args.processes_per_host:
+            args.processes = sum(processes_per_host(args))
         if args.processes > 1:
             return multi_process_main(args, out)
         import jax

@@ -25,7 +25,7 @@ def main(args) -> int:
     if not shapes:
         raise SystemExit("--calibrate needs at least 2 devices")
     jax.config.update("jax_num_cpu_devices", n)
-    rows, _, _ = bench.measure(4096, n, ["reduce_broadcast"], bench.chain_length(4096, 50, n),
+    rows, _, _, _ = bench.measure(4096, n, ["reduce_broadcast"], bench.chain_length(4096, 50, n),
                                5, baseline=False)
     values = calibrate.in_process(dict(rows)["accl:reduce_broadcast"])
     print(f"# {n} devices in one process: "
@@ -96,7 +96,7 @@ def calibration_points(n: int, reps: int) -> list[dict]:
     for size in calibrate.ONE_HOST_SIZES:
         algorithms = [a for a in calibrate.ONE_HOST_ALGORITHMS
                       if a != "direct" or size <= calibrate.DIRECT_MAX_BYTES]
-        rows, _, ran = bench.measure(size, n, algorithms, bench.chain_length(size, 0, n),
+        rows, _, ran, _ = bench.measure(size, n, algorithms, bench.chain_length(size, 0, n),
                                      reps, baseline=False)
         points += [{"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}
                    for name, t in rows]

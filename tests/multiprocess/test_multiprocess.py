@@ -28,20 +28,27 @@ def phases_by_device(trace: list) -> dict:
     return out
 
 
-def assert_hierarchical_phases(trace: list, inter_prefix: str, rails: set):
-    """Each device: reduce-scatter, then the inter step on every rail, then all-gather,
-    in that order and inside its call event."""
+def assert_hierarchical_phases(trace: list, tiers: list, rails: set = frozenset()):
+    """Each device, inside its call event and in this order: the reduce-scatter of every
+    local tier in `tiers` ("local": its process's threads, "host": the processes of its
+    host), the step between hosts on every rail in `rails`, the all-gathers in reverse."""
     for device, events in phases_by_device(trace).items():
-        names = [e["name"] for e in events]
         call = next(e for e in events if e["name"].startswith("accl_allreduce hierarchical"))
-        rs = next(e for e in events if e["name"] == "local reduce-scatter")
-        inter = [e for e in events if e["name"].startswith(inter_prefix)]
-        ag = next(e for e in events if e["name"] == "local all-gather")
-        assert {e["name"].rsplit(" ", 1)[-1] for e in inter} == rails, names
-        assert all(e["bytes"] > 0 for e in inter)
-        assert call["ts"] <= rs["ts"] <= rs["ts"] + rs["dur"] <= min(e["ts"] for e in inter) + 1
-        assert max(e["ts"] + e["dur"] for e in inter) <= ag["ts"] + 1
-        assert ag["ts"] + ag["dur"] <= call["ts"] + call["dur"] + 1
+        inter = [e for e in events if e["name"].startswith("inter-host")]
+        local = [e for e in events if e is not call and e not in inter]
+        names = [e["name"] for e in local]
+        assert names == [f"{t} reduce-scatter" for t in tiers] + \
+            [f"{t} all-gather" for t in reversed(tiers)], names
+        assert {e["name"].rsplit(" ", 1)[-1] for e in inter} == set(rails), [e["name"] for e in inter]
+        assert all(e["bytes"] > 0 for e in inter + local)
+        ends = [call["ts"]] + [e["ts"] + e["dur"] for e in local]
+        for before, e in zip(ends, local):
+            assert before <= e["ts"] + 1, (names, local)
+        scattered, gathering = local[len(tiers) - 1], local[len(tiers)]
+        for e in inter:
+            assert scattered["ts"] + scattered["dur"] <= e["ts"] + 1
+            assert e["ts"] + e["dur"] <= gathering["ts"] + 1
+        assert ends[-1] <= call["ts"] + call["dur"] + 1
 
 
 def rail_shares(stats: dict) -> dict:
@@ -81,7 +88,7 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
                 assert call["ts"] <= phase["ts"] + 1
                 assert phase["ts"] + phase["dur"] <= call["ts"] + call["dur"] + 1
         elif devices > 1:
-            assert_hierarchical_phases(r["trace"], "inter-process", {"shm"})
+            assert_hierarchical_phases(r["trace"], ["local", "host"])
 
 
 @pytest.fixture
@@ -124,8 +131,8 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
         shares = rail_shares(r["stats"])
         assert set(shares) == {"tcp:rail0", "tcp:rail1"}
         assert all(0.45 < s < 0.55 for s in shares.values()), shares
-        assert r["stats"]["phase_seconds"]["inter_process"] > 0
-        assert_hierarchical_phases(r["trace"], "inter-host", {"rail0", "rail1"})
+        assert r["stats"]["phase_seconds"]["between_hosts"] > 0
+        assert_hierarchical_phases(r["trace"], ["local"], {"rail0", "rail1"})
 
 
 @pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])

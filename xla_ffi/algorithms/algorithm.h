@@ -17,7 +17,7 @@ enum class Algorithm : int {
   kRing = 2,
   kHalvingDoubling = 3,
   kReduceBroadcast = 4,  // needs peer memory (one process)
-  kHierarchical = 5,     // across processes: local reduce-scatter, inter-process, all-gather
+  kHierarchical = 5,     // across processes: reduce-scatter up the tiers, between hosts, all-gather
 };
 inline constexpr int kNumAlgorithms = 6;
 

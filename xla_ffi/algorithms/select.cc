@@ -80,12 +80,16 @@ double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
 
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
                                              const CostModel& model) {
-  const CostModel shm = shared_memory_model(model, 1.0);
-  const size_t slice = bytes / std::max(1, k);
-  const Algorithm inner = choose_algorithm(processes, slice, /*peer_memory=*/false, shm);
-  // A byte of a local pass is one copy, half a byte through the rings (two).
+  // The threads' tier: three sync points and ~3 copies per byte through memory; the
+  // processes' tier on S/k: a reduce-scatter and an all-gather, one round of P - 1
+  // concurrent messages of S/(kP) each, through the shared-memory rings.
   const double local = k > 1 ? 3 * model.alpha_s + 1.5 * bytes * model.shm_beta_s_per_byte : 0.0;
-  return local + predict_seconds(inner, processes, slice, /*peer_memory=*/false, shm);
+  const int P = processes;
+  if (P <= 1) return local;
+  const CostModel shm = shared_memory_model(model, 1.0);
+  const double slice = static_cast<double>(bytes) / std::max(1, k);
+  return local + (P - 1) * shm.alpha_s + 2.0 * (P - 1) / P * slice * shm.beta_s_per_byte +
+         double(P - 1) / P * slice * shm.gamma_s_per_byte;
 }
 
 // The share of an algorithm's message steps that cross processes, ranks numbered

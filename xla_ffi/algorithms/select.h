@@ -58,9 +58,9 @@ CostModel shared_memory_model(const CostModel& model, double cross_process_share
 double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
                            const CostModel& model);
 // The predicted time of the hierarchy on one host, `processes` processes holding `k`
-// devices each: three sync points among a process's k threads, its local passes over
-// memory (reduce-scatter, all-gather: ~3 copies per byte), and the best
-// algorithm among the processes on S/k bytes through shared memory.
+// devices each: three sync points among a process's k threads and their passes over
+// memory (~3 copies per byte), then a reduce-scatter and an all-gather of S/k among the
+// processes, one round of messages each through the shared-memory rings.
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
                                              const CostModel& model);
 

@@ -2,9 +2,11 @@
 // memory channels (no processes), and the wire parsers on arbitrary bytes (fuzzing).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,6 +16,8 @@
 #include "bindings/parse.h"
 #include "common/dtype.h"
 #include "reduce/reduce.h"
+#include "testing/simulated_hosts.h"
+#include "topology/group_layout.h"
 #include "transport/channel_link.h"
 #include "transport/ring_channel.h"
 #include "transport/tcp.h"
@@ -68,6 +72,76 @@ std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
   return errors;
 }
 
+// Runs one hierarchical all-reduce on simulated hosts over memory rings:
+// places[r] = (host, process) of rank r (testing/simulated_hosts.h). Each rank's buffer
+// is cut into segments of `segment_counts` elements (or one segment when empty).
+// Returns one error message per rank.
+std::vector<std::string> hierarchical_threads(std::vector<std::pair<std::string, int>> places,
+                                              std::vector<uintptr_t> ins,
+                                              std::vector<uintptr_t> outs,
+                                              std::vector<uint64_t> counts,
+                                              std::vector<uint64_t> segment_counts,
+                                              const std::string& dtype, const std::string& op,
+                                              const std::string& between_algorithm,
+                                              double timeout_s) {
+  if (ins.size() != places.size() || outs.size() != places.size() ||
+      counts.size() != places.size()) {
+    throw nb::value_error("hierarchical_threads: one place, in, out and count per rank");
+  }
+  SimulatedCall call;
+  for (size_t r = 0; r < places.size(); ++r) {
+    call.places.push_back(RankPlace{places[r].second, places[r].first});
+    call.in.push_back(reinterpret_cast<const void*>(ins[r]));
+    call.out.push_back(reinterpret_cast<void*>(outs[r]));
+  }
+  call.counts = std::move(counts);
+  call.segment_counts = std::move(segment_counts);
+  call.dtype = parse_or_throw<DType>(dtype, parse_dtype, "dtype");
+  call.op = parse_or_throw<ReduceOp>(op, parse_reduce_op, "reduce op");
+  call.between = parse_or_throw<Algorithm>(between_algorithm, parse_algorithm, "algorithm");
+  call.timeout_s = timeout_s;
+  std::vector<Status> status;
+  {
+    nb::gil_scoped_release release;
+    status = run_on_simulated_hosts(call, [](int, int, std::unique_ptr<Channel>* x,
+                                             std::unique_ptr<Channel>* y) {
+      make_memory_channels(x, y);
+    });
+  }
+  std::vector<std::string> errors;
+  for (const Status& s : status) {
+    errors.push_back(s.ok() ? "" : str_cat(code_name(s.code()), ": ", s.message()));
+  }
+  return errors;
+}
+
+// The tiers of a group whose ranks live at `places` (host, process), as the runtime
+// derives them: {"hosts": ranks of every host, "thread_owners", "process_owners",
+// "process_peers": tier-1 group of every rank (empty where it owns no slice of tier 0),
+// "host_peers": tier-2 group of every rank (empty where it owns no slice)}.
+nb::dict group_layout(std::vector<std::pair<std::string, int>> places) {
+  std::vector<RankPlace> rank_places;
+  for (const auto& [host, process] : places) rank_places.push_back(RankPlace{process, host});
+  GroupLayout layout;
+  Status made = GroupLayout::make(rank_places, &layout);
+  if (!made.ok()) throw nb::value_error(made.message().c_str());
+  std::vector<std::vector<int>> hosts, process_peers, host_peers;
+  for (int h = 0; h < layout.host_count(); ++h) hosts.push_back(layout.host_ranks(h));
+  for (int r = 0; r < layout.size(); ++r) {
+    const bool t_owner = layout.device_position(r) < layout.thread_owners();
+    process_peers.push_back(t_owner ? layout.process_peers(r) : std::vector<int>{});
+    host_peers.push_back(layout.owns_slice(r) ? layout.host_peers(r) : std::vector<int>{});
+  }
+  nb::dict out;
+  out["hosts"] = hosts;
+  out["thread_owners"] = layout.thread_owners();
+  out["process_owners"] = layout.process_owners();
+  out["process_peers"] = process_peers;
+  out["host_peers"] = host_peers;
+  out["describe"] = layout.describe();
+  return out;
+}
+
 // Checks `data` as a connection's first bytes against `secret`: "" if admitted.
 std::string parse_handshake(nb::bytes data, nb::bytes secret) {
   Handshake h;
@@ -103,6 +177,10 @@ void register_testing(nb::module_& m) {
   m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"),
         nb::arg("outs"), nb::arg("counts"), nb::arg("dtype"), nb::arg("op"),
         nb::arg("algorithm"), nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
+  m.def("hierarchical_threads", &hierarchical_threads, nb::arg("places"), nb::arg("ins"),
+        nb::arg("outs"), nb::arg("counts"), nb::arg("segment_counts"), nb::arg("dtype"),
+        nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("timeout_s") = 30.0);
+  m.def("group_layout", &group_layout, nb::arg("places"));
   m.def("parse_handshake", &parse_handshake, nb::arg("data"), nb::arg("secret"));
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002);

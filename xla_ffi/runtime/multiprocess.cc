@@ -1,24 +1,19 @@
-// All-reduce of a group that spans processes (and hosts).
+// All-reduce of a group that spans processes (and hosts): which schedule runs, over
+// which links.
 //
-// Hierarchical schedule (ACCL), for a group whose processes each hold k of its devices:
-//   1. local reduce-scatter: the k device threads of a process read each other's
-//      buffers in place; local member i reduces block i (of k) of every segment;
-//   2. inter-process all-reduce of block i among the i-th members of all processes,
-//      k of them at once on disjoint data: over shared memory between processes of a
-//      host and over every rail between hosts (ring, halving-doubling or direct,
-//      chosen by the cost model for P processes and S/k bytes);
-//   3. local all-gather: member i copies the other members' finished blocks.
-// When processes hold different numbers of the group's devices, k is taken as 1: the
-// first local member reduces the whole buffer, runs step 2 and the others copy its result.
+// Hierarchical (algorithms/hierarchical.cc), the automatic choice between hosts: the
+// tiers are by host (topology/group_layout.h). The host tier is the group's ranks on
+// this host: the device threads of this process reading each other's buffers where the
+// host's ranks all live in it, else messages over memory rings between threads and
+// shared memory between processes. The tier between hosts is one slice group per
+// owner, over TCP on every rail, its algorithm chosen by the cost model for the hosts
+// and the slice's bytes.
 //
 // One host (every process of the group on this host), large messages with cross-memory
-// attach usable: instead of the hierarchy, one reduce-broadcast over all devices of the
-// group (algorithms/cma_reduce_broadcast.cc); between devices of one process its copies
-// are plain memcpy. Each rank reads its block of every input once and writes it into
-// every output once: the hierarchy's local reduce-scatter and all-gather passes go.
-// Small messages on one host run flat: a few message steps cost less than the
-// hierarchy's sync points among each process's device threads. The cost model picks
-// (choose_one_host).
+// attach usable: one reduce-broadcast over all devices of the group
+// (algorithms/cma_reduce_broadcast.cc); between devices of one process its copies are
+// plain memcpy. Small messages on one host run flat: a few message steps cost less
+// than the hierarchy's sync points. The cost model picks (choose_one_host).
 //
 // Flat schedule (algorithm= ring, halving_doubling or direct, or the automatic choice
 // on one host): the algorithm runs over all devices of the group at once, with memory
@@ -32,9 +27,11 @@
 #include "algorithms/select.h"
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
+#include "runtime/hierarchy.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
+#include "topology/group_layout.h"
 #include "transport/channel_link.h"
 
 namespace accl {
@@ -58,8 +55,8 @@ uint64_t schedule_tag(uint64_t call, Algorithm schedule) {
   return (call ^ static_cast<uint64_t>(schedule)) * 1099511628211ull;
 }
 
-uint64_t elapsed_ns(Clock::time_point since) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count();
+uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
 }
 
 Status open_link(World& world, const std::vector<int64_t>& members, int rank, uint64_t tag,
@@ -139,20 +136,21 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members,
   return Status::Ok();
 }
 
-struct Layout {
-  std::vector<int> process_order;                // processes in order of first appearance
-  std::map<int, std::vector<int>> ranks_of;      // process -> group ranks, in rank order
-};
-
-Status group_layout(const World& world, const std::vector<int64_t>& devices, const std::string& label,
-                    Layout* layout) {
-  for (size_t r = 0; r < devices.size(); ++r) {
-    const int p = world.process_of(devices[r]);
-    if (p < 0) return error(Code::kInvalidArgument, label, ": device ", devices[r], " belongs to no process");
-    if (!layout->ranks_of.count(p)) layout->process_order.push_back(p);
-    layout->ranks_of[p].push_back(static_cast<int>(r));
+Status layout_of(const World& world, const std::vector<int64_t>& devices, const std::string& label,
+                 GroupLayout* layout) {
+  std::vector<RankPlace> places;
+  for (int64_t device : devices) {
+    const int p = world.process_of(device);
+    if (p < 0) return error(Code::kInvalidArgument, label, ": device ", device, " belongs to no process");
+    places.push_back(RankPlace{p, world.process(p).host});
   }
-  return Status::Ok();
+  return GroupLayout::make(places, layout);
+}
+
+std::vector<int64_t> devices_of(const std::vector<int64_t>& devices, const std::vector<int>& ranks) {
+  std::vector<int64_t> out;
+  for (int r : ranks) out.push_back(devices[r]);
+  return out;
 }
 
 }  // namespace
@@ -168,9 +166,9 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                  "(jax_accl bootstraps it when a multi-process program is lowered after "
                  "jax.distributed.initialize())");
   }
-  Layout layout;
-  ACCL_RETURN_IF_ERROR(group_layout(*world, devices, spec.label, &layout));
-  if (layout.process_order.size() == 1) return allreduce_local(spec, in, out, counts);
+  GroupLayout layout;
+  ACCL_RETURN_IF_ERROR(layout_of(*world, devices, spec.label, &layout));
+  if (layout.process_count() == 1) return allreduce_local(spec, in, out, counts);
 
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
@@ -183,19 +181,10 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                                     devices[spec.rank], ", process ", world->process_index(), ")");
 
   const size_t bytes = sig.count * elem;
-  // This process's members of the group; k per process if every process holds as many.
-  const std::vector<int>& local_ranks = layout.ranks_of[world->process_index()];
-  const int k = static_cast<int>(local_ranks.size());
-  int li = 0;
-  while (local_ranks[li] != spec.rank) ++li;
-  bool uniform = true;
-  for (int p : layout.process_order) uniform &= static_cast<int>(layout.ranks_of[p].size()) == k;
-  const int slices = uniform ? k : 1;
-  const int processes = static_cast<int>(layout.process_order.size());
-  bool one_host = true;
-  for (int p : layout.process_order) {
-    one_host &= world->process(p).host == world->process(world->process_index()).host;
-  }
+  // The hierarchy's slices per process: the fewest devices any process holds.
+  const int slices = layout.thread_owners();
+  const int processes = layout.process_count();
+  const bool one_host = layout.host_count() == 1;
 
   // The schedule: a forced ring, halving-doubling or direct runs flat over all devices;
   // a forced reduce_broadcast is the cross-memory-attach one on one host. The automatic
@@ -261,100 +250,32 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     return finish(s);
   }
 
-  // Hierarchical.
-  std::shared_ptr<LocalExchange> exchange;
-  std::unique_ptr<LocalLink> local;
-  if (k > 1) {
-    Status joined = join_call(spec.key, li, k, sig, spec.label, deadline, segments, &exchange);
-    if (!joined.ok()) return finish(joined);
-    local = std::make_unique<LocalLink>(exchange, li, deadline);
-  }
-  PeerMemory* peers = local ? local->peer_memory() : nullptr;
-  auto fail_local = [&](Status s) {
-    if (local) local->fail(s);
-    return finish(s);
+  // Hierarchical: the threads of this process, the processes of this host, then (if
+  // this rank owns a slice at both) its peers of the same position on the other hosts.
+  const int rails = static_cast<int>(world->process(world->process_index()).rails.size());
+  const HierarchyCall hierarchy{&layout, spec.rank, spec.key, sig, spec.label, deadline, rails};
+  ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
+                             std::unique_ptr<ChannelLink>* link) {
+    return open_link(*world, devices_of(devices, ranks), index, tag, where, deadline, link);
   };
+  HierarchyResult result;
+  Status s = run_hierarchy(hierarchy, segments, reduction, connect, &result);
+  if (!s.ok()) return finish(s);
 
-  // 1. Local reduce-scatter into scratch (my block of every segment).
-  auto phase_start = Clock::now();
-  // Kept by the device's worker thread from call to call: a fresh buffer per call would
-  // cost its page faults every time (~1 ms per 4 MiB).
-  thread_local std::vector<std::vector<char>> scratch;
-  if (scratch.size() < segments.size()) scratch.resize(segments.size());
-  std::vector<Buffers> mine;
-  if (li < slices) {
-    for (size_t s = 0; s < segments.size(); ++s) {
-      const Buffers& seg = segments[s];
-      const Blocks blocks{seg.count, slices};
-      const size_t begin = blocks.begin(li), len = blocks.length(li);
-      const void* reduced = seg.in_at(begin);
-      if (k > 1 && len > 0) {
-        if (scratch[s].size() < len * elem) scratch[s].resize(len * elem);
-        std::vector<const void*> sources(k);
-        for (int j = 0; j < k; ++j) {
-          sources[j] = static_cast<const char*>(peers->input(j, static_cast<int>(s))) + begin * elem;
-        }
-        reduction.fold(scratch[s].data(), sources.data(), k, len);
-        reduced = scratch[s].data();
-      }
-      mine.push_back(Buffers{reduced, seg.out_at(begin), len, elem, static_cast<int>(s)});
+  // Stats and trace: tier 0 is "local", tier 1 "host"; between hosts, one event per rail.
+  auto& phase_ns = phase_nanoseconds();
+  for (const PhaseRecord& p : result.times) {
+    phase_ns[static_cast<int>(p.kind)].fetch_add(ns_between(p.start, p.end), std::memory_order_relaxed);
+    if (p.kind == PhaseRecord::kBetweenHosts) {
+      trace_rails(str_cat("inter-host ", algorithm_name(result.between)).c_str(),
+                  result.sent_by_rail, spec.device, p.start, p.end, spec.label);
+    } else if (trace_enabled()) {
+      const char* name = p.kind == PhaseRecord::kReduceScatter
+                             ? (p.tier == 0 ? "local reduce-scatter" : "host reduce-scatter")
+                             : (p.tier == 0 ? "local all-gather" : "host all-gather");
+      trace_record(TraceEvent{name, spec.device, ns_of(p.start), ns_of(p.end), p.bytes, spec.label});
     }
   }
-  phase_nanoseconds()[0].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
-  size_t slice_bytes = 0;
-  for (const Buffers& b : mine) slice_bytes += b.count * elem;
-  if (k > 1) trace_phase("local reduce-scatter", phase_start, slice_bytes);
-
-  // 2. Inter-process all-reduce of my slice with the same slice of the other processes.
-  phase_start = Clock::now();
-  if (li < slices) {
-    std::vector<int64_t> cross;
-    int cross_rank = 0;
-    for (int p : layout.process_order) {
-      if (p == world->process_index()) cross_rank = static_cast<int>(cross.size());
-      cross.push_back(devices[layout.ranks_of[p][li]]);
-    }
-    // Messages between hosts cost the rails' time; between processes of one host, memory's.
-    int rails = 0;
-    for (int p : layout.process_order) {
-      if (world->process(p).host != world->process(world->process_index()).host) {
-        rails = static_cast<int>(world->process(world->process_index()).rails.size());
-      }
-    }
-    const CostModel model =
-        rails > 0 ? network_model(cost_model(), rails) : shared_memory_model(cost_model(), 1.0);
-    const Algorithm inner = choose_algorithm(static_cast<int>(cross.size()), slice_bytes,
-                                             /*peer_memory=*/false, model);
-    std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*world, cross, cross_rank, tag, where, deadline, inner, mine,
-                             reduction, &sent);
-    if (!s.ok()) return fail_local(s);
-    trace_rails(str_cat(rails > 0 ? "inter-host " : "inter-process ", algorithm_name(inner)).c_str(),
-                sent, spec.device, phase_start, Clock::now(), spec.label);
-  }
-  phase_nanoseconds()[1].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
-
-  // 3. Local all-gather of the other members' slices.
-  phase_start = Clock::now();
-  if (k > 1) {
-    Status s = peers->barrier();  // every slice is final
-    if (!s.ok()) return fail_local(s);
-    for (size_t seg_index = 0; seg_index < segments.size(); ++seg_index) {
-      const Buffers& seg = segments[seg_index];
-      const Blocks blocks{seg.count, slices};
-      for (int j = 0; j < slices; ++j) {
-        if (j == li || blocks.length(j) == 0) continue;
-        const char* src = static_cast<const char*>(peers->output(j, static_cast<int>(seg_index)));
-        stream_copy(seg.out_at(blocks.begin(j)), src + blocks.begin(j) * elem,
-                    blocks.length(j) * elem);
-      }
-    }
-    stream_fence();
-    s = peers->barrier();  // nobody reads our output any more
-    if (!s.ok()) return fail_local(s);
-    trace_phase("local all-gather", phase_start, (sig.count * elem) - slice_bytes);
-  }
-  phase_nanoseconds()[2].fetch_add(elapsed_ns(phase_start), std::memory_order_relaxed);
   return finish(Status::Ok());
 }
 

@@ -39,7 +39,7 @@ std::map<std::string, const TrafficStats*> all_traffic_stats() {
 const char* phase_name(Phase phase) {
   switch (phase) {
     case Phase::kLocalReduceScatter: return "local_reduce_scatter";
-    case Phase::kInterProcess: return "inter_process";
+    case Phase::kBetweenHosts: return "between_hosts";
     case Phase::kLocalAllGather: return "local_all_gather";
   }
   return "?";

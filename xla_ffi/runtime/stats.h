@@ -27,7 +27,7 @@ std::array<AlgorithmStats, kNumAlgorithms>& algorithm_stats();
 TrafficStats& traffic_stats(const std::string& key);
 std::map<std::string, const TrafficStats*> all_traffic_stats();
 
-enum class Phase : int { kLocalReduceScatter = 0, kInterProcess = 1, kLocalAllGather = 2 };
+enum class Phase : int { kLocalReduceScatter = 0, kBetweenHosts = 1, kLocalAllGather = 2 };
 inline constexpr int kNumPhases = 3;
 const char* phase_name(Phase phase);
 std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds();

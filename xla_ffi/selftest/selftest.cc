@@ -22,6 +22,7 @@
 #include "algorithms/algorithm.h"
 #include "runtime/allreduce.h"
 #include "runtime/one_shot.h"
+#include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
 #include "transport/ring_channel.h"
 #include "transport/shm.h"
@@ -176,6 +177,43 @@ void tcp_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y
   *y = std::make_unique<TcpChannel>(server, "tcp", 1.0);
 }
 
+// The hierarchy on simulated hosts: `layout` lists per host the devices of each
+// process; processes and hosts talk over `make_pair`'s channels.
+void test_hierarchical(const char* transport, const PairMaker& make_pair,
+                       const std::vector<std::vector<int>>& layout, size_t count, bool in_place) {
+  SimulatedCall call;
+  int process = 0;
+  for (size_t h = 0; h < layout.size(); ++h) {
+    for (int devices : layout[h]) {
+      for (int d = 0; d < devices; ++d) call.places.push_back(RankPlace{process, str_cat("h", h)});
+      ++process;
+    }
+  }
+  const int n = static_cast<int>(call.places.size());
+  auto in = random_inputs(n, count, n * 7121 + count);
+  const auto want = reference_sum(in);
+  std::vector<std::vector<int32_t>> copies(in_place ? 0 : n, std::vector<int32_t>(count));
+  auto& out = in_place ? in : copies;
+  for (int r = 0; r < n; ++r) {
+    call.in.push_back(in[r].data());
+    call.out.push_back(out[r].data());
+    call.counts.push_back(count);
+  }
+  call.segment_counts = {count / 3, 0, count / 2};
+  const std::vector<Status> status = run_on_simulated_hosts(call, make_pair);
+  std::string shape;
+  for (const auto& host : layout) {
+    shape += "[";
+    for (int d : host) shape += str_cat(d, " ");
+    shape += "]";
+  }
+  for (int r = 0; r < n; ++r) {
+    expect(status[r].ok() && out[r] == want,
+           str_cat("hierarchical over ", transport, " ", shape, in_place ? " in place" : "",
+                   " count=", count, " rank ", r, ": ", status[r].message()));
+  }
+}
+
 void test_one_shot(int n, size_t count, int present) {
   auto in = random_inputs(n, count, n * 31 + count);
   std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count));
@@ -277,6 +315,16 @@ int main() {
       test_cma(n, count, false);
       test_cma(n, count, true);
     }
+  }
+  const std::vector<std::vector<std::vector<int>>> layouts = {
+      {{2}, {2}}, {{1, 1}, {1, 1}}, {{2, 2}, {2, 2}}, {{1, 1}, {1, 1}, {1, 1}}, {{2, 1}, {2}, {1}},
+      {{3}, {1, 1}}, {{1, 2, 1}}};
+  for (const auto& layout : layouts) {
+    for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(70001)}) {
+      test_hierarchical("memory", memory_pair, layout, count, count % 2 == 0);
+    }
+    test_hierarchical("shm", shm_pair, layout, 10007, false);
+    test_hierarchical("tcp", tcp_pair, layout, 10007, true);
   }
   test_errors();
   std::printf("%d checks, %d failures\n", checks, failures);

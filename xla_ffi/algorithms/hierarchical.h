@@ -1,0 +1,54 @@
+// The hierarchical all-reduce (ACCL), composed of links: one per local tier (the device
+// threads of a process, the processes of a host; topology/group_layout.h) and one
+// between hosts. Schedule, per call:
+//   1. reduce-scatter up the local tiers: at each tier the first `owners` ranks own one
+//      slice each (Blocks{count, owners} of every segment of the tier below). Over peer
+//      memory (threads of one process) owner i folds slice i of every rank's input in
+//      one pass; over messages every rank sends its slice i to owner i, which reduces
+//      each copy as it is received. Only owners climb to the next tier;
+//   2. between hosts: a rank that owns a slice at every tier all-reduces it with the
+//      ranks of the same position on every other host (`between_algorithm`), all such
+//      ranks at once on disjoint data, so every rank's connections, and every rail,
+//      carry a share;
+//   3. all-gather down the tiers: every rank receives (over peer memory, copies) each
+//      owner's finished slice.
+// A tier where the rank is alone (nullptr link) is skipped; with one host, so is 2.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "common/wait.h"
+
+namespace accl {
+
+// One local tier as one rank sees it; its rank there is link->rank().
+struct Tier {
+  Link* link = nullptr;  // nullptr: the rank is alone in this tier
+  int owners = 1;
+};
+
+// One phase of one rank's call, for stats and traces.
+struct PhaseRecord {
+  enum Kind { kReduceScatter = 0, kBetweenHosts = 1, kAllGather = 2 } kind;  // = stats phase
+  int tier;  // the local tier of a reduce-scatter or all-gather
+  Clock::time_point start, end;
+  uint64_t bytes;  // reduce-scatter: the slice this rank owns after it; all-gather: the
+                   // bytes it received; between hosts: its slice
+};
+using HierarchicalTimes = std::vector<PhaseRecord>;
+
+// The bytes a rank owns after the local tiers: its position `positions[l]` (its rank in
+// tier l) of every tier in turn.
+uint64_t owned_bytes(const std::vector<Buffers>& segments, const std::vector<int>& owners,
+                     const std::vector<int>& positions);
+
+// `tiers`: the local tiers, innermost first; only tier 0 may have peer memory.
+// `between`: the link among the ranks of this rank's position on every host, nullptr
+// when it owns no slice or the group has one host.
+Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
+                              Algorithm between_algorithm, const std::vector<Buffers>& segments,
+                              const Reduction& reduction, HierarchicalTimes* times);
+
+}  // namespace accl

@@ -1,0 +1,57 @@
+#include "runtime/hierarchy.h"
+
+#include "algorithms/select.h"
+#include "transport/local.h"
+
+namespace accl {
+
+Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segments,
+                     const Reduction& reduction, const ConnectGroup& connect,
+                     HierarchyResult* result) {
+  const GroupLayout& layout = *call.layout;
+  const int rank = call.rank;
+  const int t = layout.device_position(rank), j = layout.process_position(rank);
+  std::vector<Tier> tiers{Tier{nullptr, layout.thread_owners()},
+                          Tier{nullptr, layout.process_owners()}};
+  std::shared_ptr<LocalExchange> exchange;
+  std::unique_ptr<LocalLink> threads;
+  std::unique_ptr<ChannelLink> processes, between;
+  auto fail = [&](const Status& s) {
+    if (threads) threads->fail(s);
+    if (processes) processes->fail(s.code());
+    if (between) between->fail(s.code());
+    return s;
+  };
+  // The link between hosts first: should joining this process's threads fail, the
+  // other hosts then learn it from the poisoned link at once, not at their deadline.
+  if (layout.owns_slice(rank) && layout.host_count() > 1) {
+    if (result->between == Algorithm::kAuto) {
+      const uint64_t owned = owned_bytes(segments, {tiers[0].owners, tiers[1].owners}, {t, j});
+      result->between = choose_algorithm(layout.host_count(), owned, /*peer_memory=*/false,
+                                         network_model(cost_model(), call.rails));
+    }
+    Status s = connect(layout.host_peers(rank), layout.host_of(rank), &between);
+    if (!s.ok()) return fail(s);
+  } else {
+    result->between = Algorithm::kAuto;
+  }
+  const std::vector<int>& process = layout.process_ranks(rank);
+  if (process.size() > 1) {
+    Status s = join_call(call.key, t, static_cast<int>(process.size()), call.signature,
+                         call.label, call.deadline, segments, &exchange);
+    if (!s.ok()) return fail(s);
+    threads = std::make_unique<LocalLink>(exchange, t, call.deadline);
+    tiers[0].link = threads.get();
+  }
+  if (t < tiers[0].owners && layout.process_peers(rank).size() > 1) {
+    Status s = connect(layout.process_peers(rank), j, &processes);
+    if (!s.ok()) return fail(s);
+    tiers[1].link = processes.get();
+  }
+  Status s = allreduce_hierarchical(tiers, between.get(), result->between, segments, reduction,
+                                    &result->times);
+  if (between) result->sent_by_rail = between->bytes_sent_by_rail();
+  return s.ok() ? s : fail(s);
+}
+
+}  // namespace accl

@@ -1,0 +1,86 @@
+#include "testing/simulated_hosts.h"
+
+#include <map>
+#include <thread>
+
+#include "reduce/reduce.h"
+#include "runtime/hierarchy.h"
+
+namespace accl {
+namespace {
+
+// Rank r's buffers cut into the call's segments (the last takes the rest).
+std::vector<Buffers> segments_of(const SimulatedCall& call, int r) {
+  const size_t elem = dtype_size(call.dtype);
+  std::vector<uint64_t> cuts = call.segment_counts;
+  if (cuts.empty()) cuts.push_back(call.counts[r]);
+  std::vector<Buffers> segments;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    const uint64_t rest = call.counts[r] - std::min(offset, call.counts[r]);
+    const uint64_t c = i + 1 == cuts.size() ? rest : std::min(cuts[i], rest);
+    segments.push_back(Buffers{static_cast<const char*>(call.in[r]) + offset * elem,
+                               static_cast<char*>(call.out[r]) + offset * elem, c, elem,
+                               static_cast<int>(i)});
+    offset += c;
+  }
+  return segments;
+}
+
+}  // namespace
+
+std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const PairMaker& make_pair) {
+  const int n = static_cast<int>(call.places.size());
+  GroupLayout layout;
+  Status made = GroupLayout::make(call.places, &layout);
+  const ReduceFn fn = reduce_kernel(call.dtype, call.op);
+  if (made.ok() && fn == nullptr) made = error(Code::kInvalidArgument, "no kernel for this op and dtype");
+  if (!made.ok()) return std::vector<Status>(n, made);
+  // Every group a rank connects to (its processes tier, its hosts tier) gets a mesh of
+  // channels, keyed by the group's ranks; built before the threads start.
+  std::map<std::vector<int>, ChannelMesh> meshes;
+  for (int r = 0; r < n; ++r) {
+    if (layout.device_position(r) < layout.thread_owners()) {
+      const std::vector<int> group = layout.process_peers(r);
+      if (!meshes.count(group)) meshes.emplace(group, make_channel_mesh(group.size(), 1, make_pair));
+    }
+    if (layout.owns_slice(r)) {
+      const std::vector<int> group = layout.host_peers(r);
+      if (!meshes.count(group)) meshes.emplace(group, make_channel_mesh(group.size(), 1, make_pair));
+    }
+  }
+  std::map<int, CallKey> process_keys;  // by the process's first rank
+  for (int r = 0; r < n; ++r) {
+    const int first = layout.process_ranks(r)[0];
+    if (!process_keys.count(first)) process_keys[first] = CallKey{0, fresh_op_id(), first, 0};
+  }
+  std::vector<Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const std::vector<Buffers> segments = segments_of(call, r);
+      std::vector<uint64_t> lengths;
+      for (const Buffers& b : segments) lengths.push_back(b.count);
+      HierarchyCall hc{&layout, r, process_keys.at(layout.process_ranks(r)[0]), Signature{},
+                       str_cat("simulated rank ", r), Deadline::after_seconds(call.timeout_s), 1};
+      hc.signature.dtype = call.dtype;
+      hc.signature.op = call.op;
+      describe_layout(lengths, &hc.signature);
+      ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
+                                 std::unique_ptr<ChannelLink>* link) {
+        *link = std::make_unique<ChannelLink>(index, channels_of(meshes.at(ranks), index), 42,
+                                              hc.label, hc.deadline);
+        return Status::Ok();
+      };
+      HierarchyResult result;
+      result.between = call.between;
+      const size_t elem = dtype_size(call.dtype);
+      status[r] = run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
+                                connect, &result);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return status;
+}
+
+}  // namespace accl

@@ -1,0 +1,34 @@
+// The hierarchical all-reduce with a thread per rank on simulated hosts, for the native
+// tests (bindings/testing.cc) and the self-test: the layout is real (topology/), the
+// processes and hosts are simulated. A simulated process's threads share peer memory
+// (LocalExchange, as the runtime's device threads); the tier between processes and the
+// tier between hosts use the channels `make_pair` makes (memory rings, shm or TCP).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "common/dtype.h"
+#include "topology/group_layout.h"
+#include "transport/channel_link.h"
+
+namespace accl {
+
+struct SimulatedCall {
+  std::vector<RankPlace> places;  // where every rank lives
+  std::vector<const void*> in;    // per rank
+  std::vector<void*> out;
+  std::vector<uint64_t> counts;          // elements per rank (ranks may disagree: an error)
+  std::vector<uint64_t> segment_counts;  // cut every buffer into these segments (last: rest)
+  DType dtype = DType::kI32;
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm between = Algorithm::kAuto;  // kAuto: the cost model's choice
+  double timeout_s = 30.0;
+};
+
+// One status per rank; a malformed call (bad layout, no kernel) fails every rank.
+std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const PairMaker& make_pair);
+
+}  // namespace accl
