@@ -44,7 +44,8 @@ def assert_hierarchical_phases(trace: list, tiers: list, rails: set = frozenset(
         ends = [call["ts"]] + [e["ts"] + e["dur"] for e in local]
         for before, e in zip(ends, local):
             assert before <= e["ts"] + 1, (names, local)
-        scattered, gathering = local[len(tiers) - 1], local[len(tiers)]
+        scattered = local[len(tiers) - 1] if tiers else {"ts": call["ts"], "dur": 0}
+        gathering = local[len(tiers)] if tiers else {"ts": call["ts"] + call["dur"]}
         for e in inter:
             assert scattered["ts"] + scattered["dur"] <= e["ts"] + 1
             assert e["ts"] + e["dur"] <= gathering["ts"] + 1
@@ -133,6 +134,38 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
         assert all(0.45 < s < 0.55 for s in shares.values()), shares
         assert r["stats"]["phase_seconds"]["between_hosts"] > 0
         assert_hierarchical_phases(r["trace"], ["local"], {"rail0", "rail1"})
+
+
+# hosts x processes per host x devices per process; "2+1" hosts of 2 and 1 processes.
+@pytest.mark.parametrize("per_host,devices", [((2, 2), 1), ((1, 1), 2), ((2, 2, 2), 1),
+                                              ((2, 1), 1)],
+                         ids=["2x2x1", "2x1x2", "3x2x1", "uneven 2+1 x1"])
+def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host, devices,
+                                                        tmp_path):
+    """The hierarchy by host: between hosts each host sends its share once, over both
+    rails, however many processes it runs; results equal jax.lax.psum over gloo."""
+    with netns.virtual_hosts(len(per_host), 2) as names:
+        spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
+        results = run(len(spaces), devices, "hierarchy",
+                      extra=["--gloo-interface", "rail0", "--profile-dir", str(tmp_path)],
+                      env=[{"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": RAILS} for ns in spaces],
+                      namespaces=spaces, coordinator_ip=netns.rail_ip(0, 0))
+    for r in results:
+        assert r["checks"] == 15
+        assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
+        host = spaces[r["process"]]
+        # This process's place among its host's processes: the first min(per_host) of
+        # every host own a slice and go between hosts; the others only reduce locally.
+        owns = r["process"] - spaces.index(host) < min(per_host)
+        tcp = {k: v["bytes_sent"] for k, v in r["stats"]["transports"].items()
+               if k.startswith("tcp:")}
+        assert set(tcp) == ({"tcp:rail0", "tcp:rail1"} if owns else set()), tcp
+        for device, events in phases_by_device(r["trace"]).items():
+            assert any(e["name"].startswith("inter-host") for e in events) == owns, events
+        if owns:
+            local_tiers = (["local"] if devices > 1 else []) + \
+                (["host"] if spaces.count(host) > 1 else [])
+            assert_hierarchical_phases(r["trace"], local_tiers, {"rail0", "rail1"})
 
 
 @pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])

@@ -128,6 +128,30 @@ def scenario_correctness():
     return {"checks": checks}
 
 
+def scenario_hierarchy():
+    """The hierarchy over every device (auto and forced) at sizes from 1 element to
+    300,001, int32 (bitwise) and float32, against the reference, and a fused pytree."""
+    checks = 0
+    for dtype in (np.int32, np.float32):
+        for elements in (1, 1000, 300_001):
+            x = global_input((elements,), dtype, seed=elements)
+            placed = place(x, P(ALL))
+            want = reference(x, ALL, placed)
+            for algorithm in ("auto", "hierarchical"):
+                got = allreduce_program(jax_accl, ALL, algorithm=algorithm)(placed)
+                check(f"{dtype.__name__} x{elements} ({algorithm})", got, want)
+                checks += 1
+    xs = [global_input((n,), np.int32, seed=n) for n in (3, 4096, 70_000)]
+    placed = [place(x, P(ALL)) for x in xs]
+    fused = jax.jit(jax.shard_map(lambda *t: jax_accl.psum(t, ALL), mesh=MESH_2D,
+                                  in_specs=(P(ALL),) * 3, out_specs=(P(ALL),) * 3,
+                                  check_vma=False))(*placed)
+    for x, p_, got in zip(xs, placed, fused):
+        check("fused pytree", got, reference(x, ALL, p_))
+        checks += 1
+    return {"checks": checks}
+
+
 def timed(fn, x):
     out = fn(x)
     out.block_until_ready()
@@ -248,7 +272,7 @@ def scenario_mismatch():
 
 SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidth,
              "survive_kill": scenario_survive_kill, "soak": scenario_soak,
-             "mismatch": scenario_mismatch}
+             "mismatch": scenario_mismatch, "hierarchy": scenario_hierarchy}
 
 if __name__ == "__main__":
     result = SCENARIOS[args.scenario]()

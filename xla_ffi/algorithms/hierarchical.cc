@@ -145,7 +145,7 @@ Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
     }
     if (tier.link != nullptr) {
       times->push_back(PhaseRecord{PhaseRecord::kReduceScatter, static_cast<int>(l), start,
-                                   Clock::now(), bytes_of(mine)});
+                                   Clock::now(), bytes_of(at[l])});
     }
     at.push_back(std::move(mine));
   }
@@ -175,7 +175,7 @@ Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
                              ? gather_in_memory(*peers, tier.link->rank(), tier.owners, at[l])
                              : gather_by_messages(*tier.link, tier.owners, at[l]));
     times->push_back(PhaseRecord{PhaseRecord::kAllGather, static_cast<int>(l), start,
-                                 Clock::now(), bytes_of(at[l]) - bytes_of(at[l + 1])});
+                                 Clock::now(), bytes_of(at[l])});
   }
   return Status::Ok();
 }

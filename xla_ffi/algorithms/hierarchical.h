@@ -34,8 +34,8 @@ struct PhaseRecord {
   enum Kind { kReduceScatter = 0, kBetweenHosts = 1, kAllGather = 2 } kind;  // = stats phase
   int tier;  // the local tier of a reduce-scatter or all-gather
   Clock::time_point start, end;
-  uint64_t bytes;  // reduce-scatter: the slice this rank owns after it; all-gather: the
-                   // bytes it received; between hosts: its slice
+  uint64_t bytes;  // the bytes the phase works on: this rank's part entering the tier
+                   // (reduce-scatter, all-gather), its slice (between hosts)
 };
 using HierarchicalTimes = std::vector<PhaseRecord>;
 
