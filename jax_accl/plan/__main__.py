@@ -7,7 +7,7 @@ import sys
 
 from jax_accl.bench import human, parse_size
 from jax_accl.plan.cost import ALGORITHMS, Constants, busbw, predict_seconds
-from jax_accl.plan.schedule import network_steps, slice_rail
+from jax_accl.plan.schedule import network_steps, slice_parts
 from jax_accl.plan.simulate import contention
 from jax_accl.plan.topology import FABRICS, Topology
 
@@ -17,10 +17,14 @@ def describe(t: Topology, algorithm: str) -> list[str]:
     if kind == "flat":
         return [f"  flat {inner} over all {t.ranks} devices (host-major order); between hosts "
                 "every flow takes rail 0"]
-    rails = collections.Counter(slice_rail(t, i) for i in range(t.devices_per_host))
+    parts = slice_parts(t)
+    rails = collections.Counter(rail for _, rail in parts)
+    striped = len(parts) > t.devices_per_host
+    mapping = ("each slice striped over " + ("its rails" if len(rails) > 1 else "rail 0")
+               if striped else f"slice i on rail i mod {t.rails}")
     lines = [f"  1. local reduce-scatter: {t.devices_per_host} devices per host, in memory",
              f"  2. {inner} among {t.hosts} hosts for each of {t.devices_per_host} slices at "
-             f"once; slice i on rail i mod {t.rails} "
+             f"once; {mapping} "
              f"({', '.join(f'rail {r}: {n} slice(s)' for r, n in sorted(rails.items()))})",
              "  3. local all-gather"]
     if algorithm.endswith("pipelined"):

@@ -10,7 +10,8 @@ ranks; rank r lives on host r // devices_per_host, as local device r % devices_p
                               1. local reduce-scatter: device i of every host gathers
                                  slice i from the host's other devices (memory);
                                  2. for every slice i at once, the inner algorithm among
-                                 the hosts' device i on rail i mod rails;
+                                 the hosts' device i on the rails layout.slice_rails
+                                 maps slice i to (one part per rail where it is striped);
                                  3. local all-gather (memory).
 Explicit schedules are for small shapes (the simulator runs them symbolically);
 `network_steps` lists, at any scale, the distinct flow patterns between hosts.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jax_accl.plan.layout import slice_rails
 from jax_accl.plan.topology import Topology
 
 
@@ -121,32 +123,36 @@ def flat(topology: Topology, inner: str) -> Schedule:
     return Schedule(f"flat {inner}", topology.ranks, chunks(topology.ranks), steps)
 
 
-def slice_rail(topology: Topology, local: int) -> int:
-    """ACCL's mapping: local device i drives rail i mod rails."""
-    return local % topology.rails
+def slice_parts(topology: Topology) -> list[tuple[int, int]]:
+    """(slice, rail) of every part that travels between hosts: slice i (owned by local
+    device i) on the rails layout.slice_rails maps it to, as the runtime sends it (a
+    slice on several rails is striped, one part per rail)."""
+    d = topology.devices_per_host
+    return [(i, rail) for i in range(d) for rail in slice_rails(i, d, topology.rails)]
 
 
 def hierarchical(topology: Topology, inner: str) -> Schedule:
     make, chunks_of = INNER[inner]
     h, d = topology.hosts, topology.devices_per_host
-    per_slice = chunks_of(h)
-    chunks = d * per_slice
+    per_part = chunks_of(h)
+    parts = slice_parts(topology)
+    chunks = len(parts) * per_part
     steps = []
     local_rs, local_ag = [], []
     for host in range(h):
-        for i in range(d):            # slice i is owned by local device i
+        for k, (i, _) in enumerate(parts):  # slice i is owned by local device i
             for j in range(d):
                 if i == j:
                     continue
-                for c in range(per_slice):
-                    chunk = i * per_slice + c
+                for c in range(per_part):
+                    chunk = k * per_part + c
                     local_rs.append(Transfer(host * d + j, host * d + i, chunk, True))
                     local_ag.append(Transfer(host * d + i, host * d + j, chunk, False))
     if d > 1:
         steps.append(local_rs)
-    inter = [make([host * d + i for host in range(h)], chunk_base=i * per_slice,
-                  rail=slice_rail(topology, i), host_of=lambda r: r // d) for i in range(d)]
-    for k in range(max(len(s) for s in inter)):  # every slice's step k at once
+    inter = [make([host * d + i for host in range(h)], chunk_base=k * per_part, rail=rail,
+                  host_of=lambda r: r // d) for k, (i, rail) in enumerate(parts)]
+    for k in range(max(len(s) for s in inter)):  # every part's step k at once
         steps.append([t for s in inter if k < len(s) for t in s[k]])
     if d > 1:
         steps.append(local_ag)
@@ -165,11 +171,11 @@ def network_steps(topology: Topology, algorithm: str):
             return [[(r // d, (r + 1) % n // d, 0) for r in range(n) if r // d != (r + 1) % n // d]]
         pairs = _hd_pairs(n)
         return [[(a // d, b // d, 0) for a, b in step if a // d != b // d] for step in pairs]
+    parts = slice_parts(topology)
     if inner == "ring":
-        return [[(host, (host + 1) % h, slice_rail(topology, i)) for i in range(d)
+        return [[(host, (host + 1) % h, rail) for _, rail in parts
                  for host in range(h) if h > 1]]
-    return [[(a, b, slice_rail(topology, i)) for i in range(d) for a, b in step]
-            for step in _hd_pairs(h)]
+    return [[(a, b, rail) for _, rail in parts for a, b in step] for step in _hd_pairs(h)]
 
 
 def _hd_pairs(n: int) -> list[list[tuple[int, int]]]:

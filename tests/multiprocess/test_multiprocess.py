@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from jax_accl import launch, netns
+from jax_accl.plan.layout import slice_rails
 
 WORKER = str(Path(__file__).with_name("worker.py"))
 
@@ -28,10 +29,19 @@ def phases_by_device(trace: list) -> dict:
     return out
 
 
-def assert_hierarchical_phases(trace: list, tiers: list, rails: set = frozenset()):
+def planned_rails(first_slice: int, slices: int, trace: list) -> dict:
+    """{device: the rails jax_accl.plan maps its slice to}, for a process whose devices
+    carry slices first_slice, first_slice + 1, ... (its devices in id order)."""
+    devices = sorted(phases_by_device(trace))
+    return {d: {f"rail{r}" for r in slice_rails(first_slice + t, slices, 2)}
+            for t, d in enumerate(devices)}
+
+
+def assert_hierarchical_phases(trace: list, tiers: list, rails: dict | None = None):
     """Each device, inside its call event and in this order: the reduce-scatter of every
     local tier in `tiers` ("local": its process's threads, "host": the processes of its
-    host), the step between hosts on every rail in `rails`, the all-gathers in reverse."""
+    host), the step between hosts on the rails `rails[device]` (none if not given), the
+    all-gathers in reverse."""
     for device, events in phases_by_device(trace).items():
         call = next(e for e in events if e["name"].startswith("accl_allreduce hierarchical"))
         inter = [e for e in events if e["name"].startswith("inter-host")]
@@ -39,7 +49,8 @@ def assert_hierarchical_phases(trace: list, tiers: list, rails: set = frozenset(
         names = [e["name"] for e in local]
         assert names == [f"{t} reduce-scatter" for t in tiers] + \
             [f"{t} all-gather" for t in reversed(tiers)], names
-        assert {e["name"].rsplit(" ", 1)[-1] for e in inter} == set(rails), [e["name"] for e in inter]
+        want = rails[device] if rails else set()
+        assert {e["name"].rsplit(" ", 1)[-1] for e in inter} == want, [e["name"] for e in inter]
         assert all(e["bytes"] > 0 for e in inter + local)
         ends = [call["ts"]] + [e["ts"] + e["dur"] for e in local]
         for before, e in zip(ends, local):
@@ -133,7 +144,10 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
         assert set(shares) == {"tcp:rail0", "tcp:rail1"}
         assert all(0.45 < s < 0.55 for s in shares.values()), shares
         assert r["stats"]["phase_seconds"]["between_hosts"] > 0
-        assert_hierarchical_phases(r["trace"], ["local"], {"rail0", "rail1"})
+        # Two slices per host on two rails: device i's slice travels on rail i only.
+        rails = planned_rails(0, 2, r["trace"])
+        assert sorted(rails.values(), key=sorted) == [{"rail0"}, {"rail1"}]
+        assert_hierarchical_phases(r["trace"], ["local"], rails)
 
 
 # hosts x processes per host x devices per process; "2+1" hosts of 2 and 1 processes.
@@ -156,7 +170,8 @@ def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host,
         host = spaces[r["process"]]
         # This process's place among its host's processes: the first min(per_host) of
         # every host own a slice and go between hosts; the others only reduce locally.
-        owns = r["process"] - spaces.index(host) < min(per_host)
+        position = r["process"] - spaces.index(host)
+        owns = position < min(per_host)
         tcp = {k: v["bytes_sent"] for k, v in r["stats"]["transports"].items()
                if k.startswith("tcp:")}
         assert set(tcp) == ({"tcp:rail0", "tcp:rail1"} if owns else set()), tcp
@@ -165,7 +180,10 @@ def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host,
         if owns:
             local_tiers = (["local"] if devices > 1 else []) + \
                 (["host"] if spaces.count(host) > 1 else [])
-            assert_hierarchical_phases(r["trace"], local_tiers, {"rail0", "rail1"})
+            # Each device's slice on the rails the planner maps it to (both, for one slice).
+            slices = min(per_host) * devices
+            assert_hierarchical_phases(r["trace"], local_tiers,
+                                       planned_rails(position * devices, slices, r["trace"]))
 
 
 @pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])

@@ -30,7 +30,8 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
       result->between = choose_algorithm(layout.host_count(), owned, /*peer_memory=*/false,
                                          network_model(cost_model(), call.rails));
     }
-    Status s = connect(layout.host_peers(rank), layout.host_of(rank), &between);
+    Status s = connect(layout.host_peers(rank), layout.host_of(rank), layout.slice_of(rank),
+                       layout.slices(), &between);
     if (!s.ok()) return fail(s);
   } else {
     result->between = Algorithm::kAuto;
@@ -44,7 +45,7 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
     tiers[0].link = threads.get();
   }
   if (t < tiers[0].owners && layout.process_peers(rank).size() > 1) {
-    Status s = connect(layout.process_peers(rank), j, &processes);
+    Status s = connect(layout.process_peers(rank), j, 0, 0, &processes);
     if (!s.ok()) return fail(s);
     tiers[1].link = processes.get();
   }

@@ -1,0 +1,44 @@
+"""The planner's tiers and rail mapping (jax_accl.plan.layout) against the runtime's
+(topology/group_layout, through the binding): the same groups, owners, slices and rails
+for every layout."""
+import itertools
+
+import pytest
+
+from jax_accl import _accl
+from jax_accl.plan import layout
+
+LAYOUTS = [[[2], [2]], [[1, 1], [1, 1]], [[1, 1], [1, 1], [1, 1]], [[2, 2], [2, 2]],
+           [[2, 1], [2], [1]], [[3], [1, 1]], [[1, 2, 1]], [[4, 4], [4, 4], [4, 4]],
+           [[1]], [[8]] * 5]
+
+
+@pytest.mark.parametrize("per_host", LAYOUTS, ids=str)
+def test_group_layout_equals_the_runtime(per_host):
+    places = layout.places_of(per_host)
+    native = _accl.group_layout(places)
+    native.pop("describe")
+    assert layout.group_layout(places) == native
+
+
+def test_interleaved_ranks_and_one_process_on_two_hosts():
+    places = [("a", 0), ("b", 1), ("a", 0), ("b", 1)]
+    assert layout.group_layout(places) == {k: v for k, v in _accl.group_layout(places).items()
+                                           if k != "describe"}
+    with pytest.raises(ValueError, match="placed on hosts"):
+        layout.group_layout([("a", 0), ("b", 0)])
+    with pytest.raises(ValueError, match="placed on hosts"):
+        _accl.group_layout([("a", 0), ("b", 0)])
+
+
+def test_slice_rails_equal_the_runtime_and_share_rails_equally():
+    for slices, rails in itertools.product(range(1, 13), range(1, 9)):
+        load = [0.0] * rails
+        for q in range(slices):
+            mine = layout.slice_rails(q, slices, rails)
+            assert mine == _accl.slice_rails(q, slices, rails)
+            for r in mine:
+                load[r] += 1 / len(mine)
+        assert max(load) - min(load) < 1e-9, (slices, rails, load)
+    # ACCL's mapping where it divides: slice i alone on rail i.
+    assert [layout.slice_rails(q, 8, 8) for q in range(8)] == [[q] for q in range(8)]
