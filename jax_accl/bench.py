@@ -397,7 +397,12 @@ def parse_args(argv):
                              "per host (e.g. 2,1); sets --processes")
     parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
     parser.add_argument("--rate-mbit", type=float, default=300.0,
-                        help="tc rate of every namespaced rail")
+                        help="tc rate of every namespaced rail (0: unshaped)")
+    parser.add_argument("--all-rails-only", action="store_true",
+                        help="with --hosts: skip the run on one rail")
+    parser.add_argument("--pipeline-chunks", default="",
+                        help="with --hosts: one job per JAX_ACCL_PIPELINE_CHUNKS value, e.g. "
+                             "1,0 (off, then the cost model's choice)")
     parser.add_argument("--algorithms", default="auto,direct,ring,halving_doubling")
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
     parser.add_argument("--reps", type=int, default=None,
@@ -470,7 +475,7 @@ def print_phases(rows: list[dict]) -> None:
 
 def multi_process_main(args, out) -> int:
     """Launch the processes (on namespaced hosts if --hosts > 1) and print their table."""
-    from jax_accl import launch, netns
+    from jax_accl import launch
     forwarded = ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
                  "--loop", str(args.loop)]
     worker = ["-m", "jax_accl.bench"]
@@ -493,35 +498,50 @@ def multi_process_main(args, out) -> int:
         return 0
     per_host = processes_per_host(args)
     rate = args.rate_mbit * 1e6 / 8
-    for rails in sorted({1, args.rails}):
-        with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit) as names:
-            spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
-            env = [{"JAX_ACCL_HOST_ID": ns,
-                    "JAX_ACCL_RAILS": ",".join(f"rail{r}" for r in range(rails))} for ns in spaces]
-            shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
-            label = (f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
-                     f"{rails} of {args.rails} rails at {args.rate_mbit:g} Mbit/s")
-            results = launch.run_job(worker, args.processes, args.devices,
-                                     extra=forwarded + ["--gloo-interface", "rail0",
-                                                        "--label", label],
-                                     env=env, namespaces=spaces,
-                                     coordinator_ip=netns.rail_ip(0, 0), timeout=JOB_TIMEOUT_S)
-        rows = results[0]["rows"]
-        h = args.hosts
-        # Every host must send 2(h-1)/h of the buffer over its rails at least once.
-        link_limit = lambda r: 2 * (h - 1) / h * r["size_bytes"] / (rails * rate)  # noqa: E731
-        for r in rows:
-            r["link_limit_s"] = link_limit(r)
-            r["rails_used"] = rails
-        print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
-        print_rows(rows, [("link", link_limit)], out)
-        print_phases(rows)
-        if args.plot:
-            stem, ext = os.path.splitext(args.plot)
-            plot(rows, f"{stem}-{rails}rail{ext or '.png'}", label)
-        print("# bytes sent per rail by process 0:",
-              {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()})
+    rail_counts = [args.rails] if args.all_rails_only else sorted({1, args.rails})
+    pipelines = [c for c in args.pipeline_chunks.split(",") if c] or [None]
+    for rails in rail_counts:
+        for chunks in pipelines:
+            multi_host_job(args, per_host, rails, rate, chunks, out)
     return 0
+
+
+def multi_host_job(args, per_host, rails, rate, chunks, out) -> None:
+    """One job on namespaced hosts with `rails` rails in use; prints its table."""
+    from jax_accl import launch, netns
+    forwarded = ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
+                 "--loop", str(args.loop)]
+    with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
+        spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
+        env = [{"JAX_ACCL_HOST_ID": ns,
+                "JAX_ACCL_RAILS": ",".join(f"rail{r}" for r in range(rails)),
+                **({"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {})}
+               for ns in spaces]
+        shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
+        speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        label = (f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
+                 f"{rails} of {args.rails} rails {speed}"
+                 + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else ""))
+        results = launch.run_job(["-m", "jax_accl.bench"], sum(per_host), args.devices,
+                                 extra=forwarded + ["--gloo-interface", "rail0", "--label", label],
+                                 env=env, namespaces=spaces, coordinator_ip=netns.rail_ip(0, 0),
+                                 timeout=JOB_TIMEOUT_S)
+    rows = results[0]["rows"]
+    h = args.hosts
+    # Every host must send 2(h-1)/h of the buffer over its rails at least once.
+    link_limit = lambda r: 2 * (h - 1) / h * r["size_bytes"] / (rails * rate)  # noqa: E731
+    for r in rows:
+        r["rails_used"] = rails
+        if args.rate_mbit:
+            r["link_limit_s"] = link_limit(r)
+    print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
+    print_rows(rows, [("link", link_limit)] if args.rate_mbit else [], out)
+    print_phases(rows)
+    if args.plot:
+        stem, ext = os.path.splitext(args.plot)
+        plot(rows, f"{stem}-{rails}rail{ext or '.png'}", label)
+    print("# bytes sent per rail by process 0:",
+          {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()})
 
 
 def main(argv=None) -> int:

@@ -25,6 +25,20 @@ def routing_default() -> bool:
     return value in ("1", "true")
 
 
+def pipeline_chunks() -> int:
+    """JAX_ACCL_PIPELINE_CHUNKS: how many chunks the hierarchy between hosts pipelines a
+    call into; 0 (default) lets the cost model choose, 1 turns pipelining off. Read when
+    a multi-process job starts; every process must use the same value."""
+    text = os.environ.get("JAX_ACCL_PIPELINE_CHUNKS", "").strip() or "0"
+    try:
+        chunks = int(text)
+    except ValueError:
+        chunks = -1
+    if chunks < 0:
+        raise ValueError(f"JAX_ACCL_PIPELINE_CHUNKS={text!r}: expected an integer >= 0")
+    return chunks
+
+
 def current() -> Config:
     timeout = float(os.environ.get("JAX_ACCL_TIMEOUT_S", "") or Config.timeout_s)
     if timeout <= 0:

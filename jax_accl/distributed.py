@@ -61,6 +61,7 @@ def _start() -> list[dict]:
     else:
         secret = client.blocking_key_value_get(f"{_PREFIX}/secret", timeout_ms)
     host = host_id()
+    _accl.set_pipeline_chunks(config.pipeline_chunks())
     rails = rails_lib.resolve()
     ports = _accl.world_start(index, count, secret.encode(), host, rails,
                               rails_lib.stripes_per_rail())

@@ -38,29 +38,37 @@ def planned_rails(first_slice: int, slices: int, trace: list) -> dict:
 
 
 def assert_hierarchical_phases(trace: list, tiers: list, rails: dict | None = None):
-    """Each device, inside its call event and in this order: the reduce-scatter of every
-    local tier in `tiers` ("local": its process's threads, "host": the processes of its
-    host), the step between hosts on the rails `rails[device]` (none if not given), the
-    all-gathers in reverse."""
+    """Each device, inside its call event and in this order: for every pipeline chunk the
+    reduce-scatter of every local tier in `tiers` ("local": its process's threads, "host":
+    the processes of its host), then chunk by chunk the all-gathers in reverse; the step
+    between hosts of chunk c on the rails `rails[device]` (none if not given) after
+    chunk c's reduce-scatter and before its all-gather."""
     for device, events in phases_by_device(trace).items():
         call = next(e for e in events if e["name"].startswith("accl_allreduce hierarchical"))
         inter = [e for e in events if e["name"].startswith("inter-host")]
         local = [e for e in events if e is not call and e not in inter]
         names = [e["name"] for e in local]
-        assert names == [f"{t} reduce-scatter" for t in tiers] + \
-            [f"{t} all-gather" for t in reversed(tiers)], names
+        chunks = max(1, names.count(f"{tiers[0]} reduce-scatter")) if tiers else \
+            max(1, len(inter) // max(1, len(rails[device]) if rails else 1))
+        assert names == [f"{t} reduce-scatter" for t in tiers] * chunks + \
+            [f"{t} all-gather" for t in reversed(tiers)] * chunks, names
         want = rails[device] if rails else set()
         assert {e["name"].rsplit(" ", 1)[-1] for e in inter} == want, [e["name"] for e in inter]
+        assert len(inter) == chunks * len(want), [e["name"] for e in inter]
         assert all(e["bytes"] > 0 for e in inter + local)
-        ends = [call["ts"]] + [e["ts"] + e["dur"] for e in local]
-        for before, e in zip(ends, local):
-            assert before <= e["ts"] + 1, (names, local)
-        scattered = local[len(tiers) - 1] if tiers else {"ts": call["ts"], "dur": 0}
-        gathering = local[len(tiers)] if tiers else {"ts": call["ts"] + call["dur"]}
-        for e in inter:
-            assert scattered["ts"] + scattered["dur"] <= e["ts"] + 1
-            assert e["ts"] + e["dur"] <= gathering["ts"] + 1
-        assert ends[-1] <= call["ts"] + call["dur"] + 1
+        for before, e in zip(local, local[1:]):  # the local tiers run one after another
+            assert before["ts"] + before["dur"] <= e["ts"] + 1, names
+        inter.sort(key=lambda e: e["ts"])
+        per_chunk = max(1, len(want))
+        scattered = [local[(c + 1) * len(tiers) - 1] for c in range(chunks)] if tiers else []
+        gathering = [local[(chunks + c) * len(tiers)] for c in range(chunks)] if tiers else []
+        for i, e in enumerate(inter):
+            c = i // per_chunk
+            if tiers:
+                assert scattered[c]["ts"] + scattered[c]["dur"] <= e["ts"] + 1
+                assert e["ts"] + e["dur"] <= gathering[c]["ts"] + 1
+        for e in local + inter:
+            assert call["ts"] <= e["ts"] + 1 and e["ts"] + e["dur"] <= call["ts"] + call["dur"] + 1
 
 
 def rail_shares(stats: dict) -> dict:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jax_accl import _accl
+from jax_accl.plan.layout import places_of
 
 LAYOUTS = {
     "2x1x2": [[2], [2]],
@@ -26,24 +27,13 @@ LAYOUTS = {
 NUMPY_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
-def places_of(layout):
-    """(host, process) of every rank, ranks numbered host by host, process by process."""
-    places, process = [], 0
-    for h, host in enumerate(layout):
-        for devices in host:
-            places += [(f"host{h}", process)] * devices
-            process += 1
-    return places
-
-
 def run(layout, inputs, op="sum", between="auto", segments=(), counts=None, in_place=False,
-        timeout_s=30.0, places=None):
-    places = places or places_of(layout)
+        timeout_s=30.0, chunks=1):
     outputs = inputs if in_place else [np.empty_like(x) for x in inputs]
     errors = _accl.hierarchical_threads(
-        places, [x.ctypes.data for x in inputs], [o.ctypes.data for o in outputs],
+        places_of(layout), [x.ctypes.data for x in inputs], [o.ctypes.data for o in outputs],
         counts or [x.size for x in inputs], list(segments), inputs[0].dtype.name, op, between,
-        timeout_s)
+        chunks, timeout_s)
     return outputs, errors
 
 
@@ -118,6 +108,41 @@ def test_a_rank_with_another_count_fails_every_rank_without_hanging(name):
     assert all(errors), errors
     assert any("disagree" in e or "different call" in e for e in errors), errors
     assert not any("timed out" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("name", ["2x1x2", "2x2x1", "2x2x2", "uneven 3+2+1", "one host 2x3"])
+@pytest.mark.parametrize("chunks", [2, 3, 16])
+@pytest.mark.parametrize("count", [5, 1000, 2**20 + 3])
+def test_pipelined_chunks_match_numpy_bitwise(name, chunks, count):
+    """Cut into chunks, the step between hosts on a thread of its own: the same result,
+    also in place, with fused segments, and with more chunks than some segments have
+    elements (empty chunks)."""
+    n = len(places_of(LAYOUTS[name]))
+    inputs = int_inputs(n, count, seed=chunks)
+    expected = want(inputs, "sum")
+    outputs, errors = run(LAYOUTS[name], [x.copy() for x in inputs], chunks=chunks,
+                          segments=[count // 3, 1], in_place=True)
+    assert errors == [""] * n
+    for out in outputs:
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_pipelined_mismatch_fails_every_rank_without_hanging():
+    n = len(places_of(LAYOUTS["2x2x2"]))
+    inputs = int_inputs(n, 1 << 16)
+    counts = [1 << 16] * n
+    counts[5] = 1000
+    _, errors = run(LAYOUTS["2x2x2"], inputs, counts=counts, chunks=4, timeout_s=5.0)
+    assert all(errors), errors
+    assert not any("timed out" in e for e in errors), errors
+
+
+def test_cost_model_pipelines_large_calls_between_hosts_only():
+    assert _accl.pipeline_chunks(2, 1, 2, 2, 4 << 10) == 1       # small: one chunk
+    assert _accl.pipeline_chunks(1, 2, 4, 2, 64 << 20) == 1      # one host: nothing to overlap
+    chunks = _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20)
+    assert 2 <= chunks <= 16
+    assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) <= 2       # chunks of >= 512 KiB
 
 
 def test_group_layout_tiers():

@@ -1,21 +1,39 @@
 #include "algorithms/hierarchical.h"
 
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "reduce/reduce.h"
 
 namespace accl {
 namespace {
 
+uint64_t bytes_of(const std::vector<Buffers>& segments) {
+  uint64_t bytes = 0;
+  for (const Buffers& b : segments) bytes += b.count * b.elem_size;
+  return bytes;
+}
+
+// Chunk c of `chunks` of every segment.
+std::vector<Buffers> chunk_of(const std::vector<Buffers>& segments, int c, int chunks) {
+  std::vector<Buffers> out;
+  for (const Buffers& seg : segments) {
+    const Blocks blocks{seg.count, chunks};
+    out.push_back(Buffers{seg.in_at(blocks.begin(c)), seg.out_at(blocks.begin(c)),
+                          blocks.length(c), seg.elem_size, seg.segment,
+                          seg.offset + blocks.begin(c)});
+  }
+  return out;
+}
+
 // Step 1 over peer memory: owner `me` folds its slice of every rank's input into
-// scratch (the inputs stay readable in place for the other owners until the barrier
-// before step 3). Kept by the calling thread from call to call: a fresh buffer would
-// cost its page faults every time (~1 ms per 4 MiB).
+// scratch[slot + s] (the inputs stay readable in place for the other owners until the
+// barrier before step 3).
 void scatter_in_memory(PeerMemory& peers, int me, int size, int owners,
                        const std::vector<Buffers>& segments, const Reduction& reduction,
+                       std::vector<std::vector<char>>& scratch, size_t slot,
                        std::vector<Buffers>* mine) {
-  thread_local std::vector<std::vector<char>> scratch;
-  if (scratch.size() < segments.size()) scratch.resize(segments.size());
   const size_t elem = reduction.elem_size;
   std::vector<const void*> sources(size);
   for (size_t s = 0; s < segments.size(); ++s) {
@@ -24,28 +42,29 @@ void scatter_in_memory(PeerMemory& peers, int me, int size, int owners,
     const size_t begin = blocks.begin(me), len = blocks.length(me);
     const void* reduced = seg.in_at(begin);
     if (len > 0) {
-      if (scratch[s].size() < len * elem) scratch[s].resize(len * elem);
+      std::vector<char>& buffer = scratch[slot + s];
+      if (buffer.size() < len * elem) buffer.resize(len * elem);
       for (int r = 0; r < size; ++r) {
-        sources[r] = static_cast<const char*>(peers.input(r, seg.segment)) + begin * elem;
+        sources[r] = static_cast<const char*>(peers.input(r, seg.segment)) + (seg.offset + begin) * elem;
       }
-      reduction.fold(scratch[s].data(), sources.data(), size, len);
-      reduced = scratch[s].data();
+      reduction.fold(buffer.data(), sources.data(), size, len);
+      reduced = buffer.data();
     }
-    mine->push_back(Buffers{reduced, seg.out_at(begin), len, elem, seg.segment});
+    mine->push_back(Buffers{reduced, seg.out_at(begin), len, elem, seg.segment, seg.offset + begin});
   }
 }
 
 // Step 1 over messages: every rank sends slice j of a segment to owner j; an owner
 // reduces the host's copies of its slice into its output, one message at a time.
-Status scatter_by_messages(Link& host, int owners, const std::vector<Buffers>& segments,
+Status scatter_by_messages(Link& link, int owners, const std::vector<Buffers>& segments,
                            const Reduction& reduction, std::vector<Buffers>* mine) {
-  const int me = host.rank(), size = host.size();
+  const int me = link.rank(), size = link.size();
   const size_t elem = reduction.elem_size;
   for (const Buffers& seg : segments) {
     const Blocks blocks{seg.count, owners};
     for (int j = 0; j < owners; ++j) {
       if (j != me && blocks.length(j) > 0) {
-        ACCL_RETURN_IF_ERROR(host.post_send(j, seg.in_at(blocks.begin(j)), blocks.length(j) * elem));
+        ACCL_RETURN_IF_ERROR(link.post_send(j, seg.in_at(blocks.begin(j)), blocks.length(j) * elem));
       }
     }
     if (me >= owners) continue;
@@ -54,13 +73,13 @@ Status scatter_by_messages(Link& host, int owners, const std::vector<Buffers>& s
       for (int step = 1; step < size; ++step) {
         const int peer = (me + step) % size;
         const void* local = step == 1 ? static_cast<const void*>(seg.in_at(begin)) : seg.out_at(begin);
-        ACCL_RETURN_IF_ERROR(host.recv_reduce(peer, local, seg.out_at(begin), bytes, reduction));
+        ACCL_RETURN_IF_ERROR(link.recv_reduce(peer, local, seg.out_at(begin), bytes, reduction));
       }
     }
     mine->push_back(Buffers{seg.out_at(begin), seg.out_at(begin), blocks.length(me), elem,
-                            seg.segment});
+                            seg.segment, seg.offset + begin});
   }
-  return host.wait_sends();
+  return link.wait_sends();
 }
 
 // Step 3 over peer memory: copy every other owner's slice from its output.
@@ -71,7 +90,7 @@ Status gather_in_memory(PeerMemory& peers, int me, int owners, const std::vector
     for (int j = 0; j < owners; ++j) {
       if (j == me || blocks.length(j) == 0) continue;
       const char* src = static_cast<const char*>(peers.output(j, seg.segment));
-      stream_copy(seg.out_at(blocks.begin(j)), src + blocks.begin(j) * seg.elem_size,
+      stream_copy(seg.out_at(blocks.begin(j)), src + (seg.offset + blocks.begin(j)) * seg.elem_size,
                   blocks.length(j) * seg.elem_size);
     }
   }
@@ -79,27 +98,109 @@ Status gather_in_memory(PeerMemory& peers, int me, int owners, const std::vector
   return peers.barrier();  // nobody reads our output any more
 }
 
-// Step 3 over messages: an owner sends its slice to every other rank of the host;
+// Step 3 over messages: an owner sends its slice to every other rank of the tier;
 // every rank receives the other owners' slices.
-Status gather_by_messages(Link& host, int owners, const std::vector<Buffers>& segments) {
-  const int me = host.rank(), size = host.size();
+Status gather_by_messages(Link& link, int owners, const std::vector<Buffers>& segments) {
+  const int me = link.rank(), size = link.size();
   for (const Buffers& seg : segments) {
     const Blocks blocks{seg.count, owners};
     const size_t elem = seg.elem_size;
     if (me < owners && blocks.length(me) > 0) {
       for (int step = 1; step < size; ++step) {
-        ACCL_RETURN_IF_ERROR(host.post_send((me + step) % size, seg.out_at(blocks.begin(me)),
+        ACCL_RETURN_IF_ERROR(link.post_send((me + step) % size, seg.out_at(blocks.begin(me)),
                                             blocks.length(me) * elem));
       }
     }
     for (int j = 0; j < owners; ++j) {
       if (j == me || blocks.length(j) == 0) continue;
-      ACCL_RETURN_IF_ERROR(
-          host.recv(j, seg.out_at(blocks.begin(j)), blocks.length(j) * elem));
+      ACCL_RETURN_IF_ERROR(link.recv(j, seg.out_at(blocks.begin(j)), blocks.length(j) * elem));
     }
   }
-  return host.wait_sends();
+  return link.wait_sends();
 }
+
+// The step between hosts of every chunk, in chunk order, on a thread of its own while
+// the caller's thread runs the local tiers: chunk c's transfer overlaps the local
+// reduce-scatter of c + 1.. and the all-gather of c - 1... Without a thread (it could
+// not be started) each chunk's step runs inline, in the same order on the wire.
+class BetweenHosts {
+ public:
+  BetweenHosts(Link* link, Algorithm algorithm, const Reduction& reduction,
+               const std::vector<std::vector<Buffers>>* slices, int chunks,
+               const Deadline& deadline, HierarchicalTimes* times)
+      : link_(link), algorithm_(algorithm), reduction_(reduction), slices_(slices),
+        chunks_(chunks), deadline_(deadline), times_(times) {
+    if (link_ == nullptr || chunks_ < 2) return;
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::exception&) {
+      // No thread: ready() runs each chunk's step inline.
+    }
+  }
+  ~BetweenHosts() { finish(); }
+
+  // Chunk c's slice is reduced up the local tiers.
+  Status ready(int c) {
+    if (link_ == nullptr) return Status::Ok();
+    if (!thread_.joinable()) return step(c, times_);
+    ready_.store_and_wake(static_cast<uint32_t>(c + 1));
+    return Status::Ok();
+  }
+  // Waits until chunk c's step between hosts is done (or failed).
+  Status wait(int c) {
+    if (link_ == nullptr || !thread_.joinable()) return status_;
+    Status s = done_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &failed_);
+    if (failed_.load(std::memory_order_acquire)) return status_;
+    return s.ok() ? s : error(s.code(), link_->where(), ": waiting for chunk ", c, " between hosts: ",
+                              s.message());
+  }
+  // Stops the thread (the caller failed) and waits for it; its phases join `times`.
+  void finish() {
+    if (!thread_.joinable()) return;
+    stop_.store(true, std::memory_order_release);
+    ready_.wake_all();
+    thread_.join();
+    times_->insert(times_->end(), own_times_.begin(), own_times_.end());
+  }
+
+ private:
+  Status step(int c, HierarchicalTimes* times) {
+    const auto start = Clock::now();
+    Status s = run_allreduce(algorithm_, *link_, (*slices_)[c], reduction_);
+    times->push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, c, start, Clock::now(),
+                                 bytes_of((*slices_)[c])});
+    if (!s.ok()) status_ = s;
+    return s;
+  }
+  void run() {
+    for (int c = 0; c < chunks_; ++c) {
+      Status s = ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
+      if (!s.ok()) {
+        if (!stop_.load(std::memory_order_acquire)) status_ = s;
+        break;
+      }
+      if (!step(c, &own_times_).ok()) break;
+      done_.store_and_wake(static_cast<uint32_t>(c + 1));
+    }
+    if (!status_.ok()) {
+      failed_.store(true, std::memory_order_release);
+      done_.wake_all();
+    }
+  }
+
+  Link* link_;
+  Algorithm algorithm_;
+  const Reduction& reduction_;
+  const std::vector<std::vector<Buffers>>* slices_;
+  int chunks_;
+  Deadline deadline_;
+  HierarchicalTimes* times_;
+  HierarchicalTimes own_times_;
+  Status status_;
+  Flag ready_, done_;
+  std::atomic<bool> stop_{false}, failed_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -114,69 +215,91 @@ uint64_t owned_bytes(const std::vector<Buffers>& segments, const std::vector<int
   return bytes;
 }
 
-namespace {
-uint64_t bytes_of(const std::vector<Buffers>& segments) {
-  uint64_t bytes = 0;
-  for (const Buffers& b : segments) bytes += b.count * b.elem_size;
-  return bytes;
-}
-}  // namespace
-
 Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
                               Algorithm between_algorithm, const std::vector<Buffers>& segments,
-                              const Reduction& reduction, HierarchicalTimes* times) {
-  // at[l]: this rank's segments entering tier l; at[l + 1] its slice of them.
-  std::vector<std::vector<Buffers>> at{segments};
+                              const Reduction& reduction, int chunks, const Deadline& deadline,
+                              HierarchicalTimes* times) {
+  chunks = std::max(1, chunks);
+  for (size_t l = 1; l < tiers.size(); ++l) {
+    if (tiers[l].link != nullptr && tiers[l].link->peer_memory() != nullptr) {
+      return error(Code::kInternal, tiers[l].link->where(), ": peer memory above tier 0");
+    }
+  }
+  // Kept by the calling thread from call to call: a fresh buffer would cost its page
+  // faults every time (~1 ms per 4 MiB). One per segment and chunk, as chunk c + 1 is
+  // folded while chunk c's slice travels between hosts.
+  thread_local std::vector<std::vector<char>> scratch;
+  if (scratch.size() < segments.size() * chunks) scratch.resize(segments.size() * chunks);
+
+  // at[c][l]: this rank's part of chunk c entering tier l; at[c][l + 1] its slice of it.
+  std::vector<std::vector<std::vector<Buffers>>> at(chunks);
+  std::vector<std::vector<Buffers>> slices(chunks);  // what goes between hosts, by chunk
   bool owner = true;
-  for (size_t l = 0; l < tiers.size() && owner; ++l) {
-    const Tier& tier = tiers[l];
-    const auto start = Clock::now();
-    std::vector<Buffers> mine;
-    if (tier.link == nullptr) {
-      mine = at[l];
-    } else if (PeerMemory* peers = tier.link->peer_memory()) {
-      if (l != 0) return error(Code::kInternal, tier.link->where(), ": peer memory above tier 0");
-      const int me = tier.link->rank();
-      owner = me < tier.owners;
-      if (owner) scatter_in_memory(*peers, me, tier.link->size(), tier.owners, at[l], reduction, &mine);
-    } else {
-      owner = tier.link->rank() < tier.owners;
-      ACCL_RETURN_IF_ERROR(scatter_by_messages(*tier.link, tier.owners, at[l], reduction, &mine));
+  BetweenHosts network(between, between_algorithm, reduction, &slices, chunks, deadline, times);
+  auto fail = [&](Status s) {
+    network.finish();
+    return s;
+  };
+
+  // 1. Reduce-scatter up the tiers, chunk by chunk; 2. each chunk's slice between hosts.
+  for (int c = 0; c < chunks; ++c) {
+    at[c].push_back(chunk_of(segments, c, chunks));
+    owner = true;
+    for (size_t l = 0; l < tiers.size() && owner; ++l) {
+      const Tier& tier = tiers[l];
+      const auto start = Clock::now();
+      std::vector<Buffers> mine;
+      if (tier.link == nullptr) {
+        mine = at[c][l];
+      } else if (PeerMemory* peers = tier.link->peer_memory()) {
+        const int me = tier.link->rank();
+        owner = me < tier.owners;
+        if (owner) {
+          scatter_in_memory(*peers, me, tier.link->size(), tier.owners, at[c][l], reduction,
+                            scratch, c * segments.size(), &mine);
+        }
+      } else {
+        owner = tier.link->rank() < tier.owners;
+        Status s = scatter_by_messages(*tier.link, tier.owners, at[c][l], reduction, &mine);
+        if (!s.ok()) return fail(s);
+      }
+      if (tier.link != nullptr) {
+        times->push_back(PhaseRecord{PhaseRecord::kReduceScatter, static_cast<int>(l), c, start,
+                                     Clock::now(), bytes_of(at[c][l])});
+      }
+      at[c].push_back(std::move(mine));
     }
-    if (tier.link != nullptr) {
-      times->push_back(PhaseRecord{PhaseRecord::kReduceScatter, static_cast<int>(l), start,
-                                   Clock::now(), bytes_of(at[l])});
+    if (!owner && between != nullptr) {
+      return fail(error(Code::kInternal, between->where(), ": a rank that owns no slice between hosts"));
     }
-    at.push_back(std::move(mine));
-  }
-  if (!owner && between != nullptr) {
-    return error(Code::kInternal, between->where(), ": a rank that owns no slice between hosts");
+    if (between != nullptr) {
+      slices[c] = at[c].back();
+      Status s = network.ready(c);
+      if (!s.ok()) return fail(s);
+    } else if (owner) {  // one host: the slice is final as it is
+      for (const Buffers& b : at[c].back()) {
+        if (b.count > 0 && b.in != b.out) std::memcpy(b.out, b.in, b.count * b.elem_size);
+      }
+    }
   }
 
-  // 2. Between hosts, or where there is no other host, the slice as it is.
-  if (between != nullptr) {
-    const auto start = Clock::now();
-    ACCL_RETURN_IF_ERROR(run_allreduce(between_algorithm, *between, at.back(), reduction));
-    times->push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, start, Clock::now(),
-                                 bytes_of(at.back())});
-  } else if (owner) {
-    for (const Buffers& b : at.back()) {
-      if (b.count > 0 && b.in != b.out) std::memcpy(b.out, b.in, b.count * b.elem_size);
+  // 3. All-gather down the tiers this rank climbed, chunk by chunk as each comes back.
+  for (int c = 0; c < chunks; ++c) {
+    Status s = network.wait(c);
+    if (!s.ok()) return fail(s);
+    for (size_t l = at[c].size() - 1; l-- > 0;) {
+      const Tier& tier = tiers[l];
+      if (tier.link == nullptr) continue;
+      const auto start = Clock::now();
+      PeerMemory* peers = tier.link->peer_memory();
+      s = peers != nullptr ? gather_in_memory(*peers, tier.link->rank(), tier.owners, at[c][l])
+                           : gather_by_messages(*tier.link, tier.owners, at[c][l]);
+      if (!s.ok()) return fail(s);
+      times->push_back(PhaseRecord{PhaseRecord::kAllGather, static_cast<int>(l), c, start,
+                                   Clock::now(), bytes_of(at[c][l])});
     }
   }
-
-  // 3. All-gather down the tiers this rank climbed.
-  for (size_t l = at.size() - 1; l-- > 0;) {
-    const Tier& tier = tiers[l];
-    if (tier.link == nullptr) continue;
-    const auto start = Clock::now();
-    PeerMemory* peers = tier.link->peer_memory();
-    ACCL_RETURN_IF_ERROR(peers != nullptr
-                             ? gather_in_memory(*peers, tier.link->rank(), tier.owners, at[l])
-                             : gather_by_messages(*tier.link, tier.owners, at[l]));
-    times->push_back(PhaseRecord{PhaseRecord::kAllGather, static_cast<int>(l), start,
-                                 Clock::now(), bytes_of(at[l])});
-  }
+  network.finish();
   return Status::Ok();
 }
 

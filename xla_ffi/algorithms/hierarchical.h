@@ -13,6 +13,11 @@
 //   3. all-gather down the tiers: every rank receives (over peer memory, copies) each
 //      owner's finished slice.
 // A tier where the rank is alone (nullptr link) is skipped; with one host, so is 2.
+// Pipelined: the buffer is cut into `chunks` chunks (Blocks of every segment), each
+// run through 1-3 in turn; the step between hosts runs on a thread of its own, chunk
+// after chunk, so that chunk c's transfer overlaps the local reduce-scatter of the
+// next chunks and the all-gather of the previous ones. Every rank of the group uses
+// the same number of chunks (each tier's messages go chunk by chunk).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +37,8 @@ struct Tier {
 // One phase of one rank's call, for stats and traces.
 struct PhaseRecord {
   enum Kind { kReduceScatter = 0, kBetweenHosts = 1, kAllGather = 2 } kind;  // = stats phase
-  int tier;  // the local tier of a reduce-scatter or all-gather
+  int tier;   // the local tier of a reduce-scatter or all-gather
+  int chunk;
   Clock::time_point start, end;
   uint64_t bytes;  // the bytes the phase works on: this rank's part entering the tier
                    // (reduce-scatter, all-gather), its slice (between hosts)
@@ -49,6 +55,7 @@ uint64_t owned_bytes(const std::vector<Buffers>& segments, const std::vector<int
 // when it owns no slice or the group has one host.
 Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
                               Algorithm between_algorithm, const std::vector<Buffers>& segments,
-                              const Reduction& reduction, HierarchicalTimes* times);
+                              const Reduction& reduction, int chunks, const Deadline& deadline,
+                              HierarchicalTimes* times);
 
 }  // namespace accl

@@ -92,6 +92,27 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
          double(P - 1) / P * slice * shm.gamma_s_per_byte;
 }
 
+int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
+                           const CostModel& model) {
+  constexpr size_t kMinChunkBytes = 512 << 10;
+  constexpr int kMaxChunks = 16;
+  if (hosts < 2 || bytes < 2 * kMinChunkBytes) return 1;
+  const int slices = std::max(1, processes * k);
+  // A slice's share of the rails: `slices` slices cross over `rails` rails at once.
+  CostModel net = network_model(model, 1);
+  net.beta_s_per_byte = model.net_beta_s_per_byte * slices / std::max(1, rails);
+  const size_t slice = bytes / slices;
+  const Algorithm between = choose_algorithm(hosts, slice, /*peer_memory=*/false, net);
+  const double local = predict_one_host_hierarchical_seconds(processes, k, bytes, model);
+  const double local_fixed = predict_one_host_hierarchical_seconds(processes, k, 0, model);
+  const double network = predict_seconds(between, hosts, slice, false, net);
+  const double network_fixed = predict_seconds(between, hosts, 0, false, net);
+  const double hidden = std::min(local - local_fixed, network - network_fixed);
+  const double fixed = std::max(1e-9, local_fixed + network_fixed);
+  const int best = static_cast<int>(std::lround(std::sqrt(std::max(0.0, hidden) / fixed)));
+  return std::max(1, std::min({best, kMaxChunks, static_cast<int>(bytes / kMinChunkBytes)}));
+}
+
 // The share of an algorithm's message steps that cross processes, ranks numbered
 // process by process: direct talks to n - k of its n - 1 peers, a ring crosses at P of
 // its n hops, halving-doubling's first log2(k) exchanges stay within a process.

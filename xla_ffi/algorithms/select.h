@@ -64,6 +64,14 @@ double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
                                              const CostModel& model);
 
+// How many chunks the hierarchy pipelines a call of `bytes` into: `hosts` hosts, each
+// of whose `slices` slices (k devices x P processes owning one) crosses over a share of
+// `rails` rails. With the local tiers' time L (one-host hierarchy on S) and the time N
+// between hosts, C chunks take about max(L, N) + min(L, N)/C + (C - 1)·(their fixed
+// costs at 0 bytes): C = sqrt(min/fixed), at most 16 and no chunk under 512 KiB.
+int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
+                           const CostModel& model);
+
 CostModel& cost_model();  // the process-wide model used by kAuto
 // `peer_memory`: the ranks can read each other's buffers (threads of one process).
 double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memory,

@@ -21,6 +21,7 @@
 #include "bindings/parse.h"
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
+#include "runtime/hierarchy.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
@@ -274,6 +275,14 @@ NB_MODULE(_accl, m) {
     return measured_one_host_seconds(
         processes, k, parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"), bytes);
   }, nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("algorithm"), nb::arg("bytes"));
+  m.def("set_pipeline_chunks", [](int chunks) {
+    if (chunks < 0) throw nb::value_error("pipeline chunks must be >= 0 (0: automatic)");
+    pipeline_chunks_setting() = chunks;
+  }, nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
+  m.def("pipeline_chunks", [](int hosts, int processes, int k, int rails, size_t bytes) {
+    return choose_pipeline_chunks(hosts, processes, k, rails, bytes, cost_model());
+  }, nb::arg("hosts"), nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("rails"),
+     nb::arg("bytes"), "The cost model's pipeline chunk count for a hierarchical call.");
   m.def("get_cost_model", [] {
     nb::dict values;
     for (const CostModelField& f : kCostModelFields) values[f.name] = cost_model().*f.member;

@@ -83,7 +83,7 @@ std::vector<std::string> hierarchical_threads(std::vector<std::pair<std::string,
                                               std::vector<uint64_t> segment_counts,
                                               const std::string& dtype, const std::string& op,
                                               const std::string& between_algorithm,
-                                              double timeout_s) {
+                                              int chunks, double timeout_s) {
   if (ins.size() != places.size() || outs.size() != places.size() ||
       counts.size() != places.size()) {
     throw nb::value_error("hierarchical_threads: one place, in, out and count per rank");
@@ -100,6 +100,7 @@ std::vector<std::string> hierarchical_threads(std::vector<std::pair<std::string,
   call.op = parse_or_throw<ReduceOp>(op, parse_reduce_op, "reduce op");
   call.between = parse_or_throw<Algorithm>(between_algorithm, parse_algorithm, "algorithm");
   call.timeout_s = timeout_s;
+  call.chunks = chunks;
   std::vector<Status> status;
   {
     nb::gil_scoped_release release;
@@ -184,7 +185,8 @@ void register_testing(nb::module_& m) {
         nb::arg("algorithm"), nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
   m.def("hierarchical_threads", &hierarchical_threads, nb::arg("places"), nb::arg("ins"),
         nb::arg("outs"), nb::arg("counts"), nb::arg("segment_counts"), nb::arg("dtype"),
-        nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("timeout_s") = 30.0);
+        nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("chunks") = 0,
+        nb::arg("timeout_s") = 30.0);
   m.def("group_layout", &group_layout, nb::arg("places"));
   m.def("slice_rails", &slice_rails, nb::arg("slice"), nb::arg("slices"), nb::arg("rails"));
   m.def("parse_handshake", &parse_handshake, nb::arg("data"), nb::arg("secret"));

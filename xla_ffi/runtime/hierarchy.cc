@@ -5,6 +5,11 @@
 
 namespace accl {
 
+int& pipeline_chunks_setting() {
+  static int chunks = 0;
+  return chunks;
+}
+
 Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segments,
                      const Reduction& reduction, const ConnectGroup& connect,
                      HierarchyResult* result) {
@@ -22,8 +27,9 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
     if (between) between->fail(s.code());
     return s;
   };
-  // The link between hosts first: should joining this process's threads fail, the
-  // other hosts then learn it from the poisoned link at once, not at their deadline.
+  // Every link first, joining this process's threads last: should the join fail (the
+  // threads disagree), every peer of this rank learns it from a poisoned link at once,
+  // not at its deadline.
   if (layout.owns_slice(rank) && layout.host_count() > 1) {
     if (result->between == Algorithm::kAuto) {
       const uint64_t owned = owned_bytes(segments, {tiers[0].owners, tiers[1].owners}, {t, j});
@@ -36,6 +42,11 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
   } else {
     result->between = Algorithm::kAuto;
   }
+  if (t < tiers[0].owners && layout.process_peers(rank).size() > 1) {
+    Status s = connect(layout.process_peers(rank), j, 0, 0, &processes);
+    if (!s.ok()) return fail(s);
+    tiers[1].link = processes.get();
+  }
   const std::vector<int>& process = layout.process_ranks(rank);
   if (process.size() > 1) {
     Status s = join_call(call.key, t, static_cast<int>(process.size()), call.signature,
@@ -44,13 +55,15 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
     threads = std::make_unique<LocalLink>(exchange, t, call.deadline);
     tiers[0].link = threads.get();
   }
-  if (t < tiers[0].owners && layout.process_peers(rank).size() > 1) {
-    Status s = connect(layout.process_peers(rank), j, 0, 0, &processes);
-    if (!s.ok()) return fail(s);
-    tiers[1].link = processes.get();
-  }
+  uint64_t bytes = 0;
+  for (const Buffers& b : segments) bytes += b.count * b.elem_size;
+  const int forced = call.chunks > 0 ? call.chunks : pipeline_chunks_setting();
+  result->chunks = forced > 0 ? forced
+                              : choose_pipeline_chunks(layout.host_count(), layout.process_owners(),
+                                                       layout.thread_owners(), call.rails, bytes,
+                                                       cost_model());
   Status s = allreduce_hierarchical(tiers, between.get(), result->between, segments, reduction,
-                                    &result->times);
+                                    result->chunks, call.deadline, &result->times);
   if (between) result->sent_by_rail = between->bytes_sent_by_rail();
   return s.ok() ? s : fail(s);
 }

@@ -32,13 +32,19 @@ struct HierarchyCall {
   std::string label;
   Deadline deadline;
   int rails = 1;  // between hosts, for the cost model
+  int chunks = 0;  // pipeline chunks; 0: pipeline_chunks_setting()
 };
 
 struct HierarchyResult {
   Algorithm between = Algorithm::kAuto;  // what ran between hosts (kAuto: nothing)
+  int chunks = 1;
   HierarchicalTimes times;
   std::map<std::string, uint64_t> sent_by_rail;  // between hosts
 };
+
+// JAX_ACCL_PIPELINE_CHUNKS, as jax_accl's configuration sets it: 0 lets the cost model
+// choose (choose_pipeline_chunks), 1 turns pipelining off, n > 1 forces n chunks.
+int& pipeline_chunks_setting();
 
 Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segments,
                      const Reduction& reduction, const ConnectGroup& connect,

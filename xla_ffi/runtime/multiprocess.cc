@@ -281,14 +281,24 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   Status s = run_hierarchy(hierarchy, segments, reduction, connect, &result);
   if (!s.ok()) return finish(s);
 
-  // Stats and trace: tier 0 is "local", tier 1 "host"; between hosts, one event per rail.
+  // Stats and trace: tier 0 is "local", tier 1 "host"; between hosts, one event per
+  // rail and chunk (a chunk's bytes on a rail: its share of the rail's total).
+  uint64_t between_bytes = 0;
+  for (const PhaseRecord& p : result.times) {
+    if (p.kind == PhaseRecord::kBetweenHosts) between_bytes += p.bytes;
+  }
   auto& phase_ns = phase_nanoseconds();
   for (const PhaseRecord& p : result.times) {
     phase_ns[static_cast<int>(p.kind)].fetch_add(ns_between(p.start, p.end), std::memory_order_relaxed);
+    if (!trace_enabled()) continue;
     if (p.kind == PhaseRecord::kBetweenHosts) {
-      trace_rails(str_cat("inter-host ", algorithm_name(result.between)).c_str(),
-                  result.sent_by_rail, spec.device, p.start, p.end, spec.label);
-    } else if (trace_enabled()) {
+      std::map<std::string, uint64_t> share;
+      for (const auto& [rail, sent] : result.sent_by_rail) {
+        share[rail] = between_bytes ? static_cast<uint64_t>(double(sent) * p.bytes / between_bytes) : 0;
+      }
+      trace_rails(str_cat("inter-host ", algorithm_name(result.between)).c_str(), share,
+                  spec.device, p.start, p.end, spec.label);
+    } else {
       const char* name = p.kind == PhaseRecord::kReduceScatter
                              ? (p.tier == 0 ? "local reduce-scatter" : "host reduce-scatter")
                              : (p.tier == 0 ? "local all-gather" : "host all-gather");

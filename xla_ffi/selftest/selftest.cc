@@ -180,8 +180,10 @@ void tcp_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y
 // The hierarchy on simulated hosts: `layout` lists per host the devices of each
 // process; processes and hosts talk over `make_pair`'s channels.
 void test_hierarchical(const char* transport, const PairMaker& make_pair,
-                       const std::vector<std::vector<int>>& layout, size_t count, bool in_place) {
+                       const std::vector<std::vector<int>>& layout, size_t count, bool in_place,
+                       int chunks = 1) {
   SimulatedCall call;
+  call.chunks = chunks;
   int process = 0;
   for (size_t h = 0; h < layout.size(); ++h) {
     for (int devices : layout[h]) {
@@ -210,7 +212,7 @@ void test_hierarchical(const char* transport, const PairMaker& make_pair,
   for (int r = 0; r < n; ++r) {
     expect(status[r].ok() && out[r] == want,
            str_cat("hierarchical over ", transport, " ", shape, in_place ? " in place" : "",
-                   " count=", count, " rank ", r, ": ", status[r].message()));
+                   " count=", count, " chunks=", chunks, " rank ", r, ": ", status[r].message()));
   }
 }
 
@@ -323,8 +325,10 @@ int main() {
     for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(70001)}) {
       test_hierarchical("memory", memory_pair, layout, count, count % 2 == 0);
     }
+    test_hierarchical("memory", memory_pair, layout, 70001, true, /*chunks=*/3);
     test_hierarchical("shm", shm_pair, layout, 10007, false);
     test_hierarchical("tcp", tcp_pair, layout, 10007, true);
+    test_hierarchical("tcp", tcp_pair, layout, 100003, false, /*chunks=*/4);
   }
   test_errors();
   std::printf("%d checks, %d failures\n", checks, failures);

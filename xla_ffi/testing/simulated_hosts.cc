@@ -62,7 +62,8 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
       std::vector<uint64_t> lengths;
       for (const Buffers& b : segments) lengths.push_back(b.count);
       HierarchyCall hc{&layout, r, process_keys.at(layout.process_ranks(r)[0]), Signature{},
-                       str_cat("simulated rank ", r), Deadline::after_seconds(call.timeout_s), 1};
+                       str_cat("simulated rank ", r), Deadline::after_seconds(call.timeout_s), 1,
+                       call.chunks};
       hc.signature.dtype = call.dtype;
       hc.signature.op = call.op;
       describe_layout(lengths, &hc.signature);

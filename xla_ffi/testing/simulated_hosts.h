@@ -25,6 +25,7 @@ struct SimulatedCall {
   DType dtype = DType::kI32;
   ReduceOp op = ReduceOp::kSum;
   Algorithm between = Algorithm::kAuto;  // kAuto: the cost model's choice
+  int chunks = 0;                        // pipeline chunks; 0: as the runtime chooses
   double timeout_s = 30.0;
 };
 
