@@ -102,21 +102,23 @@ def reference(x_global, axes, placed):
     return [want[i:i + 1] for i in mine]
 
 
-def scenario_correctness():
+def check_sweep(axes_list, algorithms) -> int:
+    """int32 (bitwise) and float32 at 1 to 300,001 elements over each axes of `axes_list`
+    with each algorithm (direct only up to 1000), then a fused pytree of mixed leaves in
+    one program, all against the reference; returns the number of checks."""
     checks = 0
     for dtype in (np.int32, np.float32):
         for elements in (1, 1000, 300_001):
             x = global_input((elements,), dtype, seed=elements)
             placed = place(x, P(ALL))
-            for axes in (ALL, "p", "d"):
+            for axes in axes_list:
                 want = reference(x, axes, placed)
-                for algorithm in ("auto", "hierarchical", "ring", "halving_doubling", "direct"):
+                for algorithm in algorithms:
                     if algorithm == "direct" and elements > 1000:
                         continue
                     got = allreduce_program(jax_accl, axes, algorithm=algorithm)(placed)
                     check(f"{dtype.__name__} x{elements} over {axes} ({algorithm})", got, want)
                     checks += 1
-    # A fused pytree of mixed leaves, in one program.
     xs = [global_input((n,), np.int32, seed=n) for n in (3, 4096, 70_000)]
     placed = [place(x, P(ALL)) for x in xs]
     fused = jax.jit(jax.shard_map(lambda *t: jax_accl.psum(t, ALL), mesh=MESH_2D,
@@ -125,31 +127,17 @@ def scenario_correctness():
     for x, p_, got in zip(xs, placed, fused):
         check("fused pytree", got, reference(x, ALL, p_))
         checks += 1
-    return {"checks": checks}
+    return checks
+
+
+def scenario_correctness():
+    return {"checks": check_sweep((ALL, "p", "d"),
+                                  ("auto", "hierarchical", "ring", "halving_doubling", "direct"))}
 
 
 def scenario_hierarchy():
-    """The hierarchy over every device (auto and forced) at sizes from 1 element to
-    300,001, int32 (bitwise) and float32, against the reference, and a fused pytree."""
-    checks = 0
-    for dtype in (np.int32, np.float32):
-        for elements in (1, 1000, 300_001):
-            x = global_input((elements,), dtype, seed=elements)
-            placed = place(x, P(ALL))
-            want = reference(x, ALL, placed)
-            for algorithm in ("auto", "hierarchical"):
-                got = allreduce_program(jax_accl, ALL, algorithm=algorithm)(placed)
-                check(f"{dtype.__name__} x{elements} ({algorithm})", got, want)
-                checks += 1
-    xs = [global_input((n,), np.int32, seed=n) for n in (3, 4096, 70_000)]
-    placed = [place(x, P(ALL)) for x in xs]
-    fused = jax.jit(jax.shard_map(lambda *t: jax_accl.psum(t, ALL), mesh=MESH_2D,
-                                  in_specs=(P(ALL),) * 3, out_specs=(P(ALL),) * 3,
-                                  check_vma=False))(*placed)
-    for x, p_, got in zip(xs, placed, fused):
-        check("fused pytree", got, reference(x, ALL, p_))
-        checks += 1
-    return {"checks": checks}
+    """The hierarchy over every device, automatic and forced."""
+    return {"checks": check_sweep((ALL,), ("auto", "hierarchical"))}
 
 
 def timed(fn, x):

@@ -21,7 +21,7 @@
 #include "bindings/parse.h"
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
-#include "runtime/hierarchy.h"
+#include "runtime/communicator.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "algorithms/select.h"
+#include "runtime/communicator.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 
@@ -53,12 +53,7 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   const auto start = Clock::now();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
-  // Within one process "hierarchical" has a single level: the automatic choice.
-  Algorithm algorithm = (sig.algorithm == Algorithm::kAuto ||
-                         sig.algorithm == Algorithm::kHierarchical)
-                            ? choose_algorithm(spec.size, sig.count * elem, /*peer_memory=*/true,
-                                               cost_model())
-                            : sig.algorithm;
+  const Algorithm algorithm = plan_in_process(spec.size, sig.count * elem, sig.algorithm);
 
   std::vector<Buffers> segments;
   for (size_t k = 0; k < counts.size(); ++k) {

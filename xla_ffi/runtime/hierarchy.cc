@@ -1,14 +1,8 @@
 #include "runtime/hierarchy.h"
 
-#include "algorithms/select.h"
 #include "transport/local.h"
 
 namespace accl {
-
-int& pipeline_chunks_setting() {
-  static int chunks = 0;
-  return chunks;
-}
 
 Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segments,
                      const Reduction& reduction, const ConnectGroup& connect,
@@ -31,16 +25,12 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
   // threads disagree), every peer of this rank learns it from a poisoned link at once,
   // not at its deadline.
   if (layout.owns_slice(rank) && layout.host_count() > 1) {
-    if (result->between == Algorithm::kAuto) {
-      const uint64_t owned = owned_bytes(segments, {tiers[0].owners, tiers[1].owners}, {t, j});
-      result->between = choose_algorithm(layout.host_count(), owned, /*peer_memory=*/false,
-                                         network_model(cost_model(), call.rails));
+    if (call.between == Algorithm::kAuto) {
+      return error(Code::kInternal, call.label, ": no algorithm between hosts planned");
     }
     Status s = connect(layout.host_peers(rank), layout.host_of(rank), layout.slice_of(rank),
                        layout.slices(), &between);
     if (!s.ok()) return fail(s);
-  } else {
-    result->between = Algorithm::kAuto;
   }
   if (t < tiers[0].owners && layout.process_peers(rank).size() > 1) {
     Status s = connect(layout.process_peers(rank), j, 0, 0, &processes);
@@ -55,15 +45,8 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
     threads = std::make_unique<LocalLink>(exchange, t, call.deadline);
     tiers[0].link = threads.get();
   }
-  uint64_t bytes = 0;
-  for (const Buffers& b : segments) bytes += b.count * b.elem_size;
-  const int forced = call.chunks > 0 ? call.chunks : pipeline_chunks_setting();
-  result->chunks = forced > 0 ? forced
-                              : choose_pipeline_chunks(layout.host_count(), layout.process_owners(),
-                                                       layout.thread_owners(), call.rails, bytes,
-                                                       cost_model());
-  Status s = allreduce_hierarchical(tiers, between.get(), result->between, segments, reduction,
-                                    result->chunks, call.deadline, &result->times);
+  Status s = allreduce_hierarchical(tiers, between.get(), call.between, segments, reduction,
+                                    call.chunks, call.deadline, &result->times);
   if (between) result->sent_by_rail = between->bytes_sent_by_rail();
   return s.ok() ? s : fail(s);
 }

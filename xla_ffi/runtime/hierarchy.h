@@ -1,7 +1,7 @@
 // One rank's hierarchical all-reduce, links included: joins the device threads of its
 // process (peer memory, through the rendezvous), connects to its peers among the host's
-// processes and on the other hosts, picks the algorithm between hosts, runs
-// algorithms/hierarchical.cc and, on failure, poisons every link so that the peers
+// processes and on the other hosts, runs algorithms/hierarchical.cc as the call's plan
+// says (runtime/communicator.h) and, on failure, poisons every link so that the peers
 // fail at once. Shared by the runtime (runtime/multiprocess.cc, links from the World's
 // channels) and the simulated hosts of the native tests.
 #pragma once
@@ -31,20 +31,14 @@ struct HierarchyCall {
   Signature signature;
   std::string label;
   Deadline deadline;
-  int rails = 1;  // between hosts, for the cost model
-  int chunks = 0;  // pipeline chunks; 0: pipeline_chunks_setting()
+  Algorithm between = Algorithm::kAuto;  // between hosts, where this rank takes part
+  int chunks = 1;                        // pipeline chunks, the same on every rank
 };
 
 struct HierarchyResult {
-  Algorithm between = Algorithm::kAuto;  // what ran between hosts (kAuto: nothing)
-  int chunks = 1;
   HierarchicalTimes times;
   std::map<std::string, uint64_t> sent_by_rail;  // between hosts
 };
-
-// JAX_ACCL_PIPELINE_CHUNKS, as jax_accl's configuration sets it: 0 lets the cost model
-// choose (choose_pipeline_chunks), 1 turns pipelining off, n > 1 forces n chunks.
-int& pipeline_chunks_setting();
 
 Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segments,
                      const Reduction& reduction, const ConnectGroup& connect,

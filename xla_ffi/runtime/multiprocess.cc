@@ -24,9 +24,9 @@
 #include <map>
 #include <mutex>
 
-#include "algorithms/select.h"
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
+#include "runtime/communicator.h"
 #include "runtime/hierarchy.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
@@ -154,17 +154,6 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members,
   return Status::Ok();
 }
 
-Status layout_of(const World& world, const std::vector<int64_t>& devices, const std::string& label,
-                 GroupLayout* layout) {
-  std::vector<RankPlace> places;
-  for (int64_t device : devices) {
-    const int p = world.process_of(device);
-    if (p < 0) return error(Code::kInvalidArgument, label, ": device ", device, " belongs to no process");
-    places.push_back(RankPlace{p, world.process(p).host});
-  }
-  return GroupLayout::make(places, layout);
-}
-
 std::vector<int64_t> devices_of(const std::vector<int64_t>& devices, const std::vector<int>& ranks) {
   std::vector<int64_t> out;
   for (int r : ranks) out.push_back(devices[r]);
@@ -184,8 +173,9 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                  "(jax_accl bootstraps it when a multi-process program is lowered after "
                  "jax.distributed.initialize())");
   }
-  GroupLayout layout;
-  ACCL_RETURN_IF_ERROR(layout_of(*world, devices, spec.label, &layout));
+  std::shared_ptr<const Communicator> group;
+  ACCL_RETURN_IF_ERROR(communicator_for(*world, devices, spec.label, &group));
+  const GroupLayout& layout = group->layout();
   if (layout.process_count() == 1) return allreduce_local(spec, in, out, counts);
 
   describe_layout(counts, &spec.signature);
@@ -197,25 +187,9 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   const auto start = Clock::now();
   const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
                                     devices[spec.rank], ", process ", world->process_index(), ")");
-
   const size_t bytes = sig.count * elem;
-  // The hierarchy's slices per process: the fewest devices any process holds.
-  const int slices = layout.thread_owners();
-  const int processes = layout.process_count();
-  const bool one_host = layout.host_count() == 1;
-
-  // The schedule: a forced ring, halving-doubling or direct runs flat over all devices;
-  // a forced reduce_broadcast is the cross-memory-attach one on one host. The automatic
-  // choice on one host is choose_one_host's (small messages: flat, a few sync points;
-  // large ones: cross-memory attach, one kernel copy per byte each way); between hosts
-  // it is the hierarchy, which keeps every rail busy.
-  const bool cma = one_host && world->cross_memory_attach();
-  Algorithm schedule = sig.algorithm;
-  if (schedule == Algorithm::kAuto) {
-    schedule = one_host ? choose_one_host(spec.size, processes, slices, bytes, cma, cost_model())
-                        : Algorithm::kHierarchical;
-  }
-  if (schedule == Algorithm::kReduceBroadcast && !cma) schedule = Algorithm::kHierarchical;
+  CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
+  Algorithm& schedule = plan.schedule;
   // The choice is on the wire: a process whose model chose otherwise (another
   // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
   const uint64_t call = call_tag(sig, spec.size);
@@ -253,10 +227,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       return finish(s);
     }
     // Cross-memory attach refused (every rank learnt it alike): the next best schedule.
-    schedule = sig.algorithm == Algorithm::kAuto
-                   ? choose_one_host(spec.size, processes, slices, bytes, /*cma=*/false,
-                                     cost_model())
-                   : Algorithm::kHierarchical;
+    plan = group->plan(spec.rank, bytes, sig.algorithm, /*cma=*/false);
     tag = schedule_tag(call, schedule);
   }
   if (schedule != Algorithm::kHierarchical) {
@@ -270,8 +241,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
 
   // Hierarchical: the threads of this process, the processes of this host, then (if
   // this rank owns a slice at both) its peers of the same position on the other hosts.
-  const int rails = static_cast<int>(world->process(world->process_index()).rails.size());
-  const HierarchyCall hierarchy{&layout, spec.rank, spec.key, sig, spec.label, deadline, rails};
+  const HierarchyCall hierarchy{&layout, spec.rank, spec.key, sig, spec.label, deadline,
+                                plan.between, plan.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index, int slice, int slices,
                              std::unique_ptr<ChannelLink>* link) {
     return open_link(*world, devices_of(devices, ranks), index, tag, where, deadline, link,
@@ -296,7 +267,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       for (const auto& [rail, sent] : result.sent_by_rail) {
         share[rail] = between_bytes ? static_cast<uint64_t>(double(sent) * p.bytes / between_bytes) : 0;
       }
-      trace_rails(str_cat("inter-host ", algorithm_name(result.between)).c_str(), share,
+      trace_rails(str_cat("inter-host ", algorithm_name(plan.between)).c_str(), share,
                   spec.device, p.start, p.end, spec.label);
     } else {
       const char* name = p.kind == PhaseRecord::kReduceScatter

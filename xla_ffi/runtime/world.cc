@@ -48,6 +48,8 @@ Status World::start(int process_index, int process_count, const std::string& sec
   if (world_slot() != nullptr) return error(Code::kInvalidArgument, "jax_accl world already started");
   if (secret.size() != kSecretBytes) return error(Code::kInvalidArgument, "secret must be 32 bytes");
   std::unique_ptr<World> w(new World());
+  static uint64_t started = 0;
+  w->generation_ = ++started;
   w->process_index_ = process_index;
   w->process_count_ = process_count;
   w->secret_ = secret;

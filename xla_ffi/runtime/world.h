@@ -48,6 +48,8 @@ class World {
 
   Status set_processes(std::vector<ProcessEntry> processes);
   int process_index() const { return process_index_; }
+  // Distinct for every World started in this process (caches keyed by group use it).
+  uint64_t generation() const { return generation_; }
   int process_count() const { return process_count_; }
   // Owner process of global device `device`, or -1.
   int process_of(int64_t device) const;
@@ -73,6 +75,7 @@ class World {
 
   int process_index_ = 0;
   int process_count_ = 1;
+  uint64_t generation_ = 0;
   std::string secret_;
   std::string host_;
   std::vector<Rail> rails_;

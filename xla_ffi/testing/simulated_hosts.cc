@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "reduce/reduce.h"
+#include "runtime/communicator.h"
 #include "runtime/hierarchy.h"
 
 namespace accl {
@@ -31,8 +32,10 @@ std::vector<Buffers> segments_of(const SimulatedCall& call, int r) {
 
 std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const PairMaker& make_pair) {
   const int n = static_cast<int>(call.places.size());
-  GroupLayout layout;
-  Status made = GroupLayout::make(call.places, &layout);
+  std::shared_ptr<const Communicator> group;
+  Status made = Communicator::make(call.places, /*rails=*/1, &group);
+  if (!made.ok()) return std::vector<Status>(n, made);
+  const GroupLayout& layout = group->layout();
   const ReduceFn fn = reduce_kernel(call.dtype, call.op);
   if (made.ok() && fn == nullptr) made = error(Code::kInvalidArgument, "no kernel for this op and dtype");
   if (!made.ok()) return std::vector<Status>(n, made);
@@ -61,9 +64,15 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
       const std::vector<Buffers> segments = segments_of(call, r);
       std::vector<uint64_t> lengths;
       for (const Buffers& b : segments) lengths.push_back(b.count);
+      // The runtime's plan for the hierarchy, with the call's forced choices.
+      const size_t elem = dtype_size(call.dtype);
+      const CallPlan plan = group->plan(r, call.counts[r] * elem, Algorithm::kHierarchical, false);
       HierarchyCall hc{&layout, r, process_keys.at(layout.process_ranks(r)[0]), Signature{},
-                       str_cat("simulated rank ", r), Deadline::after_seconds(call.timeout_s), 1,
-                       call.chunks};
+                       str_cat("simulated rank ", r), Deadline::after_seconds(call.timeout_s),
+                       call.between != Algorithm::kAuto && plan.between != Algorithm::kAuto
+                           ? call.between
+                           : plan.between,
+                       call.chunks > 0 ? call.chunks : plan.chunks};
       hc.signature.dtype = call.dtype;
       hc.signature.op = call.op;
       describe_layout(lengths, &hc.signature);
@@ -74,8 +83,6 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
         return Status::Ok();
       };
       HierarchyResult result;
-      result.between = call.between;
-      const size_t elem = dtype_size(call.dtype);
       status[r] = run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
                                 connect, &result);
     });

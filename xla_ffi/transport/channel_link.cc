@@ -12,6 +12,7 @@ namespace {
 
 constexpr size_t kMinStripeBytes = 64 << 10;  // smaller messages use one channel
 constexpr auto kLivenessInterval = std::chrono::milliseconds(200);
+constexpr size_t kReducePieceBytes = 256 << 10;  // reduce-as-received granularity
 
 }  // namespace
 
@@ -239,7 +240,8 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
   return Status::Ok();
 }
 
-Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends) {
+Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends,
+                          const std::function<void()>& on_progress) {
   int idle_rounds = 0;
   for (;;) {
     bool progressed = false, pending = false;
@@ -252,6 +254,7 @@ Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends) {
                                 [](const Transfer& t) { return t.finished(); }),
                  sends_.end());
     if (all_sends) pending |= !sends_.empty();
+    if (progressed && on_progress) on_progress();
     if (!pending) return Status::Ok();
     if (progressed) {
       idle_rounds = 0;
@@ -266,26 +269,48 @@ Status ChannelLink::wait_sends() {
   return drive(&none, /*all_sends=*/true);
 }
 
-Status ChannelLink::recv(int peer, void* dst, size_t bytes) {
+Status ChannelLink::post_recvs(int peer, void* dst, size_t bytes, std::vector<Transfer>* recvs) {
   const std::vector<size_t> lengths = stripe_lengths(bytes, channels_[peer]);
-  std::vector<Transfer> recvs;
   size_t offset = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] == 0 && !(i == 0 && bytes == 0)) continue;
     Channel* c = channels_[peer][i];
     ACCL_RETURN_IF_ERROR(check(c, peer));
-    recvs.push_back(Transfer{c, peer, FrameHeader{}, 0, static_cast<char*>(dst) + offset,
-                             lengths[i]});
+    recvs->push_back(Transfer{c, peer, FrameHeader{}, 0, static_cast<char*>(dst) + offset,
+                              lengths[i]});
     offset += lengths[i];
   }
+  return Status::Ok();
+}
+
+Status ChannelLink::recv(int peer, void* dst, size_t bytes) {
+  std::vector<Transfer> recvs;
+  ACCL_RETURN_IF_ERROR(post_recvs(peer, dst, bytes, &recvs));
   return drive(&recvs, /*all_sends=*/false);
 }
 
 Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                                 const Reduction& reduction) {
   if (scratch_.size() < bytes) scratch_.resize(bytes);
-  ACCL_RETURN_IF_ERROR(recv(peer, scratch_.data(), bytes));
-  if (bytes > 0) reduction.fn(dst, local, scratch_.data(), bytes / reduction.elem_size);
+  std::vector<Transfer> recvs;
+  ACCL_RETURN_IF_ERROR(post_recvs(peer, scratch_.data(), bytes, &recvs));
+  // Reduce what has arrived while the rest is on its way: each stripe's received prefix,
+  // whole elements, in pieces of at least kReducePieceBytes (and the tail at the end).
+  const size_t elem = reduction.elem_size;
+  std::vector<size_t> reduced(recvs.size(), 0);
+  auto reduce_arrived = [&](bool all) {
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      const Transfer& t = recvs[i];
+      const size_t ready = t.header_done == sizeof(FrameHeader) ? t.done / elem * elem : 0;
+      if (ready == reduced[i] || (!all && ready - reduced[i] < kReducePieceBytes)) continue;
+      const size_t at = static_cast<size_t>(t.data - scratch_.data()) + reduced[i];
+      reduction.fn(static_cast<char*>(dst) + at, static_cast<const char*>(local) + at,
+                   scratch_.data() + at, (ready - reduced[i]) / elem);
+      reduced[i] = ready;
+    }
+  };
+  ACCL_RETURN_IF_ERROR(drive(&recvs, /*all_sends=*/false, [&] { reduce_arrived(false); }));
+  reduce_arrived(true);
   return Status::Ok();
 }
 

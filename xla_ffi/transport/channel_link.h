@@ -9,7 +9,9 @@
 //
 // Sends are asynchronous: post_send only queues; every wait (recv, wait_sends) drives
 // all queued sends and the awaited receives together, so two ranks that send to each
-// other never deadlock on full buffers. Waiting polls sockets, and sleeps briefly
+// other never deadlock on full buffers. A reducing receive reduces each stripe's bytes
+// as they arrive (after its frame header was checked), overlapping the reduction with
+// the transfer. Waiting polls sockets, and sleeps briefly
 // between looks at memory rings; it checks the deadline and the peers' liveness.
 #pragma once
 
@@ -82,8 +84,11 @@ class ChannelLink : public Link {
   Status step_send(Transfer& t, bool* progressed);
   Status step_recv(Transfer& t, bool* progressed);
   // Drives queued sends and `recvs` until the recvs are done (and, if `all_sends`,
-  // the sends too).
-  Status drive(std::vector<Transfer>* recvs, bool all_sends);
+  // the sends too); calls on_progress after every round that moved bytes.
+  Status drive(std::vector<Transfer>* recvs, bool all_sends,
+               const std::function<void()>& on_progress = nullptr);
+  // The transfers that receive the next `bytes` from `peer` into dst, one per stripe.
+  Status post_recvs(int peer, void* dst, size_t bytes, std::vector<Transfer>* recvs);
   Status wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds);
   std::string peer_label(int peer) const;
 
