@@ -1,0 +1,165 @@
+#include "transport/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "transport/tcp.h"
+
+namespace accl {
+namespace {
+constexpr double kHandshakeSeconds = 5.0;
+}  // namespace
+
+std::vector<std::pair<int, int>> match_rails(const std::vector<Rail>& lower,
+                                             const std::vector<Rail>& higher) {
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t i = 0; i < lower.size(); ++i) {
+    for (size_t j = 0; j < higher.size(); ++j) {
+      if (lower[i].name == higher[j].name) pairs.emplace_back(i, j);
+    }
+  }
+  if (pairs.empty()) {
+    for (size_t i = 0; i < std::min(lower.size(), higher.size()); ++i) pairs.emplace_back(i, i);
+  }
+  return pairs;
+}
+
+Status TcpTransport::start(std::string secret, std::vector<Rail>* rails, int stripes_per_rail,
+                           std::function<bool(int64_t)> lives_here,
+                           std::unique_ptr<TcpTransport>* out) {
+  std::unique_ptr<TcpTransport> t(new TcpTransport());
+  t->secret_ = std::move(secret);
+  t->stripes_per_rail_ = std::max(1, stripes_per_rail);
+  t->lives_here_ = std::move(lives_here);
+  for (Rail& rail : *rails) {
+    int fd;
+    ACCL_RETURN_IF_ERROR(tcp_listen(rail.ip, &fd, &rail.port));
+    t->listeners_.push_back(fd);
+  }
+  if (pipe(t->wake_pipe_) != 0) return error(Code::kInternal, "pipe: ", std::strerror(errno));
+  TcpTransport* raw = t.get();
+  t->acceptor_ = std::thread([raw] { raw->accept_loop(); });
+  *out = std::move(t);
+  return Status::Ok();
+}
+
+TcpTransport::~TcpTransport() {
+  if (wake_pipe_[1] >= 0) {
+    char c = 'q';
+    ssize_t ignored = write(wake_pipe_[1], &c, 1);
+    (void)ignored;
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  for (int fd : listeners_) close(fd);
+  for (int fd : wake_pipe_) {
+    if (fd >= 0) close(fd);
+  }
+  while (handshakes_in_flight_.load() > 0) usleep(1000);
+  for (auto& [key, value] : accepted_) close(value.first);
+}
+
+void TcpTransport::accept_loop() {
+  std::vector<pollfd> fds;
+  for (int fd : listeners_) fds.push_back(pollfd{fd, POLLIN, 0});
+  fds.push_back(pollfd{wake_pipe_[0], POLLIN, 0});
+  for (;;) {
+    for (auto& p : fds) p.revents = 0;
+    if (poll(fds.data(), fds.size(), -1) < 0) continue;
+    if (fds.back().revents != 0) return;
+    for (size_t i = 0; i + 1 < fds.size(); ++i) {
+      if (!(fds[i].revents & POLLIN)) continue;
+      int fd = accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      // Each handshake is read on its own thread, so a silent stranger cannot stall
+      // the acceptor.
+      handshakes_in_flight_.fetch_add(1);
+      std::thread([this, fd] {
+        handle_connection(fd);
+        handshakes_in_flight_.fetch_sub(1);
+      }).detach();
+    }
+  }
+}
+
+void TcpTransport::handle_connection(int fd) {
+  const Deadline deadline = Deadline::after_seconds(kHandshakeSeconds);
+  Handshake h;
+  Status s = read_all(fd, &h, sizeof(h), deadline);
+  if (s.ok()) s = check_handshake(h, secret_);
+  if (s.ok() && !lives_here_(h.dst_device)) {
+    s = error(Code::kAborted, "device ", h.dst_device, " does not live here");
+  }
+  if (s.ok()) s = write_all(fd, &kHandshakeAccepted, 1, deadline);
+  if (!s.ok()) {
+    refused_.fetch_add(1);
+    close(fd);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  accepted_[{h.src_device, h.dst_device, static_cast<int>(h.rail), static_cast<int>(h.stripe)}] =
+      {fd, h.weight};
+  accepted_cv_.notify_all();
+}
+
+Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
+                             std::vector<std::unique_ptr<Channel>>* out,
+                             std::vector<std::unique_ptr<Channel>>*) {
+  const int64_t me = pair.me, peer = pair.peer;
+  const ProcessEntry& mine = *pair.mine;
+  const ProcessEntry& theirs = *pair.theirs;
+  const bool lower = me < peer;
+  const auto pairs = lower ? match_rails(mine.rails, theirs.rails)
+                           : match_rails(theirs.rails, mine.rails);
+  if (pairs.empty()) {
+    return error(Code::kInvalidArgument, "process ", mine.index, " and process ", theirs.index,
+                 " (host ", theirs.host, ") share no rail");
+  }
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const Rail& local = mine.rails[lower ? pairs[k].first : pairs[k].second];
+    const Rail& remote = theirs.rails[lower ? pairs[k].second : pairs[k].first];
+    for (int stripe = 0; stripe < stripes_per_rail_; ++stripe) {
+      const std::string label =
+          str_cat("tcp rail ", local.name, " to ", remote.ip, ":", remote.port, ", process ",
+                  theirs.index, " on host ", theirs.host, ", device ", peer);
+      int fd = -1;
+      double weight = local.weight;
+      if (lower) {
+        ACCL_RETURN_IF_ERROR(tcp_connect(local.ip, remote.ip, remote.port, deadline, &fd));
+        Handshake h;
+        std::memcpy(h.secret, secret_.data(), kSecretBytes);
+        h.src_device = me;
+        h.dst_device = peer;
+        h.rail = static_cast<uint32_t>(k);
+        h.stripe = static_cast<uint32_t>(stripe);
+        h.weight = weight;
+        char ack = 0;
+        Status s = write_all(fd, &h, sizeof(h), deadline);
+        if (s.ok()) s = read_all(fd, &ack, 1, deadline);
+        if (s.ok() && ack != kHandshakeAccepted) s = error(Code::kAborted, "handshake refused");
+        if (!s.ok()) {
+          close(fd);
+          return error(s.code(), label, ": ", s.message());
+        }
+      } else {
+        std::unique_lock<std::mutex> lock(mutex_);
+        const auto key = std::make_tuple(peer, me, static_cast<int>(k), stripe);
+        if (!accepted_cv_.wait_until(lock, deadline.at,
+                                     [&] { return accepted_.count(key) > 0; })) {
+          return error(Code::kTimeout, label, ": the peer never connected");
+        }
+        fd = accepted_[key].first;
+        weight = accepted_[key].second;
+        accepted_.erase(key);
+      }
+      auto channel = std::make_unique<TcpChannel>(fd, label, weight);
+      channel->rail = local.name;
+      out->push_back(std::move(channel));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace accl

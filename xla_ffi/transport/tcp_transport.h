@@ -1,0 +1,63 @@
+// TCP between hosts: a listener per rail, an acceptor thread that checks each
+// connection's handshake (the job's secret; each handshake on its own thread, so a
+// silent stranger cannot stall it), and connect(), which makes one connection per
+// matched rail and stripe, from the lower device id to the higher (the higher waits
+// for the lower's connections to be accepted).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "transport/transport.h"
+
+namespace accl {
+
+// Rails of the lower and higher process of a pair, matched by interface name (the
+// rails of rail-optimised clusters have the same names everywhere), else by position.
+std::vector<std::pair<int, int>> match_rails(const std::vector<Rail>& lower,
+                                             const std::vector<Rail>& higher);
+
+class TcpTransport final : public Transport {
+ public:
+  // Opens one listener per rail (fills rails[i].port) and starts accepting;
+  // `lives_here(device)` tells whether a connection's destination is this process's.
+  static Status start(std::string secret, std::vector<Rail>* rails, int stripes_per_rail,
+                      std::function<bool(int64_t)> lives_here, std::unique_ptr<TcpTransport>* out);
+  ~TcpTransport() override;
+
+  const char* name() const override { return "tcp"; }
+  bool can_connect(const DevicePair& pair) const override {
+    return pair.mine->host != pair.theirs->host;
+  }
+  Status connect(const DevicePair& pair, const Deadline& deadline,
+                 std::vector<std::unique_ptr<Channel>>* out,
+                 std::vector<std::unique_ptr<Channel>>* reverse) override;
+  // Connections refused for a wrong secret, protocol or destination.
+  uint64_t refused() const { return refused_.load(); }
+  int stripes_per_rail() const { return stripes_per_rail_; }
+
+ private:
+  TcpTransport() = default;
+  void accept_loop();
+  void handle_connection(int fd);
+
+  std::string secret_;
+  int stripes_per_rail_ = 1;
+  std::function<bool(int64_t)> lives_here_;
+  std::vector<int> listeners_;
+  int wake_pipe_[2] = {-1, -1};
+  std::thread acceptor_;
+  std::mutex mutex_;
+  std::condition_variable accepted_cv_;
+  // Accepted connections not yet claimed: (src, dst, rail pair, stripe) -> fd, weight.
+  std::map<std::tuple<int64_t, int64_t, int, int>, std::pair<int, double>> accepted_;
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<int> handshakes_in_flight_{0};
+};
+
+}  // namespace accl

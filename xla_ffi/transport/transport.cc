@@ -1,0 +1,59 @@
+#include "transport/transport.h"
+
+#include <algorithm>
+
+#include "transport/ring_channel.h"
+#include "transport/shm.h"
+
+namespace accl {
+namespace {
+
+class MemoryTransport final : public Transport {
+ public:
+  const char* name() const override { return "memory"; }
+  bool can_connect(const DevicePair& pair) const override {
+    return pair.mine->index == pair.theirs->index;
+  }
+  Status connect(const DevicePair&, const Deadline&, std::vector<std::unique_ptr<Channel>>* out,
+                 std::vector<std::unique_ptr<Channel>>* reverse) override {
+    std::unique_ptr<Channel> a, b;
+    make_memory_channels(&a, &b);
+    out->push_back(std::move(a));
+    reverse->push_back(std::move(b));
+    return Status::Ok();
+  }
+};
+
+class ShmTransport final : public Transport {
+ public:
+  explicit ShmTransport(std::string prefix) : prefix_(std::move(prefix)) {}
+  const char* name() const override { return "shm"; }
+  bool can_connect(const DevicePair& pair) const override {
+    return pair.mine->index != pair.theirs->index && pair.mine->host == pair.theirs->host;
+  }
+  Status connect(const DevicePair& pair, const Deadline&,
+                 std::vector<std::unique_ptr<Channel>>* out,
+                 std::vector<std::unique_ptr<Channel>>*) override {
+    const std::string segment =
+        str_cat(prefix_, "_", std::min(pair.me, pair.peer), "_", std::max(pair.me, pair.peer));
+    std::unique_ptr<Channel> c;
+    ACCL_RETURN_IF_ERROR(open_shm_channel(
+        segment, pair.me < pair.peer ? 0 : 1,
+        str_cat("shm to process ", pair.theirs->index, ", device ", pair.peer), &c));
+    c->rail = "shm";
+    out->push_back(std::move(c));
+    return Status::Ok();
+  }
+
+ private:
+  std::string prefix_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> memory_transport() { return std::make_unique<MemoryTransport>(); }
+std::unique_ptr<Transport> shm_transport(std::string prefix) {
+  return std::make_unique<ShmTransport>(std::move(prefix));
+}
+
+}  // namespace accl
