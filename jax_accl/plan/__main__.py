@@ -17,15 +17,11 @@ def describe(t: Topology, algorithm: str) -> list[str]:
     if kind == "flat":
         return [f"  flat {inner} over all {t.ranks} devices (host-major order); between hosts "
                 "every flow takes rail 0"]
-    parts = slice_parts(t)
-    rails = collections.Counter(rail for _, rail in parts)
-    striped = len(parts) > t.devices_per_host
-    mapping = ("each slice striped over " + ("its rails" if len(rails) > 1 else "rail 0")
-               if striped else f"slice i on rail i mod {t.rails}")
+    rails = collections.Counter(rail for _, rail in slice_parts(t))
     lines = [f"  1. local reduce-scatter: {t.devices_per_host} devices per host, in memory",
              f"  2. {inner} among {t.hosts} hosts for each of {t.devices_per_host} slices at "
-             f"once; {mapping} "
-             f"({', '.join(f'rail {r}: {n} slice(s)' for r, n in sorted(rails.items()))})",
+             f"once, each striped over all {t.rails} rails "
+             f"({', '.join(f'rail {r}: {n} slice part(s)' for r, n in sorted(rails.items()))})",
              "  3. local all-gather"]
     if algorithm.endswith("pipelined"):
         lines.append("  phases pipelined over 8 chunks per slice")

@@ -7,24 +7,13 @@ process's ranks in rank order; rank at[h][j][t] is device t of process j of host
     process has) own a slice each;
   * tier 1: device t of every process of a host; the first ``process_owners`` (the fewest
     processes any host has) own a sub-slice each;
-  * between hosts: device t of process j of every host, in host order, carrying slice
-    q = j * thread_owners + t of ``slices`` on the rails ``slice_rails`` gives.
+  * between hosts: device t of process j of every host, in host order, each slice
+    striped over every rail.
 Pure: no I/O.
 """
 from __future__ import annotations
 
 from typing import Sequence
-
-
-def slice_rails(slice_: int, slices: int, rails: int) -> list[int]:
-    """ACCL's rail mapping, every rail an equal share: with slices a multiple of rails,
-    rail slice mod rails; with rails a multiple of slices, every rail r with
-    r mod slices = slice; otherwise every rail."""
-    if slices % rails == 0:
-        return [slice_ % rails]
-    if rails % slices == 0:
-        return [r for r in range(rails) if r % slices == slice_]
-    return list(range(rails))
 
 
 def group_layout(places: Sequence[tuple[str, int]]) -> dict:
@@ -62,9 +51,6 @@ def group_layout(places: Sequence[tuple[str, int]]) -> dict:
                           for h, j, t in where],
         "host_peers": [[host[j][t] for host in at] if owns(r) else []
                        for r, (h, j, t) in enumerate(where)],
-        "slice": [j * thread_owners + t if owns(r) else -1
-                  for r, (h, j, t) in enumerate(where)],
-        "slices": thread_owners * process_owners,
     }
 
 

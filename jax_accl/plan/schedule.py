@@ -10,8 +10,8 @@ ranks; rank r lives on host r // devices_per_host, as local device r % devices_p
                               1. local reduce-scatter: device i of every host gathers
                                  slice i from the host's other devices (memory);
                                  2. for every slice i at once, the inner algorithm among
-                                 the hosts' device i on the rails layout.slice_rails
-                                 maps slice i to (one part per rail where it is striped);
+                                 the hosts' device i, striped over every rail (one
+                                 part per rail);
                                  3. local all-gather (memory).
 Explicit schedules are for small shapes (the simulator runs them symbolically);
 `network_steps` lists, at any scale, the distinct flow patterns between hosts.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from jax_accl.plan.layout import slice_rails
 from jax_accl.plan.topology import Topology
 
 
@@ -125,10 +124,8 @@ def flat(topology: Topology, inner: str) -> Schedule:
 
 def slice_parts(topology: Topology) -> list[tuple[int, int]]:
     """(slice, rail) of every part that travels between hosts: slice i (owned by local
-    device i) on the rails layout.slice_rails maps it to, as the runtime sends it (a
-    slice on several rails is striped, one part per rail)."""
-    d = topology.devices_per_host
-    return [(i, rail) for i in range(d) for rail in slice_rails(i, d, topology.rails)]
+    device i) striped over every rail, one part per rail, as the runtime sends it."""
+    return [(i, rail) for i in range(topology.devices_per_host) for rail in range(topology.rails)]
 
 
 def hierarchical(topology: Topology, inner: str) -> Schedule:
@@ -171,11 +168,13 @@ def network_steps(topology: Topology, algorithm: str):
             return [[(r // d, (r + 1) % n // d, 0) for r in range(n) if r // d != (r + 1) % n // d]]
         pairs = _hd_pairs(n)
         return [[(a // d, b // d, 0) for a, b in step if a // d != b // d] for step in pairs]
-    parts = slice_parts(topology)
+    # The parts of all slices between one pair of hosts on one rail share its path: one
+    # flow of that host pair (the same bytes per link as one slice per rail would be).
+    rails = range(topology.rails)
     if inner == "ring":
-        return [[(host, (host + 1) % h, rail) for _, rail in parts
-                 for host in range(h) if h > 1]]
-    return [[(a, b, rail) for _, rail in parts for a, b in step] for step in _hd_pairs(h)]
+        return [sorted({(host, (host + 1) % h, rail) for rail in rails
+                        for host in range(h) if h > 1})]
+    return [sorted({(a, b, rail) for rail in rails for a, b in step}) for step in _hd_pairs(h)]
 
 
 def _hd_pairs(n: int) -> list[list[tuple[int, int]]]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from jax_accl import launch, netns
-from jax_accl.plan.layout import slice_rails
+from jax_accl.plan.schedule import slice_parts
+from jax_accl.plan.topology import Topology
 
 WORKER = str(Path(__file__).with_name("worker.py"))
 
@@ -29,12 +30,10 @@ def phases_by_device(trace: list) -> dict:
     return out
 
 
-def planned_rails(first_slice: int, slices: int, trace: list) -> dict:
-    """{device: the rails jax_accl.plan maps its slice to}, for a process whose devices
-    carry slices first_slice, first_slice + 1, ... (its devices in id order)."""
-    devices = sorted(phases_by_device(trace))
-    return {d: {f"rail{r}" for r in slice_rails(first_slice + t, slices, 2)}
-            for t, d in enumerate(devices)}
+def planned_rails(trace: list) -> dict:
+    """{device: the rails jax_accl.plan sends its slice on}: every slice on both rails."""
+    parts = slice_parts(Topology(2, 1, 2))
+    return {d: {f"rail{r}" for _, r in parts} for d in phases_by_device(trace)}
 
 
 def assert_hierarchical_phases(trace: list, tiers: list, rails: dict | None = None):
@@ -152,10 +151,7 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
         assert set(shares) == {"tcp:rail0", "tcp:rail1"}
         assert all(0.45 < s < 0.55 for s in shares.values()), shares
         assert r["stats"]["phase_seconds"]["between_hosts"] > 0
-        # Two slices per host on two rails: device i's slice travels on rail i only.
-        rails = planned_rails(0, 2, r["trace"])
-        assert sorted(rails.values(), key=sorted) == [{"rail0"}, {"rail1"}]
-        assert_hierarchical_phases(r["trace"], ["local"], rails)
+        assert_hierarchical_phases(r["trace"], ["local"], planned_rails(r["trace"]))
 
 
 # hosts x processes per host x devices per process; "2+1" hosts of 2 and 1 processes.
@@ -188,10 +184,8 @@ def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host,
         if owns:
             local_tiers = (["local"] if devices > 1 else []) + \
                 (["host"] if spaces.count(host) > 1 else [])
-            # Each device's slice on the rails the planner maps it to (both, for one slice).
-            slices = min(per_host) * devices
-            assert_hierarchical_phases(r["trace"], local_tiers,
-                                       planned_rails(position * devices, slices, r["trace"]))
+            # Each device's slice on the rails the planner sends it on (striped over both).
+            assert_hierarchical_phases(r["trace"], local_tiers, planned_rails(r["trace"]))
 
 
 @pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])

@@ -1,8 +1,5 @@
-"""The planner's tiers and rail mapping (jax_accl.plan.layout) against the runtime's
-(topology/group_layout, through the binding): the same groups, owners, slices and rails
-for every layout."""
-import itertools
-
+"""The planner's tiers (jax_accl.plan.layout) against the runtime's (topology/group_layout,
+through the binding): the same groups and owners for every layout."""
 import pytest
 
 from jax_accl import _accl
@@ -29,16 +26,3 @@ def test_interleaved_ranks_and_one_process_on_two_hosts():
         layout.group_layout([("a", 0), ("b", 0)])
     with pytest.raises(ValueError, match="placed on hosts"):
         _accl.group_layout([("a", 0), ("b", 0)])
-
-
-def test_slice_rails_equal_the_runtime_and_share_rails_equally():
-    for slices, rails in itertools.product(range(1, 13), range(1, 9)):
-        load = [0.0] * rails
-        for q in range(slices):
-            mine = layout.slice_rails(q, slices, rails)
-            assert mine == _accl.slice_rails(q, slices, rails)
-            for r in mine:
-                load[r] += 1 / len(mine)
-        assert max(load) - min(load) < 1e-9, (slices, rails, load)
-    # ACCL's mapping where it divides: slice i alone on rail i.
-    assert [layout.slice_rails(q, 8, 8) for q in range(8)] == [[q] for q in range(8)]

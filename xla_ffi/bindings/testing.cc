@@ -119,8 +119,7 @@ std::vector<std::string> hierarchical_threads(std::vector<std::pair<std::string,
 // The tiers of a group whose ranks live at `places` (host, process), as the runtime
 // derives them: {"hosts": ranks of every host, "thread_owners", "process_owners",
 // "process_peers": tier-1 group of every rank (empty where it owns no slice of tier 0),
-// "host_peers": tier-2 group of every rank (empty where it owns no slice), "slice": the
-// slice each rank carries between hosts (-1: none), "slices", "describe"}.
+// "host_peers": tier-2 group of every rank (empty where it owns no slice), "describe"}.
 nb::dict group_layout(std::vector<std::pair<std::string, int>> places) {
   std::vector<RankPlace> rank_places;
   for (const auto& [host, process] : places) rank_places.push_back(RankPlace{process, host});
@@ -128,13 +127,11 @@ nb::dict group_layout(std::vector<std::pair<std::string, int>> places) {
   Status made = GroupLayout::make(rank_places, &layout);
   if (!made.ok()) throw nb::value_error(made.message().c_str());
   std::vector<std::vector<int>> hosts, process_peers, host_peers;
-  std::vector<int> slice;
   for (int h = 0; h < layout.host_count(); ++h) hosts.push_back(layout.host_ranks(h));
   for (int r = 0; r < layout.size(); ++r) {
     const bool t_owner = layout.device_position(r) < layout.thread_owners();
     process_peers.push_back(t_owner ? layout.process_peers(r) : std::vector<int>{});
     host_peers.push_back(layout.owns_slice(r) ? layout.host_peers(r) : std::vector<int>{});
-    slice.push_back(layout.owns_slice(r) ? layout.slice_of(r) : -1);
   }
   nb::dict out;
   out["hosts"] = hosts;
@@ -142,8 +139,6 @@ nb::dict group_layout(std::vector<std::pair<std::string, int>> places) {
   out["process_owners"] = layout.process_owners();
   out["process_peers"] = process_peers;
   out["host_peers"] = host_peers;
-  out["slice"] = slice;
-  out["slices"] = layout.slices();
   out["describe"] = layout.describe();
   return out;
 }
@@ -188,7 +183,6 @@ void register_testing(nb::module_& m) {
         nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("chunks") = 0,
         nb::arg("timeout_s") = 30.0);
   m.def("group_layout", &group_layout, nb::arg("places"));
-  m.def("slice_rails", &slice_rails, nb::arg("slice"), nb::arg("slices"), nb::arg("rails"));
   m.def("parse_handshake", &parse_handshake, nb::arg("data"), nb::arg("secret"));
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002);

@@ -7,6 +7,7 @@
 
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
+#include "runtime/communicator.h"
 #include "runtime/device_workers.h"
 #include "runtime/one_shot.h"
 #include "xla/ffi/api/ffi.h"
@@ -144,10 +145,7 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
   };
   size_t bytes = 0;
   for (size_t k = 0; k < ins.size(); ++k) bytes += counts[k] * dtype_size(spec.signature.dtype);
-  const bool one_shot = member_devices.empty() && bytes <= kOneShotBytes &&
-                        (spec.signature.algorithm == Algorithm::kAuto ||
-                         spec.signature.algorithm == Algorithm::kDirect);
-  if (one_shot) {
+  if (member_devices.empty() && plan_one_shot(bytes, spec.signature.algorithm)) {
     allreduce_one_shot(spec, ins, outs, counts, std::move(complete));
   } else {
     // The buffers stay valid until the future completes (XLA's contract for async calls).

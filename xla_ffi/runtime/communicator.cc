@@ -5,6 +5,7 @@
 
 #include "algorithms/hierarchical.h"
 #include "algorithms/select.h"
+#include "runtime/one_shot.h"
 #include "runtime/world.h"
 
 namespace accl {
@@ -12,6 +13,10 @@ namespace accl {
 int& pipeline_chunks_setting() {
   static int chunks = 0;
   return chunks;
+}
+
+bool plan_one_shot(size_t bytes, Algorithm forced) {
+  return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
 }
 
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced) {

@@ -27,6 +27,10 @@ struct CallPlan {
 // choose (choose_pipeline_chunks), 1 turns pipelining off, n > 1 forces n chunks.
 int& pipeline_chunks_setting();
 
+// Whether an all-reduce among the device threads of this process runs as the one-shot
+// asynchronous reduce (runtime/one_shot.h): small, and direct or the automatic choice.
+bool plan_one_shot(size_t bytes, Algorithm forced);
+
 // The schedule of an all-reduce among `n` device threads of one process: `forced`, or
 // where that is kAuto (or kHierarchical, which has one level here) the cost model's.
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced);

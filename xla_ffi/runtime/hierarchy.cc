@@ -28,12 +28,11 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
     if (call.between == Algorithm::kAuto) {
       return error(Code::kInternal, call.label, ": no algorithm between hosts planned");
     }
-    Status s = connect(layout.host_peers(rank), layout.host_of(rank), layout.slice_of(rank),
-                       layout.slices(), &between);
+    Status s = connect(layout.host_peers(rank), layout.host_of(rank), &between);
     if (!s.ok()) return fail(s);
   }
   if (t < tiers[0].owners && layout.process_peers(rank).size() > 1) {
-    Status s = connect(layout.process_peers(rank), j, 0, 0, &processes);
+    Status s = connect(layout.process_peers(rank), j, &processes);
     if (!s.ok()) return fail(s);
     tiers[1].link = processes.get();
   }

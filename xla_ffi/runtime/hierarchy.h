@@ -19,10 +19,9 @@
 
 namespace accl {
 
-// Opens this rank's link to the group ranks `ranks`, where it is rank `index`; between
-// hosts, `slice` and `slices` choose the rails (slice_rails), elsewhere slices is 0.
-using ConnectGroup = std::function<Status(const std::vector<int>& ranks, int index, int slice,
-                                          int slices, std::unique_ptr<ChannelLink>* link)>;
+// Opens this rank's link to the group ranks `ranks`, where it is rank `index`.
+using ConnectGroup = std::function<Status(const std::vector<int>& ranks, int index,
+                                          std::unique_ptr<ChannelLink>* link)>;
 
 struct HierarchyCall {
   const GroupLayout* layout;

@@ -59,32 +59,14 @@ uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
 }
 
-// Of the channels to one peer, those on the rails slice `slice` of `slices` uses
-// (topology's slice_rails; the channels come rail by rail in matched order, the stripes
-// of a rail together). All of them for slices = 0, for channels within a host, and where
-// the rails' weights differ (a weighted split needs every rail).
-std::vector<Channel*> rail_channels(const std::vector<Channel*>& all, int stripes, int slice,
-                                    int slices) {
-  if (slices == 0 || all.empty() || all[0]->poll_fd() < 0 || all.size() % stripes != 0) return all;
-  for (Channel* c : all) {
-    if (c->weight() != all[0]->weight()) return all;
-  }
-  std::vector<Channel*> kept;
-  for (int rail : slice_rails(slice, slices, static_cast<int>(all.size()) / stripes)) {
-    for (int k = 0; k < stripes; ++k) kept.push_back(all[rail * stripes + k]);
-  }
-  return kept;
-}
-
 Status open_link(World& world, const std::vector<int64_t>& members, int rank, uint64_t tag,
                  const std::string& where, const Deadline& deadline,
-                 std::unique_ptr<ChannelLink>* link, int slice = 0, int slices = 0) {
+                 std::unique_ptr<ChannelLink>* link) {
   std::vector<std::vector<Channel*>> channels(members.size());
   for (size_t r = 0; r < members.size(); ++r) {
     if (static_cast<int>(r) == rank) continue;
     Status s = world.channels(members[rank], members[r], deadline, &channels[r]);
     if (!s.ok()) return error(s.code(), where, ": connecting to device ", members[r], ": ", s.message());
-    channels[r] = rail_channels(channels[r], world.stripes_per_rail(), slice, slices);
   }
   *link = std::make_unique<ChannelLink>(rank, std::move(channels), tag, where, deadline);
   return Status::Ok();
@@ -243,10 +225,9 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   // this rank owns a slice at both) its peers of the same position on the other hosts.
   const HierarchyCall hierarchy{&layout, spec.rank, spec.key, sig, spec.label, deadline,
                                 plan.between, plan.chunks};
-  ConnectGroup connect = [&](const std::vector<int>& ranks, int index, int slice, int slices,
+  ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
                              std::unique_ptr<ChannelLink>* link) {
-    return open_link(*world, devices_of(devices, ranks), index, tag, where, deadline, link,
-                     slice, slices);
+    return open_link(*world, devices_of(devices, ranks), index, tag, where, deadline, link);
   };
   HierarchyResult result;
   Status s = run_hierarchy(hierarchy, segments, reduction, connect, &result);

@@ -85,7 +85,6 @@ int World::process_of(int64_t device) const {
 }
 
 uint64_t World::refused_connections() const { return tcp_ != nullptr ? tcp_->refused() : 0; }
-int World::stripes_per_rail() const { return tcp_ != nullptr ? tcp_->stripes_per_rail() : 1; }
 
 Status World::channels(int64_t me, int64_t peer, const Deadline& deadline,
                        std::vector<Channel*>* out) {

@@ -42,8 +42,6 @@ class World {
   // The channels from device `me` (of this process) to device `peer`.
   Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
   uint64_t refused_connections() const;
-  // TCP connections per rail and peer: channels() lists a rail's together, rail by rail.
-  int stripes_per_rail() const;
   // Whether large transfers between processes of this host may use cross-memory attach.
   bool cross_memory_attach() const { return cross_memory_attach_; }
 

@@ -76,7 +76,7 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
       hc.signature.dtype = call.dtype;
       hc.signature.op = call.op;
       describe_layout(lengths, &hc.signature);
-      ConnectGroup connect = [&](const std::vector<int>& ranks, int index, int, int,
+      ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
                                  std::unique_ptr<ChannelLink>* link) {
         *link = std::make_unique<ChannelLink>(index, channels_of(meshes.at(ranks), index), 42,
                                               hc.label, hc.deadline);

@@ -68,17 +68,6 @@ bool GroupLayout::owns_slice(int rank) const {
   return w.device < thread_owners_ && w.process < process_owners_;
 }
 
-std::vector<int> slice_rails(int slice, int slices, int rails) {
-  std::vector<int> out;
-  for (int r = 0; r < rails; ++r) {
-    const bool mapped = slices % rails == 0   ? r == slice % rails
-                        : rails % slices == 0 ? r % slices == slice
-                                              : true;
-    if (mapped) out.push_back(r);
-  }
-  return out;
-}
-
 std::string GroupLayout::describe() const {
   std::string out = str_cat(at_.size(), at_.size() == 1 ? " host [" : " hosts [");
   for (size_t h = 0; h < at_.size(); ++h) {

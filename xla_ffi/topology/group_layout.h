@@ -11,9 +11,10 @@
 //   tier 2, hosts      for position (t, j): device t of process j of every host, in host
 //                      order (halving-doubling keeps it, so hosts keep their places in
 //                      the fabric): they all-reduce their sub-slice.
-// Between hosts, slice q = j * thread_owners + t of the Q = thread_owners x process_owners
-// slices travels on the rails slice_rails(q, Q, rails) gives (ACCL's rail mapping: each
-// slice on its own rail or rails, every rail an equal share).
+// Between hosts every slice is striped over every rail, by weight: the rails stay busy
+// while any slice is still on its way, so one late slice does not leave a rail idle
+// (measured on namespaced hosts: mapping slice q to rail q mod R alone ran 1.13-1.21x the
+// network limit where striping ran 1.08-1.10x; the bytes on every link are the same).
 // A rank that owns no slice of a tier only contributes to that tier's reduce-scatter
 // and receives in its all-gather: every layout, even or not, runs the same schedule.
 //
@@ -58,9 +59,6 @@ class GroupLayout {
   std::vector<int> host_peers(int rank) const;
   // Whether `rank` owns a slice at every local tier, and so takes part between hosts.
   bool owns_slice(int rank) const;
-  // Slices between hosts, and the one `rank` carries (when owns_slice).
-  int slices() const { return thread_owners_ * process_owners_; }
-  int slice_of(int rank) const { return where_[rank].process * thread_owners_ + where_[rank].device; }
 
   // e.g. "2 hosts [(0 1) (2) | (3 4) (5)], 2 owners per process, 1 per host".
   std::string describe() const;
@@ -75,11 +73,5 @@ class GroupLayout {
   int thread_owners_ = 0;
   int process_owners_ = 0;
 };
-
-// The rails (of `rails`, in their matched order) that slice `slice` of `slices` uses
-// between hosts: with slices a multiple of rails, rail slice mod rails; with rails a
-// multiple of slices, every rail r with r mod slices = slice (the slice striped over
-// them); otherwise every rail (each slice striped over all, still an equal share).
-std::vector<int> slice_rails(int slice, int slices, int rails);
 
 }  // namespace accl
