@@ -473,11 +473,16 @@ def print_phases(rows: list[dict]) -> None:
                   f"local all-gather {phases['local_all_gather'] * 1e3:.2f} ms")
 
 
+def worker_args(args) -> list[str]:
+    """The sweep's options, as every process of a multi-process run gets them."""
+    return ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
+            "--loop", str(args.loop)]
+
+
 def multi_process_main(args, out) -> int:
     """Launch the processes (on namespaced hosts if --hosts > 1) and print their table."""
     from jax_accl import launch
-    forwarded = ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
-                 "--loop", str(args.loop)]
+    forwarded = worker_args(args)
     worker = ["-m", "jax_accl.bench"]
     if args.hosts <= 1:
         label = f"{args.processes}x{args.devices} processes x devices, one host"
@@ -509,8 +514,7 @@ def multi_process_main(args, out) -> int:
 def multi_host_job(args, per_host, rails, rate, chunks, out) -> None:
     """One job on namespaced hosts with `rails` rails in use; prints its table."""
     from jax_accl import launch, netns
-    forwarded = ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
-                 "--loop", str(args.loop)]
+    forwarded = worker_args(args)
     with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
         env = [{"JAX_ACCL_HOST_ID": ns,

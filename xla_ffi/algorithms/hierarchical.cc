@@ -204,17 +204,6 @@ class BetweenHosts {
 
 }  // namespace
 
-uint64_t owned_bytes(const std::vector<Buffers>& segments, const std::vector<int>& owners,
-                     const std::vector<int>& positions) {
-  uint64_t bytes = 0;
-  for (const Buffers& seg : segments) {
-    size_t count = seg.count;
-    for (size_t l = 0; l < owners.size(); ++l) count = Blocks{count, owners[l]}.length(positions[l]);
-    bytes += count * seg.elem_size;
-  }
-  return bytes;
-}
-
 Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
                               Algorithm between_algorithm, const std::vector<Buffers>& segments,
                               const Reduction& reduction, int chunks, const Deadline& deadline,

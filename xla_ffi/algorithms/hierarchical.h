@@ -45,11 +45,6 @@ struct PhaseRecord {
 };
 using HierarchicalTimes = std::vector<PhaseRecord>;
 
-// The bytes a rank owns after the local tiers: its position `positions[l]` (its rank in
-// tier l) of every tier in turn.
-uint64_t owned_bytes(const std::vector<Buffers>& segments, const std::vector<int>& owners,
-                     const std::vector<int>& positions);
-
 // `tiers`: the local tiers, innermost first; only tier 0 may have peer memory.
 // `between`: the link among the ranks of this rank's position on every host, nullptr
 // when it owns no slice or the group has one host.

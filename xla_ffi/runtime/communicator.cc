@@ -3,7 +3,6 @@
 #include <map>
 #include <mutex>
 
-#include "algorithms/hierarchical.h"
 #include "algorithms/select.h"
 #include "runtime/one_shot.h"
 #include "runtime/world.h"
@@ -57,9 +56,10 @@ CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) 
   if (plan.schedule != Algorithm::kHierarchical) return plan;
 
   if (g.owns_slice(rank) && g.host_count() > 1) {
-    const int t = g.device_position(rank), j = g.process_position(rank);
-    std::vector<Buffers> whole{Buffers{nullptr, nullptr, bytes, 1}};
-    const uint64_t owned = owned_bytes(whole, {g.thread_owners(), g.process_owners()}, {t, j});
+    // This rank's share after both local tiers: slice t of the threads', then sub-slice
+    // j of that among the host's processes.
+    const size_t slice = Blocks{bytes, g.thread_owners()}.length(g.device_position(rank));
+    const size_t owned = Blocks{slice, g.process_owners()}.length(g.process_position(rank));
     plan.between = choose_algorithm(g.host_count(), owned, /*peer_memory=*/false,
                                     network_model(cost_model(), rails_));
   }

@@ -1,13 +1,12 @@
 // All-reduce of a group that spans processes (and hosts): which schedule runs, over
 // which links.
 //
-// Hierarchical (algorithms/hierarchical.cc), the automatic choice between hosts: the
-// tiers are by host (topology/group_layout.h). The host tier is the group's ranks on
-// this host: the device threads of this process reading each other's buffers where the
-// host's ranks all live in it, else messages over memory rings between threads and
-// shared memory between processes. The tier between hosts is one slice group per
-// owner, over TCP on every rail, its algorithm chosen by the cost model for the hosts
-// and the slice's bytes.
+// Hierarchical (algorithms/hierarchical.cc, joined and connected by runtime/hierarchy.cc),
+// the automatic choice between hosts: three tiers by host (topology/group_layout.h), the
+// device threads of this process (peer memory), device t of every process of this host
+// (shared memory), and the owners of the same position on every host (TCP, every slice
+// striped over every rail). The communicator (runtime/communicator.h) plans the call:
+// the schedule, the algorithm between hosts and the pipeline's chunks.
 //
 // One host (every process of the group on this host), large messages with cross-memory
 // attach usable: one reduce-broadcast over all devices of the group

@@ -37,8 +37,9 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
   if (!made.ok()) return std::vector<Status>(n, made);
   const GroupLayout& layout = group->layout();
   const ReduceFn fn = reduce_kernel(call.dtype, call.op);
-  if (made.ok() && fn == nullptr) made = error(Code::kInvalidArgument, "no kernel for this op and dtype");
-  if (!made.ok()) return std::vector<Status>(n, made);
+  if (fn == nullptr) {
+    return std::vector<Status>(n, error(Code::kInvalidArgument, "no kernel for this op and dtype"));
+  }
   // Every group a rank connects to (its processes tier, its hosts tier) gets a mesh of
   // channels, keyed by the group's ranks; built before the threads start.
   std::map<std::vector<int>, ChannelMesh> meshes;

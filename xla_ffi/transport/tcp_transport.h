@@ -39,7 +39,6 @@ class TcpTransport final : public Transport {
                  std::vector<std::unique_ptr<Channel>>* reverse) override;
   // Connections refused for a wrong secret, protocol or destination.
   uint64_t refused() const { return refused_.load(); }
-  int stripes_per_rail() const { return stripes_per_rail_; }
 
  private:
   TcpTransport() = default;
