@@ -10,7 +10,7 @@ import numpy as np
 from jax import lax, tree_util
 
 from jax_accl import _compat as c
-from jax_accl import config, routing
+from jax_accl import config, names, routing
 from jax_accl.primitives import allreduce as prim
 
 _jax_psum = lax.psum  # JAX's own, even while patch_psum() is active
@@ -24,16 +24,18 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
               axis_index_groups=None):
     """All-reduce every leaf of ``x`` over ``axis_name`` with ``op`` (sum, prod, min, max).
 
-    ``algorithm`` forces one of direct, ring or halving_doubling; "auto" lets the cost
-    model choose (or ``JAX_ACCL_ALGORITHM`` force one for the whole run).
+    ``algorithm`` forces one of ``jax_accl.names.ALGORITHMS``: direct, ring,
+    halving_doubling, reduce_broadcast (shared memory within a process; across the
+    processes of one host, by cross-memory attach) or hierarchical (across processes);
+    "auto" lets the cost model choose (or ``JAX_ACCL_ALGORITHM`` force one for the run).
     """
-    if op not in prim.OP_CODES:
-        raise ValueError(f"jax_accl.allreduce: op must be one of {tuple(prim.OP_CODES)}, "
+    if op not in names.OPS:
+        raise ValueError(f"jax_accl.allreduce: op must be one of {tuple(names.OPS)}, "
                          f"got {op!r}")
-    if algorithm not in config.ALGORITHMS:
-        raise ValueError(f"jax_accl.allreduce: algorithm must be one of {config.ALGORITHMS},"
+    if algorithm not in names.ALGORITHMS:
+        raise ValueError(f"jax_accl.allreduce: algorithm must be one of {names.ALGORITHMS},"
                          f" got {algorithm!r}")
-    api_name = prim.API_NAMES[op]
+    api_name = names.API_NAMES[op]
     axes = c.skip_size_one_axes(_axes_tuple(axis_name))
     if not axes:
         return x

@@ -1,52 +1,139 @@
-"""The JAX_ACCL_* knobs of collectives (read at trace time; the rail knobs are read by
-jax_accl/rails.py when a multi-process job starts)."""
+"""Every JAX_ACCL_* environment variable, declared once: its default, when it is read and
+what it does. This module is the only reader of the environment (the native core gets
+the values from here); the README's knob table is generated from KNOBS
+(``python -m jax_accl.config`` prints it)."""
 from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
+from typing import Callable
 
-ALGORITHMS = ("auto", "direct", "ring", "halving_doubling", "reduce_broadcast", "hierarchical")
-OPS = ("sum", "prod", "min", "max")
+from jax_accl import names
+from jax_accl.units import parse_size
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError("expected a positive number of seconds")
+    return value
+
+
+def _integer_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError(f"expected an integer >= {low}")
+        return value
+    return parse
+
+
+def _positive_size(text: str) -> int:
+    value = parse_size(text)
+    if value <= 0:
+        raise ValueError("expected a positive byte count (e.g. 67108864 or 64MiB)")
+    return value
+
+
+def _switch(text: str) -> bool:
+    value = text.lower()
+    if value not in ("0", "1", "false", "true"):
+        raise ValueError("expected 0 or 1")
+    return value in ("1", "true")
+
+
+def _one_of(choices) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _debug_level(text: str) -> str:
+    return _one_of(("", "INFO", "DEBUG"))(text.upper())
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str  # as it would be written in the environment
+    read: str     # when jax_accl reads it
+    doc: str
+    parse: Callable[[str], object] = str
+
+
+KNOBS = {k.name: k for k in [
+    Knob("JAX_ACCL_TIMEOUT_S", "120", "each call, when traced",
+         "deadline of one collective, in seconds; on expiry every waiting rank raises, "
+         "naming the ranks that never arrived", _positive_float),
+    Knob("JAX_ACCL_ALGORITHM", "auto", "each call, when traced",
+         "the algorithm of every all-reduce with `algorithm=\"auto\"`: `direct`, `ring`, "
+         "`halving_doubling`, `reduce_broadcast` (across processes: by cross-memory "
+         "attach, on one host) or `hierarchical` (across processes)",
+         _one_of(names.ALGORITHMS)),
+    Knob("JAX_ACCL_FUSION_BYTES", "64MiB", "each call, when traced",
+         "largest bucket when a pytree is fused into one call per dtype (bytes, or "
+         "`16MiB`)", _positive_size),
+    Knob("JAX_ACCL_ROUTING", "0", "import",
+         "`1`: every all-reduce of every program is jax_accl's, as inside `patch_psum()` "
+         "(see Training)", _switch),
+    Knob("JAX_ACCL_DEBUG", "", "import",
+         "`INFO`: topology, rails, algorithm choices, once each; `DEBUG`: also one line "
+         "per all-reduce per device", _debug_level),
+    Knob("JAX_ACCL_CACHE", "~/.cache/jax_accl", "first call lowered",
+         "where `bench --calibrate` stores what the first lowered call loads: the "
+         "cost-model constants and the calibrated one-host lines",
+         lambda text: Path(os.path.expanduser(text))),
+    Knob("JAX_ACCL_RAILS", "auto", "job start",
+         "interfaces between hosts: `auto` (every interface that is up and not "
+         "loopback), or `eth1,eth2`, optionally weighted `eth1:3,eth2:1`"),
+    Knob("JAX_ACCL_STRIPES_PER_RAIL", "1", "job start",
+         "TCP connections per rail and peer", _integer_at_least(1)),
+    Knob("JAX_ACCL_HOST_ID", "", "job start",
+         "the host this process belongs to (default: the hostname): processes with the "
+         "same id share memory, others use TCP"),
+    Knob("JAX_ACCL_CMA", "1", "job start",
+         "`0`: large all-reduces between processes of a host go through the "
+         "shared-memory rings (the hierarchy, or a flat algorithm) instead of "
+         "cross-memory attach", _switch),
+    Knob("JAX_ACCL_PIPELINE_CHUNKS", "0", "job start",
+         "chunks the hierarchy between hosts pipelines a call into: 0 the cost model's "
+         "choice, 1 off, n forced (the same in every process)", _integer_at_least(0)),
+]}
+
+
+def value(name: str):
+    """The knob's parsed value from the environment, or its default; a bad value raises
+    ValueError naming the variable, the value and what is expected."""
+    knob = KNOBS[name]
+    text = os.environ.get(name, "").strip() or knob.default
+    try:
+        return knob.parse(text)
+    except ValueError as e:
+        raise ValueError(f"{name}={text!r}: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    timeout_s: float = 120.0  # JAX_ACCL_TIMEOUT_S: deadline of one collective
-    algorithm: str = "auto"   # JAX_ACCL_ALGORITHM: forces an algorithm for algorithm="auto"
-    fusion_bytes: int = 64 << 20  # JAX_ACCL_FUSION_BYTES: largest bucket of fused leaves
-
-
-def routing_default() -> bool:
-    """JAX_ACCL_ROUTING=1: route every all-reduce of every program through jax_accl, as
-    inside ``patch_psum()`` (jax_accl/routing.py); off by default."""
-    value = os.environ.get("JAX_ACCL_ROUTING", "").strip().lower()
-    if value not in ("", "0", "1", "false", "true"):
-        raise ValueError(f"JAX_ACCL_ROUTING={value!r}: expected 0 or 1")
-    return value in ("1", "true")
-
-
-def pipeline_chunks() -> int:
-    """JAX_ACCL_PIPELINE_CHUNKS: how many chunks the hierarchy between hosts pipelines a
-    call into; 0 (default) lets the cost model choose, 1 turns pipelining off. Read when
-    a multi-process job starts; every process must use the same value."""
-    text = os.environ.get("JAX_ACCL_PIPELINE_CHUNKS", "").strip() or "0"
-    try:
-        chunks = int(text)
-    except ValueError:
-        chunks = -1
-    if chunks < 0:
-        raise ValueError(f"JAX_ACCL_PIPELINE_CHUNKS={text!r}: expected an integer >= 0")
-    return chunks
+    """The knobs a call reads when it is traced."""
+    timeout_s: float
+    algorithm: str
+    fusion_bytes: int
 
 
 def current() -> Config:
-    timeout = float(os.environ.get("JAX_ACCL_TIMEOUT_S", "") or Config.timeout_s)
-    if timeout <= 0:
-        raise ValueError(f"JAX_ACCL_TIMEOUT_S must be positive, got {timeout}")
-    algorithm = os.environ.get("JAX_ACCL_ALGORITHM", "") or Config.algorithm
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"JAX_ACCL_ALGORITHM={algorithm!r}: expected one of {ALGORITHMS}")
-    fusion = int(os.environ.get("JAX_ACCL_FUSION_BYTES", "") or Config.fusion_bytes)
-    if fusion <= 0:
-        raise ValueError(f"JAX_ACCL_FUSION_BYTES must be positive, got {fusion}")
-    return Config(timeout_s=timeout, algorithm=algorithm, fusion_bytes=fusion)
+    return Config(timeout_s=value("JAX_ACCL_TIMEOUT_S"), algorithm=value("JAX_ACCL_ALGORITHM"),
+                  fusion_bytes=value("JAX_ACCL_FUSION_BYTES"))
+
+
+def markdown_table() -> str:
+    rows = ["| variable | default | read at | what it does |", "|---|---|---|---|"]
+    rows += [f"| `{k.name}` | {f'`{k.default}`' if k.default else '(unset)'} | {k.read} | "
+             f"{k.doc} |" for k in KNOBS.values()]
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

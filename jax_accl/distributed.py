@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import secrets
 import socket
 import threading
@@ -36,7 +35,7 @@ _table: list[dict] | None = None
 
 
 def host_id() -> str:
-    return os.environ.get("JAX_ACCL_HOST_ID", "") or socket.gethostname()
+    return config.value("JAX_ACCL_HOST_ID") or socket.gethostname()
 
 
 def ensure_started() -> list[dict]:
@@ -61,10 +60,11 @@ def _start() -> list[dict]:
     else:
         secret = client.blocking_key_value_get(f"{_PREFIX}/secret", timeout_ms)
     host = host_id()
-    _accl.set_pipeline_chunks(config.pipeline_chunks())
+    _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     rails = rails_lib.resolve()
     ports = _accl.world_start(index, count, secret.encode(), host, rails,
-                              rails_lib.stripes_per_rail())
+                              config.value("JAX_ACCL_STRIPES_PER_RAIL"),
+                              config.value("JAX_ACCL_CMA"))
     atexit.register(_accl.world_stop)
     entry = {
         "host": host,

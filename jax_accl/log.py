@@ -4,15 +4,17 @@ also has the native core print one line per all-reduce per device (to stderr).""
 from __future__ import annotations
 
 import logging
-import os
+
+from jax_accl import _accl, config
 
 logger = logging.getLogger("jax_accl")
 _seen: set = set()
 
 
 def _configure() -> None:
-    level = os.environ.get("JAX_ACCL_DEBUG", "").upper()
-    if level not in ("INFO", "DEBUG"):
+    level = config.value("JAX_ACCL_DEBUG")
+    _accl.set_debug_calls(level == "DEBUG")
+    if not level:
         logger.addHandler(logging.NullHandler())
         return
     handler = logging.StreamHandler()

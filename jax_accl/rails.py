@@ -7,14 +7,14 @@
     rail-optimised clusters);
   * ``eth1:3,eth2:1``: with weights, the share of each striped message a rail carries
     (for rails of different bandwidth; default 1 each).
-``JAX_ACCL_STRIPES_PER_RAIL`` (default 1): TCP connections per rail and peer.
 """
 from __future__ import annotations
 
 import fcntl
-import os
 import socket
 import struct
+
+from jax_accl import config
 
 SIOCGIFADDR = 0x8915
 
@@ -39,7 +39,7 @@ def _is_up(name: str) -> bool:
 
 def resolve(spec: str | None = None) -> list[tuple[str, str, float]]:
     """[(interface, IPv4 address, weight)] for the rails named by `spec` (JAX_ACCL_RAILS)."""
-    spec = (spec if spec is not None else os.environ.get("JAX_ACCL_RAILS", "")) or "auto"
+    spec = (spec if spec is not None else config.value("JAX_ACCL_RAILS")) or "auto"
     if spec == "auto":
         rails = [(name, ip, 1.0) for _, name in socket.if_nameindex()
                  if name != "lo" and _is_up(name) and (ip := interface_ipv4(name))]
@@ -57,9 +57,3 @@ def resolve(spec: str | None = None) -> list[tuple[str, str, float]]:
         rails.append((name, ip, w))
     return rails
 
-
-def stripes_per_rail() -> int:
-    n = int(os.environ.get("JAX_ACCL_STRIPES_PER_RAIL", "") or 1)
-    if n < 1:
-        raise ValueError(f"JAX_ACCL_STRIPES_PER_RAIL must be >= 1, got {n}")
-    return n

@@ -28,7 +28,7 @@ from jax_accl import config
 # A JAX config state: thread-local when entered as a context, global when set with
 # jax.config.update; part of the jit and trace cache keys.
 _state = c.define_bool_state(
-    "jax_accl_routing", config.routing_default(),
+    "jax_accl_routing", config.value("JAX_ACCL_ROUTING"),
     "Bind jax.lax's all-reduces, and those autodiff inserts, as jax_accl custom calls.")
 _install_lock = threading.Lock()
 _installed = False

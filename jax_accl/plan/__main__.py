@@ -5,7 +5,7 @@ import argparse
 import collections
 import sys
 
-from jax_accl.bench import human, parse_size
+from jax_accl.units import human, parse_size
 from jax_accl.plan.cost import ALGORITHMS, Constants, busbw, predict_seconds
 from jax_accl.plan.schedule import network_steps, slice_parts
 from jax_accl.plan.simulate import contention
@@ -29,7 +29,7 @@ def describe(t: Topology, algorithm: str) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m jax_accl.plan", description=__doc__)
     parser.add_argument("--hosts", type=int, required=True)
     parser.add_argument("--devices-per-host", type=int, default=8)
     parser.add_argument("--rails", type=int, default=8)

@@ -19,15 +19,11 @@ import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
-from jax_accl import config
+from jax_accl.names import API_NAMES
 
 accl_allreduce_p = c.core.Primitive("accl_allreduce")
 accl_allreduce_p.multiple_results = True  # one call all-reduces a bucket of leaves
 
-OP_CODES = {"sum": 0, "prod": 1, "min": 2, "max": 3}
-ALGORITHM_CODES = {"auto": 0, "direct": 1, "ring": 2, "halving_doubling": 3,
-                   "reduce_broadcast": 4, "hierarchical": 5}
-API_NAMES = {"sum": "psum", "prod": "allreduce", "min": "pmin", "max": "pmax"}
 SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", jax.numpy.bfloat16, "float32", "float64", "complex64", "complex128"))

@@ -25,9 +25,10 @@ from jax.sharding import PartitionSpec as P
 
 from jax_accl import _accl
 from jax_accl import _compat as c
-from jax_accl import config, distributed, log
-from jax_accl.primitives.allreduce import (ALGORITHM_CODES, API_NAMES, OP_CODES,
-                                           accl_allreduce_p)
+from jax_accl import config, cost_model, distributed, log
+from jax_accl.units import human
+from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
+from jax_accl.primitives.allreduce import accl_allreduce_p
 
 _U32 = c.core.ShapedArray((), np.uint32)
 
@@ -51,11 +52,7 @@ def _profile_name(algorithm: str, avals, groups) -> str:
     nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in avals)
     if algorithm == "auto" and jax.process_count() == 1:
         algorithm = _accl.choose_algorithm(max(len(g) for g in groups), nbytes)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)):
-        if nbytes >= scale or unit == "B":
-            size = f"{nbytes / scale:.3g}{unit}"
-            break
-    return f"accl_allreduce {algorithm} {size}"
+    return f"accl_allreduce {algorithm} {human(nbytes)}"
 
 
 def _emit_call(ctx, order_in, xs, *, axes, axis_index_groups, op, algorithm, invariant,
@@ -64,6 +61,7 @@ def _emit_call(ctx, order_in, xs, *, axes, axis_index_groups, op, algorithm, inv
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     flat_groups, group_size = _padded_groups(groups)
+    cost_model.ensure_loaded()  # this machine's constants, if `bench --calibrate` stored them
     cfg = config.current()
     chosen = cfg.algorithm if algorithm == "auto" else algorithm
     devices = np.zeros((0,), np.int64)

@@ -12,11 +12,11 @@ def bench(*args, env=None):
                           text=True, timeout=300, cwd="/",
                           env={**os.environ, "XLA_FLAGS": "", **(env or {})})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.stdout
+    return done.stdout, done.stderr
 
 
 def test_sweep_writes_json_lines_and_a_plot(tmp_path):
-    out = bench("--devices", "4", "--sizes", "4KiB,64KiB", "--algorithms", "auto,direct",
+    out, progress = bench("--devices", "4", "--sizes", "4KiB,64KiB", "--algorithms", "auto,direct",
                 "--reps", "1", "--loop", "2", "--json", str(tmp_path / "rows.jsonl"),
                 "--plot", str(tmp_path / "busbw.png"))
     rows = [json.loads(line) for line in open(tmp_path / "rows.jsonl")]
@@ -24,11 +24,31 @@ def test_sweep_writes_json_lines_and_a_plot(tmp_path):
     assert all(r["busbw_gbs"] > 0 and r["seconds_per_op"] > 0 for r in rows)
     assert open(tmp_path / "busbw.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     assert "auto" in out and "the best forced" in out
+    # On stderr, what runs now, how many of how many, and from the second on the time left.
+    lines = [line for line in progress.splitlines() if line.startswith("[jax_accl")]
+    assert lines[0].startswith("[jax_accl.bench] 1/2 4 devices: 4KiB (")
+    assert lines[1].startswith("[jax_accl.bench] 2/2 4 devices: 64KiB (") and "left)" in lines[1]
+    assert lines[2].startswith("[jax_accl.bench] done: 2 pieces in ")
 
 
-def test_calibrate_stores_what_it_measured_and_import_goes_by_it(tmp_path):
+def test_the_plot_draws_the_limits_the_rows_carry(tmp_path):
+    from jax_accl.bench import report
+    rows = [report.nccl_row(dict(size_bytes=s, devices=4, variant=v, seconds_per_op=t,
+                                 memory_limit_s=t / 4, memory_limit_stream_s=t / 5), t)
+            for s, t in [(1024, 1e-5), (1 << 20, 1e-3)] for v in ("jax.lax.psum", "accl:auto")]
+    labels, ticks = report.plot(rows, str(tmp_path / "p.png"), "title")
+    assert labels == ["jax.lax.psum", "jax_accl auto", "memory limit (copy)",
+                      "memory limit (non-temporal copy)"]
+    assert ticks == ["1KiB", "1MiB"]
+
+
+def test_calibrate_stores_what_it_measured_and_a_fresh_process_goes_by_it(tmp_path):
     env = {"JAX_ACCL_CACHE": str(tmp_path)}
-    out = bench("--devices", "2", "--calibrate", "--reps", "3", env=env)
+    out, progress = bench("--devices", "2", "--calibrate", "--reps", "3", env=env)
+    lines = [line for line in progress.splitlines() if line.startswith("[jax_accl")]
+    assert lines[0].startswith("[jax_accl.bench --calibrate] 1/8 2 devices in one process")
+    assert lines[1].startswith("[jax_accl.bench --calibrate] 2/8 2 processes x 1 devices: 4MiB")
+    assert len(lines) == 9 and lines[-1].startswith("[jax_accl.bench --calibrate] done: 8 pieces")
     stored = json.loads((tmp_path / "cost_model.json").read_text())
     # In one process all three; on 2 x 1 every step crosses processes, so shm_alpha is
     # not measured (kept) while the other one-host constants are fitted.
@@ -42,11 +62,12 @@ def test_calibrate_stores_what_it_measured_and_import_goes_by_it(tmp_path):
     sizes = [1 << 10, 64 << 10, 1 << 20, 64 << 20]
     seconds = {a: [line["latency"] + s * line["per_byte"] for s in sizes]
                for a, line in lines.items()}
-    # A fresh process loads it: the constants, and the choice at every size is the
-    # least calibrated line.
+    # A fresh process loads it (as its first lowered call does): the constants, and the
+    # choice at every size is the least calibrated line.
     best = [min(seconds, key=lambda a: seconds[a][i]) for i in range(len(sizes))]
     loaded = subprocess.run(
-        [sys.executable, "-c", "import jax_accl, json; from jax_accl import _accl; "
+        [sys.executable, "-c", "import jax_accl, json; from jax_accl import _accl, cost_model; "
+         "cost_model.ensure_loaded(); "
          "print(json.dumps([_accl.get_cost_model(), "
          "[_accl.choose_one_host(2, 1, s, True) for s in %r]]))"
          % sizes], capture_output=True, text=True, cwd="/",

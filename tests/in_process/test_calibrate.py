@@ -1,11 +1,16 @@
 """The calibration's fit of the one-host constants: it recovers the constants that made
 the times, keeps the ones the measured shapes cannot tell apart, and the stored file
-round-trips (constants and calibrated lines) through load(); lines fitted to measured times."""
+round-trips (constants and calibrated lines) through load(), which the first lowered
+call runs, not the import; lines fitted to measured times."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from jax_accl import _accl, calibrate
+from jax_accl import _accl, cost_model
+from jax_accl.bench import calibrate
 
 TRUE = {"shm_alpha": 6e-6, "shm_process_alpha": 21e-6, "shm_beta": 0.7e-9, "cma_beta": 1.3e-9}
 
@@ -44,14 +49,14 @@ def test_store_merges_and_load_applies(model, tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_ACCL_CACHE", str(tmp_path))
     lines = {"ring": {"latency": 1e-4, "per_byte": 1e-9, "measured": [[1024, 1.01e-4]]},
              "direct": {"latency": 5e-5, "per_byte": 1e-8, "measured": [[1024, 6e-5]]}}
-    calibrate.store({"alpha": 3e-5, "one_host": {"4x2": lines}})
-    calibrate.store({"shm_beta": 2e-9, "one_host": {"8x1": lines}})
+    cost_model.store({"alpha": 3e-5, "one_host": {"4x2": lines}})
+    cost_model.store({"shm_beta": 2e-9, "one_host": {"8x1": lines}})
     stored = json.loads((tmp_path / "cost_model.json").read_text())
     assert stored["alpha"] == 3e-5 and stored["shm_beta"] == 2e-9
     assert set(stored["one_host"]) == {"4x2", "8x1"}
     _accl.set_cost_model(alpha=1.0, shm_beta=1.0)
     _accl.clear_measured_one_host()
-    assert calibrate.load() == stored
+    assert cost_model.load() == stored
     assert _accl.get_cost_model()["alpha"] == 3e-5 and _accl.get_cost_model()["shm_beta"] == 2e-9
     assert _accl.measured_one_host(8, 1, "direct", 4096) == pytest.approx(5e-5 + 4096e-8)
 
@@ -82,8 +87,27 @@ def test_a_file_that_cannot_be_applied_is_named_in_a_warning(model, tmp_path, mo
     path.write_text('{"alpha": 1e-5, "one_host": {"4x2": {"bogus": {"latency": 0, '
                     '"per_byte": 0}}}}')
     with pytest.warns(UserWarning, match=f"ignoring {path}.*bogus"):
-        assert calibrate.load() is None
+        assert cost_model.load() is None
     assert _accl.measured_one_host(4, 2, "ring", 1024) is None
     path.write_text("{not json")
     with pytest.warns(UserWarning, match=f"ignoring {path}"):
-        assert calibrate.load() is None
+        assert cost_model.load() is None
+
+
+def test_the_first_lowered_call_loads_the_stored_constants_not_the_import(tmp_path):
+    (tmp_path / "cost_model.json").write_text(json.dumps({"alpha": 1.25e-3}))
+    script = (
+        "import jax, jax_accl\n"
+        "from jax_accl import _accl\n"
+        "before = _accl.get_cost_model()['alpha']\n"
+        "mesh = jax.sharding.Mesh(jax.devices()[:2], ('i',))\n"
+        "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
+        "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
+        "f.lower(jax.numpy.ones(4)).compile()\n"
+        "print(before, _accl.get_cost_model()['alpha'])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=str(tmp_path),
+                          env={**os.environ, "JAX_ACCL_CACHE": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    before, after = (float(v) for v in done.stdout.split())
+    assert before != 1.25e-3 and after == 1.25e-3

@@ -7,7 +7,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from jax_accl import demo, launch
+from jax_accl.demo import training as demo
+from jax_accl.testing import launch
 
 
 def _mesh():

@@ -24,3 +24,32 @@ def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
         assert r["devices"] == 4
         assert r["seconds_per_op"] > 0 and r["busbw_gbs"] > 0 and r["memory_limit_s"] > 0
     assert "jax_accl auto is" in done.stdout and "4 processes x 1 device" in done.stdout
+    # Progress on stderr: each size as process 0 starts it, then the MPI baseline.
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[jax_accl")]
+    label = "[jax_accl.bench] {}/3 2x2 processes x devices, one host: {} ("
+    assert progress[0].startswith(label.format(1, "64KiB"))
+    assert progress[1].startswith(label.format(2, "512KiB")) and "left)" in progress[1]
+    assert progress[2].startswith("[jax_accl.bench] 3/3 the MPI baseline (")
+    assert progress[3].startswith("[jax_accl.bench] done: 3 pieces in ")
+
+
+def test_hosts_table_has_each_tier_and_progress(tmp_path):
+    """`bench --hosts` on two namespaced hosts (root; CI runs it): the table, the time per
+    tier, the bytes per rail, the plot and the progress of every size."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.bench", "--hosts", "2", "--processes-per-host", "1",
+         "--devices", "2", "--rails", "2", "--rate-mbit", "0", "--all-rails-only",
+         "--sizes", "64KiB,1MiB", "--algorithms", "auto", "--reps", "1", "--loop", "2",
+         "--plot", str(tmp_path / "hosts.png")],
+        capture_output=True, text=True, timeout=300, cwd="/",
+        env={**os.environ, "XLA_FLAGS": ""})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    label = "2 hosts x 1 processes x 2 devices, 2 of 2 rails unshaped"
+    assert f"# {label}; baseline: jax.lax.psum over gloo on rail0" in done.stdout
+    assert "# 1MiB accl:auto (hierarchical) per call: local reduce-scatter" in done.stdout
+    assert "'tcp:rail0'" in done.stdout and "'tcp:rail1'" in done.stdout
+    assert (tmp_path / "hosts-2rail.png").read_bytes()[:4] == b"\x89PNG"
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[jax_accl")]
+    assert progress[0].startswith(f"[jax_accl.bench] 1/2 {label}: 64KiB (")
+    assert progress[1].startswith(f"[jax_accl.bench] 2/2 {label}: 1MiB (")
+    assert progress[2].startswith("[jax_accl.bench] done: 2 pieces in ")

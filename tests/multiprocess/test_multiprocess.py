@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jax_accl import launch, netns
+from jax_accl.testing import launch, netns
 from jax_accl.plan.schedule import slice_parts
 from jax_accl.plan.topology import Topology
 

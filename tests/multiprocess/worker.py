@@ -1,4 +1,4 @@
-"""One process of a multi-process test job (launched through jax_accl.launch).
+"""One process of a multi-process test job (launched through jax_accl.testing.launch).
 
 Joins the job through jax.distributed, runs the scenario named on the command line over
 a global mesh of every process's devices, checks jax_accl against jax.lax.psum over

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jax_accl import _accl
-from jax_accl.native import allreduce_threads
+from jax_accl.testing.threads import allreduce_threads
 
 ALGORITHMS = ["direct", "ring", "halving_doubling", "reduce_broadcast", "auto"]
 NUMPY_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}

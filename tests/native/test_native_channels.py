@@ -67,7 +67,7 @@ MAGIC, VERSION = 0x4C434341, 1
 @pytest.fixture
 def listener():
     secret = os.urandom(16).hex().encode()
-    ports = _accl.world_start(0, 1, secret, "test-host", [("lo", "127.0.0.1", 1.0)], 1)
+    ports = _accl.world_start(0, 1, secret, "test-host", [("lo", "127.0.0.1", 1.0)], 1, False)
     _accl.world_set_processes([("test-host", [("lo", "127.0.0.1", ports[0], 1.0)], [7])])
     yield secret, ports[0]
     _accl.world_stop()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jax_accl import AcclError, _accl
-from jax_accl.native import allreduce_threads
+from jax_accl.testing.threads import allreduce_threads
 
 
 def test_shape_mismatch_fails_on_every_rank():

@@ -13,8 +13,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_accl
-from jax_accl import launch
-from jax_accl.native import allreduce_threads
+from jax_accl.testing import launch
+from jax_accl.testing.threads import allreduce_threads
 
 FULL = os.environ.get("JAX_ACCL_SOAK") == "full"
 NATIVE_CALLS = 10_000 if FULL else 1_500

@@ -16,9 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "algorithms/measured.h"
 #include "algorithms/select.h"
 #include "bindings/parse.h"
+#include "common/dtype.h"
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
 #include "runtime/communicator.h"
@@ -110,12 +112,12 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
 std::vector<int> world_start(int process_index, int process_count, nb::bytes secret,
                              const std::string& host,
                              std::vector<std::tuple<std::string, std::string, double>> rails,
-                             int stripes_per_rail) {
+                             int stripes_per_rail, bool cross_memory_attach) {
   std::vector<Rail> list;
   for (auto& [name, ip, weight] : rails) list.push_back(Rail{name, ip, 0, weight});
   Status s = World::start(process_index, process_count,
                           std::string(static_cast<const char*>(secret.data()), secret.size()),
-                          host, &list, stripes_per_rail);
+                          host, &list, stripes_per_rail, cross_memory_attach);
   if (!s.ok()) throw std::runtime_error(s.message());
   std::vector<int> ports;
   for (const Rail& r : list) ports.push_back(r.port);
@@ -189,7 +191,19 @@ NB_MODULE(_accl, m) {
         nb::arg("present"), nb::arg("timeout_s"));
   register_testing(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
-        nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail") = 1);
+        nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),
+        nb::arg("cross_memory_attach"));
+  m.def("set_debug_calls", &set_debug_calls, nb::arg("on"),
+        "one line per all-reduce per device on stderr (JAX_ACCL_DEBUG=DEBUG)");
+  // The names Python uses for the codes the FFI handler decodes: one source, the enums.
+  nb::dict algorithm_codes;
+  for (int a = 0; a < kNumAlgorithms; ++a) {
+    algorithm_codes[algorithm_name(static_cast<Algorithm>(a))] = a;
+  }
+  m.attr("ALGORITHM_CODES") = algorithm_codes;
+  nb::dict op_codes;
+  for (int op = 0; op < kNumReduceOps; ++op) op_codes[reduce_op_name(static_cast<ReduceOp>(op))] = op;
+  m.attr("OP_CODES") = op_codes;
   m.def("world_set_processes", &world_set_processes, nb::arg("processes"));
   m.def("world_stop", [] {
     nb::gil_scoped_release release;

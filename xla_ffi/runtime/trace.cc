@@ -3,13 +3,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 
 namespace accl {
 namespace {
 
 std::atomic<bool> enabled{false};
+std::atomic<bool> debug{false};
 std::mutex mutex;
 std::vector<TraceEvent>& events() {
   static std::vector<TraceEvent> list;
@@ -40,13 +40,8 @@ std::vector<TraceEvent> trace_take() {
   return out;
 }
 
-bool debug_calls() {
-  static const bool on = [] {
-    const char* level = std::getenv("JAX_ACCL_DEBUG");
-    return level != nullptr && (std::string(level) == "DEBUG" || std::string(level) == "debug");
-  }();
-  return on;
-}
+void set_debug_calls(bool on) { debug.store(on, std::memory_order_release); }
+bool debug_calls() { return debug.load(std::memory_order_relaxed); }
 
 void debug_call(const TraceEvent& call) {
   std::fprintf(stderr, "jax_accl DEBUG: device %lld: %s in %.3f ms (%s)\n",

@@ -25,7 +25,9 @@ void trace_record(TraceEvent event);
 std::vector<TraceEvent> trace_take();  // and clear
 std::string human_bytes(uint64_t bytes);
 
-// JAX_ACCL_DEBUG=DEBUG: one line per all-reduce per device on stderr.
+// One line per all-reduce per device on stderr; jax_accl's configuration turns it on
+// for JAX_ACCL_DEBUG=DEBUG.
+void set_debug_calls(bool on);
 bool debug_calls();
 void debug_call(const TraceEvent& call);
 

@@ -23,7 +23,8 @@ std::unique_ptr<World>& world_slot() {
 }  // namespace
 
 Status World::start(int process_index, int process_count, const std::string& secret,
-                    const std::string& host, std::vector<Rail>* rails, int stripes_per_rail) {
+                    const std::string& host, std::vector<Rail>* rails, int stripes_per_rail,
+                    bool cross_memory_attach) {
   std::lock_guard<std::mutex> lock(world_mutex());
   if (world_slot() != nullptr) return error(Code::kInvalidArgument, "jax_accl world already started");
   if (secret.size() != kSecretBytes) return error(Code::kInvalidArgument, "secret must be 32 bytes");
@@ -33,10 +34,7 @@ Status World::start(int process_index, int process_count, const std::string& sec
   w->process_index_ = process_index;
   w->process_count_ = process_count;
   w->host_ = host;
-  // JAX_ACCL_CMA=0 keeps large transfers between processes of a host on the
-  // shared-memory rings instead of cross-memory attach.
-  const char* cma = std::getenv("JAX_ACCL_CMA");
-  w->cross_memory_attach_ = cma == nullptr || std::strcmp(cma, "0") != 0;
+  w->cross_memory_attach_ = cross_memory_attach;
   if (w->cross_memory_attach_) allow_cross_memory_attach();
   World* raw = w.get();
   std::unique_ptr<TcpTransport> tcp;

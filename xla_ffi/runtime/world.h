@@ -23,9 +23,12 @@ namespace accl {
 
 class World {
  public:
-  // Opens one listener per rail and starts accepting. Fills rails[i].port.
+  // Opens one listener per rail and starts accepting. Fills rails[i].port. Without
+  // `cross_memory_attach` (JAX_ACCL_CMA=0), large transfers between the processes of a
+  // host stay on the shared-memory rings.
   static Status start(int process_index, int process_count, const std::string& secret,
-                      const std::string& host, std::vector<Rail>* rails, int stripes_per_rail);
+                      const std::string& host, std::vector<Rail>* rails, int stripes_per_rail,
+                      bool cross_memory_attach);
   static World* get();  // nullptr before start()
   static void stop();
 

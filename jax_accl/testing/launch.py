@@ -1,6 +1,6 @@
 """Launch a multi-process JAX job on this machine: one Python process per rank, each with
 its own CPU devices and a shared coordinator for jax.distributed, optionally each inside
-a network namespace (a "host", see jax_accl.netns). Used by the tests, the benchmark
+a network namespace (a "host", see jax_accl.testing.netns). Used by the tests, the benchmark
 (--processes) and the demo (--processes).
 
 A worker receives --process-id, --num-processes, --coordinator and --devices, and
@@ -36,11 +36,12 @@ def worker_env(extra=None) -> dict:
 
 def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), env=None,
             namespaces=None, coordinator_ip="127.0.0.1", timeout=300.0,
-            killed=(), echo: int | None = None) -> list[dict]:
+            killed=(), echo: int | None = None, on_progress=None) -> list[dict]:
     """Runs `python <worker...>` as every process of the job; `env[i]` (optional) adds
-    to process i's environment and `namespaces[i]` (optional) is its network namespace. Processes in `killed` are
-    expected to die by SIGKILL and return no result. Process `echo`'s output is
-    copied to our stdout as it comes (without its RESULT line)."""
+    to process i's environment and `namespaces[i]` (optional) is its network namespace.
+    Processes in `killed` are expected to die by SIGKILL and return no result. Process
+    `echo`'s output is copied to our stdout as it comes (without its RESULT line).
+    Process 0's lines "PROGRESS <json>" go to `on_progress(fields)` as they come."""
     coordinator = f"{coordinator_ip}:{free_port()}"
     procs = []
     for i in range(num_processes):
@@ -53,18 +54,22 @@ def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), en
         procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, cwd="/"))
     echoed: list[str] = []
-    if echo is not None:
-        def copy_lines(stream=procs[echo].stdout):
+    watched = echo if echo is not None else (0 if on_progress is not None else None)
+    if watched is not None:
+        def copy_lines(stream=procs[watched].stdout):
             for line in stream:
+                if line.startswith("PROGRESS ") and on_progress is not None and watched == 0:
+                    on_progress(json.loads(line[len("PROGRESS "):]))
+                    continue
                 echoed.append(line)
-                if not line.startswith("RESULT "):
+                if echo is not None and not line.startswith("RESULT "):
                     print(line, end="", flush=True)
         copier = threading.Thread(target=copy_lines, daemon=True)
         copier.start()
     outputs, failed = [], False
     for i, p in enumerate(procs):
         try:
-            if i == echo:
+            if i == watched:
                 p.wait(timeout=timeout)
                 copier.join(timeout=10)
                 out = "".join(echoed)
@@ -73,7 +78,7 @@ def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), en
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            if i == echo:
+            if i == watched:
                 p.wait()
                 copier.join(timeout=10)
                 out = "".join(echoed)

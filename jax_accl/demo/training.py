@@ -211,7 +211,8 @@ def worker_main(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m jax_accl.demo",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=64, help="examples per device per step")
     parser.add_argument("--devices", type=int, default=0,
@@ -225,7 +226,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.devices = args.devices or max(1, 8 // args.processes)
     if args.processes > 1 and args.process_id < 0:
-        from jax_accl import launch
+        from jax_accl.testing import launch
         extra = ["--steps", str(args.steps), "--batch", str(args.batch)] + (
             ["--quiet"] if args.quiet else [])
         launch.run_job(["-m", "jax_accl.demo"], args.processes, args.devices, extra=extra,

@@ -19,6 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from jax_accl.bench.report import nccl_row
+from jax_accl.bench.sweep import test_data
+from jax_accl.bench.timing import median_call_seconds, chain_length, per_op_interleaved
+from jax_accl.testing.launch import worker_env
+from jax_accl.units import human, parse_size
+
 
 def mpirun() -> str | None:
     """The mpirun next to this interpreter (the Open MPI wheel's), else on PATH."""
@@ -41,9 +47,8 @@ def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> lis
     if reason:
         raise RuntimeError(f"MPI baseline: {reason} (bash scripts/install_mpi.sh)")
     cmd = [mpirun(), "--oversubscribe", "--bind-to", "none", "-np", str(n), sys.executable,
-           "-m", "jax_accl.bench_mpi", "--sizes", sizes, "--loop", str(loop),
+           "-m", "jax_accl.bench.mpi", "--sizes", sizes, "--loop", str(loop),
            "--reps", str(reps)]
-    from jax_accl.launch import worker_env
     env = worker_env({"MPI4JAX_NO_WARN_JAX_VERSION": "1",
                       # Open MPI refuses root unless told twice; CI runs as root.
                       "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
@@ -60,9 +65,31 @@ def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> lis
     return json.loads(results[-1][len("RESULT "):])
 
 
+def add_mpi_rows(rows: list[dict], args, label: str) -> list[str]:
+    """Runs the MPI baseline (--mpi) with as many processes as the job has devices and
+    appends its rows; returns the comment lines comparing jax_accl with it."""
+    n = rows[0]["devices"]
+    reason = missing()
+    if args.mpi == "off" or (args.mpi == "auto" and reason):
+        return [f"MPI baseline not run: {reason or '--mpi off'}"]
+    gloo = {r["size_bytes"]: r["seconds_per_op"] for r in rows if r["variant"] == "jax.lax.psum"}
+    mpi = {}
+    for r in run(n, args.sizes, args.loop, args.reps):
+        rows.append(nccl_row({**r, "setting": label}, gloo[r["size_bytes"]]))
+        mpi[r["size_bytes"]] = r["seconds_per_op"]
+    rows.sort(key=lambda r: r["size_bytes"])  # stable: each size's rows stay together
+    lines = []
+    for r in rows:
+        if r["variant"] == "accl:auto":
+            lines.append(f"{human(r['size_bytes'])}: jax_accl auto is "
+                         f"{mpi[r['size_bytes']] / r['seconds_per_op']:.2f}x faster than "
+                         f"mpi4jax (Open MPI, {n} processes x 1 device)")
+    return lines
+
+
 def worker_main(argv=None) -> int:
     """One MPI rank: every size, a checked call, then the chained timing; rank 0 reports."""
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m jax_accl.bench.mpi")
     parser.add_argument("--sizes", required=True)
     parser.add_argument("--loop", type=int, default=0)
     parser.add_argument("--reps", type=int, default=5)
@@ -71,9 +98,6 @@ def worker_main(argv=None) -> int:
     import jax
     import mpi4jax
     from mpi4py import MPI
-
-    from jax_accl.bench import (_timed, chain_length, human, parse_size, per_op_interleaved,
-                                test_data)
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -91,7 +115,7 @@ def worker_main(argv=None) -> int:
         once = jax.jit(reduce)
         if not np.array_equal(np.asarray(once(x)), host.sum(0)):
             raise AssertionError(f"mpi4jax at {human(size)}: wrong result on rank {rank}")
-        single = _timed(once, x, args.reps)
+        single = median_call_seconds(once, x, args.reps)
         loop = chain_length(size, args.loop, n)
         chains = {"mpi4jax": (program(loop), program(2 * loop))}
         t = per_op_interleaved(chains, x, loop, args.reps, size)["mpi4jax"]

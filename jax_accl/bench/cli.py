@@ -1,0 +1,230 @@
+"""`python -m jax_accl.bench`: the command line, and the jobs it launches (one process,
+several processes of one host, or processes on namespaced hosts)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import jax_accl.bench as package
+from jax_accl.bench import calibrate, memory, mpi, report, sweep
+from jax_accl.bench.progress import Progress, report_piece, weight
+from jax_accl.bench.timing import JOB_TIMEOUT_S
+from jax_accl.testing import launch, netns
+from jax_accl.units import human, parse_size
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m jax_accl.bench",
+                                     description=package.__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,4MiB,16MiB,64MiB")
+    parser.add_argument("--devices", type=int, default=8, help="devices per process")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="run as this many processes (jax.distributed; baseline: gloo psum)")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="spread the processes over this many network-namespace hosts (root)")
+    parser.add_argument("--processes-per-host", default="",
+                        help="with --hosts: processes on each host, one number for all or one "
+                             "per host (e.g. 2,1); sets --processes")
+    parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
+    parser.add_argument("--rate-mbit", type=float, default=300.0,
+                        help="tc rate of every namespaced rail (0: unshaped)")
+    parser.add_argument("--all-rails-only", action="store_true",
+                        help="with --hosts: skip the run on one rail")
+    parser.add_argument("--pipeline-chunks", default="",
+                        help="with --hosts: one job per JAX_ACCL_PIPELINE_CHUNKS value, e.g. "
+                             "1,0 (off, then the cost model's choice)")
+    parser.add_argument("--algorithms", default="auto,direct,ring,halving_doubling")
+    parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="repetitions per variant and size (median): 5, for --calibrate 9")
+    parser.add_argument("--json", default="", help="append JSON lines here")
+    parser.add_argument("--plot", default="", help="write a PNG of busbw against size here")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure this machine's cost-model constants (in one process on "
+                             "--devices devices, then across --processes processes, 2 by "
+                             "default) and store them")
+    parser.add_argument("--mpi", choices=("auto", "on", "off"), default="auto",
+                        help="with --processes on one host: also time mpi4jax over Open MPI "
+                             "(auto: where installed, see scripts/install_mpi.sh)")
+    parser.add_argument("--pytree", type=int, default=0,
+                        help="also time psum of a pytree of this many leaves (fusion)")
+    # Set by the launcher for the processes of a multi-process run.
+    parser.add_argument("--process-id", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--num-processes", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--label", default="", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def worker_main(args) -> int:
+    """One process of a multi-process run: measure over the global mesh; process 0 reports."""
+    import jax
+    jax.config.update("jax_num_cpu_devices", args.devices)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=args.coordinator,
+                               num_processes=args.num_processes, process_id=args.process_id)
+    if args.gloo_interface:
+        from jax_accl import _compat
+        _compat.use_gloo_on_interface(args.gloo_interface)
+    n = args.devices * args.num_processes
+    import jax_accl
+    # Process 0 tells the launcher which size starts (the progress line).
+    on_size = (lambda size: report_piece(size=size)) if args.process_id == 0 else None
+    if args.calibrate:
+        result = {"points": calibrate.calibration_points(n, args.reps, on_size)}
+    else:
+        result = {"rows": sweep.run_sweep(args, n, args.label, on_size),
+                  "stats": jax_accl.stats()}
+    print("RESULT " + json.dumps(result), flush=True)
+    jax.distributed.shutdown()
+    return 0
+
+
+def processes_per_host(args) -> list[int]:
+    """Processes on each of the --hosts hosts, from --processes-per-host or --processes."""
+    if args.processes_per_host:
+        counts = [int(c) for c in args.processes_per_host.split(",")]
+        counts = counts * args.hosts if len(counts) == 1 else counts
+        if len(counts) != args.hosts or min(counts) < 1:
+            raise SystemExit("--processes-per-host: one count >= 1, or one per host")
+        return counts
+    if args.processes % args.hosts:
+        raise SystemExit("--processes must be a multiple of --hosts")
+    return [args.processes // args.hosts] * args.hosts
+
+
+def sizes_of(args) -> list[int]:
+    return [parse_size(s) for s in args.sizes.split(",")]
+
+
+def worker_args(args) -> list[str]:
+    """The sweep's options, as every process of a multi-process run gets them."""
+    return ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
+            "--loop", str(args.loop)]
+
+
+def multi_process_main(args, out) -> int:
+    """Launch the processes (on namespaced hosts if --hosts > 1) and print their table."""
+    forwarded = worker_args(args)
+    worker = ["-m", "jax_accl.bench"]
+    if args.hosts <= 1:
+        label = f"{args.processes}x{args.devices} processes x devices, one host"
+        sizes = [weight(s) for s in sizes_of(args)]
+        progress = Progress("jax_accl.bench", sizes + [sum(sizes) / 4])  # and MPI's
+        before = memory.copy_bandwidths()
+        results = launch.run_job(
+            worker, args.processes, args.devices, extra=forwarded + ["--label", label],
+            timeout=JOB_TIMEOUT_S,
+            on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"))
+        rows = results[0]["rows"]
+        progress.begin("the MPI baseline")
+        mpi_lines = mpi.add_mpi_rows(rows, args, label)
+        progress.finish()
+        # B measured here, alone, before and after the workers ran.
+        bandwidths = memory.fastest(before, memory.copy_bandwidths())
+        memory.add_memory_limits(rows, bandwidths)
+        print(f"# {label}; baseline: jax.lax.psum over gloo; {memory.describe_bandwidths(bandwidths)}")
+        report.print_rows(rows, memory.MEMORY_LIMITS, out)
+        for line in mpi_lines:
+            print("#", line)
+        if args.plot:
+            report.plot(rows, args.plot, label)
+        return 0
+    per_host = processes_per_host(args)
+    rate = args.rate_mbit * 1e6 / 8
+    rail_counts = [args.rails] if args.all_rails_only else sorted({1, args.rails})
+    pipelines = [c for c in args.pipeline_chunks.split(",") if c] or [None]
+    jobs = [(rails, chunks) for rails in rail_counts for chunks in pipelines]
+    progress = Progress("jax_accl.bench", [weight(s) for _ in jobs for s in sizes_of(args)])
+    for rails, chunks in jobs:
+        multi_host_job(args, per_host, rails, rate, chunks, out, progress)
+    progress.finish()
+    return 0
+
+
+def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
+    """One job on namespaced hosts with `rails` rails in use; prints its table."""
+    forwarded = worker_args(args)
+    with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
+        spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
+        env = [{"JAX_ACCL_HOST_ID": ns,
+                "JAX_ACCL_RAILS": ",".join(f"rail{r}" for r in range(rails)),
+                **({"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {})}
+               for ns in spaces]
+        shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
+        speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        label = (f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
+                 f"{rails} of {args.rails} rails {speed}"
+                 + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else ""))
+        results = launch.run_job(["-m", "jax_accl.bench"], sum(per_host), args.devices,
+                                 extra=forwarded + ["--gloo-interface", "rail0", "--label", label],
+                                 env=env, namespaces=spaces, coordinator_ip=netns.rail_ip(0, 0),
+                                 timeout=JOB_TIMEOUT_S, on_progress=lambda piece: progress.begin(
+                                     f"{label}: {human(piece['size'])}"))
+    rows = results[0]["rows"]
+    h = args.hosts
+    # Every host must send 2(h-1)/h of the buffer over its rails at least once.
+    link_limit = lambda r: 2 * (h - 1) / h * r["size_bytes"] / (rails * rate)  # noqa: E731
+    for r in rows:
+        r["rails_used"] = rails
+        if args.rate_mbit:
+            r["link_limit_s"] = link_limit(r)
+    print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
+    report.print_rows(rows, [("link", link_limit)] if args.rate_mbit else [], out)
+    report.print_phases(rows)
+    if args.plot:
+        stem, ext = os.path.splitext(args.plot)
+        report.plot(rows, f"{stem}-{rails}rail{ext or '.png'}", label)
+    print("# bytes sent per rail by process 0:",
+          {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()})
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.reps is None:
+        args.reps = 9 if args.calibrate else 5
+    if args.process_id >= 0:
+        return worker_main(args)
+    if args.calibrate:
+        return calibrate.main(args)
+    out = open(args.json, "a") if args.json else None
+    try:
+        if args.processes_per_host:
+            args.processes = sum(processes_per_host(args))
+        if args.processes > 1:
+            return multi_process_main(args, out)
+        import jax
+        jax.config.update("jax_num_cpu_devices", args.devices)
+        n = args.devices
+        sizes = sizes_of(args)
+        progress = Progress("jax_accl.bench", [weight(s) for s in sizes])
+        before = memory.copy_bandwidths()
+        rows = sweep.run_sweep(args, n, f"1x{n} in-process",
+                               lambda size: progress.begin(f"{n} devices: {human(size)}"))
+        progress.finish()
+        bandwidths = memory.fastest(before, memory.copy_bandwidths())
+        print(f"# {n} CPU devices, float32 sum, {memory.describe_bandwidths(bandwidths)} (the faster "
+              f"of before and after the sweep); times are medians of {args.reps} runs, per op "
+              f"in a fori_loop")
+        memory.add_memory_limits(rows, bandwidths)
+        report.print_rows(rows, memory.MEMORY_LIMITS, out)
+        if args.plot:
+            report.plot(rows, args.plot, f"all-reduce, {n} CPU devices in one process")
+            print(f"# plot: {args.plot}")
+        if args.pytree:
+            nbytes, results = sweep.measure_pytree(n, args.pytree, args.reps)
+            base = results["jax.lax.psum leaf by leaf"]
+            print(f"\n# pytree of {args.pytree} leaves, {human(nbytes)} per device, one call each")
+            for name, t in results.items():
+                print(f"{name:>28} {t * 1e3:9.2f} ms  {base / t:5.2f}x vs psum")
+                if out:
+                    out.write(json.dumps(dict(pytree_leaves=args.pytree, bytes=nbytes,
+                                              variant=name, seconds=t,
+                                              speedup_vs_psum=base / t)) + "\n")
+        return 0
+    finally:
+        if out:
+            out.close()
+

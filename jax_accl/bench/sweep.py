@@ -1,0 +1,138 @@
+"""What the benchmark measures: one size's variants (jax.lax.psum, jax_accl with each
+algorithm) over a 1-D mesh of every process's devices, each checked against NumPy, and
+a gradient-like pytree fused and unfused."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax_accl
+from jax_accl.bench.report import nccl_row
+from jax_accl.bench.timing import median_call_seconds, chain_length, per_op_interleaved
+from jax_accl.units import human, parse_size
+
+
+def test_data(size_bytes: int, n: int) -> np.ndarray:
+    """n rows of small integers (exact sums in float32), one per device."""
+    rng = np.random.default_rng(0)
+    return rng.integers(-8, 8, (n, max(1, size_bytes // 4))).astype(np.float32)
+
+
+def _mesh(n: int):
+    """A 1-D mesh over n devices, process by process (all processes' devices)."""
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))[:n]
+    return Mesh(np.array(devices), ("i",))
+
+
+def _first_local_block(array) -> np.ndarray:
+    return np.asarray(min(array.addressable_shards, key=lambda s: s.device.id).data)[0]
+
+
+def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline: bool = True):
+    """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant: the
+    algorithm it ran}, {variant: seconds per call in each phase of the hierarchy}: per op is (time of 2K chained ops - time of K) / K, with K = loop.
+    The variants: jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
+
+    mesh = _mesh(n)
+    host = test_data(size_bytes, n)
+    x = jax.make_array_from_callback(host.shape, NamedSharding(mesh, P("i")),
+                                     lambda index: host[index])
+    want = host.sum(0)
+
+    def program(reduce, steps):
+        def body(a):
+            return jax.lax.fori_loop(0, steps, lambda _, v: reduce(v), a)
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
+                                     check_vma=False))
+
+    single, ran, chains, phases = {}, {}, {}, {}
+    variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][:int(baseline)] + [
+        (f"accl:{alg}", (lambda a: lambda v: jax_accl.allreduce(v, "i", algorithm=a))(alg))
+        for alg in algorithms]
+    for name, reduce in variants:
+        once = jax.jit(jax.shard_map(reduce, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
+                                     check_vma=False))
+        calls_before = _calls_by_algorithm()
+        got = _first_local_block(once(x))
+        if name.startswith("accl:"):  # what it ran (auto's choice), from the library's counters
+            ran[name] = _most_called_since(calls_before)
+        if not np.array_equal(got, want):
+            raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
+        phases_before = jax_accl.stats()["phase_seconds"]
+        single[name] = median_call_seconds(once, x, reps)
+        if name.startswith("accl:"):  # per call and device thread (reps + the warm-up)
+            phases_after = jax_accl.stats()["phase_seconds"]
+            calls = (reps + 1) * jax.local_device_count()
+            phases[name] = {k: (phases_after[k] - phases_before[k]) / calls for k in phases_after}
+        chains[name] = (program(reduce, loop), program(reduce, 2 * loop))
+    return list(per_op_interleaved(chains, x, loop, reps, size_bytes).items()), single, ran, phases
+
+
+def _calls_by_algorithm() -> dict:
+    return {name: a["calls"] for name, a in jax_accl.stats()["algorithms"].items()}
+
+
+def _most_called_since(before: dict) -> str:
+    """The algorithm this process ran most often since `before` (_calls_by_algorithm)."""
+    after = _calls_by_algorithm()
+    return max(after, key=lambda name: after[name] - before.get(name, 0))
+
+
+def measure_pytree(n: int, leaves: int, reps: int):
+    """A gradient-like pytree (`leaves` leaves of model-like sizes): leaf-by-leaf
+    jax.lax.psum against jax_accl.psum fused into one call, and jax_accl unfused."""
+
+
+    mesh = _mesh(n)
+    shapes = [(256, 256), (256,), (256, 1024), (1024,), (1024, 256), (256,), (16,), ()]
+    rng = np.random.default_rng(0)
+    tree = [rng.integers(-8, 8, (n,) + shapes[k % len(shapes)]).astype(np.float32)
+            for k in range(leaves)]
+    specs = [P("i")] * leaves
+    args = [jax.make_array_from_callback(t.shape, NamedSharding(mesh, s),
+                                         (lambda t: lambda index: t[index])(t))
+            for t, s in zip(tree, specs)]
+    nbytes = sum(t[0].nbytes for t in tree)
+
+    # The step computes the leaves before reducing them, as a train step computes its
+    # gradients (halving is exact here; XLA would fold away x * 1): the all-reduce gets
+    # intermediates, as in training, not the jitted function's own arguments.
+    def build(reduce):
+        def step(t):
+            return reduce([x * 0.5 for x in t])
+        return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(specs,), out_specs=specs,
+                                     check_vma=False))
+
+    results = {}
+    variants = [("jax.lax.psum leaf by leaf", lambda t: [jax.lax.psum(x, "i") for x in t]),
+                ("jax_accl.psum fused", lambda t: jax_accl.psum(t, "i")),
+                ("jax_accl.psum unfused", lambda t: [jax_accl.psum(x, "i") for x in t])]
+    for name, reduce in variants:
+        fn = build(reduce)
+        got = fn(args)
+        for g, t in zip(got, tree):
+            if not np.array_equal(_first_local_block(g), t.sum(0) * 0.5):
+                raise AssertionError(f"{name}: wrong result")
+        results[name] = median_call_seconds(fn, args, reps)
+    return nbytes, results
+
+
+def run_sweep(args, n: int, label: str, on_size=None) -> list[dict]:
+    """Every size, jax.lax.psum and each algorithm: rows in nccl-tests units;
+    `on_size(bytes)` is called as each size starts."""
+    algorithms = [a for a in args.algorithms.split(",") if a]
+    rows = []
+    for size in (parse_size(s) for s in args.sizes.split(",")):
+        if on_size:
+            on_size(size)
+        timings, single, ran, phases = measure(size, n, algorithms,
+                                               chain_length(size, args.loop, n), args.reps)
+        base = dict(timings)["jax.lax.psum"]
+        rows += [nccl_row(dict(setting=label, size_bytes=size, devices=n, variant=name,
+                               seconds_per_op=t, single_call_s=single[name],
+                               **({"ran": ran[name]} if name in ran else {}),
+                               **({"phase_s": phases[name]} if name in phases else {})), base)
+                 for name, t in timings]
+    return rows

@@ -1,0 +1,77 @@
+"""How the benchmark times one all-reduce: K and 2K of them chained in one jitted
+lax.fori_loop, the difference over K, repetitions interleaved across the variants."""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+
+import jax
+
+# A multi-process run's bound: long, but a hung worker still ends it with everyone's output.
+JOB_TIMEOUT_S = 3600.0
+
+
+def call_seconds(fn, arg) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn(arg))
+    return time.perf_counter() - start
+
+
+def median_call_seconds(fn, arg, reps: int) -> float:
+    call_seconds(fn, arg)  # compile and warm up
+    return statistics.median(call_seconds(fn, arg) for _ in range(reps))
+
+
+def warm_up_calls(size_bytes: int, loop: int) -> int:
+    """(short, long) pairs to run before timing: about 1,500 all-reduces for small sizes
+    and 512 MiB of them for large ones. The first thousand or so calls of a process run
+    up to 2x slower (8 processes x 1 device, 4 KiB: 377 us per op in the first 1,200,
+    about 200 us afterwards), so the variant timed first would lose. A count, not a
+    time: every process of a job must run the same number of collectives."""
+    ops = min(1500, max(3 * loop, (512 << 20) // max(size_bytes, 1)))
+    return max(1, math.ceil(ops / (3 * loop)))
+
+
+def per_op_interleaved(chains: dict, arg, loop: int, reps: int, size_bytes: int) -> dict:
+    """Seconds per all-reduce of every variant {name: (short, long)}: the median of (time
+    of `long` - time of `short`) / loop, where `long` chains 2·loop all-reduces and
+    `short` loop. After a warm-up of each, the repetitions go round the variants in a
+    new order each round (in a fixed order, the variant after jax.lax.psum's gloo ran
+    1.1-1.8x slower than itself elsewhere), so a slow spell of the machine (they last
+    seconds here) and whatever a variant leaves behind hit all of them alike. Where the
+    noise hides the difference (a median of 5% of `long` / 2·loop or less), that upper
+    bound, dispatch included, rather than a zero."""
+    for short, long in chains.values():
+        for _ in range(warm_up_calls(size_bytes, loop)):  # the first also compiles
+            call_seconds(short, arg), call_seconds(long, arg)
+    differences = {name: [] for name in chains}
+    longs = {name: [] for name in chains}
+    for rep in range(reps):
+        order = list(chains)
+        random.Random(rep).shuffle(order)  # seeded: every process runs the same order
+        for name in order:
+            short, long = chains[name]
+            longs[name].append(call_seconds(long, arg))
+            differences[name].append((longs[name][-1] - call_seconds(short, arg)) / loop)
+    result = {}
+    for name in chains:
+        difference = statistics.median(differences[name])
+        upper_bound = statistics.median(longs[name]) / (2 * loop)
+        result[name] = difference if difference > 0.05 * upper_bound else upper_bound
+    return result
+
+
+def chain_length(size_bytes: int, loop: int, n: int) -> int:
+    """K, the all-reduces chained per call: --loop, or by size (more for small ones),
+    capped so that the chained sums stay finite."""
+    loop = loop or max(4, min(50, (256 << 20) // max(size_bytes, 1) // 8))
+    return max(1, min(loop, max_chain(n) // 2))
+
+
+# Chained sums multiply the values by n per step; |inputs| <= 8 keeps 8·n^steps finite
+# in float32 for this many steps (n = 8; more for smaller groups).
+def max_chain(n: int) -> int:
+    return int(math.log(3e38 / 8) / math.log(max(n, 2)))
+
