@@ -7,6 +7,7 @@
 The sweep itself is jax_accl.bench (also `python -m jax_accl.bench`), so that an installed
 package can run it too; every option is documented by --help.
 """
+
 import sys
 
 from jax_accl.bench import main

@@ -3,6 +3,7 @@
 ``jax_accl.psum`` is a drop-in replacement for ``jax.lax.psum`` inside
 ``jax.jit(jax.shard_map(...))`` and ``jax.pmap`` programs.
 """
+
 from jax_accl import ffi_targets
 
 ffi_targets.register()  # before anything can lower a call; explains a missing _accl
@@ -18,8 +19,21 @@ from jax_accl.routing import routed  # noqa: E402
 from jax_accl.stats import reset_stats, stats  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["AcclError", "allreduce", "distributed", "patch_psum", "pmax", "pmean", "pmin",
-           "profiler", "psum", "reset_stats", "routed", "shard_map", "stats"]
+__all__ = [
+    "AcclError",
+    "allreduce",
+    "distributed",
+    "patch_psum",
+    "pmax",
+    "pmean",
+    "pmin",
+    "profiler",
+    "psum",
+    "reset_stats",
+    "routed",
+    "shard_map",
+    "stats",
+]
 
 _fusion.install()
 if _routing.active_globally():  # JAX_ACCL_ROUTING=1

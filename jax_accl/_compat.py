@@ -2,6 +2,7 @@
 
 tests/in_process/test_profiler_and_compat.py checks that each of them is still there.
 """
+
 import numpy as np
 from jax._src import config as _config
 from jax._src import core
@@ -56,8 +57,10 @@ def _uses_name(fn, name: str) -> bool:
 # the axes (psum always; pmax and pmin from jax 0.11 or 0.12 on): jax_accl refuses
 # them too, and computes the others.
 STATE_CHECKED_OPS = frozenset(
-    op for op, fn in (("sum", _parallel.psum), ("max", _parallel.pmax), ("min", _parallel.pmin))
-    if _uses_name(fn, "_get_from") or op == "sum")
+    op
+    for op, fn in (("sum", _parallel.psum), ("max", _parallel.pmax), ("min", _parallel.pmin))
+    if _uses_name(fn, "_get_from") or op == "sum"
+)
 
 
 def unreduced_axes(aval) -> frozenset:
@@ -92,6 +95,7 @@ def define_bool_state(name: str, default: bool, help_text: str):
 
 def update_config(name: str, value) -> None:
     import jax
+
     jax.config.update(name, value)
 
 
@@ -110,6 +114,8 @@ def ct_aval(aval):
     """The cotangent type of a primal aval (named to_ct_aval since jax 0.10)."""
     to_ct = getattr(aval, "to_ct_aval", None) or aval.to_tangent_aval
     return to_ct()
+
+
 const_like = _lax_internal._const  # (like, python_scalar) -> constant of like's dtype, as psum uses
 
 
@@ -135,7 +141,8 @@ def device_assignment(ctx) -> tuple:
         return tuple(assignment)
     raise NotImplementedError(
         "jax_accl: cannot tell which device runs each partition of this multi-process "
-        f"program (axis context {type(axis_context).__name__}); use jax.shard_map over a Mesh")
+        f"program (axis context {type(axis_context).__name__}); use jax.shard_map over a Mesh"
+    )
 
 
 def distributed_client():
@@ -152,13 +159,15 @@ def use_gloo_on_interface(interface: str) -> None:
 
     def factory():
         collectives = _jax.make_gloo_tcp_collectives(
-            distributed_client=_distributed.global_state.client, interface=interface)
+            distributed_client=_distributed.global_state.client, interface=interface
+        )
         return xla_bridge.make_cpu_client(collectives=collectives)
 
     xla_bridge.register_backend_factory("cpu", factory, priority=0, fail_quietly=False)
 
 
 # --- partially manual shard_map (axis_names a strict subset of the mesh axes) ---
+
 
 def is_partial_manual(ctx) -> bool:
     """True when lowering inside a shard_map that is manual over only some mesh axes."""
@@ -171,14 +180,14 @@ def lower_fully_manual(ctx, fn, in_specs, out_specs, *args):
     """Lowers fn(*args) as a shard_map over the mesh axes not yet manual, inside a
     partially manual region (as jax.lax.axis_index does); its mesh is the region's."""
     from jax._src.shard_map import shard_map
+
     axis_context = ctx.module_context.axis_context
     mesh = axis_context.mesh.abstract_mesh.update_axis_types(
-        {a: _mesh_lib.AxisType.Manual for a in axis_context.manual_axes})
-    nested = shard_map(fn, mesh=mesh, check_vma=False, in_specs=in_specs,
-                       out_specs=out_specs)
+        {a: _mesh_lib.AxisType.Manual for a in axis_context.manual_axes}
+    )
+    nested = shard_map(fn, mesh=mesh, check_vma=False, in_specs=in_specs, out_specs=out_specs)
     with _mesh_lib.use_abstract_mesh(mesh):
-        return mlir.lower_fun(lambda *xs: list(nested(*xs)), multiple_results=True)(
-            ctx, *args)
+        return mlir.lower_fun(lambda *xs: list(nested(*xs)), multiple_results=True)(ctx, *args)
 
 
 def spec_along_auto_axes(ctx, aval) -> PartitionSpec:
@@ -207,11 +216,15 @@ def partition_index(ctx):
     not: no value crosses devices for it, so each device keeps its own."""
     return lower_fully_manual(
         ctx.replace(avals_in=[], avals_out=[core.ShapedArray((), np.uint32)]),
-        lambda: (_partition_id_p.bind(),), (), (PartitionSpec(),))[0]
+        lambda: (_partition_id_p.bind(),),
+        (),
+        (PartitionSpec(),),
+    )[0]
 
 
 def _shard_map_primitive():
     from jax._src import shard_map
+
     return shard_map.shard_map_p
 
 

@@ -1,4 +1,5 @@
 """Public collectives: drop-in replacements for jax.lax.psum / pmean / pmax / pmin."""
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,7 @@ def _axes_tuple(axis_name) -> tuple:
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
 
 
-def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
-              axis_index_groups=None):
+def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_index_groups=None):
     """All-reduce every leaf of ``x`` over ``axis_name`` with ``op`` (sum, prod, min, max).
 
     ``algorithm`` forces one of ``jax_accl.names.ALGORITHMS``: direct, ring,
@@ -30,11 +30,11 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
     "auto" lets the cost model choose (or ``JAX_ACCL_ALGORITHM`` force one for the run).
     """
     if op not in names.OPS:
-        raise ValueError(f"jax_accl.allreduce: op must be one of {tuple(names.OPS)}, "
-                         f"got {op!r}")
+        raise ValueError(f"jax_accl.allreduce: op must be one of {tuple(names.OPS)}, got {op!r}")
     if algorithm not in names.ALGORITHMS:
-        raise ValueError(f"jax_accl.allreduce: algorithm must be one of {names.ALGORITHMS},"
-                         f" got {algorithm!r}")
+        raise ValueError(
+            f"jax_accl.allreduce: algorithm must be one of {names.ALGORITHMS}, got {algorithm!r}"
+        )
     api_name = names.API_NAMES[op]
     axes = c.skip_size_one_axes(_axes_tuple(axis_name))
     if not axes:
@@ -45,8 +45,10 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
     groups = c.canonicalize_axis_index_groups(axis_index_groups)
     leaves, treedef = tree_util.tree_flatten(x)
     if op == "sum":  # as jax.lax.psum: booleans are summed as int32
-        leaves = [lax.convert_element_type(leaf, np.int32)
-                  if np.result_type(leaf) == np.bool_ else leaf for leaf in leaves]
+        leaves = [
+            lax.convert_element_type(leaf, np.int32) if np.result_type(leaf) == np.bool_ else leaf
+            for leaf in leaves
+        ]
     if op in c.STATE_CHECKED_OPS and c.check_vma_enabled():  # one state along all axes
         mesh_named = tuple(a for a in axes if a in c.mesh_axis_names())
         for leaf in leaves:
@@ -56,8 +58,9 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto",
     return tree_util.tree_unflatten(treedef, out)
 
 
-def reduce_leaves(leaves: list, axes: tuple, *, op: str, groups=None, algorithm: str = "auto",
-                  invariant=None) -> list:
+def reduce_leaves(
+    leaves: list, axes: tuple, *, op: str, groups=None, algorithm: str = "auto", invariant=None
+) -> list:
     """All-reduces each leaf over `axes` (mesh, vmapped and positional axes mixed), one
     native call per bucket of leaves that share dtype and reduced axes.
 
@@ -74,8 +77,11 @@ def reduce_leaves(leaves: list, axes: tuple, *, op: str, groups=None, algorithm:
         out = []
         for leaf in leaves:
             leaf = _reduce_positional(leaf, positional, op)
-            out.append(prim._repeat_reduce(jnp.asarray(leaf), size, op)
-                       if op != "sum" else c.const_like(leaf, size) * leaf)
+            out.append(
+                prim._repeat_reduce(jnp.asarray(leaf), size, op)
+                if op != "sum"
+                else c.const_like(leaf, size) * leaf
+            )
         return out
     leaves = [_reduce_positional(leaf, positional, op) for leaf in leaves]
     if not named:
@@ -104,9 +110,14 @@ def reduce_leaves(leaves: list, axes: tuple, *, op: str, groups=None, algorithm:
         by_axes.setdefault(reduced, []).append((k, jnp.asarray(leaf)))
     for reduced, indexed in by_axes.items():
         for bucket in fusion_buckets(indexed, config.current().fusion_bytes):
-            results = prim.bind([leaf for _, leaf in bucket], axes=reduced,
-                                axis_index_groups=groups, op=op, algorithm=algorithm,
-                                invariant=invariant)
+            results = prim.bind(
+                [leaf for _, leaf in bucket],
+                axes=reduced,
+                axis_index_groups=groups,
+                op=op,
+                algorithm=algorithm,
+                invariant=invariant,
+            )
             for (k, _), result in zip(bucket, results):
                 out[k] = _fold(result, copies[k], op)
     return out

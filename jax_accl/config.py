@@ -2,6 +2,7 @@
 what it does. This module is the only reader of the environment (the native core gets
 the values from here); the README's knob table is generated from KNOBS
 (``python -m jax_accl.config`` prints it)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,6 +27,7 @@ def _integer_at_least(low: int) -> Callable[[str], int]:
         if value < low:
             raise ValueError(f"expected an integer >= {low}")
         return value
+
     return parse
 
 
@@ -48,6 +50,7 @@ def _one_of(choices) -> Callable[[str], str]:
         if text not in choices:
             raise ValueError(f"expected one of {', '.join(choices)}")
         return text
+
     return parse
 
 
@@ -59,49 +62,102 @@ def _debug_level(text: str) -> str:
 class Knob:
     name: str
     default: str  # as it would be written in the environment
-    read: str     # when jax_accl reads it
+    read: str  # when jax_accl reads it
     doc: str
     parse: Callable[[str], object] = str
 
 
-KNOBS = {k.name: k for k in [
-    Knob("JAX_ACCL_TIMEOUT_S", "120", "each call, when traced",
-         "deadline of one collective, in seconds; on expiry every waiting rank raises, "
-         "naming the ranks that never arrived", _positive_float),
-    Knob("JAX_ACCL_ALGORITHM", "auto", "each call, when traced",
-         "the algorithm of every all-reduce with `algorithm=\"auto\"`: `direct`, `ring`, "
-         "`halving_doubling`, `reduce_broadcast` (across processes: by cross-memory "
-         "attach, on one host) or `hierarchical` (across processes)",
-         _one_of(names.ALGORITHMS)),
-    Knob("JAX_ACCL_FUSION_BYTES", "64MiB", "each call, when traced",
-         "largest bucket when a pytree is fused into one call per dtype (bytes, or "
-         "`16MiB`)", _positive_size),
-    Knob("JAX_ACCL_ROUTING", "0", "import",
-         "`1`: every all-reduce of every program is jax_accl's, as inside `patch_psum()` "
-         "(see Training)", _switch),
-    Knob("JAX_ACCL_DEBUG", "", "import",
-         "`INFO`: topology, rails, algorithm choices, once each; `DEBUG`: also one line "
-         "per all-reduce per device", _debug_level),
-    Knob("JAX_ACCL_CACHE", "~/.cache/jax_accl", "first call lowered",
-         "where `bench --calibrate` stores what the first lowered call loads: the "
-         "cost-model constants and the calibrated one-host lines",
-         lambda text: Path(os.path.expanduser(text))),
-    Knob("JAX_ACCL_RAILS", "auto", "job start",
-         "interfaces between hosts: `auto` (every interface that is up and not "
-         "loopback), or `eth1,eth2`, optionally weighted `eth1:3,eth2:1`"),
-    Knob("JAX_ACCL_STRIPES_PER_RAIL", "1", "job start",
-         "TCP connections per rail and peer", _integer_at_least(1)),
-    Knob("JAX_ACCL_HOST_ID", "", "job start",
-         "the host this process belongs to (default: the hostname): processes with the "
-         "same id share memory, others use TCP"),
-    Knob("JAX_ACCL_CMA", "1", "job start",
-         "`0`: large all-reduces between processes of a host go through the "
-         "shared-memory rings (the hierarchy, or a flat algorithm) instead of "
-         "cross-memory attach", _switch),
-    Knob("JAX_ACCL_PIPELINE_CHUNKS", "0", "job start",
-         "chunks the hierarchy between hosts pipelines a call into: 0 the cost model's "
-         "choice, 1 off, n forced (the same in every process)", _integer_at_least(0)),
-]}
+KNOBS = {
+    k.name: k
+    for k in [
+        Knob(
+            "JAX_ACCL_TIMEOUT_S",
+            "120",
+            "each call, when traced",
+            "deadline of one collective, in seconds; on expiry every waiting rank raises, "
+            "naming the ranks that never arrived",
+            _positive_float,
+        ),
+        Knob(
+            "JAX_ACCL_ALGORITHM",
+            "auto",
+            "each call, when traced",
+            'the algorithm of every all-reduce with `algorithm="auto"`: `direct`, `ring`, '
+            "`halving_doubling`, `reduce_broadcast` (across processes: by cross-memory "
+            "attach, on one host) or `hierarchical` (across processes)",
+            _one_of(names.ALGORITHMS),
+        ),
+        Knob(
+            "JAX_ACCL_FUSION_BYTES",
+            "64MiB",
+            "each call, when traced",
+            "largest bucket when a pytree is fused into one call per dtype (bytes, or `16MiB`)",
+            _positive_size,
+        ),
+        Knob(
+            "JAX_ACCL_ROUTING",
+            "0",
+            "import",
+            "`1`: every all-reduce of every program is jax_accl's, as inside `patch_psum()` "
+            "(see Training)",
+            _switch,
+        ),
+        Knob(
+            "JAX_ACCL_DEBUG",
+            "",
+            "import",
+            "`INFO`: topology, rails, algorithm choices, once each; `DEBUG`: also one line "
+            "per all-reduce per device",
+            _debug_level,
+        ),
+        Knob(
+            "JAX_ACCL_CACHE",
+            "~/.cache/jax_accl",
+            "first call lowered",
+            "where `bench --calibrate` stores what the first lowered call loads: the "
+            "cost-model constants and the calibrated one-host lines",
+            lambda text: Path(os.path.expanduser(text)),
+        ),
+        Knob(
+            "JAX_ACCL_RAILS",
+            "auto",
+            "job start",
+            "interfaces between hosts: `auto` (every interface that is up and not "
+            "loopback), or `eth1,eth2`, optionally weighted `eth1:3,eth2:1`",
+        ),
+        Knob(
+            "JAX_ACCL_STRIPES_PER_RAIL",
+            "1",
+            "job start",
+            "TCP connections per rail and peer",
+            _integer_at_least(1),
+        ),
+        Knob(
+            "JAX_ACCL_HOST_ID",
+            "",
+            "job start",
+            "the host this process belongs to (default: the hostname): processes with the "
+            "same id share memory, others use TCP",
+        ),
+        Knob(
+            "JAX_ACCL_CMA",
+            "1",
+            "job start",
+            "`0`: large all-reduces between processes of a host go through the "
+            "shared-memory rings (the hierarchy, or a flat algorithm) instead of "
+            "cross-memory attach",
+            _switch,
+        ),
+        Knob(
+            "JAX_ACCL_PIPELINE_CHUNKS",
+            "0",
+            "job start",
+            "chunks the hierarchy between hosts pipelines a call into: 0 the cost model's "
+            "choice, 1 off, n forced (the same in every process)",
+            _integer_at_least(0),
+        ),
+    ]
+}
 
 
 def value(name: str):
@@ -118,20 +174,26 @@ def value(name: str):
 @dataclasses.dataclass(frozen=True)
 class Config:
     """The knobs a call reads when it is traced."""
+
     timeout_s: float
     algorithm: str
     fusion_bytes: int
 
 
 def current() -> Config:
-    return Config(timeout_s=value("JAX_ACCL_TIMEOUT_S"), algorithm=value("JAX_ACCL_ALGORITHM"),
-                  fusion_bytes=value("JAX_ACCL_FUSION_BYTES"))
+    return Config(
+        timeout_s=value("JAX_ACCL_TIMEOUT_S"),
+        algorithm=value("JAX_ACCL_ALGORITHM"),
+        fusion_bytes=value("JAX_ACCL_FUSION_BYTES"),
+    )
 
 
 def markdown_table() -> str:
     rows = ["| variable | default | read at | what it does |", "|---|---|---|---|"]
-    rows += [f"| `{k.name}` | {f'`{k.default}`' if k.default else '(unset)'} | {k.read} | "
-             f"{k.doc} |" for k in KNOBS.values()]
+    rows += [
+        f"| `{k.name}` | {f'`{k.default}`' if k.default else '(unset)'} | {k.read} | {k.doc} |"
+        for k in KNOBS.values()
+    ]
     return "\n".join(rows) + "\n"
 
 

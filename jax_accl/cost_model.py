@@ -20,6 +20,7 @@ Processes of one host, per group shape P x k (processes x devices per process):
   cma_beta: a byte of the cross-memory-attach reduce-broadcast.
 The constants between hosts (net_alpha, net_beta) keep their defaults unless given.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,9 +67,13 @@ def load() -> dict | None:
     try:
         apply(stored)
     except (ValueError, TypeError, KeyError, AttributeError) as e:
-        warnings.warn(f"jax_accl: ignoring {path} (run `python -m jax_accl.bench "
-                      f"--calibrate` again): {type(e).__name__}: {e}", stacklevel=2)
+        warnings.warn(
+            f"jax_accl: ignoring {path} (run `python -m jax_accl.bench "
+            f"--calibrate` again): {type(e).__name__}: {e}",
+            stacklevel=2,
+        )
         from jax_accl import _accl
+
         _accl.clear_measured_one_host()
         return None
     return stored
@@ -77,13 +82,14 @@ def load() -> dict | None:
 def apply(stored: dict) -> None:
     """Sets the constants in `stored` and replaces the calibrated one-host lines by its own."""
     from jax_accl import _accl
-    _accl.set_cost_model(**{k: float(v) for k, v in stored.items()
-                            if k in _accl.get_cost_model()})
+
+    _accl.set_cost_model(**{k: float(v) for k, v in stored.items() if k in _accl.get_cost_model()})
     _accl.clear_measured_one_host()
     for shape, lines in stored.get("one_host", {}).items():
         processes, k = (int(x) for x in shape.split("x"))
-        _accl.set_measured_one_host(processes, k, {a: (line["latency"], line["per_byte"])
-                                                   for a, line in lines.items()})
+        _accl.set_measured_one_host(
+            processes, k, {a: (line["latency"], line["per_byte"]) for a, line in lines.items()}
+        )
 
 
 def store(values: dict) -> Path:
@@ -102,4 +108,3 @@ def store(values: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(stored, indent=1))
     return path
-

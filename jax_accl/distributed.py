@@ -12,6 +12,7 @@ multi-process program calls ``ensure_started()``. Every process then
 Processes with the same host id talk through shared memory, the others over TCP on
 every rail. No server of our own: only the coordination service's key-value store.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -50,8 +51,10 @@ def ensure_started() -> list[dict]:
 def _start() -> list[dict]:
     client = c.distributed_client()
     if client is None:
-        raise AcclError("jax_accl: this program spans processes, but jax.distributed is not "
-                        "initialized; call jax.distributed.initialize() first")
+        raise AcclError(
+            "jax_accl: this program spans processes, but jax.distributed is not "
+            "initialized; call jax.distributed.initialize() first"
+        )
     index, count = jax.process_index(), jax.process_count()
     timeout_ms = int(config.current().timeout_s * 1000)
     if index == 0:
@@ -62,9 +65,15 @@ def _start() -> list[dict]:
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     rails = rails_lib.resolve()
-    ports = _accl.world_start(index, count, secret.encode(), host, rails,
-                              config.value("JAX_ACCL_STRIPES_PER_RAIL"),
-                              config.value("JAX_ACCL_CMA"))
+    ports = _accl.world_start(
+        index,
+        count,
+        secret.encode(),
+        host,
+        rails,
+        config.value("JAX_ACCL_STRIPES_PER_RAIL"),
+        config.value("JAX_ACCL_CMA"),
+    )
     atexit.register(_accl.world_stop)
     entry = {
         "host": host,
@@ -75,20 +84,32 @@ def _start() -> list[dict]:
     table = []
     for i in range(count):
         try:
-            table.append(json.loads(client.blocking_key_value_get(f"{_PREFIX}/process/{i}",
-                                                                  timeout_ms)))
+            table.append(
+                json.loads(client.blocking_key_value_get(f"{_PREFIX}/process/{i}", timeout_ms))
+            )
         except Exception as e:  # the coordination service names what went wrong
-            raise AcclError(f"jax_accl: process {index} waited in vain for process {i} to "
-                            f"publish its endpoints: {e}") from e
+            raise AcclError(
+                f"jax_accl: process {index} waited in vain for process {i} to "
+                f"publish its endpoints: {e}"
+            ) from e
     _accl.world_set_processes(
-        [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table])
+        [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table]
+    )
     hosts = sorted({e["host"] for e in table})
-    log.logger.info("process %d of %d on host %r; %d host(s): %s", index, count, host,
-                    len(hosts), ", ".join(
-                        f"{h}: processes {[i for i, e in enumerate(table) if e['host'] == h]}"
-                        for h in hosts))
-    log.logger.info("rails of this process: %s", ", ".join(
-        f"{name} {ip}:{port} (weight {w:g})" for name, ip, port, w in entry["rails"]))
+    log.logger.info(
+        "process %d of %d on host %r; %d host(s): %s",
+        index,
+        count,
+        host,
+        len(hosts),
+        ", ".join(
+            f"{h}: processes {[i for i, e in enumerate(table) if e['host'] == h]}" for h in hosts
+        ),
+    )
+    log.logger.info(
+        "rails of this process: %s",
+        ", ".join(f"{name} {ip}:{port} (weight {w:g})" for name, ip, port, w in entry["rails"]),
+    )
     return table
 
 

@@ -1,5 +1,6 @@
 """Loads the compiled module jax_accl._accl and registers its XLA FFI targets for the
 CPU platform, once per process."""
+
 from __future__ import annotations
 
 import glob
@@ -16,12 +17,15 @@ def _missing_module_error(cause: ImportError) -> ImportError:
     on sys.path)."""
     package = os.path.dirname(os.path.abspath(__file__))
     in_checkout = os.path.exists(os.path.join(package, "..", "CMakeLists.txt"))
-    where = (f"jax_accl was imported from the source tree {os.path.dirname(package)}, "
-             "which has no compiled module. Run Python from another directory so that the "
-             "installed package is imported, or install the checkout in editable mode "
-             "(pip install -e . --no-build-isolation)" if in_checkout else
-             f"{package} has no compiled module jax_accl._accl; reinstall jax_accl "
-             "(pip install --force-reinstall jax_accl)")
+    where = (
+        f"jax_accl was imported from the source tree {os.path.dirname(package)}, "
+        "which has no compiled module. Run Python from another directory so that the "
+        "installed package is imported, or install the checkout in editable mode "
+        "(pip install -e . --no-build-isolation)"
+        if in_checkout
+        else f"{package} has no compiled module jax_accl._accl; reinstall jax_accl "
+        "(pip install --force-reinstall jax_accl)"
+    )
     return ImportError(f"{where}. ({type(cause).__name__}: {cause})")
 
 

@@ -16,6 +16,7 @@ every device (and every process) rewrites its identical program identically, so 
 still issue the same calls in the same order. Bodies of nested ``jit`` calls are fused
 the same way.
 """
+
 from __future__ import annotations
 
 from jax_accl import _compat as c
@@ -64,6 +65,7 @@ def fuse_jaxpr(jaxpr):
 
 class _Group:
     """Held-back calls of one key, and the equations that wait for their results."""
+
     def __init__(self):
         self.calls, self.after, self.defined = [], [], []
 
@@ -90,9 +92,16 @@ def _merge(members, limit: int) -> list:
     for bucket in fusion_buckets([(k, v.aval) for k, (v, _) in enumerate(operands)], limit):
         pairs = [operands[k] for k, _ in bucket]
         params = dict(first.params) if not merged else fresh(first.params)
-        merged.append(c.core.new_jaxpr_eqn(
-            [v for v, _ in pairs], [out for _, out in pairs], accl_allreduce_p, params,
-            effects, first.source_info))
+        merged.append(
+            c.core.new_jaxpr_eqn(
+                [v for v, _ in pairs],
+                [out for _, out in pairs],
+                accl_allreduce_p,
+                params,
+                effects,
+                first.source_info,
+            )
+        )
     return merged
 
 

@@ -1,6 +1,7 @@
 """jax_accl's logging: silent by default; ``JAX_ACCL_DEBUG=INFO`` prints the topology,
 the rails and the algorithm chosen for each (group, size) once; ``JAX_ACCL_DEBUG=DEBUG``
 also has the native core print one line per all-reduce per device (to stderr)."""
+
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,6 @@
 """The names of reduction ops and algorithms, with the codes the FFI handler decodes:
 read from the native module, whose enums are the one source."""
+
 from __future__ import annotations
 
 from jax_accl import _accl

@@ -1,4 +1,5 @@
 """Route existing code's jax.lax collectives through jax_accl without editing it."""
+
 from __future__ import annotations
 
 import contextlib

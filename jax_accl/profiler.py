@@ -13,6 +13,7 @@ all-gather). On exit those events are merged into the run's Perfetto and trace-v
 JSON files, on a track "jax_accl native" with a thread per device, aligned to JAX's
 clock through an annotation whose native time was recorded while JAX timed it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,7 @@ SYNC_NAME = "jax_accl clock sync"
 @dataclasses.dataclass
 class TraceResult:
     log_dir: str
-    path: str = ""         # the merged Perfetto trace, once the block has exited
+    path: str = ""  # the merged Perfetto trace, once the block has exited
     native_events: int = 0
 
 
@@ -75,20 +76,40 @@ def merge_native_events(path: str, events: list[dict], sync_ns: int) -> None:
         raise RuntimeError(f"{path}: the clock sync annotation is missing")
     # The native clock was read inside the annotation: map it to the annotation's middle.
     offset_us = sync["ts"] + sync.get("dur", 0) / 2 - sync_ns / 1000
-    pid = max((e.get("pid", 0) for e in trace_events if isinstance(e.get("pid"), int)),
-              default=0) + 1
-    trace_events.append({"ph": "M", "pid": pid, "name": "process_name",
-                         "args": {"name": f"jax_accl native ({socket.gethostname()}, "
-                                          f"process {jax.process_index()})"}})
+    pid = (
+        max((e.get("pid", 0) for e in trace_events if isinstance(e.get("pid"), int)), default=0) + 1
+    )
+    trace_events.append(
+        {
+            "ph": "M",
+            "pid": pid,
+            "name": "process_name",
+            "args": {
+                "name": f"jax_accl native ({socket.gethostname()}, process {jax.process_index()})"
+            },
+        }
+    )
     for device in sorted({e["device"] for e in events}):
-        trace_events.append({"ph": "M", "pid": pid, "tid": int(device), "name": "thread_name",
-                             "args": {"name": f"device {device}"}})
+        trace_events.append(
+            {
+                "ph": "M",
+                "pid": pid,
+                "tid": int(device),
+                "name": "thread_name",
+                "args": {"name": f"device {device}"},
+            }
+        )
     for e in events:
-        trace_events.append({
-            "ph": "X", "pid": pid, "tid": int(e["device"]), "name": e["name"],
-            "ts": e["start_ns"] / 1000 + offset_us,
-            "dur": max(e["end_ns"] - e["start_ns"], 0) / 1000,
-            "args": {"bytes": e["bytes"], "call": e["detail"]},
-        })
+        trace_events.append(
+            {
+                "ph": "X",
+                "pid": pid,
+                "tid": int(e["device"]),
+                "name": e["name"],
+                "ts": e["start_ns"] / 1000 + offset_us,
+                "dur": max(e["end_ns"] - e["start_ns"], 0) / 1000,
+                "args": {"bytes": e["bytes"], "call": e["detail"]},
+            }
+        )
     with gzip.open(path, "wt") as f:
         json.dump(data, f)

@@ -8,6 +8,7 @@
   * ``eth1:3,eth2:1``: with weights, the share of each striped message a rail carries
     (for rails of different bandwidth; default 1 each).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -41,19 +42,23 @@ def resolve(spec: str | None = None) -> list[tuple[str, str, float]]:
     """[(interface, IPv4 address, weight)] for the rails named by `spec` (JAX_ACCL_RAILS)."""
     spec = (spec if spec is not None else config.value("JAX_ACCL_RAILS")) or "auto"
     if spec == "auto":
-        rails = [(name, ip, 1.0) for _, name in socket.if_nameindex()
-                 if name != "lo" and _is_up(name) and (ip := interface_ipv4(name))]
+        rails = [
+            (name, ip, 1.0)
+            for _, name in socket.if_nameindex()
+            if name != "lo" and _is_up(name) and (ip := interface_ipv4(name))
+        ]
         return rails or [("lo", "127.0.0.1", 1.0)]
     rails = []
     for item in spec.split(","):
         name, _, weight = item.strip().partition(":")
         ip = interface_ipv4(name)
         if ip is None:
-            raise ValueError(f"JAX_ACCL_RAILS={spec!r}: interface {name!r} does not exist or "
-                             "has no IPv4 address on this host")
+            raise ValueError(
+                f"JAX_ACCL_RAILS={spec!r}: interface {name!r} does not exist or "
+                "has no IPv4 address on this host"
+            )
         w = float(weight) if weight else 1.0
         if w <= 0:
             raise ValueError(f"JAX_ACCL_RAILS={spec!r}: weight of {name!r} must be positive")
         rails.append((name, ip, w))
     return rails
-

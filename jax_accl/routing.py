@@ -17,6 +17,7 @@ variable ``JAX_ACCL_ROUTING=1``; for one thread and one body inside
 JAX's trace context, so a jitted function traced with routing off is traced again when
 called with it on, and the other way round.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,8 +29,10 @@ from jax_accl import config
 # A JAX config state: thread-local when entered as a context, global when set with
 # jax.config.update; part of the jit and trace cache keys.
 _state = c.define_bool_state(
-    "jax_accl_routing", config.value("JAX_ACCL_ROUTING"),
-    "Bind jax.lax's all-reduces, and those autodiff inserts, as jax_accl custom calls.")
+    "jax_accl_routing",
+    config.value("JAX_ACCL_ROUTING"),
+    "Bind jax.lax's all-reduces, and those autodiff inserts, as jax_accl custom calls.",
+)
 _install_lock = threading.Lock()
 _installed = False
 
@@ -55,10 +58,12 @@ def set_global(on: bool) -> None:
 
 def routed(fn):
     """Decorator: every collective traced inside `fn` is jax_accl's (see module doc)."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with scope():
             return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -70,6 +75,7 @@ def install() -> None:
         if _installed:
             return
         from jax_accl.primitives import pvary as accl_pvary
+
         c.hook_bind(c.pvary_p, lambda bind: _routed_pvary(bind, accl_pvary.bind))
         c.hook_bind(c.psum_invariant_p, lambda bind: _routed_reduction(bind, "sum", True))
         c.hook_bind(c.psum_p, lambda bind: _routed_reduction(bind, "sum", False))
@@ -82,6 +88,7 @@ def install() -> None:
 def _routed_pvary(jax_bind, accl_bind):
     def bind(x, *, axes):
         return accl_bind(x, axes=axes) if active() else jax_bind(x, axes=axes)
+
     return bind
 
 
@@ -89,25 +96,30 @@ def _routed_reduction(jax_bind, op: str, invariant):
     """A bind of one of JAX's reduction primitives as accl_allreduce, with the result
     type JAX's gives: psum_invariant's invariant (True), psum's unchanged (False, it is
     bound under check_vma=False), pmax's and pmin's as check_vma says (None)."""
+
     def bind(x, *, axes, **params):
         if not active():
             return jax_bind(x, axes=axes, **params)
         from jax_accl import api
-        return api.reduce_leaves([x], tuple(axes), op=op,
-                                 groups=params.get("axis_index_groups"),
-                                 invariant=invariant)[0]
+
+        return api.reduce_leaves(
+            [x], tuple(axes), op=op, groups=params.get("axis_index_groups"), invariant=invariant
+        )[0]
+
     return bind
 
 
 def _routed_bind_psum_invariant(jax_fn):
     """jax.lax.psum's leaf bind under check_vma=True: routed, it reduces only along the
     axes the leaf varies on (an invariant leaf needs no communication)."""
+
     def bind(leaf, *, axes, axis_index_groups, is_async):
         if not active() or is_async:
-            return jax_fn(leaf, axes=axes, axis_index_groups=axis_index_groups,
-                          is_async=is_async)
+            return jax_fn(leaf, axes=axes, axis_index_groups=axis_index_groups, is_async=is_async)
         if axis_index_groups is not None:
             raise NotImplementedError("axis_index_groups needs check_vma=False (as jax.lax.psum)")
         from jax_accl import api
+
         return api.reduce_leaves([leaf], tuple(axes), op="sum", groups=None)[0]
+
     return bind

@@ -1,4 +1,5 @@
 """Counters of the native core, for ``jax_accl.stats()``."""
+
 from jax_accl import _accl
 
 

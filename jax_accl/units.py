@@ -1,4 +1,5 @@
 """Byte counts as people write them: "4KiB", "1.5MiB", "64MiB" (parse_size) and back (human)."""
+
 from __future__ import annotations
 
 
@@ -15,4 +16,3 @@ def human(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.3g}{unit}"
     return f"{nbytes}B"
-

@@ -7,6 +7,7 @@ times each candidate of the automatic choice forced (calibration_points(), proce
 reporting), fits each a line (fit_line()) and the model's one-host constants
 to them all (fit_one_host()), and prints measured against fitted.
 """
+
 from __future__ import annotations
 
 import time
@@ -78,8 +79,10 @@ def fit_one_host(measured: list[tuple[int, int, str, int, float]]) -> dict:
     while free:
         zero = {name: 0.0 for name in free}
         base = _predictions(points, zero)
-        columns = np.stack([_predictions(points, {**zero, name: 1.0}) - base
-                            for name in free], axis=1) * weights[:, None]
+        columns = (
+            np.stack([_predictions(points, {**zero, name: 1.0}) - base for name in free], axis=1)
+            * weights[:, None]
+        )
         told = np.abs(columns).max(axis=0) > 1e-9
         if not told.all():
             free = [name for name, ok in zip(free, told) if ok]
@@ -115,7 +118,6 @@ def model_choice(processes: int, k: int, size: int, algorithms) -> str:
     return min(algorithms, key=lambda a: _accl.predict_one_host(a, processes, k, size))
 
 
-
 def main(args) -> int:
     """Measure the cost model's constants here, store them, show the choices they make:
     the in-process ones on the job's devices, then every one-host shape P x k of them
@@ -123,43 +125,61 @@ def main(args) -> int:
     import jax
 
     n = args.devices * max(1, args.processes)
-    shapes = ([args.processes] if args.processes > 1 else
-              [p for p in range(2, n + 1) if n % p == 0])
+    shapes = [args.processes] if args.processes > 1 else [p for p in range(2, n + 1) if n % p == 0]
     if not shapes:
         raise SystemExit("--calibrate needs at least 2 devices")
     jax.config.update("jax_num_cpu_devices", n)
     # The pieces: the in-process constants (large NumPy kernels), then each shape's sizes.
-    progress = Progress("jax_accl.bench --calibrate", [weight(64 << 20)] + [
-        weight(size) * len(ONE_HOST_ALGORITHMS) for _ in shapes for size in ONE_HOST_SIZES])
+    progress = Progress(
+        "jax_accl.bench --calibrate",
+        [weight(64 << 20)]
+        + [weight(size) * len(ONE_HOST_ALGORITHMS) for _ in shapes for size in ONE_HOST_SIZES],
+    )
     progress.begin(f"{n} devices in one process")
-    rows, _, _, _ = sweep.measure(4096, n, ["reduce_broadcast"], timing.chain_length(4096, 50, n),
-                               5, baseline=False)
+    rows, _, _, _ = sweep.measure(
+        4096, n, ["reduce_broadcast"], timing.chain_length(4096, 50, n), 5, baseline=False
+    )
     values = in_process(dict(rows)["accl:reduce_broadcast"])
-    print(f"# {n} devices in one process: "
-          + ", ".join(f"{name}={v:.3g}" for name, v in values.items()))
+    print(
+        f"# {n} devices in one process: "
+        + ", ".join(f"{name}={v:.3g}" for name, v in values.items())
+    )
     tables, measured = {}, []
     for processes in shapes:
         k = n // processes
         points = launch.run_job(
-            ["-m", "jax_accl.bench"], processes, k, extra=["--calibrate", "--reps", str(args.reps)],
-            timeout=JOB_TIMEOUT_S, on_progress=lambda piece: progress.begin(
-                f"{processes} processes x {k} devices: {human(piece['size'])}"))[0]["points"]
+            ["-m", "jax_accl.bench"],
+            processes,
+            k,
+            extra=["--calibrate", "--reps", str(args.reps)],
+            timeout=JOB_TIMEOUT_S,
+            on_progress=lambda piece: progress.begin(
+                f"{processes} processes x {k} devices: {human(piece['size'])}"
+            ),
+        )[0]["points"]
         tables[f"{processes}x{k}"] = one_host_lines(points)
-        measured += [(processes, k, p["ran"], p["bytes"], p["seconds"]) for p in points
-                     if p["ran"] in ONE_HOST_ALGORITHMS]
+        measured += [
+            (processes, k, p["ran"], p["bytes"], p["seconds"])
+            for p in points
+            if p["ran"] in ONE_HOST_ALGORITHMS
+        ]
     progress.finish()
     fitted = fit_one_host(measured)
     path = cost_model.store({**values, **fitted, "one_host": tables})
-    print(f"# one host, model fitted to {len(measured)} points: "
-          + ", ".join(f"{name}={v:.3g}" for name, v in fitted.items())
-          + "; kept: " + (", ".join(sorted(set(cost_model.ONE_HOST) - set(fitted))) or "none"))
+    print(
+        f"# one host, model fitted to {len(measured)} points: "
+        + ", ".join(f"{name}={v:.3g}" for name, v in fitted.items())
+        + "; kept: "
+        + (", ".join(sorted(set(cost_model.ONE_HOST) - set(fitted))) or "none")
+    )
     for shape, lines in tables.items():
         processes, k = (int(x) for x in shape.split("x"))
         print_one_host_lines(processes, k, lines)
     print(f"# stored in {path}")
     for size in (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20):
-        print(f"#   {human(size):>6}: {n} devices in one process -> "
-              f"{_accl.choose_algorithm(n, size)}")
+        print(
+            f"#   {human(size):>6}: {n} devices in one process -> {_accl.choose_algorithm(n, size)}"
+        )
     return 0
 
 
@@ -182,8 +202,12 @@ def print_one_host_lines(processes: int, k: int, lines: dict) -> None:
     """Per size: each candidate's measured time (its line's), the choice and the model's."""
     algorithms = list(lines)
     print(f"# {processes}x{k} on this host, per op, measured (calibrated line):")
-    print("# " + f"{'size':>6} " + "".join(f"{a:>22}" for a in algorithms)
-          + f"{'auto':>18}{'model alone':>18}")
+    print(
+        "# "
+        + f"{'size':>6} "
+        + "".join(f"{a:>22}" for a in algorithms)
+        + f"{'auto':>18}{'model alone':>18}"
+    )
     cma = "reduce_broadcast" in algorithms
     for size in sorted({b for line in lines.values() for b, _ in line["measured"]}):
         cells = ""
@@ -192,8 +216,10 @@ def print_one_host_lines(processes: int, k: int, lines: dict) -> None:
             fit = lines[a]["latency"] + size * lines[a]["per_byte"]
             cells += (f"{t * 1e6:>11.0f}" if t else f"{'-':>11}") + f" ({fit * 1e6:>6.0f})us"
         auto = _accl.choose_one_host(processes, k, size, cma)
-        print(f"# {human(size):>6} {cells}{auto:>18}"
-              f"{model_choice(processes, k, size, algorithms):>18}")
+        print(
+            f"# {human(size):>6} {cells}{auto:>18}"
+            f"{model_choice(processes, k, size, algorithms):>18}"
+        )
 
 
 def calibration_points(n: int, reps: int, on_size=None) -> list[dict]:
@@ -204,10 +230,12 @@ def calibration_points(n: int, reps: int, on_size=None) -> list[dict]:
     for size in ONE_HOST_SIZES:
         if on_size:
             on_size(size)
-        algorithms = [a for a in ONE_HOST_ALGORITHMS
-                      if a != "direct" or size <= DIRECT_MAX_BYTES]
-        rows, _, ran, _ = sweep.measure(size, n, algorithms, timing.chain_length(size, 0, n),
-                                     reps, baseline=False)
-        points += [{"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}
-                   for name, t in rows]
+        algorithms = [a for a in ONE_HOST_ALGORITHMS if a != "direct" or size <= DIRECT_MAX_BYTES]
+        rows, _, ran, _ = sweep.measure(
+            size, n, algorithms, timing.chain_length(size, 0, n), reps, baseline=False
+        )
+        points += [
+            {"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}
+            for name, t in rows
+        ]
     return points

@@ -1,5 +1,6 @@
 """`python -m jax_accl.bench`: the command line, and the jobs it launches (one process,
 several processes of one host, or processes on namespaced hosts)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,40 +16,75 @@ from jax_accl.units import human, parse_size
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m jax_accl.bench",
-                                     description=package.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m jax_accl.bench", description=package.__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--sizes", default="4KiB,64KiB,1MiB,4MiB,16MiB,64MiB")
     parser.add_argument("--devices", type=int, default=8, help="devices per process")
-    parser.add_argument("--processes", type=int, default=1,
-                        help="run as this many processes (jax.distributed; baseline: gloo psum)")
-    parser.add_argument("--hosts", type=int, default=1,
-                        help="spread the processes over this many network-namespace hosts (root)")
-    parser.add_argument("--processes-per-host", default="",
-                        help="with --hosts: processes on each host, one number for all or one "
-                             "per host (e.g. 2,1); sets --processes")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="run as this many processes (jax.distributed; baseline: gloo psum)",
+    )
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        help="spread the processes over this many network-namespace hosts (root)",
+    )
+    parser.add_argument(
+        "--processes-per-host",
+        default="",
+        help="with --hosts: processes on each host, one number for all or one "
+        "per host (e.g. 2,1); sets --processes",
+    )
     parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
-    parser.add_argument("--rate-mbit", type=float, default=300.0,
-                        help="tc rate of every namespaced rail (0: unshaped)")
-    parser.add_argument("--all-rails-only", action="store_true",
-                        help="with --hosts: skip the run on one rail")
-    parser.add_argument("--pipeline-chunks", default="",
-                        help="with --hosts: one job per JAX_ACCL_PIPELINE_CHUNKS value, e.g. "
-                             "1,0 (off, then the cost model's choice)")
+    parser.add_argument(
+        "--rate-mbit",
+        type=float,
+        default=300.0,
+        help="tc rate of every namespaced rail (0: unshaped)",
+    )
+    parser.add_argument(
+        "--all-rails-only", action="store_true", help="with --hosts: skip the run on one rail"
+    )
+    parser.add_argument(
+        "--pipeline-chunks",
+        default="",
+        help="with --hosts: one job per JAX_ACCL_PIPELINE_CHUNKS value, e.g. "
+        "1,0 (off, then the cost model's choice)",
+    )
     parser.add_argument("--algorithms", default="auto,direct,ring,halving_doubling")
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
-    parser.add_argument("--reps", type=int, default=None,
-                        help="repetitions per variant and size (median): 5, for --calibrate 9")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="repetitions per variant and size (median): 5, for --calibrate 9",
+    )
     parser.add_argument("--json", default="", help="append JSON lines here")
     parser.add_argument("--plot", default="", help="write a PNG of busbw against size here")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="measure this machine's cost-model constants (in one process on "
-                             "--devices devices, then across --processes processes, 2 by "
-                             "default) and store them")
-    parser.add_argument("--mpi", choices=("auto", "on", "off"), default="auto",
-                        help="with --processes on one host: also time mpi4jax over Open MPI "
-                             "(auto: where installed, see scripts/install_mpi.sh)")
-    parser.add_argument("--pytree", type=int, default=0,
-                        help="also time psum of a pytree of this many leaves (fusion)")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this machine's cost-model constants (in one process on "
+        "--devices devices, then across --processes processes, 2 by "
+        "default) and store them",
+    )
+    parser.add_argument(
+        "--mpi",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="with --processes on one host: also time mpi4jax over Open MPI "
+        "(auto: where installed, see scripts/install_mpi.sh)",
+    )
+    parser.add_argument(
+        "--pytree",
+        type=int,
+        default=0,
+        help="also time psum of a pytree of this many leaves (fusion)",
+    )
     # Set by the launcher for the processes of a multi-process run.
     parser.add_argument("--process-id", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--num-processes", type=int, default=1, help=argparse.SUPPRESS)
@@ -61,22 +97,27 @@ def parse_args(argv):
 def worker_main(args) -> int:
     """One process of a multi-process run: measure over the global mesh; process 0 reports."""
     import jax
+
     jax.config.update("jax_num_cpu_devices", args.devices)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=args.coordinator,
-                               num_processes=args.num_processes, process_id=args.process_id)
+    jax.distributed.initialize(
+        coordinator_address=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+    )
     if args.gloo_interface:
         from jax_accl import _compat
+
         _compat.use_gloo_on_interface(args.gloo_interface)
     n = args.devices * args.num_processes
     import jax_accl
+
     # Process 0 tells the launcher which size starts (the progress line).
     on_size = (lambda size: report_piece(size=size)) if args.process_id == 0 else None
     if args.calibrate:
         result = {"points": calibrate.calibration_points(n, args.reps, on_size)}
     else:
-        result = {"rows": sweep.run_sweep(args, n, args.label, on_size),
-                  "stats": jax_accl.stats()}
+        result = {"rows": sweep.run_sweep(args, n, args.label, on_size), "stats": jax_accl.stats()}
     print("RESULT " + json.dumps(result), flush=True)
     jax.distributed.shutdown()
     return 0
@@ -101,8 +142,16 @@ def sizes_of(args) -> list[int]:
 
 def worker_args(args) -> list[str]:
     """The sweep's options, as every process of a multi-process run gets them."""
-    return ["--sizes", args.sizes, "--algorithms", args.algorithms, "--reps", str(args.reps),
-            "--loop", str(args.loop)]
+    return [
+        "--sizes",
+        args.sizes,
+        "--algorithms",
+        args.algorithms,
+        "--reps",
+        str(args.reps),
+        "--loop",
+        str(args.loop),
+    ]
 
 
 def multi_process_main(args, out) -> int:
@@ -115,9 +164,13 @@ def multi_process_main(args, out) -> int:
         progress = Progress("jax_accl.bench", sizes + [sum(sizes) / 4])  # and MPI's
         before = memory.copy_bandwidths()
         results = launch.run_job(
-            worker, args.processes, args.devices, extra=forwarded + ["--label", label],
+            worker,
+            args.processes,
+            args.devices,
+            extra=forwarded + ["--label", label],
             timeout=JOB_TIMEOUT_S,
-            on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"))
+            on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"),
+        )
         rows = results[0]["rows"]
         progress.begin("the MPI baseline")
         mpi_lines = mpi.add_mpi_rows(rows, args, label)
@@ -125,7 +178,9 @@ def multi_process_main(args, out) -> int:
         # B measured here, alone, before and after the workers ran.
         bandwidths = memory.fastest(before, memory.copy_bandwidths())
         memory.add_memory_limits(rows, bandwidths)
-        print(f"# {label}; baseline: jax.lax.psum over gloo; {memory.describe_bandwidths(bandwidths)}")
+        print(
+            f"# {label}; baseline: jax.lax.psum over gloo; {memory.describe_bandwidths(bandwidths)}"
+        )
         report.print_rows(rows, memory.MEMORY_LIMITS, out)
         for line in mpi_lines:
             print("#", line)
@@ -149,20 +204,32 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
     forwarded = worker_args(args)
     with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
-        env = [{"JAX_ACCL_HOST_ID": ns,
+        env = [
+            {
+                "JAX_ACCL_HOST_ID": ns,
                 "JAX_ACCL_RAILS": ",".join(f"rail{r}" for r in range(rails)),
-                **({"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {})}
-               for ns in spaces]
+                **({"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}),
+            }
+            for ns in spaces
+        ]
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
-        label = (f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
-                 f"{rails} of {args.rails} rails {speed}"
-                 + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else ""))
-        results = launch.run_job(["-m", "jax_accl.bench"], sum(per_host), args.devices,
-                                 extra=forwarded + ["--gloo-interface", "rail0", "--label", label],
-                                 env=env, namespaces=spaces, coordinator_ip=netns.rail_ip(0, 0),
-                                 timeout=JOB_TIMEOUT_S, on_progress=lambda piece: progress.begin(
-                                     f"{label}: {human(piece['size'])}"))
+        label = (
+            f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
+            f"{rails} of {args.rails} rails {speed}"
+            + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else "")
+        )
+        results = launch.run_job(
+            ["-m", "jax_accl.bench"],
+            sum(per_host),
+            args.devices,
+            extra=forwarded + ["--gloo-interface", "rail0", "--label", label],
+            env=env,
+            namespaces=spaces,
+            coordinator_ip=netns.rail_ip(0, 0),
+            timeout=JOB_TIMEOUT_S,
+            on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"),
+        )
     rows = results[0]["rows"]
     h = args.hosts
     # Every host must send 2(h-1)/h of the buffer over its rails at least once.
@@ -177,8 +244,10 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
     if args.plot:
         stem, ext = os.path.splitext(args.plot)
         report.plot(rows, f"{stem}-{rails}rail{ext or '.png'}", label)
-    print("# bytes sent per rail by process 0:",
-          {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()})
+    print(
+        "# bytes sent per rail by process 0:",
+        {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()},
+    )
 
 
 def main(argv=None) -> int:
@@ -196,18 +265,22 @@ def main(argv=None) -> int:
         if args.processes > 1:
             return multi_process_main(args, out)
         import jax
+
         jax.config.update("jax_num_cpu_devices", args.devices)
         n = args.devices
         sizes = sizes_of(args)
         progress = Progress("jax_accl.bench", [weight(s) for s in sizes])
         before = memory.copy_bandwidths()
-        rows = sweep.run_sweep(args, n, f"1x{n} in-process",
-                               lambda size: progress.begin(f"{n} devices: {human(size)}"))
+        rows = sweep.run_sweep(
+            args, n, f"1x{n} in-process", lambda size: progress.begin(f"{n} devices: {human(size)}")
+        )
         progress.finish()
         bandwidths = memory.fastest(before, memory.copy_bandwidths())
-        print(f"# {n} CPU devices, float32 sum, {memory.describe_bandwidths(bandwidths)} (the faster "
-              f"of before and after the sweep); times are medians of {args.reps} runs, per op "
-              f"in a fori_loop")
+        print(
+            f"# {n} CPU devices, float32 sum, {memory.describe_bandwidths(bandwidths)} (the faster "
+            f"of before and after the sweep); times are medians of {args.reps} runs, per op "
+            f"in a fori_loop"
+        )
         memory.add_memory_limits(rows, bandwidths)
         report.print_rows(rows, memory.MEMORY_LIMITS, out)
         if args.plot:
@@ -220,11 +293,19 @@ def main(argv=None) -> int:
             for name, t in results.items():
                 print(f"{name:>28} {t * 1e3:9.2f} ms  {base / t:5.2f}x vs psum")
                 if out:
-                    out.write(json.dumps(dict(pytree_leaves=args.pytree, bytes=nbytes,
-                                              variant=name, seconds=t,
-                                              speedup_vs_psum=base / t)) + "\n")
+                    out.write(
+                        json.dumps(
+                            dict(
+                                pytree_leaves=args.pytree,
+                                bytes=nbytes,
+                                variant=name,
+                                seconds=t,
+                                speedup_vs_psum=base / t,
+                            )
+                        )
+                        + "\n"
+                    )
         return 0
     finally:
         if out:
             out.close()
-

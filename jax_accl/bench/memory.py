@@ -1,5 +1,6 @@
 """The memory limit of an all-reduce on one host: t_min = 2·n·S/B, with B the copy
 bandwidth of every core at once, NumPy's and a non-temporal one, measured here."""
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,10 @@ def copy_bandwidths(nbytes: int = 64 << 20, reps: int = 7) -> dict:
     pairs = [(np.empty(nbytes // 8), np.ones(nbytes // 8)) for _ in range(cores)]
     for dst, src in pairs:
         np.copyto(dst, src)  # fault the pages in
-    copies = {"copy": lambda dst, src: np.copyto(dst, src),
-              "stream": lambda dst, src: _accl.stream_copy(dst.ctypes.data, src.ctypes.data,
-                                                           nbytes)}
+    copies = {
+        "copy": lambda dst, src: np.copyto(dst, src),
+        "stream": lambda dst, src: _accl.stream_copy(dst.ctypes.data, src.ctypes.data, nbytes),
+    }
     best = {}
     for _ in range(reps):
         for kind, copy in copies.items():
@@ -50,10 +52,13 @@ def add_memory_limits(rows: list[dict], bandwidths: dict) -> None:
 
 
 def describe_bandwidths(bandwidths: dict) -> str:
-    return (f"copy bandwidth B = {bandwidths['copy'] / 1e9:.1f} GB/s (NumPy copy, all cores), "
-            f"{bandwidths['stream'] / 1e9:.1f} GB/s (non-temporal copy)")
+    return (
+        f"copy bandwidth B = {bandwidths['copy'] / 1e9:.1f} GB/s (NumPy copy, all cores), "
+        f"{bandwidths['stream'] / 1e9:.1f} GB/s (non-temporal copy)"
+    )
 
 
-MEMORY_LIMITS = [("copy", lambda r: r["memory_limit_s"]),
-                 ("NT copy", lambda r: r["memory_limit_stream_s"])]
-
+MEMORY_LIMITS = [
+    ("copy", lambda r: r["memory_limit_s"]),
+    ("NT copy", lambda r: r["memory_limit_stream_s"]),
+]

@@ -7,6 +7,7 @@ jax_accl.bench starts it under mpirun (`run`); rank 0 prints "RESULT <json>". In
 the baseline with `bash scripts/install_mpi.sh`. JAX's own MPI collectives would need
 MPItrampoline's MPIwrapper library, which no package registry ships; mpi4jax is the MPI
 path a JAX user installs."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,23 +47,47 @@ def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> lis
     reason = missing()
     if reason:
         raise RuntimeError(f"MPI baseline: {reason} (bash scripts/install_mpi.sh)")
-    cmd = [mpirun(), "--oversubscribe", "--bind-to", "none", "-np", str(n), sys.executable,
-           "-m", "jax_accl.bench.mpi", "--sizes", sizes, "--loop", str(loop),
-           "--reps", str(reps)]
-    env = worker_env({"MPI4JAX_NO_WARN_JAX_VERSION": "1",
-                      # Open MPI refuses root unless told twice; CI runs as root.
-                      "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    cmd = [
+        mpirun(),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-np",
+        str(n),
+        sys.executable,
+        "-m",
+        "jax_accl.bench.mpi",
+        "--sizes",
+        sizes,
+        "--loop",
+        str(loop),
+        "--reps",
+        str(reps),
+    ]
+    env = worker_env(
+        {
+            "MPI4JAX_NO_WARN_JAX_VERSION": "1",
+            # Open MPI refuses root unless told twice; CI runs as root.
+            "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        }
+    )
     try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
-                              cwd="/")
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd="/"
+        )
     except subprocess.TimeoutExpired as e:
-        raise RuntimeError(f"MPI baseline: {n} processes did not finish in {timeout:.0f} s:\n"
-                           f"{(e.stdout or '')[-3000:]}") from None
+        raise RuntimeError(
+            f"MPI baseline: {n} processes did not finish in {timeout:.0f} s:\n"
+            f"{(e.stdout or '')[-3000:]}"
+        ) from None
     results = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not results:
-        raise RuntimeError(f"MPI baseline failed (exit {done.returncode}):\n"
-                           f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return json.loads(results[-1][len("RESULT "):])
+        raise RuntimeError(
+            f"MPI baseline failed (exit {done.returncode}):\n"
+            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    return json.loads(results[-1][len("RESULT ") :])
 
 
 def add_mpi_rows(rows: list[dict], args, label: str) -> list[str]:
@@ -81,9 +106,11 @@ def add_mpi_rows(rows: list[dict], args, label: str) -> list[str]:
     lines = []
     for r in rows:
         if r["variant"] == "accl:auto":
-            lines.append(f"{human(r['size_bytes'])}: jax_accl auto is "
-                         f"{mpi[r['size_bytes']] / r['seconds_per_op']:.2f}x faster than "
-                         f"mpi4jax (Open MPI, {n} processes x 1 device)")
+            lines.append(
+                f"{human(r['size_bytes'])}: jax_accl auto is "
+                f"{mpi[r['size_bytes']] / r['seconds_per_op']:.2f}x faster than "
+                f"mpi4jax (Open MPI, {n} processes x 1 device)"
+            )
     return lines
 
 
@@ -119,8 +146,15 @@ def worker_main(argv=None) -> int:
         loop = chain_length(size, args.loop, n)
         chains = {"mpi4jax": (program(loop), program(2 * loop))}
         t = per_op_interleaved(chains, x, loop, args.reps, size)["mpi4jax"]
-        rows.append(dict(size_bytes=size, devices=n, variant="mpi4jax", seconds_per_op=t,
-                         single_call_s=single))
+        rows.append(
+            dict(
+                size_bytes=size,
+                devices=n,
+                variant="mpi4jax",
+                seconds_per_op=t,
+                single_call_s=single,
+            )
+        )
     if rank == 0:
         print("RESULT " + json.dumps(rows), flush=True)
     return 0

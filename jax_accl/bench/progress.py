@@ -6,6 +6,7 @@ part (compiling, warming up, launching) plus its bytes. The time left is the tim
 so far scaled by the weight still to come. Workers of a multi-process job report the
 piece they start as a line "PROGRESS <json>" on stdout, which the launcher hands to
 `Progress.begin` (see jax_accl/testing/launch.py, `on_progress`)."""
+
 from __future__ import annotations
 
 import json
@@ -43,16 +44,17 @@ class Progress:
     def begin(self, now: str) -> None:
         """The next piece starts; `now` says what it is."""
         self.current = min(self.current + 1, len(self.weights) - 1)
-        done = sum(self.weights[:self.current])
+        done = sum(self.weights[: self.current])
         elapsed = time.monotonic() - self.started
-        left = ("" if done == 0 else
-                f", about {clock(elapsed * (sum(self.weights) - done) / done)} left")
-        self._say(f"{self.current + 1}/{len(self.weights)} {now} "
-                  f"({clock(elapsed)} so far{left})")
+        left = (
+            ""
+            if done == 0
+            else f", about {clock(elapsed * (sum(self.weights) - done) / done)} left"
+        )
+        self._say(f"{self.current + 1}/{len(self.weights)} {now} ({clock(elapsed)} so far{left})")
 
     def finish(self) -> None:
-        self._say(f"done: {len(self.weights)} pieces in "
-                  f"{clock(time.monotonic() - self.started)}")
+        self._say(f"done: {len(self.weights)} pieces in {clock(time.monotonic() - self.started)}")
 
     def _say(self, text: str) -> None:
         print(f"[{self.title}] {text}", file=self.stream, flush=True)

@@ -1,5 +1,6 @@
 """The benchmark's output: rows in nccl-tests units, the table, the notes under it and
 the plot."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,12 @@ def nccl_row(row: dict, baseline_seconds: float) -> dict:
     """Adds algbw = S/t, busbw = algbw·2(n-1)/n and the speedup over the baseline."""
     n, t = row["devices"], row["seconds_per_op"]
     algbw = row["size_bytes"] / t / 1e9
-    return {**row, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (n - 1) / n,
-            "speedup_vs_baseline": baseline_seconds / t}
+    return {
+        **row,
+        "algbw_gbs": algbw,
+        "busbw_gbs": algbw * 2 * (n - 1) / n,
+        "speedup_vs_baseline": baseline_seconds / t,
+    }
 
 
 def auto_vs_best(rows: list[dict]) -> list[str]:
@@ -25,10 +30,13 @@ def auto_vs_best(rows: list[dict]) -> list[str]:
         forced = {k: v for k, v in at.items() if k.startswith("accl:") and k != "accl:auto"}
         if "accl:auto" in at and forced:
             best = min(forced, key=forced.get)
-            chosen = next(r["ran"] for r in rows
-                          if r["size_bytes"] == size and r["variant"] == "accl:auto")
-            line = (f"{human(size)}: auto ran {chosen}, {at['accl:auto'] / forced[best]:.2f}x "
-                    f"the best forced ({best[5:]})")
+            chosen = next(
+                r["ran"] for r in rows if r["size_bytes"] == size and r["variant"] == "accl:auto"
+            )
+            line = (
+                f"{human(size)}: auto ran {chosen}, {at['accl:auto'] / forced[best]:.2f}x "
+                f"the best forced ({best[5:]})"
+            )
             if f"accl:{chosen}" in forced and best != f"accl:{chosen}":
                 line += f"; {chosen} forced: {forced[f'accl:{chosen}'] / forced[best]:.2f}x"
             lines.append(line)
@@ -36,9 +44,11 @@ def auto_vs_best(rows: list[dict]) -> list[str]:
 
 
 # The limits a row may carry (bench/memory.py, the multi-host job), as plotted lines.
-LIMIT_LINES = [("memory_limit_s", "memory limit (copy)", "--"),
-               ("memory_limit_stream_s", "memory limit (non-temporal copy)", ":"),
-               ("link_limit_s", "network limit (all rails)", "--")]
+LIMIT_LINES = [
+    ("memory_limit_s", "memory limit (copy)", "--"),
+    ("memory_limit_stream_s", "memory limit (non-temporal copy)", ":"),
+    ("link_limit_s", "network limit (all rails)", "--"),
+]
 
 
 def plot(rows: list[dict], path: str, title: str) -> tuple[list[str], list[str]]:
@@ -51,19 +61,28 @@ def plot(rows: list[dict], path: str, title: str) -> tuple[list[str], list[str]]
         raise SystemExit("--plot needs matplotlib: pip install 'jax_accl[bench]'")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for variant in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == variant]
-        ax.plot([r["size_bytes"] for r in mine], [r["busbw_gbs"] for r in mine], marker="o",
-                label=variant.replace("accl:", "jax_accl "))
+        ax.plot(
+            [r["size_bytes"] for r in mine],
+            [r["busbw_gbs"] for r in mine],
+            marker="o",
+            label=variant.replace("accl:", "jax_accl "),
+        )
     first = rows[0]["variant"]
     at_sizes = [r for r in rows if r["variant"] == first]
     for key, name, style in LIMIT_LINES:
         if all(key in r for r in at_sizes):
             n = at_sizes[0]["devices"]
-            ax.plot([r["size_bytes"] for r in at_sizes],
-                    [r["size_bytes"] / r[key] / 1e9 * 2 * (n - 1) / n for r in at_sizes],
-                    linestyle=style, color="grey", label=name)
+            ax.plot(
+                [r["size_bytes"] for r in at_sizes],
+                [r["size_bytes"] / r[key] / 1e9 * 2 * (n - 1) / n for r in at_sizes],
+                linestyle=style,
+                color="grey",
+                label=name,
+            )
     ax.set_xscale("log", base=2)
     sizes = sorted({r["size_bytes"] for r in rows})
     ax.set_xticks(sizes, [human(s) for s in sizes])
@@ -82,15 +101,20 @@ def plot(rows: list[dict], path: str, title: str) -> tuple[list[str], list[str]]
 
 def print_rows(rows: list[dict], limits, out) -> None:
     """limits: [(name, seconds of row)], one "vs <name>" column each."""
-    print(f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
-          f"{'busbw GB/s':>10} {'vs base':>8} "
-          + "".join(f"{'vs ' + name:>11} " for name, _ in limits) + f"{'1-call':>10}")
+    print(
+        f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
+        f"{'busbw GB/s':>10} {'vs base':>8} "
+        + "".join(f"{'vs ' + name:>11} " for name, _ in limits)
+        + f"{'1-call':>10}"
+    )
     for r in rows:
         t = r["seconds_per_op"]
-        print(f"{human(r['size_bytes']):>8} {r['variant']:>24} {t * 1e6:>9.1f}us "
-              f"{r['algbw_gbs']:>10.3f} {r['busbw_gbs']:>10.3f} {r['speedup_vs_baseline']:>7.2f}x "
-              + "".join(f"{t / limit(r):>10.2f}x " for _, limit in limits)
-              + f"{r['single_call_s'] * 1e6:>8.0f}us")
+        print(
+            f"{human(r['size_bytes']):>8} {r['variant']:>24} {t * 1e6:>9.1f}us "
+            f"{r['algbw_gbs']:>10.3f} {r['busbw_gbs']:>10.3f} {r['speedup_vs_baseline']:>7.2f}x "
+            + "".join(f"{t / limit(r):>10.2f}x " for _, limit in limits)
+            + f"{r['single_call_s'] * 1e6:>8.0f}us"
+        )
         if out:
             out.write(json.dumps(r) + "\n")
     for line in auto_vs_best(rows):
@@ -103,8 +127,9 @@ def print_phases(rows: list[dict]) -> None:
     for r in rows:
         phases = r.get("phase_s")
         if r["variant"] == "accl:auto" and phases and any(phases.values()):
-            print(f"# {human(r['size_bytes'])} accl:auto ({r.get('ran', '?')}) per call: "
-                  f"local reduce-scatter {phases['local_reduce_scatter'] * 1e3:.2f} ms, "
-                  f"between hosts {phases['between_hosts'] * 1e3:.2f} ms, "
-                  f"local all-gather {phases['local_all_gather'] * 1e3:.2f} ms")
-
+            print(
+                f"# {human(r['size_bytes'])} accl:auto ({r.get('ran', '?')}) per call: "
+                f"local reduce-scatter {phases['local_reduce_scatter'] * 1e3:.2f} ms, "
+                f"between hosts {phases['between_hosts'] * 1e3:.2f} ms, "
+                f"local all-gather {phases['local_all_gather'] * 1e3:.2f} ms"
+            )

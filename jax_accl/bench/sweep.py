@@ -1,6 +1,7 @@
 """What the benchmark measures: one size's variants (jax.lax.psum, jax_accl with each
 algorithm) over a 1-D mesh of every process's devices, each checked against NumPy, and
 a gradient-like pytree fused and unfused."""
+
 from __future__ import annotations
 
 import jax
@@ -37,23 +38,28 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
 
     mesh = _mesh(n)
     host = test_data(size_bytes, n)
-    x = jax.make_array_from_callback(host.shape, NamedSharding(mesh, P("i")),
-                                     lambda index: host[index])
+    x = jax.make_array_from_callback(
+        host.shape, NamedSharding(mesh, P("i")), lambda index: host[index]
+    )
     want = host.sum(0)
 
     def program(reduce, steps):
         def body(a):
             return jax.lax.fori_loop(0, steps, lambda _, v: reduce(v), a)
-        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
-                                     check_vma=False))
+
+        return jax.jit(
+            jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False)
+        )
 
     single, ran, chains, phases = {}, {}, {}, {}
-    variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][:int(baseline)] + [
+    variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][: int(baseline)] + [
         (f"accl:{alg}", (lambda a: lambda v: jax_accl.allreduce(v, "i", algorithm=a))(alg))
-        for alg in algorithms]
+        for alg in algorithms
+    ]
     for name, reduce in variants:
-        once = jax.jit(jax.shard_map(reduce, mesh=mesh, in_specs=P("i"), out_specs=P("i"),
-                                     check_vma=False))
+        once = jax.jit(
+            jax.shard_map(reduce, mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False)
+        )
         calls_before = _calls_by_algorithm()
         got = _first_local_block(once(x))
         if name.startswith("accl:"):  # what it ran (auto's choice), from the library's counters
@@ -84,16 +90,20 @@ def measure_pytree(n: int, leaves: int, reps: int):
     """A gradient-like pytree (`leaves` leaves of model-like sizes): leaf-by-leaf
     jax.lax.psum against jax_accl.psum fused into one call, and jax_accl unfused."""
 
-
     mesh = _mesh(n)
     shapes = [(256, 256), (256,), (256, 1024), (1024,), (1024, 256), (256,), (16,), ()]
     rng = np.random.default_rng(0)
-    tree = [rng.integers(-8, 8, (n,) + shapes[k % len(shapes)]).astype(np.float32)
-            for k in range(leaves)]
+    tree = [
+        rng.integers(-8, 8, (n,) + shapes[k % len(shapes)]).astype(np.float32)
+        for k in range(leaves)
+    ]
     specs = [P("i")] * leaves
-    args = [jax.make_array_from_callback(t.shape, NamedSharding(mesh, s),
-                                         (lambda t: lambda index: t[index])(t))
-            for t, s in zip(tree, specs)]
+    args = [
+        jax.make_array_from_callback(
+            t.shape, NamedSharding(mesh, s), (lambda t: lambda index: t[index])(t)
+        )
+        for t, s in zip(tree, specs)
+    ]
     nbytes = sum(t[0].nbytes for t in tree)
 
     # The step computes the leaves before reducing them, as a train step computes its
@@ -102,13 +112,17 @@ def measure_pytree(n: int, leaves: int, reps: int):
     def build(reduce):
         def step(t):
             return reduce([x * 0.5 for x in t])
-        return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(specs,), out_specs=specs,
-                                     check_vma=False))
+
+        return jax.jit(
+            jax.shard_map(step, mesh=mesh, in_specs=(specs,), out_specs=specs, check_vma=False)
+        )
 
     results = {}
-    variants = [("jax.lax.psum leaf by leaf", lambda t: [jax.lax.psum(x, "i") for x in t]),
-                ("jax_accl.psum fused", lambda t: jax_accl.psum(t, "i")),
-                ("jax_accl.psum unfused", lambda t: [jax_accl.psum(x, "i") for x in t])]
+    variants = [
+        ("jax.lax.psum leaf by leaf", lambda t: [jax.lax.psum(x, "i") for x in t]),
+        ("jax_accl.psum fused", lambda t: jax_accl.psum(t, "i")),
+        ("jax_accl.psum unfused", lambda t: [jax_accl.psum(x, "i") for x in t]),
+    ]
     for name, reduce in variants:
         fn = build(reduce)
         got = fn(args)
@@ -127,12 +141,24 @@ def run_sweep(args, n: int, label: str, on_size=None) -> list[dict]:
     for size in (parse_size(s) for s in args.sizes.split(",")):
         if on_size:
             on_size(size)
-        timings, single, ran, phases = measure(size, n, algorithms,
-                                               chain_length(size, args.loop, n), args.reps)
+        timings, single, ran, phases = measure(
+            size, n, algorithms, chain_length(size, args.loop, n), args.reps
+        )
         base = dict(timings)["jax.lax.psum"]
-        rows += [nccl_row(dict(setting=label, size_bytes=size, devices=n, variant=name,
-                               seconds_per_op=t, single_call_s=single[name],
-                               **({"ran": ran[name]} if name in ran else {}),
-                               **({"phase_s": phases[name]} if name in phases else {})), base)
-                 for name, t in timings]
+        rows += [
+            nccl_row(
+                dict(
+                    setting=label,
+                    size_bytes=size,
+                    devices=n,
+                    variant=name,
+                    seconds_per_op=t,
+                    single_call_s=single[name],
+                    **({"ran": ran[name]} if name in ran else {}),
+                    **({"phase_s": phases[name]} if name in phases else {}),
+                ),
+                base,
+            )
+            for name, t in timings
+        ]
     return rows

@@ -1,5 +1,6 @@
 """How the benchmark times one all-reduce: K and 2K of them chained in one jitted
 lax.fori_loop, the difference over K, repetitions interleaved across the variants."""
+
 from __future__ import annotations
 
 import math
@@ -74,4 +75,3 @@ def chain_length(size_bytes: int, loop: int, n: int) -> int:
 # in float32 for this many steps (n = 8; more for smaller groups).
 def max_chain(n: int) -> int:
     return int(math.log(3e38 / 8) / math.log(max(n, 2)))
-

@@ -1,4 +1,5 @@
 """``python -m jax_accl.demo``: see jax_accl/demo/training.py."""
+
 import sys
 
 from jax_accl.demo.training import main

@@ -14,6 +14,7 @@ travel in one fused call. The demo prints what each compiled step contains (XLA
 all-reduces, jax_accl calls), the loss per step, the final accuracy, the largest
 parameter difference between the two runs, and their step times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,15 +42,21 @@ def make_dataset(samples: int, seed: int):
 def init_params(seed: int):
     import jax
     import jax.numpy as jnp
+
     sizes = (FEATURES, *HIDDEN, CLASSES)
     keys = jax.random.split(jax.random.key(seed), len(sizes) - 1)
-    return [{"w": jax.random.normal(k, (m, n), jnp.float32) * jnp.sqrt(2.0 / m),
-             "b": jnp.zeros((n,), jnp.float32)}
-            for k, m, n in zip(keys, sizes[:-1], sizes[1:])]
+    return [
+        {
+            "w": jax.random.normal(k, (m, n), jnp.float32) * jnp.sqrt(2.0 / m),
+            "b": jnp.zeros((n,), jnp.float32),
+        }
+        for k, m, n in zip(keys, sizes[:-1], sizes[1:])
+    ]
 
 
 def forward(params, x):
     import jax
+
     for layer in params[:-1]:
         x = jax.nn.relu(x @ layer["w"] + layer["b"])
     return x @ params[-1]["w"] + params[-1]["b"]
@@ -57,6 +64,7 @@ def forward(params, x):
 
 def loss_fn(params, x, y):
     import optax
+
     return optax.softmax_cross_entropy_with_integer_labels(forward(params, x), y).mean()
 
 
@@ -78,26 +86,35 @@ def build_step(mesh, optimizer, variant: str):
         return optax.apply_updates(params, updates), opt_state, loss
 
     shard_map = {"jax.lax": jax.shard_map, "jax_accl": jax_accl.shard_map}[variant]
-    return jax.jit(shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
-                             out_specs=(P(), P(), P())), donate_argnums=(0, 1))
+    return jax.jit(
+        shard_map(
+            step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=(P(), P(), P())
+        ),
+        donate_argnums=(0, 1),
+    )
 
 
 def compiled_collectives(step_fn, *args) -> dict:
     """What the compiled step holds: XLA's collectives and jax_accl's custom calls."""
     text = step_fn.lower(*args).compile().as_text()
-    return {"xla all-reduce": text.count(" all-reduce("),
-            "xla reduce-scatter": text.count(" reduce-scatter("),
-            "xla all-gather": text.count(" all-gather("),
-            "jax_accl calls": text.count('custom_call_target="accl_allreduce"')}
+    return {
+        "xla all-reduce": text.count(" all-reduce("),
+        "xla reduce-scatter": text.count(" reduce-scatter("),
+        "xla all-gather": text.count(" all-gather("),
+        "jax_accl calls": text.count('custom_call_target="accl_allreduce"'),
+    }
 
 
 def global_batch(mesh, x, y):
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
+
     data = NamedSharding(mesh, P("data"))
-    return (jax.make_array_from_callback(x.shape, data, lambda idx: x[idx]),
-            jax.make_array_from_callback(y.shape, data, lambda idx: y[idx]))
+    return (
+        jax.make_array_from_callback(x.shape, data, lambda idx: x[idx]),
+        jax.make_array_from_callback(y.shape, data, lambda idx: y[idx]),
+    )
 
 
 def progress(step: int, total: int, loss: float, width: int = 30) -> str:
@@ -129,8 +146,9 @@ def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
         times.append(time.perf_counter() - start)
         losses.append(loss)
         if show and sys.stdout.isatty():  # one bar, redrawn every step
-            print("\r" + progress(i + 1, steps, loss), end="\n" if i == steps - 1 else "",
-                  flush=True)
+            print(
+                "\r" + progress(i + 1, steps, loss), end="\n" if i == steps - 1 else "", flush=True
+            )
         elif show and (i % max(1, steps // 10) == 0 or i == steps - 1):
             print(progress(i + 1, steps, loss), flush=True)
     return losses, params, times, collectives
@@ -138,6 +156,7 @@ def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
 
 def accuracy(params) -> float:
     import jax
+
     x, y = make_dataset(4096, seed=99)
     predictions = np.asarray(jax.jit(forward)(params, x)).argmax(-1)
     return float((predictions == y).mean())
@@ -145,46 +164,62 @@ def accuracy(params) -> float:
 
 def max_param_difference(a, b) -> float:
     import jax
-    return max(float(np.max(np.abs(np.asarray(p) - np.asarray(q))))
-               for p, q in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+    return max(
+        float(np.max(np.abs(np.asarray(p) - np.asarray(q))))
+        for p, q in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+    )
 
 
 def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
     import jax
     import jax_accl
+
     show = not quiet and jax.process_index() == 0
     say = print if show else (lambda *a, **k: None)
     n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(init_params(0)))
-    say(f"MLP {FEATURES}-{'-'.join(map(str, HIDDEN))}-{CLASSES}, {n_params:,} parameters "
+    say(
+        f"MLP {FEATURES}-{'-'.join(map(str, HIDDEN))}-{CLASSES}, {n_params:,} parameters "
         f"({n_params * 4 / 2**20:.2f} MiB of gradients per step), {mesh.devices.size} devices "
-        f"in {jax.process_count()} process(es), batch {batch_per_device} per device")
+        f"in {jax.process_count()} process(es), batch {batch_per_device} per device"
+    )
     say("training under jax_accl.shard_map (every all-reduce jax_accl's):")
     jax_accl.reset_stats()
-    losses, params, accl_times, accl_hlo = train(mesh, "jax_accl", steps, batch_per_device,
-                                                 show)
+    losses, params, accl_times, accl_hlo = train(mesh, "jax_accl", steps, batch_per_device, show)
     calls = jax_accl.stats()["algorithms"]
     calls_per_step = sum(v["calls"] for v in calls.values()) / steps
     say("the same step under jax.shard_map (XLA's all-reduce):")
-    ref_losses, ref_params, lax_times, lax_hlo = train(mesh, "jax.lax", steps,
-                                                       batch_per_device, show)
+    ref_losses, ref_params, lax_times, lax_hlo = train(
+        mesh, "jax.lax", steps, batch_per_device, show
+    )
     result = {
-        "first_loss": losses[0], "last_loss": losses[-1], "losses": losses,
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "losses": losses,
         "reference_last_loss": ref_losses[-1],
-        "accuracy": accuracy(params), "reference_accuracy": accuracy(ref_params),
+        "accuracy": accuracy(params),
+        "reference_accuracy": accuracy(ref_params),
         "max_param_difference": max_param_difference(params, ref_params),
-        "accl_calls_per_step_per_device": calls_per_step / (mesh.devices.size // jax.process_count()),
+        "accl_calls_per_step_per_device": calls_per_step
+        / (mesh.devices.size // jax.process_count()),
         "compiled_step": {"jax_accl": accl_hlo, "jax.lax": lax_hlo},
-        "step_seconds": {"jax.lax": float(np.median(lax_times[1:] or lax_times)),
-                         "jax_accl": float(np.median(accl_times[1:] or accl_times))},
+        "step_seconds": {
+            "jax.lax": float(np.median(lax_times[1:] or lax_times)),
+            "jax_accl": float(np.median(accl_times[1:] or accl_times)),
+        },
     }
-    say(f"\nfinal loss {result['last_loss']:.4f} (jax.lax: {result['reference_last_loss']:.4f}), "
-        f"accuracy {result['accuracy']:.1%} (jax.lax: {result['reference_accuracy']:.1%})")
+    say(
+        f"\nfinal loss {result['last_loss']:.4f} (jax.lax: {result['reference_last_loss']:.4f}), "
+        f"accuracy {result['accuracy']:.1%} (jax.lax: {result['reference_accuracy']:.1%})"
+    )
     say(f"largest parameter difference from the jax.lax run: {result['max_param_difference']:.3g}")
     say(f"jax_accl calls per step and device: {result['accl_calls_per_step_per_device']:.0f}")
     say("\ncompiled step      XLA all-reduce  XLA reduce-scatter  XLA all-gather  jax_accl calls")
     for name, hlo in result["compiled_step"].items():
-        say(f"  {name:<16} {hlo['xla all-reduce']:>14} {hlo['xla reduce-scatter']:>19} "
-            f"{hlo['xla all-gather']:>15} {hlo['jax_accl calls']:>15}")
+        say(
+            f"  {name:<16} {hlo['xla all-reduce']:>14} {hlo['xla reduce-scatter']:>19} "
+            f"{hlo['xla all-gather']:>15} {hlo['jax_accl calls']:>15}"
+        )
     say("\nstep time (median)   ms   vs jax.lax")
     base = result["step_seconds"]["jax.lax"]
     for name, t in result["step_seconds"].items():
@@ -194,12 +229,17 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
 
 def worker_main(args) -> int:
     import jax
+
     jax.config.update("jax_num_cpu_devices", args.devices)
     if args.num_processes > 1:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address=args.coordinator,
-                                   num_processes=args.num_processes, process_id=args.process_id)
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+        )
     from jax.sharding import Mesh
+
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     mesh = Mesh(np.array(devices), ("data",))
     result = run(mesh, args.steps, args.batch, args.quiet)
@@ -211,12 +251,14 @@ def worker_main(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jax_accl.demo",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m jax_accl.demo", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=64, help="examples per device per step")
-    parser.add_argument("--devices", type=int, default=0,
-                        help="devices per process (default: 8 / processes)")
+    parser.add_argument(
+        "--devices", type=int, default=0, help="devices per process (default: 8 / processes)"
+    )
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--json", action="store_true", help="print a RESULT line (tests)")
@@ -227,10 +269,11 @@ def main(argv=None) -> int:
     args.devices = args.devices or max(1, 8 // args.processes)
     if args.processes > 1 and args.process_id < 0:
         from jax_accl.testing import launch
+
         extra = ["--steps", str(args.steps), "--batch", str(args.batch)] + (
-            ["--quiet"] if args.quiet else [])
-        launch.run_job(["-m", "jax_accl.demo"], args.processes, args.devices, extra=extra,
-                       echo=0)
+            ["--quiet"] if args.quiet else []
+        )
+        launch.run_job(["-m", "jax_accl.demo"], args.processes, args.devices, extra=extra, echo=0)
         return 0
     return worker_main(args)
 

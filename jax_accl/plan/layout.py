@@ -11,6 +11,7 @@ process's ranks in rank order; rank at[h][j][t] is device t of process j of host
     striped over every rail.
 Pure: no I/O.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -47,10 +48,10 @@ def group_layout(places: Sequence[tuple[str, int]]) -> dict:
         "hosts": [sorted(r for p in host for r in p) for host in at],
         "thread_owners": thread_owners,
         "process_owners": process_owners,
-        "process_peers": [[p[t] for p in at[h]] if t < thread_owners else []
-                          for h, j, t in where],
-        "host_peers": [[host[j][t] for host in at] if owns(r) else []
-                       for r, (h, j, t) in enumerate(where)],
+        "process_peers": [[p[t] for p in at[h]] if t < thread_owners else [] for h, j, t in where],
+        "host_peers": [
+            [host[j][t] for host in at] if owns(r) else [] for r, (h, j, t) in enumerate(where)
+        ],
     }
 
 

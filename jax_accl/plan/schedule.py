@@ -16,6 +16,7 @@ ranks; rank r lives on host r // devices_per_host, as local device r % devices_p
 Explicit schedules are for small shapes (the simulator runs them symbolically);
 `network_steps` lists, at any scale, the distinct flow patterns between hosts.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,7 @@ class Transfer:
     src: int
     dst: int
     chunk: int
-    reduce: bool   # dst = dst op src (else dst = src)
+    reduce: bool  # dst = dst op src (else dst = src)
     rail: int = -1  # -1: inside a host (memory)
 
 
@@ -40,18 +41,41 @@ class Schedule:
     steps: list[list[Transfer]]
 
 
-def ring(ranks: list[int], *, chunk_base: int = 0, rail: int = -1,
-         host_of=lambda r: r) -> list[list[Transfer]]:
+def ring(
+    ranks: list[int], *, chunk_base: int = 0, rail: int = -1, host_of=lambda r: r
+) -> list[list[Transfer]]:
     n = len(ranks)
     steps = []
+
     def rail_for(a, b):
         return rail if host_of(a) != host_of(b) else -1
+
     for s in range(n - 1):  # reduce-scatter
-        steps.append([Transfer(ranks[i], ranks[(i + 1) % n], chunk_base + (i - s) % n, True,
-                               rail_for(ranks[i], ranks[(i + 1) % n])) for i in range(n)])
+        steps.append(
+            [
+                Transfer(
+                    ranks[i],
+                    ranks[(i + 1) % n],
+                    chunk_base + (i - s) % n,
+                    True,
+                    rail_for(ranks[i], ranks[(i + 1) % n]),
+                )
+                for i in range(n)
+            ]
+        )
     for s in range(n - 1):  # all-gather
-        steps.append([Transfer(ranks[i], ranks[(i + 1) % n], chunk_base + (i + 1 - s) % n,
-                               False, rail_for(ranks[i], ranks[(i + 1) % n])) for i in range(n)])
+        steps.append(
+            [
+                Transfer(
+                    ranks[i],
+                    ranks[(i + 1) % n],
+                    chunk_base + (i + 1 - s) % n,
+                    False,
+                    rail_for(ranks[i], ranks[(i + 1) % n]),
+                )
+                for i in range(n)
+            ]
+        )
     return steps
 
 
@@ -66,16 +90,24 @@ def power_below(n: int) -> int:
     return p
 
 
-def halving_doubling(ranks: list[int], *, chunk_base: int = 0, rail: int = -1,
-                     host_of=lambda r: r) -> list[list[Transfer]]:
+def halving_doubling(
+    ranks: list[int], *, chunk_base: int = 0, rail: int = -1, host_of=lambda r: r
+) -> list[list[Transfer]]:
     """Over p = power_below(n) chunks; rank p + j first folds into rank j (the runtime's
     rank mapping: ranks 0..p-1 keep their order, which keeps a fat tree contention-free)."""
     n = len(ranks)
     p = power_below(n)
     extra = n - p
+
     def t(a, b, chunk, reduce):
-        return Transfer(ranks[a], ranks[b], chunk_base + chunk, reduce,
-                        rail if host_of(ranks[a]) != host_of(ranks[b]) else -1)
+        return Transfer(
+            ranks[a],
+            ranks[b],
+            chunk_base + chunk,
+            reduce,
+            rail if host_of(ranks[a]) != host_of(ranks[b]) else -1,
+        )
+
     real = list(range(p))
     steps = []
     if extra:
@@ -98,8 +130,10 @@ def halving_doubling(ranks: list[int], *, chunk_base: int = 0, rail: int = -1,
         step = []
         for v in range(p):
             step += [t(real[v], real[v ^ mask], c, False) for c in range(*windows[v])]
-        windows = [(min(windows[v][0], windows[v ^ mask][0]), max(windows[v][1], windows[v ^ mask][1]))
-                   for v in range(p)]
+        windows = [
+            (min(windows[v][0], windows[v ^ mask][0]), max(windows[v][1], windows[v ^ mask][1]))
+            for v in range(p)
+        ]
         steps.append(step)
         mask *= 2
     if extra:
@@ -147,8 +181,15 @@ def hierarchical(topology: Topology, inner: str) -> Schedule:
                     local_ag.append(Transfer(host * d + i, host * d + j, chunk, False))
     if d > 1:
         steps.append(local_rs)
-    inter = [make([host * d + i for host in range(h)], chunk_base=k * per_part, rail=rail,
-                  host_of=lambda r: r // d) for k, (i, rail) in enumerate(parts)]
+    inter = [
+        make(
+            [host * d + i for host in range(h)],
+            chunk_base=k * per_part,
+            rail=rail,
+            host_of=lambda r: r // d,
+        )
+        for k, (i, rail) in enumerate(parts)
+    ]
     for k in range(max(len(s) for s in inter)):  # every part's step k at once
         steps.append([t for s in inter if k < len(s) for t in s[k]])
     if d > 1:
@@ -172,8 +213,9 @@ def network_steps(topology: Topology, algorithm: str):
     # flow of that host pair (the same bytes per link as one slice per rail would be).
     rails = range(topology.rails)
     if inner == "ring":
-        return [sorted({(host, (host + 1) % h, rail) for rail in rails
-                        for host in range(h) if h > 1})]
+        return [
+            sorted({(host, (host + 1) % h, rail) for rail in rails for host in range(h) if h > 1})
+        ]
     return [sorted({(a, b, rail) for rail in rails for a, b in step}) for step in _hd_pairs(h)]
 
 

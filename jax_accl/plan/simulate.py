@@ -1,5 +1,6 @@
 """Run schedules: symbolically (which ranks' contributions each chunk holds), on NumPy
 data, and on a fabric (how many flows share each link in each step)."""
+
 from __future__ import annotations
 
 import collections
@@ -13,8 +14,9 @@ from jax_accl.plan.topology import Topology, path
 def run_symbolic(schedule: Schedule) -> list[list[collections.Counter]]:
     """state[rank][chunk]: a multiset of the ranks whose input it contains. Steps are
     simultaneous: every transfer reads the values from before its step."""
-    state = [[collections.Counter({r: 1}) for _ in range(schedule.chunks)]
-             for r in range(schedule.ranks)]
+    state = [
+        [collections.Counter({r: 1}) for _ in range(schedule.chunks)] for r in range(schedule.ranks)
+    ]
     for step in schedule.steps:
         before = {(t.src, t.chunk): state[t.src][t.chunk] for t in step}
         for t in step:

@@ -14,6 +14,7 @@ flows on different rails never share a link):
     host's position.
 A link is a hashable tuple; `path()` lists the directed links a flow crosses.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,9 +27,9 @@ class Topology:
     hosts: int
     devices_per_host: int
     rails: int
-    link_gbps: float = 100.0      # per rail and direction
+    link_gbps: float = 100.0  # per rail and direction
     fabric: str = "fat_tree"
-    hosts_per_leaf: int = 32      # hosts under one switch
+    hosts_per_leaf: int = 32  # hosts under one switch
 
     def __post_init__(self):
         if min(self.hosts, self.devices_per_host, self.rails, self.hosts_per_leaf) < 1:

@@ -9,6 +9,7 @@ registration; the lowering is jax_accl/primitives/lowering.py. Semantics follow 
 * under ``check_vma=False`` the type is unchanged and the transpose of a sum is a sum;
 * a reduction over a vmapped axis is a local reduction over the batch dimension.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,9 +25,26 @@ from jax_accl.names import API_NAMES
 accl_allreduce_p = c.core.Primitive("accl_allreduce")
 accl_allreduce_p.multiple_results = True  # one call all-reduces a bucket of leaves
 
-SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", jax.numpy.bfloat16, "float32", "float64", "complex64", "complex128"))
+SUPPORTED_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        jax.numpy.bfloat16,
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    )
+)
 
 # Every bound call gets its own id (a primitive parameter, so that JAX never merges two
 # calls into one lowering); with the launch's RunId and a per-device sequence number it
@@ -39,26 +57,32 @@ def fresh(params: dict) -> dict:
     return {**params, "op_id": next(_op_ids)}
 
 
-def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str,
-         invariant=None) -> list:
+def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str, invariant=None) -> list:
     """All-reduce the arrays `xs` (one dtype) in one native call; the result is invariant
     along `axes` (psum_invariant's type) under check_vma=True or with invariant=True."""
     invariant = c.check_vma_enabled() if invariant is None else invariant
     if invariant and axis_index_groups is not None:
         raise NotImplementedError(
-            f"jax_accl.{API_NAMES[op]}: axis_index_groups needs check_vma=False "
-            "(as jax.lax.psum)")
-    return accl_allreduce_p.bind(*xs, axes=axes, axis_index_groups=axis_index_groups, op=op,
-                                 algorithm=algorithm, invariant=invariant,
-                                 op_id=next(_op_ids))
+            f"jax_accl.{API_NAMES[op]}: axis_index_groups needs check_vma=False (as jax.lax.psum)"
+        )
+    return accl_allreduce_p.bind(
+        *xs,
+        axes=axes,
+        axis_index_groups=axis_index_groups,
+        op=op,
+        algorithm=algorithm,
+        invariant=invariant,
+        op_id=next(_op_ids),
+    )
 
 
 def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op_id):
     api = f"jax_accl.{API_NAMES[op]}"
     c.check_axis_names(axes, API_NAMES[op])  # the message jax.lax.psum & co give
     if len({np.dtype(a.dtype) for a in avals}) != 1:
-        raise TypeError(f"{api}: one fused call takes one dtype, got "
-                        f"{sorted({str(a.dtype) for a in avals})}")
+        raise TypeError(
+            f"{api}: one fused call takes one dtype, got {sorted({str(a.dtype) for a in avals})}"
+        )
     dtype = np.dtype(avals[0].dtype)
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{api} does not support dtype {dtype}")
@@ -73,7 +97,8 @@ def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op
         if not set(axes) & varying:
             raise ValueError(
                 f"{api} is a variant->invariant collective: the axes {axes} must be among "
-                f"the varying axes of its input, {set(varying)}")
+                f"the varying axes of its input, {set(varying)}"
+            )
         outs.append(c.with_varying_axes(aval, frozenset(varying - set(axes))))
     return outs, effects
 
@@ -87,8 +112,12 @@ def _repeat_reduce(v, size: int, op: str):
     return v
 
 
-_POSITIONAL = {"sum": lax.reduce_sum, "prod": lax.reduce_prod, "min": lax.reduce_min,
-               "max": lax.reduce_max}
+_POSITIONAL = {
+    "sum": lax.reduce_sum,
+    "prod": lax.reduce_prod,
+    "min": lax.reduce_min,
+    "max": lax.reduce_max,
+}
 
 
 def positional_reduce(v, dims, op: str):
@@ -99,10 +128,16 @@ def positional_reduce(v, dims, op: str):
     return _POSITIONAL[op](v, tuple(dims))
 
 
-def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algorithm,
-             invariant, op_id):
-    params = dict(axis_index_groups=axis_index_groups, op=op, algorithm=algorithm,
-                  invariant=invariant, op_id=next(_op_ids))
+def _batcher(
+    axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algorithm, invariant, op_id
+):
+    params = dict(
+        axis_index_groups=axis_index_groups,
+        op=op,
+        algorithm=algorithm,
+        invariant=invariant,
+        op_id=next(_op_ids),
+    )
     if axis_data.name not in axes:
         return accl_allreduce_p.bind(*vals_in, axes=axes, **params), list(dims_in)
     if axis_index_groups is not None:
@@ -114,8 +149,9 @@ def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algori
     vals = [v if d is None else positional_reduce(v, [d], op) for v, d in zip(vals_in, dims_in)]
     if rest:
         vals = accl_allreduce_p.bind(*vals, axes=rest, **params)
-    outs = [_repeat_reduce(v, axis_data.size, op) if d is None else v
-            for v, d in zip(vals, dims_in)]
+    outs = [
+        _repeat_reduce(v, axis_data.size, op) if d is None else v for v, d in zip(vals, dims_in)
+    ]
     return outs, [None] * len(outs)
 
 
@@ -123,7 +159,8 @@ def _jvp(primals, tangents, **params):
     if params["op"] != "sum":
         raise NotImplementedError(
             f"Differentiation rule for 'accl_allreduce' with op={params['op']!r} is not "
-            f"implemented (jax.lax.{API_NAMES[params['op']]} has none either)")
+            f"implemented (jax.lax.{API_NAMES[params['op']]} has none either)"
+        )
     out = accl_allreduce_p.bind(*primals, **params)
     if all(type(t) is c.ad.Zero for t in tangents):
         return out, [c.ad.Zero(c.ct_aval(c.core.get_aval(v))) for v in out]
@@ -138,10 +175,15 @@ def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant, op_i
         for k in live:
             out[k] = c.pvary(cts[k], axes)
     elif live:  # psum = psum-then-broadcast, so the transpose sums again (as psum_p)
-        summed = accl_allreduce_p.bind(*[cts[k] for k in live], axes=axes,
-                                       axis_index_groups=axis_index_groups, op=op,
-                                       algorithm=algorithm, invariant=False,
-                                       op_id=next(_op_ids))
+        summed = accl_allreduce_p.bind(
+            *[cts[k] for k in live],
+            axes=axes,
+            axis_index_groups=axis_index_groups,
+            op=op,
+            algorithm=algorithm,
+            invariant=False,
+            op_id=next(_op_ids),
+        )
         for k, v in zip(live, summed):
             out[k] = v
     return out

@@ -17,6 +17,7 @@ partition index, passed through) as its partition-index operand. Loops and branc
 blocks of their own, run sequentially anyway. The chain's end per block lives in the
 module's own cache (module-scoped, freed with the module).
 """
+
 from __future__ import annotations
 
 import jax
@@ -55,8 +56,7 @@ def _profile_name(algorithm: str, avals, groups) -> str:
     return f"accl_allreduce {algorithm} {human(nbytes)}"
 
 
-def _emit_call(ctx, order_in, xs, *, axes, axis_index_groups, op, algorithm, invariant,
-               op_id):
+def _emit_call(ctx, order_in, xs, *, axes, axis_index_groups, op, algorithm, invariant, op_id):
     """The custom call itself, in a fully manual context; returns (order_out, results)."""
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
@@ -72,19 +72,34 @@ def _emit_call(ctx, order_in, xs, *, axes, axis_index_groups, op, algorithm, inv
     # 64 MiB per device, fresh buffers cost more in page faults than the all-reduce) and
     # copies an operand only where it is still needed afterwards.
     aliases = {k + 1: k + 1 for k in range(len(xs))}
-    call = jax.ffi.ffi_lowering("accl_allreduce", has_side_effect=True,
-                                operand_output_aliases=aliases)
+    call = jax.ffi.ffi_lowering(
+        "accl_allreduce", has_side_effect=True, operand_output_aliases=aliases
+    )
     profile_name = _profile_name(chosen, ctx.avals_in, groups)
-    log.once((profile_name, len(groups), group_size), "jax_accl.%s over %s: %d group(s) of %d "
-             "devices, %s -> %s", API_NAMES[op], axes, len(groups), group_size,
-             profile_name.split()[-1], profile_name.split()[1])
+    log.once(
+        (profile_name, len(groups), group_size),
+        "jax_accl.%s over %s: %d group(s) of %d devices, %s -> %s",
+        API_NAMES[op],
+        axes,
+        len(groups),
+        group_size,
+        profile_name.split()[-1],
+        profile_name.split()[1],
+    )
     with c.ir.Location.name(profile_name):
         order_out, *results = call(
             ctx.replace(avals_in=[_U32, *ctx.avals_in], avals_out=[_U32, *ctx.avals_out]),
-            order_in, *xs, groups=flat_groups, group_size=np.int64(group_size),
-            op=np.int64(OP_CODES[op]), algorithm=np.int64(ALGORITHM_CODES[chosen]),
-            op_id=np.int64(op_id), timeout_ms=np.int64(cfg.timeout_s * 1000),
-            name=f"jax_accl.{API_NAMES[op]} over {axes}", devices=devices)
+            order_in,
+            *xs,
+            groups=flat_groups,
+            group_size=np.int64(group_size),
+            op=np.int64(OP_CODES[op]),
+            algorithm=np.int64(ALGORITHM_CODES[chosen]),
+            op_id=np.int64(op_id),
+            timeout_ms=np.int64(cfg.timeout_s * 1000),
+            name=f"jax_accl.{API_NAMES[op]} over {axes}",
+            devices=devices,
+        )
     return order_out, results
 
 
@@ -103,7 +118,11 @@ def _lowering(ctx, *xs, **params):
         order_out, *results = c.lower_fully_manual(
             ctx.replace(avals_in=[_U32, *ctx.avals_in], avals_out=[_U32, *ctx.avals_out]),
             lambda order, *vals: tuple(accl_allreduce_ordered_p.bind(order, *vals, **params)),
-            (P(), *specs), (P(), *specs), order_in, *xs)
+            (P(), *specs),
+            (P(), *specs),
+            order_in,
+            *xs,
+        )
     module_cache[key] = order_out
     return results
 

@@ -6,6 +6,7 @@ parameter's gradient all-reduce. Routing (jax_accl/routing.py) binds this primit
 where JAX would bind pvary, so that all-reduce is an ``accl_allreduce`` wherever the
 transpose is traced. Every other rule is pvary's.
 """
+
 from __future__ import annotations
 
 from jax_accl import _compat as c
@@ -19,6 +20,7 @@ def bind(x, *, axes: tuple):
 
 def _transpose(ct, x, *, axes):
     from jax_accl import api
+
     return (api.reduce_leaves([ct], tuple(axes), op="sum", invariant=True)[0],)
 
 

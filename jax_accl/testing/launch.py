@@ -6,6 +6,7 @@ a network namespace (a "host", see jax_accl.testing.netns). Used by the tests, t
 A worker receives --process-id, --num-processes, --coordinator and --devices, and
 reports by printing one line "RESULT <json>". run_job raises, with every worker's output,
 when any worker fails, hangs past the timeout or prints no result."""
+
 from __future__ import annotations
 
 import json
@@ -26,17 +27,32 @@ def free_port() -> int:
 def worker_env(extra=None) -> dict:
     """The environment of a worker process: CPU only, this checkout importable, no
     XLA_FLAGS (the worker sets its own device count), plus `extra`."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join(
-               [str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join(
+            [str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
     env.pop("XLA_FLAGS", None)
     env.update(extra or {})
     return env
 
 
-def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), env=None,
-            namespaces=None, coordinator_ip="127.0.0.1", timeout=300.0,
-            killed=(), echo: int | None = None, on_progress=None) -> list[dict]:
+def run_job(
+    worker: list[str],
+    num_processes: int,
+    devices: int,
+    *,
+    extra=(),
+    env=None,
+    namespaces=None,
+    coordinator_ip="127.0.0.1",
+    timeout=300.0,
+    killed=(),
+    echo: int | None = None,
+    on_progress=None,
+) -> list[dict]:
     """Runs `python <worker...>` as every process of the job; `env[i]` (optional) adds
     to process i's environment and `namespaces[i]` (optional) is its network namespace.
     Processes in `killed` are expected to die by SIGKILL and return no result. Process
@@ -45,25 +61,40 @@ def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), en
     coordinator = f"{coordinator_ip}:{free_port()}"
     procs = []
     for i in range(num_processes):
-        cmd = [sys.executable, *worker, "--process-id", str(i), "--num-processes",
-               str(num_processes), "--coordinator", coordinator, "--devices", str(devices),
-               *extra]
+        cmd = [
+            sys.executable,
+            *worker,
+            "--process-id",
+            str(i),
+            "--num-processes",
+            str(num_processes),
+            "--coordinator",
+            coordinator,
+            "--devices",
+            str(devices),
+            *extra,
+        ]
         if namespaces is not None:
             cmd = ["ip", "netns", "exec", namespaces[i], *cmd]
         penv = worker_env(env[i] if env else None)
-        procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, cwd="/"))
+        procs.append(
+            subprocess.Popen(
+                cmd, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/"
+            )
+        )
     echoed: list[str] = []
     watched = echo if echo is not None else (0 if on_progress is not None else None)
     if watched is not None:
+
         def copy_lines(stream=procs[watched].stdout):
             for line in stream:
                 if line.startswith("PROGRESS ") and on_progress is not None and watched == 0:
-                    on_progress(json.loads(line[len("PROGRESS "):]))
+                    on_progress(json.loads(line[len("PROGRESS ") :]))
                     continue
                 echoed.append(line)
                 if echo is not None and not line.startswith("RESULT "):
                     print(line, end="", flush=True)
+
         copier = threading.Thread(target=copy_lines, daemon=True)
         copier.start()
     outputs, failed = [], False
@@ -95,9 +126,11 @@ def run_job(worker: list[str], num_processes: int, devices: int, *, extra=(), en
         if not lines:
             failed = True
             continue
-        results.append(json.loads(lines[-1][len("RESULT "):]))
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
     if failed:
-        report = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n{out[-4000:]}"
-                           for i, (p, out) in enumerate(zip(procs, outputs)))
+        report = "\n".join(
+            f"--- process {i} (exit {p.returncode}) ---\n{out[-4000:]}"
+            for i, (p, out) in enumerate(zip(procs, outputs))
+        )
         raise RuntimeError(f"multi-process job {' '.join(worker)} failed:\n{report}")
     return results

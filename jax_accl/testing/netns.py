@@ -9,6 +9,7 @@ Each host gets one veth pair per rail (its end named rail<r>, its own /24 per ra
 Everything lives inside namespaces created here and is deleted on exit; no traffic
 leaves them. Needs root (CI runs as root).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,15 +43,45 @@ def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None):
             sh("ip", "-n", switch, "link", "set", f"br{r}", "up")
             for h, ns in enumerate(names):
                 port = f"h{h}r{r}"
-                sh("ip", "-n", switch, "link", "add", port, "type", "veth", "peer", "name",
-                   f"rail{r}", "netns", ns)
+                sh(
+                    "ip",
+                    "-n",
+                    switch,
+                    "link",
+                    "add",
+                    port,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    f"rail{r}",
+                    "netns",
+                    ns,
+                )
                 sh("ip", "-n", switch, "link", "set", port, "master", f"br{r}")
                 sh("ip", "-n", switch, "link", "set", port, "up")
                 sh("ip", "-n", ns, "addr", "add", f"{rail_ip(h, r)}/24", "dev", f"rail{r}")
                 sh("ip", "-n", ns, "link", "set", f"rail{r}", "up")
                 if rate_mbit:
-                    sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", f"rail{r}", "root",
-                       "tbf", "rate", f"{rate_mbit}mbit", "burst", "64kb", "latency", "100ms")
+                    sh(
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "tc",
+                        "qdisc",
+                        "add",
+                        "dev",
+                        f"rail{r}",
+                        "root",
+                        "tbf",
+                        "rate",
+                        f"{rate_mbit}mbit",
+                        "burst",
+                        "64kb",
+                        "latency",
+                        "100ms",
+                    )
         yield names
     finally:
         for ns in reversed(created):

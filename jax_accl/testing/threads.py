@@ -1,4 +1,5 @@
 """The native core without XLA: one all-reduce with a thread per rank (the native test tier)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -9,10 +10,16 @@ from jax_accl import _accl
 from jax_accl.errors import AcclError
 
 
-def allreduce_threads(inputs: Sequence[np.ndarray], op: str = "sum", algorithm: str = "auto",
-                      *, timeout_s: float = 60.0, present: Sequence[int] | None = None,
-                      ops: Sequence[str] | None = None,
-                      algorithms: Sequence[str] | None = None) -> list[np.ndarray]:
+def allreduce_threads(
+    inputs: Sequence[np.ndarray],
+    op: str = "sum",
+    algorithm: str = "auto",
+    *,
+    timeout_s: float = 60.0,
+    present: Sequence[int] | None = None,
+    ops: Sequence[str] | None = None,
+    algorithms: Sequence[str] | None = None,
+) -> list[np.ndarray]:
     """All-reduce ``inputs[r]`` (rank r's buffer) with one native thread per rank.
 
     ``ops``/``algorithms`` give per-rank values (to test disagreement); ranks not in
@@ -23,11 +30,15 @@ def allreduce_threads(inputs: Sequence[np.ndarray], op: str = "sum", algorithm: 
     outputs = [np.empty_like(x) for x in inputs]
     n = len(inputs)
     errors = _accl.allreduce_threads(
-        [x.ctypes.data for x in inputs], [y.ctypes.data for y in outputs],
-        [x.size for x in inputs], [x.dtype.name for x in inputs],
+        [x.ctypes.data for x in inputs],
+        [y.ctypes.data for y in outputs],
+        [x.size for x in inputs],
+        [x.dtype.name for x in inputs],
         list(ops) if ops is not None else [op] * n,
         list(algorithms) if algorithms is not None else [algorithm] * n,
-        list(range(n)) if present is None else list(present), timeout_s)
+        list(range(n)) if present is None else list(present),
+        timeout_s,
+    )
     failed = {r: e for r, e in enumerate(errors) if e}
     if failed:
         raise AcclError("; ".join(f"rank {r}: {e}" for r, e in failed.items()), failed)

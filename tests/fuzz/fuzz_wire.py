@@ -6,6 +6,7 @@ an error; never a crash, a hang or a wrong payload.
     python tests/fuzz/fuzz_wire.py -runs=3000        # the CI run (tests/fuzz/test_fuzz.py)
     python tests/fuzz/fuzz_wire.py -max_total_time=3600   # the long run
 """
+
 import glob
 import importlib.util
 import os
@@ -36,8 +37,11 @@ HANDSHAKE_MAGIC, FRAME_MAGIC, TAG = 0x4C434341, 0x46434341, 42
 @atheris.instrument_func
 def check_handshake(raw: bytes):
     message = _accl.parse_handshake(raw, SECRET)
-    valid = (len(raw) >= HANDSHAKE.size and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 1)
-             and raw[8:40] == SECRET)
+    valid = (
+        len(raw) >= HANDSHAKE.size
+        and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 1)
+        and raw[8:40] == SECRET
+    )
     assert (message == "") == valid, (raw[:48], message)
 
 
@@ -46,11 +50,11 @@ def check_frames(raw: bytes, expected: int):
     error, payload = _accl.receive_frames(raw, expected)
     valid = len(raw) >= FRAME.size + expected
     if valid:
-        magic, _, tag, seq, nbytes = FRAME.unpack(raw[:FRAME.size])
+        magic, _, tag, seq, nbytes = FRAME.unpack(raw[: FRAME.size])
         valid = magic == FRAME_MAGIC and tag == TAG and seq == 0 and nbytes == expected
     assert (error == "") == valid, (raw[:40], expected, error)
     if valid:
-        assert payload == raw[FRAME.size:FRAME.size + expected]
+        assert payload == raw[FRAME.size : FRAME.size + expected]
 
 
 @atheris.instrument_func
@@ -62,13 +66,12 @@ def test_one_input(data: bytes):
     elif mode == 1:  # a near-valid handshake with one field changed
         fields = [HANDSHAKE_MAGIC, 1, SECRET, 1, 2, 0, 0, 1.0]
         k = fdp.ConsumeIntInRange(0, 2)
-        fields[k] = (fdp.ConsumeBytes(32) if k == 2 else fdp.ConsumeIntInRange(0, 2**32 - 1))
+        fields[k] = fdp.ConsumeBytes(32) if k == 2 else fdp.ConsumeIntInRange(0, 2**32 - 1)
         if k == 2:
             fields[2] = fields[2].ljust(32, b"\0")
-        check_handshake(HANDSHAKE.pack(*fields)[:fdp.ConsumeIntInRange(0, HANDSHAKE.size)])
+        check_handshake(HANDSHAKE.pack(*fields)[: fdp.ConsumeIntInRange(0, HANDSHAKE.size)])
     elif mode == 2:
-        check_frames(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)),
-                     fdp.ConsumeIntInRange(0, 256))
+        check_frames(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)), fdp.ConsumeIntInRange(0, 256))
     else:  # a near-valid frame: one header field changed, or cut short
         expected = fdp.ConsumeIntInRange(0, 256)
         fields = [FRAME_MAGIC, 0, TAG, 0, expected]
@@ -76,7 +79,7 @@ def test_one_input(data: bytes):
         if k < 5:
             fields[k] = fdp.ConsumeIntInRange(0, 2**32 - 1)
         frame = FRAME.pack(*fields) + fdp.ConsumeBytes(expected)
-        check_frames(frame[:fdp.ConsumeIntInRange(0, len(frame))] if k == 5 else frame, expected)
+        check_frames(frame[: fdp.ConsumeIntInRange(0, len(frame))] if k == 5 else frame, expected)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Run the same shard_map program with jax.lax and with jax_accl, and compare."""
+
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
@@ -13,15 +14,24 @@ def put(mesh, x, spec):
     """Places x (an array, or a pytree with a matching pytree of specs) on the mesh."""
     if isinstance(spec, P):
         return jax.device_put(x, NamedSharding(mesh, spec))
-    return jax.tree.map(lambda leaf, s: jax.device_put(leaf, NamedSharding(mesh, s)), x, spec,
-                        is_leaf=lambda v: isinstance(v, P))
+    return jax.tree.map(
+        lambda leaf, s: jax.device_put(leaf, NamedSharding(mesh, s)),
+        x,
+        spec,
+        is_leaf=lambda v: isinstance(v, P),
+    )
 
 
 def run(lib, body, mesh, in_specs, out_specs, *args, check_vma=True):
     """jit(shard_map(body(lib, ...))) on args placed by in_specs."""
     args = [put(mesh, a, s) for a, s in zip(args, in_specs)]
-    fn = jax.shard_map(lambda *xs: body(LIBS[lib], *xs), mesh=mesh, in_specs=tuple(in_specs),
-                       out_specs=out_specs, check_vma=check_vma)
+    fn = jax.shard_map(
+        lambda *xs: body(LIBS[lib], *xs),
+        mesh=mesh,
+        in_specs=tuple(in_specs),
+        out_specs=out_specs,
+        check_vma=check_vma,
+    )
     return jax.jit(fn)(*args)
 
 
@@ -39,8 +49,9 @@ def assert_same(got, want, exact=None):
             tol = {2: 2e-2, 4: 1e-5, 8: 1e-12, 16: 1e-12}[g.dtype.itemsize]
             if g.dtype == np.complex64:
                 tol = 1e-5
-            np.testing.assert_allclose(g.astype(np.complex128), w.astype(np.complex128),
-                                       rtol=tol, atol=tol)
+            np.testing.assert_allclose(
+                g.astype(np.complex128), w.astype(np.complex128), rtol=tol, atol=tol
+            )
 
 
 def compare(body, mesh, in_specs, out_specs, *args, check_vma=True):

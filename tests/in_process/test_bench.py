@@ -1,6 +1,7 @@
 """The benchmark command: rows checked and written as JSON lines, the busbw plot, and
 --calibrate storing this machine's cost-model constants and measured one-host times
 (which import then loads)."""
+
 import json
 import os
 import subprocess
@@ -8,17 +9,35 @@ import sys
 
 
 def bench(*args, env=None):
-    done = subprocess.run([sys.executable, "-m", "jax_accl.bench", *args], capture_output=True,
-                          text=True, timeout=300, cwd="/",
-                          env={**os.environ, "XLA_FLAGS": "", **(env or {})})
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env={**os.environ, "XLA_FLAGS": "", **(env or {})},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout, done.stderr
 
 
 def test_sweep_writes_json_lines_and_a_plot(tmp_path):
-    out, progress = bench("--devices", "4", "--sizes", "4KiB,64KiB", "--algorithms", "auto,direct",
-                "--reps", "1", "--loop", "2", "--json", str(tmp_path / "rows.jsonl"),
-                "--plot", str(tmp_path / "busbw.png"))
+    out, progress = bench(
+        "--devices",
+        "4",
+        "--sizes",
+        "4KiB,64KiB",
+        "--algorithms",
+        "auto,direct",
+        "--reps",
+        "1",
+        "--loop",
+        "2",
+        "--json",
+        str(tmp_path / "rows.jsonl"),
+        "--plot",
+        str(tmp_path / "busbw.png"),
+    )
     rows = [json.loads(line) for line in open(tmp_path / "rows.jsonl")]
     assert {r["variant"] for r in rows} == {"jax.lax.psum", "accl:auto", "accl:direct"}
     assert all(r["busbw_gbs"] > 0 and r["seconds_per_op"] > 0 for r in rows)
@@ -33,12 +52,29 @@ def test_sweep_writes_json_lines_and_a_plot(tmp_path):
 
 def test_the_plot_draws_the_limits_the_rows_carry(tmp_path):
     from jax_accl.bench import report
-    rows = [report.nccl_row(dict(size_bytes=s, devices=4, variant=v, seconds_per_op=t,
-                                 memory_limit_s=t / 4, memory_limit_stream_s=t / 5), t)
-            for s, t in [(1024, 1e-5), (1 << 20, 1e-3)] for v in ("jax.lax.psum", "accl:auto")]
+
+    rows = [
+        report.nccl_row(
+            dict(
+                size_bytes=s,
+                devices=4,
+                variant=v,
+                seconds_per_op=t,
+                memory_limit_s=t / 4,
+                memory_limit_stream_s=t / 5,
+            ),
+            t,
+        )
+        for s, t in [(1024, 1e-5), (1 << 20, 1e-3)]
+        for v in ("jax.lax.psum", "accl:auto")
+    ]
     labels, ticks = report.plot(rows, str(tmp_path / "p.png"), "title")
-    assert labels == ["jax.lax.psum", "jax_accl auto", "memory limit (copy)",
-                      "memory limit (non-temporal copy)"]
+    assert labels == [
+        "jax.lax.psum",
+        "jax_accl auto",
+        "memory limit (copy)",
+        "memory limit (non-temporal copy)",
+    ]
     assert ticks == ["1KiB", "1MiB"]
 
 
@@ -57,21 +93,32 @@ def test_calibrate_stores_what_it_measured_and_a_fresh_process_goes_by_it(tmp_pa
     assert all(stored[k] > 0 for k in stored if k != "one_host")
     lines = stored["one_host"]["2x1"]
     assert set(lines) == {"direct", "ring", "halving_doubling", "reduce_broadcast"}
-    assert all(line["latency"] >= 0 and line["per_byte"] >= 0 and len(line["measured"]) >= 4
-               for line in lines.values())
+    assert all(
+        line["latency"] >= 0 and line["per_byte"] >= 0 and len(line["measured"]) >= 4
+        for line in lines.values()
+    )
     sizes = [1 << 10, 64 << 10, 1 << 20, 64 << 20]
-    seconds = {a: [line["latency"] + s * line["per_byte"] for s in sizes]
-               for a, line in lines.items()}
+    seconds = {
+        a: [line["latency"] + s * line["per_byte"] for s in sizes] for a, line in lines.items()
+    }
     # A fresh process loads it (as its first lowered call does): the constants, and the
     # choice at every size is the least calibrated line.
     best = [min(seconds, key=lambda a: seconds[a][i]) for i in range(len(sizes))]
     loaded = subprocess.run(
-        [sys.executable, "-c", "import jax_accl, json; from jax_accl import _accl, cost_model; "
-         "cost_model.ensure_loaded(); "
-         "print(json.dumps([_accl.get_cost_model(), "
-         "[_accl.choose_one_host(2, 1, s, True) for s in %r]]))"
-         % sizes], capture_output=True, text=True, cwd="/",
-        env={**os.environ, **env}, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "import jax_accl, json; from jax_accl import _accl, cost_model; "
+            "cost_model.ensure_loaded(); "
+            "print(json.dumps([_accl.get_cost_model(), "
+            "[_accl.choose_one_host(2, 1, s, True) for s in %r]]))" % sizes,
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={**os.environ, **env},
+        timeout=120,
+    )
     assert loaded.returncode == 0, loaded.stderr
     constants, choices = json.loads(loaded.stdout)
     assert all(constants[k] == stored[k] for k in constants if k in stored)

@@ -2,6 +2,7 @@
 the times, keeps the ones the measured shapes cannot tell apart, and the stored file
 round-trips (constants and calibrated lines) through load(), which the first lowered
 call runs, not the import; lines fitted to measured times."""
+
 import json
 import os
 import subprocess
@@ -26,8 +27,12 @@ def model():
 def times_of(shapes):
     """What machine TRUE would measure at every shape, candidate and grid size."""
     _accl.set_cost_model(**TRUE)
-    points = [(p, k, a, size) for p, k in shapes for a in calibrate.ONE_HOST_ALGORITHMS
-              for size in calibrate.ONE_HOST_SIZES]
+    points = [
+        (p, k, a, size)
+        for p, k in shapes
+        for a in calibrate.ONE_HOST_ALGORITHMS
+        for size in calibrate.ONE_HOST_SIZES
+    ]
     measured = [(*point, t) for point, t in zip(points, calibrate.predicted(points))]
     _accl.set_cost_model(shm_alpha=1e-6, shm_process_alpha=1e-6, shm_beta=1e-9, cma_beta=1e-9)
     return measured
@@ -47,8 +52,10 @@ def test_a_constant_the_shapes_cannot_tell_keeps_its_value(model):
 
 def test_store_merges_and_load_applies(model, tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_ACCL_CACHE", str(tmp_path))
-    lines = {"ring": {"latency": 1e-4, "per_byte": 1e-9, "measured": [[1024, 1.01e-4]]},
-             "direct": {"latency": 5e-5, "per_byte": 1e-8, "measured": [[1024, 6e-5]]}}
+    lines = {
+        "ring": {"latency": 1e-4, "per_byte": 1e-9, "measured": [[1024, 1.01e-4]]},
+        "direct": {"latency": 5e-5, "per_byte": 1e-8, "measured": [[1024, 6e-5]]},
+    }
     cost_model.store({"alpha": 3e-5, "one_host": {"4x2": lines}})
     cost_model.store({"shm_beta": 2e-9, "one_host": {"8x1": lines}})
     stored = json.loads((tmp_path / "cost_model.json").read_text())
@@ -84,8 +91,9 @@ def test_unknown_or_negative_constants_are_refused(model):
 def test_a_file_that_cannot_be_applied_is_named_in_a_warning(model, tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_ACCL_CACHE", str(tmp_path))
     path = tmp_path / "cost_model.json"
-    path.write_text('{"alpha": 1e-5, "one_host": {"4x2": {"bogus": {"latency": 0, '
-                    '"per_byte": 0}}}}')
+    path.write_text(
+        '{"alpha": 1e-5, "one_host": {"4x2": {"bogus": {"latency": 0, "per_byte": 0}}}}'
+    )
     with pytest.warns(UserWarning, match=f"ignoring {path}.*bogus"):
         assert cost_model.load() is None
     assert _accl.measured_one_host(4, 2, "ring", 1024) is None
@@ -104,10 +112,16 @@ def test_the_first_lowered_call_loads_the_stored_constants_not_the_import(tmp_pa
         "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
         "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
         "f.lower(jax.numpy.ones(4)).compile()\n"
-        "print(before, _accl.get_cost_model()['alpha'])\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, cwd=str(tmp_path),
-                          env={**os.environ, "JAX_ACCL_CACHE": str(tmp_path)})
+        "print(before, _accl.get_cost_model()['alpha'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+        env={**os.environ, "JAX_ACCL_CACHE": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr
     before, after = (float(v) for v in done.stdout.split())
     assert before != 1.25e-3 and after == 1.25e-3

@@ -1,6 +1,7 @@
 """The demo's training loop, short: the loss falls, the compiled step holds no XLA
 collective, its gradient is the global batch's mean gradient, and the parameters match
 the same step under jax.shard_map; also as 2 processes."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,8 +23,12 @@ def test_training_matches_jax_lax_and_learns():
     assert result["max_param_difference"] < 1e-5
     assert result["accl_calls_per_step_per_device"] == 1  # gradients + loss, fused
     ours, theirs = result["compiled_step"]["jax_accl"], result["compiled_step"]["jax.lax"]
-    assert ours == {"xla all-reduce": 0, "xla reduce-scatter": 0, "xla all-gather": 0,
-                    "jax_accl calls": 1}
+    assert ours == {
+        "xla all-reduce": 0,
+        "xla reduce-scatter": 0,
+        "xla all-gather": 0,
+        "jax_accl calls": 1,
+    }
     assert theirs["xla all-reduce"] >= 1 and theirs["jax_accl calls"] == 0
 
 
@@ -52,8 +57,9 @@ def test_gradient_is_the_global_batch_mean():
     got, _, loss = step(params, optimizer.init(params), x, y)
 
     params = demo.init_params(0)
-    want_loss, grads = jax.value_and_grad(demo.loss_fn)(params, jnp.asarray(x_all),
-                                                        jnp.asarray(y_all))
+    want_loss, grads = jax.value_and_grad(demo.loss_fn)(
+        params, jnp.asarray(x_all), jnp.asarray(y_all)
+    )
     want = optax.apply_updates(params, optimizer.update(grads, optimizer.init(params))[0])
     np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-5)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
@@ -61,9 +67,13 @@ def test_gradient_is_the_global_batch_mean():
 
 
 def test_training_as_two_processes():
-    results = launch.run_job(["-m", "jax_accl.demo", "--json", "--quiet"], 2, 4,
-                             extra=["--steps", "12", "--batch", "32"],
-                             env=[{"JAX_ACCL_TIMEOUT_S": "60"}] * 2)
+    results = launch.run_job(
+        ["-m", "jax_accl.demo", "--json", "--quiet"],
+        2,
+        4,
+        extra=["--steps", "12", "--batch", "32"],
+        env=[{"JAX_ACCL_TIMEOUT_S": "60"}] * 2,
+    )
     for r in results:
         assert r["last_loss"] < 0.5 * r["first_loss"]
         assert r["max_param_difference"] < 1e-5

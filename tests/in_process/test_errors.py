@@ -1,5 +1,6 @@
 """JAX tier: bad input raises a clear Python error of the kind jax.lax raises; a rank
 that never arrives makes the others fail within the deadline instead of hanging."""
+
 import time
 
 import jax
@@ -18,8 +19,7 @@ def mesh8():
 
 
 def shard(mesh, fn, spec=P("i"), out=P(), check_vma=True):
-    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out,
-                                 check_vma=check_vma))
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out, check_vma=check_vma))
 
 
 def test_unbound_axis_name(mesh8):
@@ -51,8 +51,9 @@ def test_axis_index_groups_under_check_vma_like_psum(mesh8):
     x = put(mesh8, values((8, 2), "float32"), P("i"))
     for lib in (jax.lax, jax_accl):
         with pytest.raises(NotImplementedError):
-            shard(mesh8, lambda a: lib.psum(a, "i", axis_index_groups=[[0, 1, 2, 3],
-                                                                         [4, 5, 6, 7]]))(x)
+            shard(
+                mesh8, lambda a: lib.psum(a, "i", axis_index_groups=[[0, 1, 2, 3], [4, 5, 6, 7]])
+            )(x)
 
 
 def test_bad_environment_knob(mesh8, monkeypatch):
@@ -67,9 +68,12 @@ def test_rank_that_never_arrives_times_out_naming_the_missing(mesh8, monkeypatch
     x = put(mesh8, values((8, 4), "float32"), P("i"))
 
     def body(a):  # only device 0 calls the all-reduce: its peers never join
-        return jax.lax.cond(jax.lax.axis_index("i") == 0,
-                            lambda v: jax_accl.psum(v, "i", axis_index_groups=None) + 0 * v,
-                            lambda v: v, a)
+        return jax.lax.cond(
+            jax.lax.axis_index("i") == 0,
+            lambda v: jax_accl.psum(v, "i", axis_index_groups=None) + 0 * v,
+            lambda v: v,
+            a,
+        )
 
     start = time.monotonic()
     with pytest.raises(Exception, match=r"timed out waiting for ranks \[1, 2, 3, 4, 5, 6, 7\]"):

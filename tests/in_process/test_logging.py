@@ -1,5 +1,6 @@
 """JAX_ACCL_DEBUG: silent by default, the algorithm choice once at INFO, one line per
 call and device at DEBUG."""
+
 import os
 import subprocess
 import sys
@@ -17,10 +18,19 @@ for _ in range(2):
 
 
 def run_with(level: str) -> str:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_ACCL_DEBUG": level}
-    done = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True,
-                          text=True, timeout=120, cwd="/")
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_ACCL_DEBUG": level,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     assert done.returncode == 0, done.stderr
     return "\n".join(l for l in done.stderr.splitlines() if l.startswith("jax_accl"))
 

@@ -1,6 +1,7 @@
 """The custom call shows by name in HLO and in a jax.profiler trace; jax_accl.profiler
 merges the native events onto JAX's timeline; every private JAX API jax_accl relies on
 is still where _compat expects it."""
+
 import glob
 import gzip
 import json
@@ -18,8 +19,9 @@ from accl_testing import P, put, values
 def _program():
     mesh = jax.make_mesh((8,), ("i",))
     x = put(mesh, values((8, 64), "float32"), P("i"))
-    fn = jax.jit(jax.shard_map(lambda a: jax_accl.psum(a, "i"), mesh=mesh, in_specs=P("i"),
-                               out_specs=P()))
+    fn = jax.jit(
+        jax.shard_map(lambda a: jax_accl.psum(a, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+    )
     return fn, x
 
 
@@ -49,8 +51,15 @@ def test_profiler_trace_names_the_allreduce(tmp_path):
 def test_jax_accl_profiler_merges_native_events_on_jax_clock(tmp_path):
     mesh = jax.make_mesh((8,), ("i",))
     x = put(mesh, values((8, 1 << 18), "float32"), P("i"))
-    fn = jax.jit(jax.shard_map(lambda a: jax_accl.psum(jax_accl.psum(a, "i") * 0.5, "i"),
-                               mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False))
+    fn = jax.jit(
+        jax.shard_map(
+            lambda a: jax_accl.psum(jax_accl.psum(a, "i") * 0.5, "i"),
+            mesh=mesh,
+            in_specs=P("i"),
+            out_specs=P("i"),
+            check_vma=False,
+        )
+    )
     jax.block_until_ready(fn(x))
     with jax_accl.profiler.trace(str(tmp_path)) as result:
         jax.block_until_ready(fn(x))
@@ -59,13 +68,17 @@ def test_jax_accl_profiler_merges_native_events_on_jax_clock(tmp_path):
     with gzip.open(result.path, "rt") as f:
         events = json.load(f)["traceEvents"]
     xla = [e for e in events if e.get("name", "").startswith("accl_allreduce_") and "dur" in e]
-    native_pid = {e["pid"] for e in events if e.get("name") == "process_name"
-                  and e["args"]["name"].startswith("jax_accl native")}
+    native_pid = {
+        e["pid"]
+        for e in events
+        if e.get("name") == "process_name" and e["args"]["name"].startswith("jax_accl native")
+    }
     assert len(native_pid) == 1
     native = [e for e in events if e.get("pid") in native_pid and e.get("ph") == "X"]
     assert len(native) == 16 and len(xla) == 16
-    assert all(e["name"].startswith("accl_allreduce ") and e["name"].endswith("1MiB")
-               for e in native)
+    assert all(
+        e["name"].startswith("accl_allreduce ") and e["name"].endswith("1MiB") for e in native
+    )
     assert all(e["args"]["bytes"] == 1 << 20 for e in native)
     # Every native call starts when XLA launches the same call on the same device (XLA's
     # event covers the launch; the call runs on the device's worker and completes a
@@ -73,8 +86,9 @@ def test_jax_accl_profiler_merges_native_events_on_jax_clock(tmp_path):
     # calls are ordered.
     for device in range(8):
         ours = sorted((e for e in native if e["tid"] == device), key=lambda e: e["ts"])
-        theirs = sorted((e for e in xla if e["args"]["device_ordinal"] == str(device)),
-                        key=lambda e: e["ts"])
+        theirs = sorted(
+            (e for e in xla if e["args"]["device_ordinal"] == str(device)), key=lambda e: e["ts"]
+        )
         assert len(ours) == len(theirs) == 2
         for a, b in zip(ours, theirs):
             assert b["ts"] - 500 <= a["ts"] <= b["ts"] + b["dur"] + 2000
@@ -82,16 +96,38 @@ def test_jax_accl_profiler_merges_native_events_on_jax_clock(tmp_path):
 
 
 def test_compat_names_exist():
-    for name in ["check_vma_enabled", "auto_pcast_enabled", "varying_axes", "with_varying_axes",
-                 "pvary", "skip_size_one_axes", "validate_axis_index_groups",
-                 "canonicalize_axis_index_groups", "value_state_along",
-                 "insert_collective_pvary", "replica_groups", "check_axis_names",
-                 "linear_jvp", "ct_aval", "const_like", "mesh_axis_names", "module_scratch",
-                 "device_assignment", "distributed_client", "use_gloo_on_interface",
-                 "unreduced_axes", "hook_bind", "hook_bind_psum_invariant",
-                 "define_bool_state", "update_config", "is_partial_manual",
-                 "lower_fully_manual", "spec_along_auto_axes", "partition_index",
-                 "lowering_rule"]:
+    for name in [
+        "check_vma_enabled",
+        "auto_pcast_enabled",
+        "varying_axes",
+        "with_varying_axes",
+        "pvary",
+        "skip_size_one_axes",
+        "validate_axis_index_groups",
+        "canonicalize_axis_index_groups",
+        "value_state_along",
+        "insert_collective_pvary",
+        "replica_groups",
+        "check_axis_names",
+        "linear_jvp",
+        "ct_aval",
+        "const_like",
+        "mesh_axis_names",
+        "module_scratch",
+        "device_assignment",
+        "distributed_client",
+        "use_gloo_on_interface",
+        "unreduced_axes",
+        "hook_bind",
+        "hook_bind_psum_invariant",
+        "define_bool_state",
+        "update_config",
+        "is_partial_manual",
+        "lower_fully_manual",
+        "spec_along_auto_axes",
+        "partition_index",
+        "lowering_rule",
+    ]:
         assert callable(getattr(_compat, name)), name
     # The primitives routing takes over, and the rule fusion wraps.
     for prim in ["pvary_p", "psum_invariant_p", "psum_p", "pmax_p", "pmin_p", "shard_map_p"]:

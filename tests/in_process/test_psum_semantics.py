@@ -1,4 +1,5 @@
 """JAX tier: jax_accl.psum/pmean/pmax/pmin give what jax.lax gives, on 8 CPU devices."""
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -9,8 +10,21 @@ import jax_accl
 
 from accl_testing import P, assert_same, compare, run, values
 
-DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
-          "float16", ml_dtypes.bfloat16, "float32", "complex64"]
+DTYPES = [
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "float16",
+    ml_dtypes.bfloat16,
+    "float32",
+    "complex64",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +61,9 @@ def test_pytree_and_python_scalar(mesh8):
     compare(body, mesh8, [P("i"), P("i")], (P(), P(), P()), x, y)
 
 
-@pytest.mark.parametrize("axes", ["x", "y", "z", ("x", "y"), ("x", "z"), ("y", "z"),
-                                  ("x", "y", "z"), ("z", "x")])
+@pytest.mark.parametrize(
+    "axes", ["x", "y", "z", ("x", "y"), ("x", "z"), ("y", "z"), ("x", "y", "z"), ("z", "x")]
+)
 def test_three_axis_mesh_groups(axes):
     mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"))
     x = values((2, 2, 2, 5), "int32")
@@ -81,11 +96,23 @@ def test_check_vma_off(mesh8):
 def test_axis_index_groups_with_check_vma_off(mesh8):
     groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
     x = values((8, 3), "int32")
-    compare(lambda lib, a: lib.psum(a, "i", axis_index_groups=groups), mesh8, [P("i")], P("i"),
-            x, check_vma=False)
+    compare(
+        lambda lib, a: lib.psum(a, "i", axis_index_groups=groups),
+        mesh8,
+        [P("i")],
+        P("i"),
+        x,
+        check_vma=False,
+    )
     uneven = [[0, 5], [1, 2, 3, 4, 6, 7]]
-    compare(lambda lib, a: lib.psum(a, "i", axis_index_groups=uneven), mesh8, [P("i")], P("i"),
-            x, check_vma=False)
+    compare(
+        lambda lib, a: lib.psum(a, "i", axis_index_groups=uneven),
+        mesh8,
+        [P("i")],
+        P("i"),
+        x,
+        check_vma=False,
+    )
 
 
 def test_invariant_input_is_pvaried_like_psum(mesh8):
@@ -96,13 +123,20 @@ def test_invariant_input_is_pvaried_like_psum(mesh8):
 @pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling", "reduce_broadcast"])
 def test_every_algorithm_in_jax(mesh8, algorithm):
     x = values((8, 1000), "int64")
-    got = run("accl", lambda lib, a: jax_accl.allreduce(a, "i", algorithm=algorithm), mesh8,
-              [P("i")], P(), x)
+    got = run(
+        "accl",
+        lambda lib, a: jax_accl.allreduce(a, "i", algorithm=algorithm),
+        mesh8,
+        [P("i")],
+        P(),
+        x,
+    )
     assert_same(got, run("lax", lambda lib, a: lib.psum(a, "i"), mesh8, [P("i")], P(), x))
 
 
-@pytest.mark.parametrize("algorithm", ["auto", "direct", "ring", "halving_doubling",
-                                       "reduce_broadcast"])
+@pytest.mark.parametrize(
+    "algorithm", ["auto", "direct", "ring", "halving_doubling", "reduce_broadcast"]
+)
 @pytest.mark.parametrize("elements", [1000, 300_000])  # staged one-shot, and in peers' memory
 def test_in_place_with_operand_dead_or_still_needed(mesh8, algorithm, elements):
     """The call writes its result into its operand's buffer: when the operand is an
@@ -112,8 +146,11 @@ def test_in_place_with_operand_dead_or_still_needed(mesh8, algorithm, elements):
 
     def body(lib, a):
         b = a * 3 + 1  # dead after the all-reduce
-        reduce = ((lambda v: jax_accl.allreduce(v, "i", algorithm=algorithm)) if lib is jax_accl
-                  else (lambda v: lib.psum(v, "i")))
+        reduce = (
+            (lambda v: jax_accl.allreduce(v, "i", algorithm=algorithm))
+            if lib is jax_accl
+            else (lambda v: lib.psum(v, "i"))
+        )
         return reduce(b), reduce(a) + a, a  # `a` is read again after its all-reduce
 
     got = run("accl", body, mesh8, [P("i")], (P(), P("i"), P("i")), x)
@@ -121,10 +158,17 @@ def test_in_place_with_operand_dead_or_still_needed(mesh8, algorithm, elements):
 
 
 def test_lowering_declares_in_place(mesh8):
-    fn = jax.jit(jax.shard_map(lambda a, b: jax_accl.psum((a, b), "i"), mesh=mesh8,
-                               in_specs=(P("i"), P("i")), out_specs=P()))
-    spec = jax.ShapeDtypeStruct((8, 4), np.float32,
-                                sharding=jax.sharding.NamedSharding(mesh8, P("i")))
+    fn = jax.jit(
+        jax.shard_map(
+            lambda a, b: jax_accl.psum((a, b), "i"),
+            mesh=mesh8,
+            in_specs=(P("i"), P("i")),
+            out_specs=P(),
+        )
+    )
+    spec = jax.ShapeDtypeStruct(
+        (8, 4), np.float32, sharding=jax.sharding.NamedSharding(mesh8, P("i"))
+    )
     text = fn.lower(spec, spec).as_text()
     assert "output_operand_aliases" in text
     assert text.count("output_tuple_indices = [1]") == 1
@@ -133,8 +177,7 @@ def test_lowering_declares_in_place(mesh8):
 
 def test_prod(mesh8):
     x = values((8, 9), "int32")
-    got = run("accl", lambda lib, a: jax_accl.allreduce(a, "i", op="prod"), mesh8, [P("i")],
-              P(), x)
+    got = run("accl", lambda lib, a: jax_accl.allreduce(a, "i", op="prod"), mesh8, [P("i")], P(), x)
     with np.errstate(over="ignore"):
         want = np.multiply.reduce(x, axis=0, dtype=np.int32)
     np.testing.assert_array_equal(np.asarray(got), want[None])

@@ -2,6 +2,7 @@
 patch_psum() for unmodified code, with jax_accl.shard_map / jax_accl.routed for code that
 opts in, for the gradients autodiff reduces as for explicit collectives; results equal
 jax.lax's over 10 optax steps."""
+
 from functools import partial
 
 import jax
@@ -34,9 +35,11 @@ def loss_fn(params, x, y, model_axis=None, out_sharding=None):
 
 def make_step(optimizer, check_vma, model_axis=None, out_sharding=None):
     """A data-parallel optax step as written for jax.lax (no jax_accl in sight)."""
+
     def step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(partial(
-            loss_fn, model_axis=model_axis, out_sharding=out_sharding))(params, x, y)
+        loss, grads = jax.value_and_grad(
+            partial(loss_fn, model_axis=model_axis, out_sharding=out_sharding)
+        )(params, x, y)
         if check_vma:  # grads of replicated params are reduced by autodiff: average them
             grads = jax.tree.map(lambda g: g / jax.lax.psum(1, "data"), grads)
         else:  # local gradients: the explicit pmean reduces them
@@ -44,17 +47,23 @@ def make_step(optimizer, check_vma, model_axis=None, out_sharding=None):
         loss = jax.lax.pmean(loss, "data")
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
+
     return step
 
 
 def setup(mesh_shape, sharded_params):
-    axes = ("data", "model")[:len(mesh_shape)]
+    axes = ("data", "model")[: len(mesh_shape)]
     mesh = jax.make_mesh(mesh_shape, axes)
-    params = {"w1": values((6, 16), "float32", seed=1) * 0.3,
-              "b1": values((16,), "float32", seed=2) * 0.1,
-              "w2": values((16, 3), "float32", seed=3) * 0.3}
-    specs = ({"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None)}
-             if sharded_params else {"w1": P(), "b1": P(), "w2": P()})
+    params = {
+        "w1": values((6, 16), "float32", seed=1) * 0.3,
+        "b1": values((16,), "float32", seed=2) * 0.1,
+        "w2": values((16, 3), "float32", seed=3) * 0.3,
+    }
+    specs = (
+        {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None)}
+        if sharded_params
+        else {"w1": P(), "b1": P(), "w2": P()}
+    )
     return mesh, params, specs
 
 
@@ -73,8 +82,13 @@ def test_unmodified_optax_step_under_patch_psum(check_vma, layout):
     y = values((32, 3), "float32", seed=5)
 
     def build():
-        fn = jax.shard_map(step, mesh=mesh, in_specs=(pspecs, ospecs, P("data"), P("data")),
-                           out_specs=(pspecs, ospecs, P()), check_vma=check_vma)
+        fn = jax.shard_map(
+            step,
+            mesh=mesh,
+            in_specs=(pspecs, ospecs, P("data"), P("data")),
+            out_specs=(pspecs, ospecs, P()),
+            check_vma=check_vma,
+        )
         return jax.jit(fn)
 
     def train(fn):
@@ -102,10 +116,15 @@ def test_gradient_reductions_are_fused():
     mesh, params, pspecs = setup((8,), False)
     step = make_step(optax.sgd(0.1), True)
     opt_state = optax.sgd(0.1).init(params)
-    fn = jax.jit(jax_accl.shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
-                                    out_specs=(P(), P(), P())))
-    x, y = put(mesh, values((32, 6), "float32"), P("data")), put(
-        mesh, values((32, 3), "float32", seed=1), P("data"))
+    fn = jax.jit(
+        jax_accl.shard_map(
+            step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=(P(), P(), P())
+        )
+    )
+    x, y = (
+        put(mesh, values((32, 6), "float32"), P("data")),
+        put(mesh, values((32, 3), "float32", seed=1), P("data")),
+    )
     text = fn.lower(params, opt_state, x, y).compile().as_text()
     assert xla_collectives(text) == 0 and text.count(ACCL_CALL) == 1
 
@@ -116,13 +135,16 @@ def test_fused_gradient_buckets_respect_the_size_limit(monkeypatch):
     monkeypatch.setenv("JAX_ACCL_FUSION_BYTES", "256")
     mesh, params, _ = setup((8,), False)
     optimizer = optax.sgd(0.1)
-    specs = dict(mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
-                 out_specs=(P(), P(), P()))
+    specs = dict(mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=(P(), P(), P()))
     step = make_step(optimizer, True)
     ours = jax.jit(jax_accl.shard_map(step, **specs))
     theirs = jax.jit(jax.shard_map(step, **specs))
-    args = (params, optimizer.init(params), put(mesh, values((32, 6), "float32"), P("data")),
-            put(mesh, values((32, 3), "float32", seed=1), P("data")))
+    args = (
+        params,
+        optimizer.init(params),
+        put(mesh, values((32, 6), "float32"), P("data")),
+        put(mesh, values((32, 3), "float32", seed=1), P("data")),
+    )
     text = ours.lower(*args).compile().as_text()
     assert xla_collectives(text) == 0 and text.count(ACCL_CALL) >= 3
     assert_same(ours(*args), theirs(*args))
@@ -131,8 +153,10 @@ def test_fused_gradient_buckets_respect_the_size_limit(monkeypatch):
 def test_jax_accl_shard_map_routes_grad_taken_outside():
     """The documentation's pattern: jax.grad of a shard_map whose loss is pmean'd."""
     mesh, params, _ = setup((8,), False)
-    x, y = put(mesh, values((32, 6), "float32"), P("data")), put(
-        mesh, values((32, 3), "float32", seed=1), P("data"))
+    x, y = (
+        put(mesh, values((32, 6), "float32"), P("data")),
+        put(mesh, values((32, 3), "float32", seed=1), P("data")),
+    )
 
     def loss_dp(p, x, y):
         return jax.lax.pmean(loss_fn(p, x, y), "data")
@@ -151,16 +175,24 @@ def test_routed_decorator_and_jit_cache():
     """A function traced without routing is traced again with it, and the other way."""
     mesh = jax.make_mesh((8,), ("data",))
     x = put(mesh, values((16, 4), "int32"), P("data"))
-    fn = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "data"), mesh=mesh,
-                               in_specs=P("data"), out_specs=P()))
+    fn = jax.jit(
+        jax.shard_map(
+            lambda v: jax.lax.psum(v, "data"), mesh=mesh, in_specs=P("data"), out_specs=P()
+        )
+    )
     want = fn(x)
     assert ACCL_CALL not in fn.lower(x).compile().as_text()
     with jax_accl.patch_psum():
         assert ACCL_CALL in fn.lower(x).compile().as_text()
         assert_same(fn(x), want)
     assert ACCL_CALL not in fn.lower(x).compile().as_text()
-    routed = jax.jit(jax_accl.routed(jax.shard_map(
-        lambda v: jax.lax.psum(v, "data"), mesh=mesh, in_specs=P("data"), out_specs=P())))
+    routed = jax.jit(
+        jax_accl.routed(
+            jax.shard_map(
+                lambda v: jax.lax.psum(v, "data"), mesh=mesh, in_specs=P("data"), out_specs=P()
+            )
+        )
+    )
     assert ACCL_CALL in routed.lower(x).compile().as_text()
     assert_same(routed(x), want)
 
@@ -175,10 +207,12 @@ def test_reducing_reduced_gradients_moves_no_data():
         g = jax.grad(lambda w: jnp.sum(x @ w))(w)  # invariant: reduced by autodiff
         return jax.lax.pmean(g, "data"), jax.lax.psum(g, "data")
 
-    ours = jax.jit(jax_accl.shard_map(body, mesh=mesh, in_specs=(P(), P("data")),
-                                      out_specs=(P(), P())))
-    theirs = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("data")),
-                                   out_specs=(P(), P())))
+    ours = jax.jit(
+        jax_accl.shard_map(body, mesh=mesh, in_specs=(P(), P("data")), out_specs=(P(), P()))
+    )
+    theirs = jax.jit(
+        jax.shard_map(body, mesh=mesh, in_specs=(P(), P("data")), out_specs=(P(), P()))
+    )
     text = ours.lower(w, x).compile().as_text()
     assert xla_collectives(text) == 0 and text.count(ACCL_CALL) == 1  # the gradient only
     assert_same(ours(w, x), theirs(w, x))
@@ -195,8 +229,9 @@ def test_tuple_of_axes_with_mixed_invariance(op, dtype):
         return getattr(lib, op)(v, ("a", "b"))
 
     def run(lib):
-        return jax.jit(jax.shard_map(partial(body, lib), mesh=mesh, in_specs=P("a"),
-                                     out_specs=P()))(x)
+        return jax.jit(
+            jax.shard_map(partial(body, lib), mesh=mesh, in_specs=P("a"), out_specs=P())
+        )(x)
 
     try:
         want = run(jax.lax)
@@ -213,14 +248,17 @@ def test_partial_manual_shard_map(spec, dtype):
     """Manual over "data" only, "model" left to the partitioner: each device all-reduces
     its own shard along "model" (its operand is never gathered first)."""
     mesh = jax.make_mesh((4, 2), ("data", "model"))
-    x = jax.device_put(values((8, 6), dtype),
-                       NamedSharding(mesh, P("data", *spec[1:])))
+    x = jax.device_put(values((8, 6), dtype), NamedSharding(mesh, P("data", *spec[1:])))
     out = NamedSharding(mesh, spec)
 
     def build(lib):
-        body = jax.shard_map(lambda v: (lib.psum(v * 2, "data"), lib.pmax(v, "data")),
-                             mesh=mesh, in_specs=P("data"), out_specs=(P(), P()),
-                             axis_names={"data"})
+        body = jax.shard_map(
+            lambda v: (lib.psum(v * 2, "data"), lib.pmax(v, "data")),
+            mesh=mesh,
+            in_specs=P("data"),
+            out_specs=(P(), P()),
+            axis_names={"data"},
+        )
         return jax.jit(body, out_shardings=(out, out))
 
     ours, theirs = build(jax_accl), build(jax.lax)
@@ -244,8 +282,15 @@ def test_partial_manual_training_step():
     y = jax.device_put(values((32, 3), "float32", seed=5), NamedSharding(mesh, P("data")))
 
     def build(shard_map):
-        return jax.jit(shard_map(step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")),
-                                 out_specs=(P(), P(), P()), axis_names={"data"}))
+        return jax.jit(
+            shard_map(
+                step,
+                mesh=mesh,
+                in_specs=(P(), P(), P("data"), P("data")),
+                out_specs=(P(), P(), P()),
+                axis_names={"data"},
+            )
+        )
 
     ours, theirs = build(jax_accl.shard_map), build(jax.shard_map)
     text = ours.lower(p, s, x, y).compile().as_text()
@@ -256,6 +301,7 @@ def test_partial_manual_training_step():
 
     def not_over_model(hlo):
         return [l for l in hlo.splitlines() if "all-reduce(" in l and over_model not in l]
+
     assert not_over_model(ref) and not not_over_model(text)
     assert text.count(ACCL_CALL) >= 1
     got, want = (p, s), (p, s)

@@ -1,5 +1,6 @@
 """JAX tier: vmap, grad, jvp, linear_transpose, control flow, pmap and pjit-style jit,
 each compared with the same program written with jax.lax."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +23,7 @@ def mesh42():
 
 
 # --- vmap -------------------------------------------------------------------------
+
 
 def test_vmap_batched_operand(mesh8):
     x = values((8, 3, 5), "float32")
@@ -70,6 +72,7 @@ def test_nested_vmap_in_shard_map(mesh42):
 
 # --- autodiff ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("check_vma", [True, False])
 def test_grad_matches_psum(mesh8, check_vma):
     x = values((8, 5), "float32")
@@ -78,6 +81,7 @@ def test_grad_matches_psum(mesh8, check_vma):
     def body(lib, a, b):
         def loss(weights):
             return lib.psum(jnp.sum(jnp.tanh(a * weights) ** 2), "i")
+
         return jax.grad(loss)(b)
 
     out = P() if check_vma else P("i")
@@ -112,13 +116,18 @@ def test_jvp_and_linear_transpose(mesh8, check_vma):
 def test_pmax_has_no_derivative_like_jax(mesh8):
     x = put(mesh8, values((8, 2), "float32"), P("i"))
     for lib in (jax.lax, jax_accl):
-        f = jax.shard_map(lambda a: jax.grad(lambda v: jnp.sum(lib.pmax(v, "i")))(a),
-                          mesh=mesh8, in_specs=P("i"), out_specs=P("i"))
+        f = jax.shard_map(
+            lambda a: jax.grad(lambda v: jnp.sum(lib.pmax(v, "i")))(a),
+            mesh=mesh8,
+            in_specs=P("i"),
+            out_specs=P("i"),
+        )
         with pytest.raises(NotImplementedError):
             jax.jit(f)(x)
 
 
 # --- control flow -----------------------------------------------------------------
+
 
 def test_scan_fori_loop_cond(mesh8):
     x = values((8, 6), "float32")
@@ -126,10 +135,12 @@ def test_scan_fori_loop_cond(mesh8):
     def body(lib, a):
         def step(carry, _):
             return lib.psum(carry, "i") / 8.0 + carry * 0.5, lib.pmax(carry, "i")
+
         c1, ys = jax.lax.scan(step, a, None, length=4)
         c2 = jax.lax.fori_loop(0, 3, lambda k, v: lib.pmean(v, "i") * 0.5 + v, a)
-        c3 = jax.lax.cond(jnp.sum(lib.psum(a, "i")) > 0, lambda v: lib.psum(v, "i"),
-                          lambda v: lib.pmin(v, "i"), a)
+        c3 = jax.lax.cond(
+            jnp.sum(lib.psum(a, "i")) > 0, lambda v: lib.psum(v, "i"), lambda v: lib.pmin(v, "i"), a
+        )
         return c1, ys, c2, c3
 
     compare(body, mesh8, [P("i")], (P("i"), P(), P("i"), P()), x)
@@ -153,6 +164,7 @@ def test_repeated_calls_and_recompiles(mesh8):
 
 # --- pmap and pjit-style jit --------------------------------------------------------
 
+
 def test_pmap():
     x = values((8, 5), "float32")
     for fn in ("psum", "pmax", "pmean"):
@@ -165,7 +177,7 @@ def test_pmap_with_grad():
     x = values((8, 5), "float32")
 
     def make(lib):
-        return jax.pmap(jax.grad(lambda v: lib.psum(jnp.sum(v ** 3), "i")), axis_name="i")
+        return jax.pmap(jax.grad(lambda v: lib.psum(jnp.sum(v**3), "i")), axis_name="i")
 
     assert_same(make(jax_accl)(x), make(jax.lax)(x))
 
@@ -176,10 +188,12 @@ def test_jit_with_explicit_shardings(mesh42):
     replicated = NamedSharding(mesh42, P())
 
     def make(lib):
-        inner = jax.shard_map(lambda a: lib.psum(a, ("i", "j")), mesh=mesh42,
-                              in_specs=P(("i", "j")), out_specs=P())
-        return jax.jit(lambda a: inner(a * 2.0) + 1.0, in_shardings=sharded,
-                       out_shardings=replicated)
+        inner = jax.shard_map(
+            lambda a: lib.psum(a, ("i", "j")), mesh=mesh42, in_specs=P(("i", "j")), out_specs=P()
+        )
+        return jax.jit(
+            lambda a: inner(a * 2.0) + 1.0, in_shardings=sharded, out_shardings=replicated
+        )
 
     got = make(jax_accl)(jax.device_put(x, sharded))
     assert got.sharding.is_equivalent_to(replicated, got.ndim)

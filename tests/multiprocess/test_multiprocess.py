@@ -2,6 +2,7 @@
 network namespaces with two rails each (TCP). Every result is checked inside the
 workers, against jax.lax.psum over JAX's gloo collectives on one host and against
 across namespaces too (gloo bound to rail 0)."""
+
 import os
 from pathlib import Path
 
@@ -16,8 +17,10 @@ WORKER = str(Path(__file__).with_name("worker.py"))
 
 def run(processes, devices, scenario, *, extra=(), env=None, **kw):
     env = [{"JAX_ACCL_TIMEOUT_S": "60", **(env[i] if env else {})} for i in range(processes)]
-    return launch.run_job([WORKER, "--scenario", scenario], processes, devices,
-                          extra=extra, env=env, **kw)
+    return launch.run_job(
+        [WORKER, "--scenario", scenario], processes, devices, extra=extra, env=env, **kw
+    )
+
 
 RAILS = "rail0,rail1"
 
@@ -47,10 +50,16 @@ def assert_hierarchical_phases(trace: list, tiers: list, rails: dict | None = No
         inter = [e for e in events if e["name"].startswith("inter-host")]
         local = [e for e in events if e is not call and e not in inter]
         names = [e["name"] for e in local]
-        chunks = max(1, names.count(f"{tiers[0]} reduce-scatter")) if tiers else \
-            max(1, len(inter) // max(1, len(rails[device]) if rails else 1))
-        assert names == [f"{t} reduce-scatter" for t in tiers] * chunks + \
-            [f"{t} all-gather" for t in reversed(tiers)] * chunks, names
+        chunks = (
+            max(1, names.count(f"{tiers[0]} reduce-scatter"))
+            if tiers
+            else max(1, len(inter) // max(1, len(rails[device]) if rails else 1))
+        )
+        assert (
+            names
+            == [f"{t} reduce-scatter" for t in tiers] * chunks
+            + [f"{t} all-gather" for t in reversed(tiers)] * chunks
+        ), names
         want = rails[device] if rails else set()
         assert {e["name"].rsplit(" ", 1)[-1] for e in inter} == want, [e["name"] for e in inter]
         assert len(inter) == chunks * len(want), [e["name"] for e in inter]
@@ -76,11 +85,17 @@ def rail_shares(stats: dict) -> dict:
     return {k: v / total for k, v in tcp.items()} if total else {}
 
 
-@pytest.mark.parametrize("processes,devices,cma", [(2, 4, "1"), (4, 2, "1"), (8, 1, "1"),
-                                                   (2, 4, "0")])
+@pytest.mark.parametrize(
+    "processes,devices,cma", [(2, 4, "1"), (4, 2, "1"), (8, 1, "1"), (2, 4, "0")]
+)
 def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
-    results = run(processes, devices, "correctness", extra=["--profile-dir", str(tmp_path)],
-                  env=[{"JAX_ACCL_CMA": cma}] * processes)
+    results = run(
+        processes,
+        devices,
+        "correctness",
+        extra=["--profile-dir", str(tmp_path)],
+        env=[{"JAX_ACCL_CMA": cma}] * processes,
+    )
     assert len(results) == processes
     for r in results:
         assert r["checks"] == 87
@@ -99,8 +114,10 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
         if cma == "1":  # one reduce-broadcast over all devices, inside the call's event
             for device, events in phases_by_device(r["trace"]).items():
                 by_name = {e["name"]: e for e in events}
-                assert set(by_name) == {"accl_allreduce reduce_broadcast 1MiB",
-                                        "one-host reduce-broadcast cma"}, events
+                assert set(by_name) == {
+                    "accl_allreduce reduce_broadcast 1MiB",
+                    "one-host reduce-broadcast cma",
+                }, events
                 call = by_name["accl_allreduce reduce_broadcast 1MiB"]
                 phase = by_name["one-host reduce-broadcast cma"]
                 assert phase["bytes"] == 1 << 20
@@ -119,21 +136,30 @@ def root_required():
 
 
 def host_env(names, rails=RAILS, per_host=1):
-    return [{"JAX_ACCL_HOST_ID": name, "JAX_ACCL_RAILS": rails}
-            for name in names for _ in range(per_host)]
+    return [
+        {"JAX_ACCL_HOST_ID": name, "JAX_ACCL_RAILS": rails}
+        for name in names
+        for _ in range(per_host)
+    ]
 
 
 def test_two_hosts_two_processes_each_over_two_rails(root_required):
     with netns.virtual_hosts(2, 2) as names:
         spaces = [n for n in names for _ in range(2)]
-        results = run(4, 2, "correctness", extra=["--gloo-interface", "rail0"],
-                                 env=host_env(names, per_host=2), namespaces=spaces,
-                                 coordinator_ip=netns.rail_ip(0, 0))
+        results = run(
+            4,
+            2,
+            "correctness",
+            extra=["--gloo-interface", "rail0"],
+            env=host_env(names, per_host=2),
+            namespaces=spaces,
+            coordinator_ip=netns.rail_ip(0, 0),
+        )
     for r in results:
         assert r["checks"] == 87
         transports = r["stats"]["transports"]
-        assert transports["shm"]["bytes_sent"] > 0          # the other process of its host
-        shares = rail_shares(r["stats"])                      # the other host
+        assert transports["shm"]["bytes_sent"] > 0  # the other process of its host
+        shares = rail_shares(r["stats"])  # the other host
         assert set(shares) == {"tcp:rail0", "tcp:rail1"}
         assert all(0.35 < s < 0.65 for s in shares.values()), shares
     assert len({p["host"] for p in results[0]["topology"]}) == 2
@@ -141,11 +167,24 @@ def test_two_hosts_two_processes_each_over_two_rails(root_required):
 
 def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
     with netns.virtual_hosts(3, 2, rate_mbit=300) as names:
-        results = run(3, 2, "bandwidth",
-                                 extra=["--reference", "numpy", "--bytes", str(4 << 20),
-                                        "--reps", "2", "--profile-dir", str(tmp_path)],
-                                 env=host_env(names), namespaces=names,
-                                 coordinator_ip=netns.rail_ip(0, 0))
+        results = run(
+            3,
+            2,
+            "bandwidth",
+            extra=[
+                "--reference",
+                "numpy",
+                "--bytes",
+                str(4 << 20),
+                "--reps",
+                "2",
+                "--profile-dir",
+                str(tmp_path),
+            ],
+            env=host_env(names),
+            namespaces=names,
+            coordinator_ip=netns.rail_ip(0, 0),
+        )
     for r in results:
         shares = rail_shares(r["stats"])
         assert set(shares) == {"tcp:rail0", "tcp:rail1"}
@@ -155,19 +194,25 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
 
 
 # hosts x processes per host x devices per process; "2+1" hosts of 2 and 1 processes.
-@pytest.mark.parametrize("per_host,devices", [((2, 2), 1), ((1, 1), 2), ((2, 2, 2), 1),
-                                              ((2, 1), 1)],
-                         ids=["2x2x1", "2x1x2", "3x2x1", "uneven 2+1 x1"])
-def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host, devices,
-                                                        tmp_path):
+@pytest.mark.parametrize(
+    "per_host,devices",
+    [((2, 2), 1), ((1, 1), 2), ((2, 2, 2), 1), ((2, 1), 1)],
+    ids=["2x2x1", "2x1x2", "3x2x1", "uneven 2+1 x1"],
+)
+def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host, devices, tmp_path):
     """The hierarchy by host: between hosts each host sends its share once, over both
     rails, however many processes it runs; results equal jax.lax.psum over gloo."""
     with netns.virtual_hosts(len(per_host), 2) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
-        results = run(len(spaces), devices, "hierarchy",
-                      extra=["--gloo-interface", "rail0", "--profile-dir", str(tmp_path)],
-                      env=[{"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": RAILS} for ns in spaces],
-                      namespaces=spaces, coordinator_ip=netns.rail_ip(0, 0))
+        results = run(
+            len(spaces),
+            devices,
+            "hierarchy",
+            extra=["--gloo-interface", "rail0", "--profile-dir", str(tmp_path)],
+            env=[{"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": RAILS} for ns in spaces],
+            namespaces=spaces,
+            coordinator_ip=netns.rail_ip(0, 0),
+        )
     for r in results:
         assert r["checks"] == 15
         assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
@@ -176,14 +221,16 @@ def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host,
         # every host own a slice and go between hosts; the others only reduce locally.
         position = r["process"] - spaces.index(host)
         owns = position < min(per_host)
-        tcp = {k: v["bytes_sent"] for k, v in r["stats"]["transports"].items()
-               if k.startswith("tcp:")}
+        tcp = {
+            k: v["bytes_sent"] for k, v in r["stats"]["transports"].items() if k.startswith("tcp:")
+        }
         assert set(tcp) == ({"tcp:rail0", "tcp:rail1"} if owns else set()), tcp
         for device, events in phases_by_device(r["trace"]).items():
             assert any(e["name"].startswith("inter-host") for e in events) == owns, events
         if owns:
-            local_tiers = (["local"] if devices > 1 else []) + \
-                (["host"] if spaces.count(host) > 1 else [])
+            local_tiers = (["local"] if devices > 1 else []) + (
+                ["host"] if spaces.count(host) > 1 else []
+            )
             # Each device's slice on the rails the planner sends it on (striped over both).
             assert_hierarchical_phases(r["trace"], local_tiers, planned_rails(r["trace"]))
 

@@ -5,6 +5,7 @@ a global mesh of every process's devices, checks jax_accl against jax.lax.psum o
 JAX's gloo collectives (bound to a rail across network namespaces) or against NumPy, and
 prints one line "RESULT <json>" with what it measured.
 """
+
 import argparse
 import json
 import os
@@ -20,22 +21,32 @@ parser.add_argument("--coordinator", required=True)
 parser.add_argument("--devices", type=int, required=True)
 parser.add_argument("--scenario", required=True)
 parser.add_argument("--reference", choices=["gloo", "numpy"], default="gloo")
-parser.add_argument("--gloo-interface", default="",
-                    help="bind gloo to this interface (network namespaces share a hostname)")
+parser.add_argument(
+    "--gloo-interface",
+    default="",
+    help="bind gloo to this interface (network namespaces share a hostname)",
+)
 parser.add_argument("--bytes", type=int, default=1 << 20)
 parser.add_argument("--reps", type=int, default=5)
-parser.add_argument("--profile-dir", default="",
-                    help="afterwards, trace one 1 MiB all-reduce with jax_accl.profiler")
+parser.add_argument(
+    "--profile-dir",
+    default="",
+    help="afterwards, trace one 1 MiB all-reduce with jax_accl.profiler",
+)
 args = parser.parse_args()
 
 jax.config.update("jax_num_cpu_devices", args.devices)
 if args.reference == "gloo":
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(coordinator_address=args.coordinator,
-                           num_processes=args.num_processes, process_id=args.process_id,
-                           initialization_timeout=60)
+jax.distributed.initialize(
+    coordinator_address=args.coordinator,
+    num_processes=args.num_processes,
+    process_id=args.process_id,
+    initialization_timeout=60,
+)
 if args.gloo_interface:
     from jax_accl import _compat
+
     _compat.use_gloo_on_interface(args.gloo_interface)
 
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
@@ -71,8 +82,10 @@ def local_blocks(array):
 def allreduce_program(lib, axes, **kw):
     def body(x):
         return lib.allreduce(x, axes, **kw) if kw else lib.psum(x, axes)
-    return jax.jit(jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL),
-                                 check_vma=False))
+
+    return jax.jit(
+        jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL), check_vma=False)
+    )
 
 
 def expected_numpy(x, axes):
@@ -99,7 +112,7 @@ def reference(x_global, axes, placed):
         return local_blocks(allreduce_program(jax.lax, axes)(placed))
     want = expected_numpy(x_global, axes)
     mine = [i for i, d in enumerate(DEVICES) if d.process_index == jax.process_index()]
-    return [want[i:i + 1] for i in mine]
+    return [want[i : i + 1] for i in mine]
 
 
 def check_sweep(axes_list, algorithms) -> int:
@@ -121,9 +134,15 @@ def check_sweep(axes_list, algorithms) -> int:
                     checks += 1
     xs = [global_input((n,), np.int32, seed=n) for n in (3, 4096, 70_000)]
     placed = [place(x, P(ALL)) for x in xs]
-    fused = jax.jit(jax.shard_map(lambda *t: jax_accl.psum(t, ALL), mesh=MESH_2D,
-                                  in_specs=(P(ALL),) * 3, out_specs=(P(ALL),) * 3,
-                                  check_vma=False))(*placed)
+    fused = jax.jit(
+        jax.shard_map(
+            lambda *t: jax_accl.psum(t, ALL),
+            mesh=MESH_2D,
+            in_specs=(P(ALL),) * 3,
+            out_specs=(P(ALL),) * 3,
+            check_vma=False,
+        )
+    )(*placed)
     for x, p_, got in zip(xs, placed, fused):
         check("fused pytree", got, reference(x, ALL, p_))
         checks += 1
@@ -131,8 +150,11 @@ def check_sweep(axes_list, algorithms) -> int:
 
 
 def scenario_correctness():
-    return {"checks": check_sweep((ALL, "p", "d"),
-                                  ("auto", "hierarchical", "ring", "halving_doubling", "direct"))}
+    return {
+        "checks": check_sweep(
+            (ALL, "p", "d"), ("auto", "hierarchical", "ring", "halving_doubling", "direct")
+        )
+    }
 
 
 def scenario_hierarchy():
@@ -170,6 +192,7 @@ def scenario_survive_kill():
     """The last process SIGKILLs itself in the middle of a loop of all-reduces; every
     survivor must raise an error naming what happened, promptly, and not hang."""
     import signal
+
     x = global_input((256 * 1024,), np.float32, seed=3)
     placed = place(x, P(ALL))
     step = allreduce_program(jax_accl, ALL)
@@ -182,14 +205,18 @@ def scenario_survive_kill():
         try:
             step(placed).block_until_ready()
         except Exception as e:  # jax raises XlaRuntimeError / JaxRuntimeError
-            return {"error": str(e), "seconds_to_error": time.perf_counter() - start,
-                    "iteration": i}
+            return {
+                "error": str(e),
+                "seconds_to_error": time.perf_counter() - start,
+                "iteration": i,
+            }
     return {"error": None}
 
 
 def profile_events():
     """Native events of one 1 MiB all-reduce, as merged into this process's trace."""
     import gzip
+
     x = global_input((1 << 18,), np.float32, seed=5)
     placed = place(x, P(ALL))
     step = allreduce_program(jax_accl, ALL)
@@ -199,10 +226,16 @@ def profile_events():
         step(placed).block_until_ready()
     with gzip.open(traced.path, "rt") as f:
         events = json.load(f)["traceEvents"]
-    pids = {e["pid"] for e in events if e.get("name") == "process_name"
-            and e["args"]["name"].startswith("jax_accl native")}
-    return [{k: e[k] for k in ("name", "tid", "ts", "dur")} | {"bytes": e["args"]["bytes"]}
-            for e in events if e.get("pid") in pids and e.get("ph") == "X"]
+    pids = {
+        e["pid"]
+        for e in events
+        if e.get("name") == "process_name" and e["args"]["name"].startswith("jax_accl native")
+    }
+    return [
+        {k: e[k] for k in ("name", "tid", "ts", "dur")} | {"bytes": e["args"]["bytes"]}
+        for e in events
+        if e.get("pid") in pids and e.get("ph") == "X"
+    ]
 
 
 def scenario_soak():
@@ -216,9 +249,15 @@ def scenario_soak():
         op = ["sum", "max", "min"][k % 3]
         algorithm = ["auto", "ring", "halving_doubling", "direct"][k % 4]
         elements = int(rng.integers(1, (1 << 20) // 8))
-        fn = jax.jit(jax.shard_map(
-            lambda x, a=axes, o=op, al=algorithm: jax_accl.allreduce(x, a, op=o, algorithm=al),
-            mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL), check_vma=False))
+        fn = jax.jit(
+            jax.shard_map(
+                lambda x, a=axes, o=op, al=algorithm: jax_accl.allreduce(x, a, op=o, algorithm=al),
+                mesh=MESH_2D,
+                in_specs=P(ALL),
+                out_specs=P(ALL),
+                check_vma=False,
+            )
+        )
         programs.append((fn, axes, dtype, op, elements))
 
     def rss_mib():
@@ -239,7 +278,7 @@ def scenario_soak():
             grid = np.broadcast_to(reduce(grid, axis=1, keepdims=True), grid.shape)
         want = grid.reshape(NP * ND, elements).astype(dtype)
         mine = [k for k, d in enumerate(DEVICES) if d.process_index == jax.process_index()]
-        check(f"soak call {i}", got, [want[k:k + 1] for k in mine])
+        check(f"soak call {i}", got, [want[k : k + 1] for k in mine])
         if i == args.reps // 5:
             baseline = rss_mib()
     return {"calls": args.reps, "rss_growth_mib": rss_mib() - (baseline or rss_mib())}
@@ -258,9 +297,14 @@ def scenario_mismatch():
     return {"error": None}
 
 
-SCENARIOS = {"correctness": scenario_correctness, "bandwidth": scenario_bandwidth,
-             "survive_kill": scenario_survive_kill, "soak": scenario_soak,
-             "mismatch": scenario_mismatch, "hierarchy": scenario_hierarchy}
+SCENARIOS = {
+    "correctness": scenario_correctness,
+    "bandwidth": scenario_bandwidth,
+    "survive_kill": scenario_survive_kill,
+    "soak": scenario_soak,
+    "mismatch": scenario_mismatch,
+    "hierarchy": scenario_hierarchy,
+}
 
 if __name__ == "__main__":
     result = SCENARIOS[args.scenario]()

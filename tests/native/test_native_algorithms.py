@@ -1,4 +1,5 @@
 """Native tier: the algorithms through the binding, one thread per rank, against NumPy."""
+
 import functools
 
 import ml_dtypes
@@ -24,11 +25,14 @@ def rank_values(n, count, dtype, seed=0):
         return [rng.random(count) < 0.5 for _ in range(n)]
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
-        return [rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
-                for _ in range(n)]
+        return [
+            rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True) for _ in range(n)
+        ]
     if np.issubdtype(dtype, np.complexfloating):
-        return [(rng.standard_normal(count) + 1j * rng.standard_normal(count)).astype(dtype)
-                for _ in range(n)]
+        return [
+            (rng.standard_normal(count) + 1j * rng.standard_normal(count)).astype(dtype)
+            for _ in range(n)
+        ]
     return [rng.standard_normal(count).astype(dtype) for _ in range(n)]
 
 
@@ -67,20 +71,29 @@ def test_integers_bitwise(algorithm, dtype, op):
     inputs = rank_values(n, 1001, dtype)
     outputs = allreduce_threads(inputs, op, algorithm)
     if dtype == "bool":
-        want = np.logical_or.reduce(inputs) if op in ("sum", "max") else np.logical_and.reduce(inputs)
+        want = (
+            np.logical_or.reduce(inputs) if op in ("sum", "max") else np.logical_and.reduce(inputs)
+        )
     else:
         want = expected(inputs, op)
     for out in outputs:
         np.testing.assert_array_equal(out, want)
 
 
-FLOAT_CASES = [(dtype, rtol, op)
-               for dtype, rtol in [("float16", 2e-2), (ml_dtypes.bfloat16, 5e-2),
-                                   ("float32", 1e-5), ("float64", 1e-12),
-                                   ("complex64", 1e-5), ("complex128", 1e-12)]
-               for op in ["sum", "prod", "min", "max"]
-               # min/max of complex numbers is not defined: tested as an error below
-               if not (op in ("min", "max") and np.dtype(dtype).kind == "c")]
+FLOAT_CASES = [
+    (dtype, rtol, op)
+    for dtype, rtol in [
+        ("float16", 2e-2),
+        (ml_dtypes.bfloat16, 5e-2),
+        ("float32", 1e-5),
+        ("float64", 1e-12),
+        ("complex64", 1e-5),
+        ("complex128", 1e-12),
+    ]
+    for op in ["sum", "prod", "min", "max"]
+    # min/max of complex numbers is not defined: tested as an error below
+    if not (op in ("min", "max") and np.dtype(dtype).kind == "c")
+]
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling", "reduce_broadcast"])
@@ -89,8 +102,9 @@ def test_floats(algorithm, dtype, rtol, op):
     n = 3
     inputs = rank_values(n, 999, dtype)
     outputs = allreduce_threads(inputs, op, algorithm)
-    want = expected([x.astype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64)
-                     for x in inputs], op)
+    want = expected(
+        [x.astype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64) for x in inputs], op
+    )
     for out in outputs:
         np.testing.assert_allclose(out.astype(want.dtype), want, rtol=rtol, atol=rtol)
         np.testing.assert_array_equal(out.view(np.uint8), outputs[0].view(np.uint8))
@@ -125,11 +139,17 @@ def test_one_host_choice_is_flat_small_and_cross_memory_attach_large(processes, 
     # Small messages: a flat algorithm over all devices (a few message steps), never the
     # hierarchy's sync points; large ones: the cross-memory-attach reduce-broadcast.
     for cma in (True, False):
-        assert _accl.choose_one_host(processes, k, 4096, cma) in ("direct", "ring",
-                                                                   "halving_doubling")
+        assert _accl.choose_one_host(processes, k, 4096, cma) in (
+            "direct",
+            "ring",
+            "halving_doubling",
+        )
     assert _accl.choose_one_host(processes, k, 16 << 20, True) == "reduce_broadcast"
     # Without cross-memory attach, large messages: the hierarchy where processes hold
     # many devices (its local passes are plain copies), else a flat algorithm.
-    expected = {4: ["hierarchical"], 2: ["ring", "halving_doubling", "hierarchical"],
-                1: ["ring", "halving_doubling"]}[k]
+    expected = {
+        4: ["hierarchical"],
+        2: ["ring", "halving_doubling", "hierarchical"],
+        1: ["ring", "halving_doubling"],
+    }[k]
     assert _accl.choose_one_host(processes, k, 16 << 20, False) in expected

@@ -1,6 +1,7 @@
 """Native tier: the message path of every algorithm over byte-stream channels (the
 framing and progress engine of the cross-process transports, on memory rings), and
 the TCP listener's handshake against strangers."""
+
 import os
 import socket
 import struct
@@ -12,13 +13,21 @@ import pytest
 from jax_accl import _accl
 
 
-def run_channels(inputs, algorithm, stripes=1, counts=None, op="sum", timeout_s=30.0,
-                 in_place=False):
+def run_channels(
+    inputs, algorithm, stripes=1, counts=None, op="sum", timeout_s=30.0, in_place=False
+):
     outputs = inputs if in_place else [np.empty_like(x) for x in inputs]
     counts = counts or [x.size for x in inputs]
     errors = _accl.allreduce_threads_channels(
-        [x.ctypes.data for x in inputs], [o.ctypes.data for o in outputs], counts,
-        inputs[0].dtype.name, op, algorithm, stripes, timeout_s)
+        [x.ctypes.data for x in inputs],
+        [o.ctypes.data for o in outputs],
+        counts,
+        inputs[0].dtype.name,
+        op,
+        algorithm,
+        stripes,
+        timeout_s,
+    )
     return outputs, errors
 
 
@@ -28,7 +37,7 @@ def run_channels(inputs, algorithm, stripes=1, counts=None, op="sum", timeout_s=
 @pytest.mark.parametrize("stripes", [1, 3])
 def test_message_path_matches_numpy_bitwise(algorithm, n, count, stripes):
     rng = np.random.default_rng(n * 1000 + count)
-    inputs = [rng.integers(-2**31, 2**31 - 1, count, dtype=np.int32) for _ in range(n)]
+    inputs = [rng.integers(-(2**31), 2**31 - 1, count, dtype=np.int32) for _ in range(n)]
     outputs, errors = run_channels(inputs, algorithm, stripes)
     assert errors == [""] * n
     with np.errstate(over="ignore"):
@@ -42,7 +51,7 @@ def test_message_path_matches_numpy_bitwise(algorithm, n, count, stripes):
 def test_in_place_message_path(algorithm, n):
     """out == in (XLA's aliased operand): sends still in flight must read the input."""
     rng = np.random.default_rng(n)
-    inputs = [rng.integers(-2**31, 2**31 - 1, 300_001, dtype=np.int32) for _ in range(n)]
+    inputs = [rng.integers(-(2**31), 2**31 - 1, 300_001, dtype=np.int32) for _ in range(n)]
     with np.errstate(over="ignore"):
         want = np.sum(inputs, axis=0, dtype=np.int32)
     outputs, errors = run_channels(inputs, algorithm, in_place=True)
@@ -84,12 +93,12 @@ def talk(port, payload: bytes) -> bytes:
 def test_strangers_are_refused_and_the_job_secret_admitted(listener):
     secret, port = listener
     strangers = [
-        b"",                                                        # says nothing
-        b"GET / HTTP/1.0\r\n\r\n",                                  # wrong protocol
-        os.urandom(HANDSHAKE.size),                                 # random bytes
+        b"",  # says nothing
+        b"GET / HTTP/1.0\r\n\r\n",  # wrong protocol
+        os.urandom(HANDSHAKE.size),  # random bytes
         HANDSHAKE.pack(MAGIC, VERSION, b"x" * 32, 1, 7, 0, 0, 1.0),  # wrong secret
         HANDSHAKE.pack(MAGIC, VERSION + 1, secret, 1, 7, 0, 0, 1.0),  # other version
-        HANDSHAKE.pack(MAGIC, VERSION, secret, 1, 99, 0, 0, 1.0),   # device not here
+        HANDSHAKE.pack(MAGIC, VERSION, secret, 1, 99, 0, 0, 1.0),  # device not here
         HANDSHAKE.pack(MAGIC, VERSION, secret, 1, 7, 0, 0, 1.0)[:50],  # truncated
     ]
     before = _accl.stats()["refused_connections"]

@@ -1,5 +1,6 @@
 """Native tier: disagreement between ranks and absent ranks are errors on every rank,
 raised within the timeout, and leave nothing behind."""
+
 import time
 
 import numpy as np

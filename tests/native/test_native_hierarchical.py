@@ -3,6 +3,7 @@ rank on simulated hosts. A layout lists, per host, the devices of each of its pr
 [[2], [2]] is 2 hosts x 1 process x 2 devices, [[1, 1], [1, 1]] is 2 x 2 x 1. The host
 tier reads peer memory where a host is one process, and sends messages otherwise; the
 tier between hosts sends messages. Results against NumPy, integers bitwise."""
+
 import functools
 
 import numpy as np
@@ -27,13 +28,30 @@ LAYOUTS = {
 NUMPY_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
-def run(layout, inputs, op="sum", between="auto", segments=(), counts=None, in_place=False,
-        timeout_s=30.0, chunks=1):
+def run(
+    layout,
+    inputs,
+    op="sum",
+    between="auto",
+    segments=(),
+    counts=None,
+    in_place=False,
+    timeout_s=30.0,
+    chunks=1,
+):
     outputs = inputs if in_place else [np.empty_like(x) for x in inputs]
     errors = _accl.hierarchical_threads(
-        places_of(layout), [x.ctypes.data for x in inputs], [o.ctypes.data for o in outputs],
-        counts or [x.size for x in inputs], list(segments), inputs[0].dtype.name, op, between,
-        chunks, timeout_s)
+        places_of(layout),
+        [x.ctypes.data for x in inputs],
+        [o.ctypes.data for o in outputs],
+        counts or [x.size for x in inputs],
+        list(segments),
+        inputs[0].dtype.name,
+        op,
+        between,
+        chunks,
+        timeout_s,
+    )
     return outputs, errors
 
 
@@ -78,8 +96,9 @@ def test_in_place_and_fused_segments(name):
     n = len(places_of(LAYOUTS[name]))
     inputs = int_inputs(n, 100_003)
     expected = want(inputs, "sum")
-    outputs, errors = run(LAYOUTS[name], [x.copy() for x in inputs], segments=[3, 0, 50_000, 1],
-                          in_place=True)
+    outputs, errors = run(
+        LAYOUTS[name], [x.copy() for x in inputs], segments=[3, 0, 50_000, 1], in_place=True
+    )
     assert errors == [""] * n
     for out in outputs:
         np.testing.assert_array_equal(out, expected)
@@ -92,8 +111,9 @@ def test_float32_every_rank_bit_identical(name):
     inputs = [rng.standard_normal(2**18 + 5).astype(np.float32) for _ in range(n)]
     outputs, errors = run(LAYOUTS[name], inputs)
     assert errors == [""] * n
-    np.testing.assert_allclose(outputs[0], np.sum(np.stack(inputs).astype(np.float64), axis=0),
-                               rtol=1e-5, atol=1e-5 * n)
+    np.testing.assert_allclose(
+        outputs[0], np.sum(np.stack(inputs).astype(np.float64), axis=0), rtol=1e-5, atol=1e-5 * n
+    )
     for out in outputs[1:]:
         np.testing.assert_array_equal(out, outputs[0])
 
@@ -120,8 +140,13 @@ def test_pipelined_chunks_match_numpy_bitwise(name, chunks, count):
     n = len(places_of(LAYOUTS[name]))
     inputs = int_inputs(n, count, seed=chunks)
     expected = want(inputs, "sum")
-    outputs, errors = run(LAYOUTS[name], [x.copy() for x in inputs], chunks=chunks,
-                          segments=[count // 3, 1], in_place=True)
+    outputs, errors = run(
+        LAYOUTS[name],
+        [x.copy() for x in inputs],
+        chunks=chunks,
+        segments=[count // 3, 1],
+        in_place=True,
+    )
     assert errors == [""] * n
     for out in outputs:
         np.testing.assert_array_equal(out, expected)
@@ -138,11 +163,11 @@ def test_pipelined_mismatch_fails_every_rank_without_hanging():
 
 
 def test_cost_model_pipelines_large_calls_between_hosts_only():
-    assert _accl.pipeline_chunks(2, 1, 2, 2, 4 << 10) == 1       # small: one chunk
-    assert _accl.pipeline_chunks(1, 2, 4, 2, 64 << 20) == 1      # one host: nothing to overlap
+    assert _accl.pipeline_chunks(2, 1, 2, 2, 4 << 10) == 1  # small: one chunk
+    assert _accl.pipeline_chunks(1, 2, 4, 2, 64 << 20) == 1  # one host: nothing to overlap
     chunks = _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20)
     assert 2 <= chunks <= 16
-    assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) <= 2       # chunks of >= 512 KiB
+    assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) <= 2  # chunks of >= 512 KiB
 
 
 def test_group_layout_tiers():
@@ -157,8 +182,8 @@ def test_group_layout_tiers():
 
     layout = _accl.group_layout(places_of([[2, 2], [2, 2]]))
     assert layout["thread_owners"] == 2 and layout["process_owners"] == 2
-    assert layout["process_peers"][1] == [1, 3]    # device 1 of both processes of host 0
-    assert layout["host_peers"][3] == [3, 7]       # device 1 of process 1 of every host
+    assert layout["process_peers"][1] == [1, 3]  # device 1 of both processes of host 0
+    assert layout["host_peers"][3] == [3, 7]  # device 1 of process 1 of every host
     # Ranks interleaved across hosts: a host is where a rank lives, not a rank range.
     layout = _accl.group_layout([("a", 0), ("b", 1), ("a", 0), ("b", 1)])
     assert layout["hosts"] == [[0, 2], [1, 3]]

@@ -2,6 +2,7 @@
 on NumPy data), rings are rings, every rail is used, the flow patterns used at scale
 match the explicit schedules, and the rank mapping keeps halving-doubling and ring
 contention-free on a rail-optimised fat tree up to 4096 hosts."""
+
 import collections
 
 import numpy as np
@@ -9,17 +10,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jax_accl.plan import (Constants, Topology, check_symbolic, contention, flat,
-                           hierarchical, network_steps, predict_seconds, run_numeric)
+from jax_accl.plan import (
+    Constants,
+    Topology,
+    check_symbolic,
+    contention,
+    flat,
+    hierarchical,
+    network_steps,
+    predict_seconds,
+    run_numeric,
+)
 
-SCHEDULES = {"flat ring": lambda t: flat(t, "ring"),
-             "flat halving_doubling": lambda t: flat(t, "halving_doubling"),
-             "hierarchical ring": lambda t: hierarchical(t, "ring"),
-             "hierarchical halving_doubling": lambda t: hierarchical(t, "halving_doubling")}
+SCHEDULES = {
+    "flat ring": lambda t: flat(t, "ring"),
+    "flat halving_doubling": lambda t: flat(t, "halving_doubling"),
+    "hierarchical ring": lambda t: hierarchical(t, "ring"),
+    "hierarchical halving_doubling": lambda t: hierarchical(t, "halving_doubling"),
+}
 
-small_topologies = st.builds(Topology, hosts=st.integers(1, 6), devices_per_host=st.integers(1, 4),
-                             rails=st.integers(1, 4), fabric=st.sampled_from(["fat_tree", "bigraph"]),
-                             hosts_per_leaf=st.integers(1, 3))
+small_topologies = st.builds(
+    Topology,
+    hosts=st.integers(1, 6),
+    devices_per_host=st.integers(1, 4),
+    rails=st.integers(1, 4),
+    fabric=st.sampled_from(["fat_tree", "bigraph"]),
+    hosts_per_leaf=st.integers(1, 3),
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -61,8 +78,10 @@ def test_scale_patterns_match_the_explicit_schedule(topology, name):
     """network_steps (used at scale) lists exactly the host-to-host flow patterns of the
     explicit schedule."""
     d = topology.devices_per_host
-    explicit = {frozenset((t.src // d, t.dst // d, t.rail) for t in step if t.rail >= 0)
-                for step in SCHEDULES[name](topology).steps}
+    explicit = {
+        frozenset((t.src // d, t.dst // d, t.rail) for t in step if t.rail >= 0)
+        for step in SCHEDULES[name](topology).steps
+    }
     explicit.discard(frozenset())
     at_scale = {frozenset(step) for step in network_steps(topology, name)}
     at_scale.discard(frozenset())
@@ -89,8 +108,10 @@ def test_bigraph_report_names_the_shared_links():
 def test_predictions_rank_algorithms_sensibly():
     c = Constants(beta_mem_s_per_byte=1 / 300e9, gamma_s_per_byte=1 / 300e9)  # NVLink-class
     big = Topology(1024, 8, 8, 200)
-    times = {a: predict_seconds(big, a, 256 << 20, c) for a in
-             ["flat ring", "hierarchical ring", "hierarchical halving_doubling"]}
+    times = {
+        a: predict_seconds(big, a, 256 << 20, c)
+        for a in ["flat ring", "hierarchical ring", "hierarchical halving_doubling"]
+    }
     assert times["hierarchical halving_doubling"] < times["hierarchical ring"] < times["flat ring"]
     # Where the links are the bottleneck, more rails take proportionally less time.
     one = predict_seconds(Topology(64, 8, 1, 10), "hierarchical ring", 64 << 20, c)

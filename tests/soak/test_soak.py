@@ -1,6 +1,7 @@
 """Soak: many random all-reduces, every result checked against NumPy, resident memory
 flat. CI runs the short counts; JAX_ACCL_SOAK=full runs the documented ones (10,000
 native, 10,000 through JAX, 1,000 across processes)."""
+
 import ctypes
 import os
 import resource
@@ -67,8 +68,10 @@ def test_native_soak():
             np.testing.assert_array_equal(out, want, err_msg=f"call {i}")
         if i == NATIVE_CALLS // 10:
             baseline = rss_mib()
-    print(f"\nnative soak: {NATIVE_CALLS} calls, resident memory {baseline:.0f} -> "
-          f"{rss_mib():.0f} MiB")
+    print(
+        f"\nnative soak: {NATIVE_CALLS} calls, resident memory {baseline:.0f} -> "
+        f"{rss_mib():.0f} MiB"
+    )
     assert rss_mib() - baseline < 64, (baseline, rss_mib())
 
 
@@ -84,10 +87,17 @@ def test_jax_soak():
         op = list(OPS)[k % 3]
         algorithm = ["auto", "direct", "ring", "halving_doubling", "reduce_broadcast"][k % 5]
         count = int(rng.integers(1, MAX_BYTES // 8 // np.dtype(dtype).itemsize))
-        fn = jax.jit(jax.shard_map(
-            lambda x, axes=axes, op=op, algorithm=algorithm: jax_accl.allreduce(
-                x, axes, op=op, algorithm=algorithm),
-            mesh=mesh, in_specs=P(("a", "b")), out_specs=P(("a", "b")), check_vma=False))
+        fn = jax.jit(
+            jax.shard_map(
+                lambda x, axes=axes, op=op, algorithm=algorithm: jax_accl.allreduce(
+                    x, axes, op=op, algorithm=algorithm
+                ),
+                mesh=mesh,
+                in_specs=P(("a", "b")),
+                out_specs=P(("a", "b")),
+                check_vma=False,
+            )
+        )
         programs.append((fn, axes, dtype, op, count))
     baseline = None
     for i in range(JAX_CALLS):
@@ -99,8 +109,9 @@ def test_jax_soak():
         if "a" in axes:
             want = np.broadcast_to(reference(list(want), op), want.shape)
         if "b" in axes:
-            want = np.broadcast_to(np.stack([reference(list(row), op) for row in want])[:, None],
-                                   want.shape)
+            want = np.broadcast_to(
+                np.stack([reference(list(row), op) for row in want])[:, None], want.shape
+            )
         np.testing.assert_array_equal(got, want, err_msg=f"call {i}")
         if i == JAX_CALLS // 5:
             baseline = rss_mib()
@@ -110,10 +121,17 @@ def test_jax_soak():
 
 def test_multi_process_soak():
     worker = str(Path(__file__).parents[1] / "multiprocess" / "worker.py")
-    results = launch.run_job([worker, "--scenario", "soak", "--reps", str(PROCESS_CALLS)], 3, 2,
-                             env=[{"JAX_ACCL_TIMEOUT_S": "60"}] * 3, timeout=900)
-    print(f"\nmulti-process soak: {PROCESS_CALLS} calls x 3 processes, resident memory growth "
-          f"{[round(r['rss_growth_mib'], 1) for r in results]} MiB")
+    results = launch.run_job(
+        [worker, "--scenario", "soak", "--reps", str(PROCESS_CALLS)],
+        3,
+        2,
+        env=[{"JAX_ACCL_TIMEOUT_S": "60"}] * 3,
+        timeout=900,
+    )
+    print(
+        f"\nmulti-process soak: {PROCESS_CALLS} calls x 3 processes, resident memory growth "
+        f"{[round(r['rss_growth_mib'], 1) for r in results]} MiB"
+    )
     for r in results:
         assert r["calls"] == PROCESS_CALLS
         assert r["rss_growth_mib"] < 64, r

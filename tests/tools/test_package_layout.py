@@ -2,6 +2,7 @@
 config.py is the only reader of JAX_ACCL_* (the native core reads none), the README's
 knob table is config's, each tool's --help works from the installed package, and an
 import from a source tree without the compiled module says what to do."""
+
 import ast
 import os
 import re
@@ -36,41 +37,55 @@ def imported_modules(path: Path):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
-                                + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([base] if base else [])
+                )
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
 def test_the_library_imports_no_tooling():
-    offending = {f"{path.relative_to(PACKAGE)}: {name}"
-                 for path in library_modules() for name in imported_modules(path)
-                 if name.split(".")[:2] in (["jax_accl", t] for t in TOOLING)}
+    offending = {
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in library_modules()
+        for name in imported_modules(path)
+        if name.split(".")[:2] in (["jax_accl", t] for t in TOOLING)
+    }
     assert not offending
     assert len(list(library_modules())) > 20  # the walk saw the library
 
 
 def test_importing_and_running_jax_accl_loads_no_tooling():
-    script = ("import sys, jax, jax_accl\n"
-              "mesh = jax.sharding.Mesh(jax.devices()[:2], ('i',))\n"
-              "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
-              "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
-              "assert float(f(jax.numpy.ones(4))[0]) == 2.0\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[:2] in\n"
-              f"      [['jax_accl', t] for t in {TOOLING!r}]))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, cwd="/")
+    script = (
+        "import sys, jax, jax_accl\n"
+        "mesh = jax.sharding.Mesh(jax.devices()[:2], ('i',))\n"
+        "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
+        "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
+        "assert float(f(jax.numpy.ones(4))[0]) == 2.0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in\n"
+        f"      [['jax_accl', t] for t in {TOOLING!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd="/"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
 def test_config_is_the_only_reader_of_the_environment():
     reads = re.compile(r"os\.environ|getenv")
-    readers = {str(path.relative_to(PACKAGE)) for path in library_modules()
-               if reads.search(path.read_text())}
+    readers = {
+        str(path.relative_to(PACKAGE))
+        for path in library_modules()
+        if reads.search(path.read_text())
+    }
     assert readers == {"config.py"}
-    native = {str(p.relative_to(REPO)) for p in (REPO / "xla_ffi").rglob("*.[ch]*")
-              if reads.search(p.read_text())}
+    native = {
+        str(p.relative_to(REPO))
+        for p in (REPO / "xla_ffi").rglob("*.[ch]*")
+        if reads.search(p.read_text())
+    }
     assert native == set()
 
 
@@ -78,11 +93,17 @@ def test_every_knob_parses_its_default_and_names_itself_when_wrong(monkeypatch):
     for name in config.KNOBS:
         monkeypatch.delenv(name, raising=False)
         config.value(name)
-    for name, bad in [("JAX_ACCL_TIMEOUT_S", "-1"), ("JAX_ACCL_TIMEOUT_S", "nan"),
-                      ("JAX_ACCL_ALGORITHM", "bogus"), ("JAX_ACCL_FUSION_BYTES", "0"),
-                      ("JAX_ACCL_ROUTING", "yes"), ("JAX_ACCL_STRIPES_PER_RAIL", "0"),
-                      ("JAX_ACCL_CMA", "2"), ("JAX_ACCL_PIPELINE_CHUNKS", "-1"),
-                      ("JAX_ACCL_DEBUG", "TRACE")]:
+    for name, bad in [
+        ("JAX_ACCL_TIMEOUT_S", "-1"),
+        ("JAX_ACCL_TIMEOUT_S", "nan"),
+        ("JAX_ACCL_ALGORITHM", "bogus"),
+        ("JAX_ACCL_FUSION_BYTES", "0"),
+        ("JAX_ACCL_ROUTING", "yes"),
+        ("JAX_ACCL_STRIPES_PER_RAIL", "0"),
+        ("JAX_ACCL_CMA", "2"),
+        ("JAX_ACCL_PIPELINE_CHUNKS", "-1"),
+        ("JAX_ACCL_DEBUG", "TRACE"),
+    ]:
         monkeypatch.setenv(name, bad)
         with pytest.raises(ValueError, match=f"{name}='{bad}': expected"):
             config.value(name)
@@ -97,19 +118,34 @@ def test_the_readme_knob_table_is_configs():
 
 @pytest.mark.parametrize("tool", ["bench", "plan", "demo"])
 def test_each_tool_has_help_from_the_installed_package(tool):
-    done = subprocess.run([sys.executable, "-m", f"jax_accl.{tool}", "--help"],
-                          capture_output=True, text=True, timeout=60, cwd="/")
+    done = subprocess.run(
+        [sys.executable, "-m", f"jax_accl.{tool}", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: python -m jax_accl.{tool}")
 
 
 def test_a_source_tree_without_the_compiled_module_says_what_to_do(tmp_path):
-    shutil.copytree(PACKAGE, tmp_path / "jax_accl", symlinks=False,
-                    ignore=shutil.ignore_patterns("_accl*", "__pycache__"))
+    shutil.copytree(
+        PACKAGE,
+        tmp_path / "jax_accl",
+        symlinks=False,
+        ignore=shutil.ignore_patterns("_accl*", "__pycache__"),
+    )
     (tmp_path / "CMakeLists.txt").write_text("# a checkout\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", "import jax_accl"], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", "import jax_accl"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: jax_accl was imported from the source tree")

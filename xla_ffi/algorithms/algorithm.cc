@@ -4,8 +4,8 @@
 
 namespace accl {
 namespace {
-constexpr const char* kNames[kNumAlgorithms] = {"auto", "direct", "ring", "halving_doubling",
-                                                   "reduce_broadcast", "hierarchical"};
+constexpr const char* kNames[kNumAlgorithms] = {
+    "auto", "direct", "ring", "halving_doubling", "reduce_broadcast", "hierarchical"};
 }
 
 const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>(algorithm)]; }
@@ -39,7 +39,8 @@ Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>
                      const Reduction& reduction) {
   if (link.size() == 1) {
     for (const Buffers& buf : segments) {
-      if (buf.count > 0 && buf.out != buf.in) std::memcpy(buf.out, buf.in, buf.count * buf.elem_size);
+      if (buf.count > 0 && buf.out != buf.in)
+        std::memcpy(buf.out, buf.in, buf.count * buf.elem_size);
     }
     return Status::Ok();
   }

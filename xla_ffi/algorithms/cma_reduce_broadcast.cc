@@ -74,7 +74,8 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
     char can = 1;
     for (int r = 0; r < n; ++r) {
       uint64_t token = 0;
-      if (r != me && (!probe_remote(pid_of(r), peer[r][1], &token, 8).ok() || token != peer[r][0])) {
+      if (r != me &&
+          (!probe_remote(pid_of(r), peer[r][1], &token, 8).ok() || token != peer[r][0])) {
         can = 0;
       }
     }

@@ -3,10 +3,10 @@
 //   ranks compute bit-identical results. With peer memory (threads of one process) it
 //   reads the inputs in place: small inputs were copied into the exchange when their
 //   ranks joined, so the call has a single sync point; larger ones end with the
-//   caller's barrier (peers may still be reading our input). Otherwise every rank sends its input to
-//   every other rank. Bytes read per rank: n·S, which is why it only wins for small S.
-//   In place (in == out), the result is built aside: peers read our input, or our sends
-//   read it, until everybody is done; then it is copied over (after a barrier, in memory).
+//   caller's barrier (peers may still be reading our input). Otherwise every rank sends its input
+//   to every other rank. Bytes read per rank: n·S, which is why it only wins for small S. In place
+//   (in == out), the result is built aside: peers read our input, or our sends read it, until
+//   everybody is done; then it is copied over (after a barrier, in memory).
 #include "algorithms/algorithm.h"
 
 #include <cstring>

@@ -20,9 +20,8 @@ std::vector<Buffers> chunk_of(const std::vector<Buffers>& segments, int c, int c
   std::vector<Buffers> out;
   for (const Buffers& seg : segments) {
     const Blocks blocks{seg.count, chunks};
-    out.push_back(Buffers{seg.in_at(blocks.begin(c)), seg.out_at(blocks.begin(c)),
-                          blocks.length(c), seg.elem_size, seg.segment,
-                          seg.offset + blocks.begin(c)});
+    out.push_back(Buffers{seg.in_at(blocks.begin(c)), seg.out_at(blocks.begin(c)), blocks.length(c),
+                          seg.elem_size, seg.segment, seg.offset + blocks.begin(c)});
   }
   return out;
 }
@@ -45,12 +44,14 @@ void scatter_in_memory(PeerMemory& peers, int me, int size, int owners,
       std::vector<char>& buffer = scratch[slot + s];
       if (buffer.size() < len * elem) buffer.resize(len * elem);
       for (int r = 0; r < size; ++r) {
-        sources[r] = static_cast<const char*>(peers.input(r, seg.segment)) + (seg.offset + begin) * elem;
+        sources[r] =
+            static_cast<const char*>(peers.input(r, seg.segment)) + (seg.offset + begin) * elem;
       }
       reduction.fold(buffer.data(), sources.data(), size, len);
       reduced = buffer.data();
     }
-    mine->push_back(Buffers{reduced, seg.out_at(begin), len, elem, seg.segment, seg.offset + begin});
+    mine->push_back(
+        Buffers{reduced, seg.out_at(begin), len, elem, seg.segment, seg.offset + begin});
   }
 }
 
@@ -64,7 +65,8 @@ Status scatter_by_messages(Link& link, int owners, const std::vector<Buffers>& s
     const Blocks blocks{seg.count, owners};
     for (int j = 0; j < owners; ++j) {
       if (j != me && blocks.length(j) > 0) {
-        ACCL_RETURN_IF_ERROR(link.post_send(j, seg.in_at(blocks.begin(j)), blocks.length(j) * elem));
+        ACCL_RETURN_IF_ERROR(
+            link.post_send(j, seg.in_at(blocks.begin(j)), blocks.length(j) * elem));
       }
     }
     if (me >= owners) continue;
@@ -72,7 +74,8 @@ Status scatter_by_messages(Link& link, int owners, const std::vector<Buffers>& s
     if (bytes > 0) {
       for (int step = 1; step < size; ++step) {
         const int peer = (me + step) % size;
-        const void* local = step == 1 ? static_cast<const void*>(seg.in_at(begin)) : seg.out_at(begin);
+        const void* local =
+            step == 1 ? static_cast<const void*>(seg.in_at(begin)) : seg.out_at(begin);
         ACCL_RETURN_IF_ERROR(link.recv_reduce(peer, local, seg.out_at(begin), bytes, reduction));
       }
     }
@@ -83,7 +86,8 @@ Status scatter_by_messages(Link& link, int owners, const std::vector<Buffers>& s
 }
 
 // Step 3 over peer memory: copy every other owner's slice from its output.
-Status gather_in_memory(PeerMemory& peers, int me, int owners, const std::vector<Buffers>& segments) {
+Status gather_in_memory(PeerMemory& peers, int me, int owners,
+                        const std::vector<Buffers>& segments) {
   ACCL_RETURN_IF_ERROR(peers.barrier());  // every slice is final
   for (const Buffers& seg : segments) {
     const Blocks blocks{seg.count, owners};
@@ -128,8 +132,13 @@ class BetweenHosts {
   BetweenHosts(Link* link, Algorithm algorithm, const Reduction& reduction,
                const std::vector<std::vector<Buffers>>* slices, int chunks,
                const Deadline& deadline, HierarchicalTimes* times)
-      : link_(link), algorithm_(algorithm), reduction_(reduction), slices_(slices),
-        chunks_(chunks), deadline_(deadline), times_(times) {
+      : link_(link),
+        algorithm_(algorithm),
+        reduction_(reduction),
+        slices_(slices),
+        chunks_(chunks),
+        deadline_(deadline),
+        times_(times) {
     if (link_ == nullptr || chunks_ < 2) return;
     try {
       thread_ = std::thread([this] { run(); });
@@ -149,10 +158,12 @@ class BetweenHosts {
   // Waits until chunk c's step between hosts is done (or failed).
   Status wait(int c) {
     if (link_ == nullptr || !thread_.joinable()) return status_;
-    Status s = done_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &failed_);
+    Status s =
+        done_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &failed_);
     if (failed_.load(std::memory_order_acquire)) return status_;
-    return s.ok() ? s : error(s.code(), link_->where(), ": waiting for chunk ", c, " between hosts: ",
-                              s.message());
+    return s.ok() ? s
+                  : error(s.code(), link_->where(), ": waiting for chunk ", c,
+                          " between hosts: ", s.message());
   }
   // Stops the thread (the caller failed) and waits for it; its phases join `times`.
   void finish() {
@@ -174,7 +185,8 @@ class BetweenHosts {
   }
   void run() {
     for (int c = 0; c < chunks_; ++c) {
-      Status s = ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
+      Status s =
+          ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
       if (!s.ok()) {
         if (!stop_.load(std::memory_order_acquire)) status_ = s;
         break;
@@ -259,7 +271,8 @@ Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
       at[c].push_back(std::move(mine));
     }
     if (!owner && between != nullptr) {
-      return fail(error(Code::kInternal, between->where(), ": a rank that owns no slice between hosts"));
+      return fail(
+          error(Code::kInternal, between->where(), ": a rank that owns no slice between hosts"));
     }
     if (between != nullptr) {
       slices[c] = at[c].back();

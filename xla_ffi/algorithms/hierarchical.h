@@ -37,7 +37,7 @@ struct Tier {
 // One phase of one rank's call, for stats and traces.
 struct PhaseRecord {
   enum Kind { kReduceScatter = 0, kBetweenHosts = 1, kAllGather = 2 } kind;  // = stats phase
-  int tier;   // the local tier of a reduce-scatter or all-gather
+  int tier;  // the local tier of a reduce-scatter or all-gather
   int chunk;
   Clock::time_point start, end;
   uint64_t bytes;  // the bytes the phase works on: this rank's part entering the tier

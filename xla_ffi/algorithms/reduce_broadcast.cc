@@ -4,8 +4,8 @@
 //   tile (in one pass where there is a k-input kernel), then stores the tile into block
 //   r of every rank's output with non-temporal stores, which skip the
 //   read-for-ownership an ordinary store pays. The caller's
-//   closing barrier then tells everybody that all outputs are complete (and that inputs are no longer read).
-//   Memory traffic of the whole group: n·S bytes read and n·S written, the least any
+//   closing barrier then tells everybody that all outputs are complete (and that inputs are no
+//   longer read). Memory traffic of the whole group: n·S bytes read and n·S written, the least any
 //   all-reduce of n buffers can do; two sync points (the join and the barrier).
 #include <algorithm>
 #include <vector>
@@ -29,7 +29,8 @@ Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reductio
   const size_t tile = std::max<size_t>(1, kTileBytes / buf.elem_size);
   thread_local std::vector<char> scratch_storage;
   scratch_storage.resize(kTileBytes + 64);
-  char* scratch = scratch_storage.data() + (64 - reinterpret_cast<uintptr_t>(scratch_storage.data()) % 64);
+  char* scratch =
+      scratch_storage.data() + (64 - reinterpret_cast<uintptr_t>(scratch_storage.data()) % 64);
   auto at = [&](const void* base, size_t elem) {
     return static_cast<const char*>(base) + elem * buf.elem_size;
   };

@@ -28,8 +28,7 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
     switch (algorithm) {
       case Algorithm::kDirect:
         return (bytes > LocalExchange::kEagerBytes ? 2 : 1) * a + (n + 1) * S * b;
-      case Algorithm::kReduceBroadcast:
-        return 2 * a + 2 * S * b + S * g;
+      case Algorithm::kReduceBroadcast: return 2 * a + 2 * S * b + S * g;
       case Algorithm::kRing:
         return 2.0 * (n - 1) * a + 5.0 * (n - 1) / n * S * b + double(n - 1) / n * S * g;
       case Algorithm::kHalvingDoubling:
@@ -41,8 +40,7 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
     return INFINITY;
   }
   switch (algorithm) {
-    case Algorithm::kDirect:
-      return (n - 1) * a / 2 + (n - 1) * S * (b + g);
+    case Algorithm::kDirect: return (n - 1) * a / 2 + (n - 1) * S * (b + g);
     case Algorithm::kRing:
       return 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S * b + double(n - 1) / n * S * g;
     case Algorithm::kHalvingDoubling:
@@ -64,8 +62,8 @@ CostModel network_model(const CostModel& model, int rails) {
 
 CostModel shared_memory_model(const CostModel& model, double cross_process_share) {
   CostModel shm = model;
-  shm.alpha_s = model.shm_alpha_s +
-                cross_process_share * (model.shm_process_alpha_s - model.shm_alpha_s);
+  shm.alpha_s =
+      model.shm_alpha_s + cross_process_share * (model.shm_process_alpha_s - model.shm_alpha_s);
   shm.beta_s_per_byte = shm.gamma_s_per_byte = model.shm_beta_s_per_byte;
   return shm;
 }
@@ -128,8 +126,8 @@ static double cross_process_share(Algorithm algorithm, int n, int processes, int
   }
 }
 
-double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k,
-                                size_t bytes, const CostModel& model) {
+double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k, size_t bytes,
+                                const CostModel& model) {
   const double share = cross_process_share(algorithm, n, processes, k);
   switch (algorithm) {
     case Algorithm::kDirect:
@@ -151,8 +149,7 @@ double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k
 // 4x2 (4 MiB); so with cross-memory attach the hierarchy is not a candidate.
 Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model) {
-  const Algorithm candidates[] = {Algorithm::kDirect, Algorithm::kRing,
-                                  Algorithm::kHalvingDoubling,
+  const Algorithm candidates[] = {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
                                   cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical};
   // This shape's calibrated lines (bench --calibrate) where all four have one.
   double seconds[4];
@@ -175,8 +172,7 @@ Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model) {
   Algorithm best = Algorithm::kDirect;
   double best_t = predict_seconds(best, n, bytes, peer_memory, model);
-  for (Algorithm a :
-       {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kReduceBroadcast}) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kReduceBroadcast}) {
     double t = predict_seconds(a, n, bytes, peer_memory, model);
     if (t < best_t) best = a, best_t = t;
   }

@@ -55,8 +55,7 @@ CostModel shared_memory_model(const CostModel& model, double cross_process_share
 // The predicted time of the one-host reduce-broadcast by cross-memory attach over n
 // ranks: two all-to-all exchanges (each a direct exchange of no payload, a
 // `cross_process_share` of its handshakes between processes) and cma_beta per byte.
-double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
-                           const CostModel& model);
+double predict_cma_seconds(int n, size_t bytes, double cross_process_share, const CostModel& model);
 // The predicted time of the hierarchy on one host, `processes` processes holding `k`
 // devices each: three sync points among a process's k threads and their passes over
 // memory (~3 copies per byte), then a reduce-scatter and an all-gather of S/k among the
@@ -79,8 +78,8 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
 // The predicted time of `algorithm` over n devices of one host, `processes` processes
 // holding `k` of them each: direct, ring and halving-doubling through the shared-memory
 // rings, kReduceBroadcast by cross-memory attach, kHierarchical; kAuto: infinity.
-double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k,
-                                size_t bytes, const CostModel& model);
+double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k, size_t bytes,
+                                const CostModel& model);
 // The automatic choice for a group of n devices on one host, `processes` processes
 // holding `k` of them each (1 where they hold different numbers): with cross-memory
 // attach (`cma`), the best flat algorithm over all n devices or the cross-memory-attach

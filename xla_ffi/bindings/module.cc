@@ -42,7 +42,7 @@ namespace {
 // The cost model's constants as Python sees them (calibrate.py stores these names).
 struct CostModelField {
   const char* name;
-  double CostModel::*member;
+  double CostModel::* member;
 };
 constexpr CostModelField kCostModelFields[] = {
     {"alpha", &CostModel::alpha_s},
@@ -116,8 +116,8 @@ std::vector<int> world_start(int process_index, int process_count, nb::bytes sec
   std::vector<Rail> list;
   for (auto& [name, ip, weight] : rails) list.push_back(Rail{name, ip, 0, weight});
   Status s = World::start(process_index, process_count,
-                          std::string(static_cast<const char*>(secret.data()), secret.size()),
-                          host, &list, stripes_per_rail, cross_memory_attach);
+                          std::string(static_cast<const char*>(secret.data()), secret.size()), host,
+                          &list, stripes_per_rail, cross_memory_attach);
   if (!s.ok()) throw std::runtime_error(s.message());
   std::vector<int> ports;
   for (const Rail& r : list) ports.push_back(r.port);
@@ -126,8 +126,9 @@ std::vector<int> world_start(int process_index, int process_count, nb::bytes sec
 
 // processes[i] = (host, [(rail name, ip, port, weight)], [device ids]) of process i.
 void world_set_processes(
-    std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, std::string, int, double>>,
-                           std::vector<int64_t>>>
+    std::vector<
+        std::tuple<std::string, std::vector<std::tuple<std::string, std::string, int, double>>,
+                   std::vector<int64_t>>>
         processes) {
   World* w = World::get();
   if (w == nullptr) throw std::runtime_error("world_start() first");
@@ -186,9 +187,9 @@ NB_MODULE(_accl, m) {
   using namespace accl;
   m.doc() = "jax_accl native core: hierarchical all-reduce algorithms and XLA FFI handlers";
   m.def("registrations", &registrations, "FFI handler capsules by target name");
-  m.def("allreduce_threads", &allreduce_threads, nb::arg("ins"), nb::arg("outs"),
-        nb::arg("counts"), nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"),
-        nb::arg("present"), nb::arg("timeout_s"));
+  m.def("allreduce_threads", &allreduce_threads, nb::arg("ins"), nb::arg("outs"), nb::arg("counts"),
+        nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"), nb::arg("present"),
+        nb::arg("timeout_s"));
   register_testing(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),
@@ -202,7 +203,8 @@ NB_MODULE(_accl, m) {
   }
   m.attr("ALGORITHM_CODES") = algorithm_codes;
   nb::dict op_codes;
-  for (int op = 0; op < kNumReduceOps; ++op) op_codes[reduce_op_name(static_cast<ReduceOp>(op))] = op;
+  for (int op = 0; op < kNumReduceOps; ++op)
+    op_codes[reduce_op_name(static_cast<ReduceOp>(op))] = op;
   m.attr("OP_CODES") = op_codes;
   m.def("world_set_processes", &world_set_processes, nb::arg("processes"));
   m.def("world_stop", [] {
@@ -212,30 +214,36 @@ NB_MODULE(_accl, m) {
   m.def("world_started", [] { return World::get() != nullptr; });
   m.def("trace_enable", &trace_enable, nb::arg("on"));
   m.def("now_ns", &trace_now_ns, "the native trace clock (steady clock), in ns");
-  m.def("trace_take", [] {
-    nb::list out;
-    for (TraceEvent& e : trace_take()) {
-      nb::dict d;
-      d["name"] = e.name;
-      d["device"] = e.device;
-      d["start_ns"] = e.start_ns;
-      d["end_ns"] = e.end_ns;
-      d["bytes"] = e.bytes;
-      d["detail"] = e.detail;
-      out.append(d);
-    }
-    return out;
-  }, "recorded events (and clear them)");
+  m.def(
+      "trace_take",
+      [] {
+        nb::list out;
+        for (TraceEvent& e : trace_take()) {
+          nb::dict d;
+          d["name"] = e.name;
+          d["device"] = e.device;
+          d["start_ns"] = e.start_ns;
+          d["end_ns"] = e.end_ns;
+          d["bytes"] = e.bytes;
+          d["detail"] = e.detail;
+          out.append(d);
+        }
+        return out;
+      },
+      "recorded events (and clear them)");
   m.def("stats", &stats);
   m.def("reset_stats", &reset_stats);
   m.def("pending_calls", &pending_calls);
   m.def("reduce_isa", &reduce_isa);
-  m.def("stream_copy", [](uintptr_t dst, uintptr_t src, size_t bytes) {
-    nb::gil_scoped_release release;
-    stream_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
-    stream_fence();
-  }, nb::arg("dst"), nb::arg("src"), nb::arg("bytes"),
-     "memcpy with non-temporal stores (the bench's copy bandwidth), without the GIL");
+  m.def(
+      "stream_copy",
+      [](uintptr_t dst, uintptr_t src, size_t bytes) {
+        nb::gil_scoped_release release;
+        stream_copy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+        stream_fence();
+      },
+      nb::arg("dst"), nb::arg("src"), nb::arg("bytes"),
+      "memcpy with non-temporal stores (the bench's copy bandwidth), without the GIL");
   m.def(
       "choose_algorithm",
       [](int n, size_t bytes, bool peer_memory) {
@@ -245,8 +253,8 @@ NB_MODULE(_accl, m) {
   m.def(
       "choose_one_host",
       [](int processes, int k, size_t bytes, bool cma) {
-        return std::string(algorithm_name(
-            choose_one_host(processes * k, processes, k, bytes, cma, cost_model())));
+        return std::string(
+            algorithm_name(choose_one_host(processes * k, processes, k, bytes, cma, cost_model())));
       },
       nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("bytes"), nb::arg("cma"),
       "The automatic choice for a group of `processes` x `devices_per_process` on one host.");
@@ -285,38 +293,56 @@ NB_MODULE(_accl, m) {
       "Calibrated times {algorithm: (latency_s, per_byte_s)} on processes x "
       "devices_per_process (bench --calibrate); choose_one_host then goes by them.");
   m.def("clear_measured_one_host", &clear_measured_one_host);
-  m.def("measured_one_host", [](int processes, int k, const std::string& algorithm, size_t bytes) {
-    return measured_one_host_seconds(
-        processes, k, parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"), bytes);
-  }, nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("algorithm"), nb::arg("bytes"));
-  m.def("set_pipeline_chunks", [](int chunks) {
-    if (chunks < 0) throw nb::value_error("pipeline chunks must be >= 0 (0: automatic)");
-    pipeline_chunks_setting() = chunks;
-  }, nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
-  m.def("pipeline_chunks", [](int hosts, int processes, int k, int rails, size_t bytes) {
-    return choose_pipeline_chunks(hosts, processes, k, rails, bytes, cost_model());
-  }, nb::arg("hosts"), nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("rails"),
-     nb::arg("bytes"), "The cost model's pipeline chunk count for a hierarchical call.");
-  m.def("get_cost_model", [] {
-    nb::dict values;
-    for (const CostModelField& f : kCostModelFields) values[f.name] = cost_model().*f.member;
-    return values;
-  }, "The cost model's constants by name, in seconds and seconds per byte.");
-  m.def("set_cost_model", [](nb::kwargs values) {
-    CostModel model = cost_model();
-    for (auto [key, value] : values) {
-      const std::string name = nb::cast<std::string>(key);
-      const CostModelField* field = nullptr;
-      for (const CostModelField& f : kCostModelFields) {
-        if (name == f.name) field = &f;
-      }
-      if (field == nullptr) throw nb::value_error(("unknown cost-model constant: " + name).c_str());
-      const double v = nb::cast<double>(value);
-      if (!(v >= 0) || std::isinf(v)) {
-        throw nb::value_error(("cost-model constant " + name + " must be finite and >= 0").c_str());
-      }
-      model.*field->member = v;
-    }
-    cost_model() = model;
-  }, "Sets the named constants (see get_cost_model); the others keep their values.");
+  m.def(
+      "measured_one_host",
+      [](int processes, int k, const std::string& algorithm, size_t bytes) {
+        return measured_one_host_seconds(
+            processes, k, parse_or_throw<Algorithm>(algorithm, parse_algorithm, "algorithm"),
+            bytes);
+      },
+      nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("algorithm"), nb::arg("bytes"));
+  m.def(
+      "set_pipeline_chunks",
+      [](int chunks) {
+        if (chunks < 0) throw nb::value_error("pipeline chunks must be >= 0 (0: automatic)");
+        pipeline_chunks_setting() = chunks;
+      },
+      nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
+  m.def(
+      "pipeline_chunks",
+      [](int hosts, int processes, int k, int rails, size_t bytes) {
+        return choose_pipeline_chunks(hosts, processes, k, rails, bytes, cost_model());
+      },
+      nb::arg("hosts"), nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("rails"),
+      nb::arg("bytes"), "The cost model's pipeline chunk count for a hierarchical call.");
+  m.def(
+      "get_cost_model",
+      [] {
+        nb::dict values;
+        for (const CostModelField& f : kCostModelFields) values[f.name] = cost_model().*f.member;
+        return values;
+      },
+      "The cost model's constants by name, in seconds and seconds per byte.");
+  m.def(
+      "set_cost_model",
+      [](nb::kwargs values) {
+        CostModel model = cost_model();
+        for (auto [key, value] : values) {
+          const std::string name = nb::cast<std::string>(key);
+          const CostModelField* field = nullptr;
+          for (const CostModelField& f : kCostModelFields) {
+            if (name == f.name) field = &f;
+          }
+          if (field == nullptr)
+            throw nb::value_error(("unknown cost-model constant: " + name).c_str());
+          const double v = nb::cast<double>(value);
+          if (!(v >= 0) || std::isinf(v)) {
+            throw nb::value_error(
+                ("cost-model constant " + name + " must be finite and >= 0").c_str());
+          }
+          model.*field->member = v;
+        }
+        cost_model() = model;
+      },
+      "Sets the named constants (see get_cost_model); the others keep their values.");
 }

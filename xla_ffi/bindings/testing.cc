@@ -1,8 +1,8 @@
 // Test-only entry points of jax_accl._accl: the message path of the algorithms over
 // memory channels (no processes), and the wire parsers on arbitrary bytes (fuzzing).
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/string.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -33,8 +33,7 @@ namespace {
 std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
                                                     std::vector<uintptr_t> outs,
                                                     std::vector<uint64_t> counts,
-                                                    const std::string& dtype,
-                                                    const std::string& op,
+                                                    const std::string& dtype, const std::string& op,
                                                     const std::string& algorithm, int stripes,
                                                     double timeout_s) {
   const int n = static_cast<int>(ins.size());
@@ -76,14 +75,11 @@ std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
 // places[r] = (host, process) of rank r (testing/simulated_hosts.h). Each rank's buffer
 // is cut into segments of `segment_counts` elements (or one segment when empty).
 // Returns one error message per rank.
-std::vector<std::string> hierarchical_threads(std::vector<std::pair<std::string, int>> places,
-                                              std::vector<uintptr_t> ins,
-                                              std::vector<uintptr_t> outs,
-                                              std::vector<uint64_t> counts,
-                                              std::vector<uint64_t> segment_counts,
-                                              const std::string& dtype, const std::string& op,
-                                              const std::string& between_algorithm,
-                                              int chunks, double timeout_s) {
+std::vector<std::string> hierarchical_threads(
+    std::vector<std::pair<std::string, int>> places, std::vector<uintptr_t> ins,
+    std::vector<uintptr_t> outs, std::vector<uint64_t> counts, std::vector<uint64_t> segment_counts,
+    const std::string& dtype, const std::string& op, const std::string& between_algorithm,
+    int chunks, double timeout_s) {
   if (ins.size() != places.size() || outs.size() != places.size() ||
       counts.size() != places.size()) {
     throw nb::value_error("hierarchical_threads: one place, in, out and count per rank");
@@ -104,10 +100,10 @@ std::vector<std::string> hierarchical_threads(std::vector<std::pair<std::string,
   std::vector<Status> status;
   {
     nb::gil_scoped_release release;
-    status = run_on_simulated_hosts(call, [](int, int, std::unique_ptr<Channel>* x,
-                                             std::unique_ptr<Channel>* y) {
-      make_memory_channels(x, y);
-    });
+    status = run_on_simulated_hosts(
+        call, [](int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
+          make_memory_channels(x, y);
+        });
   }
   std::vector<std::string> errors;
   for (const Status& s : status) {
@@ -175,9 +171,9 @@ nb::tuple receive_frames(nb::bytes data, size_t expected, double timeout_s) {
 }  // namespace
 
 void register_testing(nb::module_& m) {
-  m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"),
-        nb::arg("outs"), nb::arg("counts"), nb::arg("dtype"), nb::arg("op"),
-        nb::arg("algorithm"), nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
+  m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"), nb::arg("outs"),
+        nb::arg("counts"), nb::arg("dtype"), nb::arg("op"), nb::arg("algorithm"),
+        nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
   m.def("hierarchical_threads", &hierarchical_threads, nb::arg("places"), nb::arg("ins"),
         nb::arg("outs"), nb::arg("counts"), nb::arg("segment_counts"), nb::arg("dtype"),
         nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("chunks") = 0,

@@ -7,8 +7,8 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[kNumDTypes] = {
-    {"bool", 1},    {"int8", 1},     {"int16", 2},   {"int32", 4},   {"int64", 8},
-    {"uint8", 1},   {"uint16", 2},   {"uint32", 4},  {"uint64", 8},  {"float16", 2},
+    {"bool", 1},     {"int8", 1},    {"int16", 2},   {"int32", 4},     {"int64", 8},
+    {"uint8", 1},    {"uint16", 2},  {"uint32", 4},  {"uint64", 8},    {"float16", 2},
     {"bfloat16", 2}, {"float32", 4}, {"float64", 8}, {"complex64", 8}, {"complex128", 16},
 };
 constexpr const char* kOps[kNumReduceOps] = {"sum", "prod", "min", "max"};

@@ -8,8 +8,21 @@
 namespace accl {
 
 enum class DType : uint8_t {
-  kBool, kI8, kI16, kI32, kI64, kU8, kU16, kU32, kU64,
-  kF16, kBF16, kF32, kF64, kC64, kC128,
+  kBool,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kU8,
+  kU16,
+  kU32,
+  kU64,
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
+  kC64,
+  kC128,
 };
 inline constexpr int kNumDTypes = 15;
 

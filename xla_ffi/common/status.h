@@ -76,8 +76,8 @@ Status error(Code code, const Args&... args) {
 
 }  // namespace accl
 
-#define ACCL_RETURN_IF_ERROR(expr)          \
-  do {                                      \
-    ::accl::Status accl_status_ = (expr);   \
+#define ACCL_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::accl::Status accl_status_ = (expr);        \
     if (!accl_status_.ok()) return accl_status_; \
   } while (0)

@@ -16,8 +16,8 @@ using Clock = std::chrono::steady_clock;
 struct Deadline {
   Clock::time_point at;
   static Deadline after_seconds(double seconds) {
-    return {Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(seconds))};
+    return {Clock::now() +
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))};
   }
   bool expired() const { return Clock::now() >= at; }
 };

@@ -42,16 +42,16 @@ ffi::Error to_ffi(const Status& s) {
   if (s.ok()) return ffi::Error::Success();
   ffi::ErrorCode code = (s.code() == Code::kInvalidArgument || s.code() == Code::kMismatch)
                             ? ffi::ErrorCode::kInvalidArgument
-                        : s.code() == Code::kTimeout       ? ffi::ErrorCode::kDeadlineExceeded
-                        : s.code() == Code::kAborted       ? ffi::ErrorCode::kAborted
-                                                           : ffi::ErrorCode::kInternal;
+                        : s.code() == Code::kTimeout ? ffi::ErrorCode::kDeadlineExceeded
+                        : s.code() == Code::kAborted ? ffi::ErrorCode::kAborted
+                                                     : ffi::ErrorCode::kInternal;
   return ffi::Error(code, "jax_accl: " + s.message());
 }
 
 // Operands: the partition id, then N buffers of one dtype (the fused leaves); results:
-// the partition id again (an ordering edge), then N buffers shaped like the operands. groups: the replica groups flattened row by row, each
-// padded with -1 to group_size. devices: the global device id of every partition id when
-// the program spans processes, else empty.
+// the partition id again (an ordering edge), then N buffers shaped like the operands. groups: the
+// replica groups flattened row by row, each padded with -1 to group_size. devices: the global
+// device id of every partition id when the program spans processes, else empty.
 ffi::Future failed(ffi::Error error) {
   ffi::Promise promise;
   ffi::Future future(promise);
@@ -63,23 +63,23 @@ ffi::Future failed(ffi::Error error) {
 // early ranks' threads go on instead of sleeping); the other paths run on the device's
 // worker thread (runtime/device_workers.h), which completes it.
 ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
-                     ffi::Result<ffi::Buffer<ffi::U32>> order, ffi::RemainingArgs args,
-                     ffi::RemainingRets rets,
-                     ffi::Span<const int64_t> groups, int64_t group_size, int64_t op,
-                     int64_t algorithm, int64_t op_id, int64_t timeout_ms,
-                     std::string_view name, ffi::Span<const int64_t> devices) {
+                      ffi::Result<ffi::Buffer<ffi::U32>> order, ffi::RemainingArgs args,
+                      ffi::RemainingRets rets, ffi::Span<const int64_t> groups, int64_t group_size,
+                      int64_t op, int64_t algorithm, int64_t op_id, int64_t timeout_ms,
+                      std::string_view name, ffi::Span<const int64_t> devices) {
   CallSpec spec;
   std::vector<const void*> ins;
   std::vector<void*> outs;
   std::vector<uint64_t> counts;
   if (args.size() != rets.size() || args.size() == 0) {
     return failed(ffi::Error::InvalidArgument("jax_accl: operands and results differ in " +
-                                       std::string(name)));
+                                              std::string(name)));
   }
   for (size_t k = 0; k < args.size(); ++k) {
     auto x = args.get<ffi::AnyBuffer>(k);
     auto y = rets.get<ffi::AnyBuffer>(k);
-    if (!x.has_value() || !y.has_value()) return failed(ffi::Error::InvalidArgument("jax_accl: bad buffer"));
+    if (!x.has_value() || !y.has_value())
+      return failed(ffi::Error::InvalidArgument("jax_accl: bad buffer"));
     DType dtype;
     if (!to_dtype(x->element_type(), &dtype) || (*y)->element_type() != x->element_type() ||
         (*y)->size_bytes() != x->size_bytes() || (k > 0 && dtype != spec.signature.dtype)) {
@@ -112,7 +112,8 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
       members += str_cat(size == 0 ? "" : " ", groups[j]);
       if (!(devices.size() == 0)) {
         if (groups[j] >= static_cast<int64_t>(devices.size())) {
-          return failed(ffi::Error::InvalidArgument("jax_accl: partition id outside the device list"));
+          return failed(
+              ffi::Error::InvalidArgument("jax_accl: partition id outside the device list"));
         }
         member_devices.push_back(devices[groups[j]]);
       }
@@ -149,12 +150,12 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
     allreduce_one_shot(spec, ins, outs, counts, std::move(complete));
   } else {
     // The buffers stay valid until the future completes (XLA's contract for async calls).
-    run_on_device_worker(spec.device, [spec, member_devices, ins, outs, counts,
-                                       complete]() mutable {
-      complete(member_devices.empty()
-                   ? allreduce_local(spec, ins, outs, counts)
-                   : allreduce_across_processes(spec, member_devices, ins, outs, counts));
-    });
+    run_on_device_worker(
+        spec.device, [spec, member_devices, ins, outs, counts, complete]() mutable {
+          complete(member_devices.empty()
+                       ? allreduce_local(spec, ins, outs, counts)
+                       : allreduce_across_processes(spec, member_devices, ins, outs, counts));
+        });
   }
   return future;
 }

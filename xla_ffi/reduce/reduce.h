@@ -35,11 +35,11 @@ namespace kernels_avx2 {
 ReduceFn lookup(DType dtype, ReduceOp op);
 ReduceManyFn lookup_many(DType dtype, ReduceOp op);
 void stream_copy(void* dst, const void* src, size_t bytes);
-}
+}  // namespace kernels_avx2
 namespace kernels_generic {
 ReduceFn lookup(DType dtype, ReduceOp op);
 ReduceManyFn lookup_many(DType dtype, ReduceOp op);
 void stream_copy(void* dst, const void* src, size_t bytes);
-}
+}  // namespace kernels_generic
 
 }  // namespace accl

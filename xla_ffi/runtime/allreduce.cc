@@ -31,7 +31,11 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
   stats.nanoseconds.fetch_add(ns(end) - ns(start), std::memory_order_relaxed);
   if (trace_enabled() || debug_calls()) {
     TraceEvent call{str_cat("accl_allreduce ", algorithm_name(algorithm), " ", human_bytes(bytes)),
-                    spec.device, ns(start), ns(end), bytes, spec.label};
+                    spec.device,
+                    ns(start),
+                    ns(end),
+                    bytes,
+                    spec.label};
     if (debug_calls()) debug_call(call);
     trace_record(std::move(call));
   }

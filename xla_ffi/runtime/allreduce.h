@@ -39,8 +39,7 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
 // group's global device ids in rank order (spec.rank indexes it). Groups that stay
 // inside this process go to allreduce_local.
 Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
-                                  const std::vector<const void*>& in,
-                                  const std::vector<void*>& out,
+                                  const std::vector<const void*>& in, const std::vector<void*>& out,
                                   const std::vector<uint64_t>& counts);
 
 }  // namespace accl

@@ -52,7 +52,8 @@ CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) 
                                                bytes, cma, cost_model())
                              : Algorithm::kHierarchical;
   }
-  if (plan.schedule == Algorithm::kReduceBroadcast && !cma) plan.schedule = Algorithm::kHierarchical;
+  if (plan.schedule == Algorithm::kReduceBroadcast && !cma)
+    plan.schedule = Algorithm::kHierarchical;
   if (plan.schedule != Algorithm::kHierarchical) return plan;
 
   if (g.owns_slice(rank) && g.host_count() > 1) {
@@ -71,10 +72,11 @@ CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) 
   return plan;
 }
 
-Status communicator_for(World& world, const std::vector<int64_t>& devices,
-                        const std::string& label, std::shared_ptr<const Communicator>* out) {
+Status communicator_for(World& world, const std::vector<int64_t>& devices, const std::string& label,
+                        std::shared_ptr<const Communicator>* out) {
   static std::mutex mutex;
-  static std::map<std::pair<uint64_t, std::vector<int64_t>>, std::shared_ptr<const Communicator>> made;
+  static std::map<std::pair<uint64_t, std::vector<int64_t>>, std::shared_ptr<const Communicator>>
+      made;
   const auto key = std::make_pair(world.generation(), devices);
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -87,7 +89,8 @@ Status communicator_for(World& world, const std::vector<int64_t>& devices,
   std::vector<RankPlace> places;
   for (int64_t device : devices) {
     const int p = world.process_of(device);
-    if (p < 0) return error(Code::kInvalidArgument, label, ": device ", device, " belongs to no process");
+    if (p < 0)
+      return error(Code::kInvalidArgument, label, ": device ", device, " belongs to no process");
     places.push_back(RankPlace{p, world.process(p).host});
   }
   const int rails = static_cast<int>(world.process(world.process_index()).rails.size());

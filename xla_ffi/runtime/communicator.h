@@ -56,7 +56,7 @@ class Communicator {
 
 // The communicator of the group `devices` (global device ids in rank order) of this
 // process's World, made on first use and kept for the World's lifetime.
-Status communicator_for(World& world, const std::vector<int64_t>& devices,
-                        const std::string& label, std::shared_ptr<const Communicator>* out);
+Status communicator_for(World& world, const std::vector<int64_t>& devices, const std::string& label,
+                        std::shared_ptr<const Communicator>* out);
 
 }  // namespace accl

@@ -38,8 +38,8 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
   }
   const std::vector<int>& process = layout.process_ranks(rank);
   if (process.size() > 1) {
-    Status s = join_call(call.key, t, static_cast<int>(process.size()), call.signature,
-                         call.label, call.deadline, segments, &exchange);
+    Status s = join_call(call.key, t, static_cast<int>(process.size()), call.signature, call.label,
+                         call.deadline, segments, &exchange);
     if (!s.ok()) return fail(s);
     threads = std::make_unique<LocalLink>(exchange, t, call.deadline);
     tiers[0].link = threads.get();

@@ -65,7 +65,8 @@ Status open_link(World& world, const std::vector<int64_t>& members, int rank, ui
   for (size_t r = 0; r < members.size(); ++r) {
     if (static_cast<int>(r) == rank) continue;
     Status s = world.channels(members[rank], members[r], deadline, &channels[r]);
-    if (!s.ok()) return error(s.code(), where, ": connecting to device ", members[r], ": ", s.message());
+    if (!s.ok())
+      return error(s.code(), where, ": connecting to device ", members[r], ": ", s.message());
   }
   *link = std::make_unique<ChannelLink>(rank, std::move(channels), tag, where, deadline);
   return Status::Ok();
@@ -135,7 +136,8 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members,
   return Status::Ok();
 }
 
-std::vector<int64_t> devices_of(const std::vector<int64_t>& devices, const std::vector<int>& ranks) {
+std::vector<int64_t> devices_of(const std::vector<int64_t>& devices,
+                                const std::vector<int>& ranks) {
   std::vector<int64_t> out;
   for (int r : ranks) out.push_back(devices[r]);
   return out;
@@ -144,8 +146,7 @@ std::vector<int64_t> devices_of(const std::vector<int64_t>& devices, const std::
 }  // namespace
 
 Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
-                                  const std::vector<const void*>& in,
-                                  const std::vector<void*>& out,
+                                  const std::vector<const void*>& in, const std::vector<void*>& out,
                                   const std::vector<uint64_t>& counts) {
   World* world = World::get();
   if (world == nullptr || !world->ready()) {
@@ -190,8 +191,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   }
   auto trace_phase = [&](const char* name, Clock::time_point from, uint64_t moved) {
     if (trace_enabled()) {
-      trace_record(TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), moved,
-                              spec.label});
+      trace_record(
+          TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), moved, spec.label});
     }
   };
   if (schedule == Algorithm::kReduceBroadcast) {
@@ -213,8 +214,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   }
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*world, devices, spec.rank, tag, where, deadline, schedule,
-                             segments, reduction, &sent);
+    Status s = run_over_link(*world, devices, spec.rank, tag, where, deadline, schedule, segments,
+                             reduction, &sent);
     trace_rails(str_cat("flat ", algorithm_name(schedule)).c_str(), sent, spec.device, start,
                 Clock::now(), spec.label);
     return finish(s);
@@ -222,8 +223,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
 
   // Hierarchical: the threads of this process, the processes of this host, then (if
   // this rank owns a slice at both) its peers of the same position on the other hosts.
-  const HierarchyCall hierarchy{&layout, spec.rank, spec.key, sig, spec.label, deadline,
-                                plan.between, plan.chunks};
+  const HierarchyCall hierarchy{&layout,    spec.rank, spec.key,     sig,
+                                spec.label, deadline,  plan.between, plan.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
                              std::unique_ptr<ChannelLink>* link) {
     return open_link(*world, devices_of(devices, ranks), index, tag, where, deadline, link);
@@ -240,20 +241,23 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   }
   auto& phase_ns = phase_nanoseconds();
   for (const PhaseRecord& p : result.times) {
-    phase_ns[static_cast<int>(p.kind)].fetch_add(ns_between(p.start, p.end), std::memory_order_relaxed);
+    phase_ns[static_cast<int>(p.kind)].fetch_add(ns_between(p.start, p.end),
+                                                 std::memory_order_relaxed);
     if (!trace_enabled()) continue;
     if (p.kind == PhaseRecord::kBetweenHosts) {
       std::map<std::string, uint64_t> share;
       for (const auto& [rail, sent] : result.sent_by_rail) {
-        share[rail] = between_bytes ? static_cast<uint64_t>(double(sent) * p.bytes / between_bytes) : 0;
+        share[rail] =
+            between_bytes ? static_cast<uint64_t>(double(sent) * p.bytes / between_bytes) : 0;
       }
-      trace_rails(str_cat("inter-host ", algorithm_name(plan.between)).c_str(), share,
-                  spec.device, p.start, p.end, spec.label);
+      trace_rails(str_cat("inter-host ", algorithm_name(plan.between)).c_str(), share, spec.device,
+                  p.start, p.end, spec.label);
     } else {
       const char* name = p.kind == PhaseRecord::kReduceScatter
                              ? (p.tier == 0 ? "local reduce-scatter" : "host reduce-scatter")
                              : (p.tier == 0 ? "local all-gather" : "host all-gather");
-      trace_record(TraceEvent{name, spec.device, ns_of(p.start), ns_of(p.end), p.bytes, spec.label});
+      trace_record(
+          TraceEvent{name, spec.device, ns_of(p.start), ns_of(p.end), p.bytes, spec.label});
     }
   }
   return finish(Status::Ok());

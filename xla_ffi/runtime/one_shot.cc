@@ -25,8 +25,8 @@ struct Pending {
   Clock::time_point first_arrival;
   std::vector<Signature> signatures;
   std::vector<uint8_t> present;
-  std::vector<std::vector<char>> inputs;        // staged, all segments back to back
-  std::vector<std::vector<void*>> outputs;      // per rank, per segment
+  std::vector<std::vector<char>> inputs;    // staged, all segments back to back
+  std::vector<std::vector<void*>> outputs;  // per rank, per segment
   std::vector<int64_t> devices;
   std::vector<std::function<void(const Status&)>> done;
   // Per rank: kWaiting while its thread still waits inline for the result (briefly),
@@ -73,8 +73,8 @@ void watchdog() {
     }
     lock.unlock();
     for (auto& p : expired) {
-      Status s = error(Code::kTimeout, p->label, ": timed out waiting for ranks [", missing_ranks(p->present),
-                       "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
+      Status s = error(Code::kTimeout, p->label, ": timed out waiting for ranks [",
+                       missing_ranks(p->present), "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
       release(*p, -1, s);
     }
     lock.lock();
@@ -87,8 +87,8 @@ void ensure_watchdog() {
 }
 
 // The last rank: reduce once, write every output, complete every rank.
-void complete(Pending& p, int self, const std::vector<uint64_t>& counts,
-              const Reduction& reduction, Algorithm recorded) {
+void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const Reduction& reduction,
+              Algorithm recorded) {
   const size_t elem = reduction.elem_size;
   Status s;
   for (int r = 1; r < p.size && s.ok(); ++r) {

@@ -4,8 +4,8 @@
 // order, writes the result into every rank's output and completes every rank's call,
 // each on its device's worker thread (device_workers.h: XLA may run the device's next
 // operations inside the completion, and they may block). No device thread sleeps in a
-// rendezvous, which is what a small all-reduce costs when eight share two cores. A watchdog fails calls whose ranks do not all
-// arrive before the deadline, naming the missing ranks.
+// rendezvous, which is what a small all-reduce costs when eight share two cores. A watchdog fails
+// calls whose ranks do not all arrive before the deadline, naming the missing ranks.
 #pragma once
 
 #include <functional>

@@ -26,8 +26,10 @@ Status World::start(int process_index, int process_count, const std::string& sec
                     const std::string& host, std::vector<Rail>* rails, int stripes_per_rail,
                     bool cross_memory_attach) {
   std::lock_guard<std::mutex> lock(world_mutex());
-  if (world_slot() != nullptr) return error(Code::kInvalidArgument, "jax_accl world already started");
-  if (secret.size() != kSecretBytes) return error(Code::kInvalidArgument, "secret must be 32 bytes");
+  if (world_slot() != nullptr)
+    return error(Code::kInvalidArgument, "jax_accl world already started");
+  if (secret.size() != kSecretBytes)
+    return error(Code::kInvalidArgument, "secret must be 32 bytes");
   std::unique_ptr<World> w(new World());
   static uint64_t started = 0;
   w->generation_ = ++started;

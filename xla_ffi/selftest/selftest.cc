@@ -53,7 +53,8 @@ std::vector<std::vector<int32_t>> random_inputs(int n, size_t count, unsigned se
 std::vector<int32_t> reference_sum(const std::vector<std::vector<int32_t>>& in) {
   std::vector<int32_t> out(in[0].size(), 0);
   for (const auto& v : in) {
-    for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<int32_t>(static_cast<uint32_t>(out[i]) + static_cast<uint32_t>(v[i]));
+    for (size_t i = 0; i < v.size(); ++i)
+      out[i] = static_cast<int32_t>(static_cast<uint32_t>(out[i]) + static_cast<uint32_t>(v[i]));
   }
   return out;
 }
@@ -87,8 +88,8 @@ void test_in_process(Algorithm algorithm, int n, size_t count, bool in_place = f
   });
   for (int r = 0; r < n; ++r) {
     expect(status[r].ok() && out[r] == want,
-           str_cat("in-process ", algorithm_name(algorithm), in_place ? " in place" : "", " n=", n, " count=", count,
-                   " rank ", r, ": ", status[r].message()));
+           str_cat("in-process ", algorithm_name(algorithm), in_place ? " in place" : "", " n=", n,
+                   " count=", count, " rank ", r, ": ", status[r].message()));
   }
 }
 
@@ -106,8 +107,8 @@ void test_channels(const char* transport, const PairMaker& make_pair, Algorithm 
   });
   for (int r = 0; r < n; ++r) {
     expect(status[r].ok() && out[r] == want,
-           str_cat(transport, " ", algorithm_name(algorithm), in_place ? " in place" : "", " n=", n, " count=", count,
-                   " stripes=", stripes, " rank ", r, ": ", status[r].message()));
+           str_cat(transport, " ", algorithm_name(algorithm), in_place ? " in place" : "", " n=", n,
+                   " count=", count, " stripes=", stripes, " rank ", r, ": ", status[r].message()));
   }
 }
 
@@ -115,10 +116,10 @@ void test_channels(const char* transport, const PairMaker& make_pair, Algorithm 
 // copies are plain memcpy; the multi-process tests run the kernel's), addresses and
 // barrier over memory rings.
 void test_cma(int n, size_t count, bool in_place) {
-  const ChannelMesh mesh = make_channel_mesh(n, 1, [](int, int, std::unique_ptr<Channel>* x,
-                                                      std::unique_ptr<Channel>* y) {
-    make_memory_channels(x, y);
-  });
+  const ChannelMesh mesh = make_channel_mesh(
+      n, 1, [](int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
+        make_memory_channels(x, y);
+      });
   auto in = random_inputs(n, count, n * 31 + count);
   const auto want = reference_sum(in);
   std::vector<std::vector<int32_t>> copies(in_place ? 0 : n, std::vector<int32_t>(count));
@@ -245,10 +246,12 @@ void test_one_shot(int n, size_t count, int present) {
   const auto want = reference_sum(in);
   for (int r = 0; r < present; ++r) {
     if (present == n) {
-      expect(status[r].ok() && out[r] == want, str_cat("one-shot n=", n, " count=", count, " rank ", r));
+      expect(status[r].ok() && out[r] == want,
+             str_cat("one-shot n=", n, " count=", count, " rank ", r));
     } else {
       expect(status[r].code() == Code::kTimeout &&
-                 status[r].message().find("ranks [" + std::to_string(n - 1) + "]") != std::string::npos,
+                 status[r].message().find("ranks [" + std::to_string(n - 1) + "]") !=
+                     std::string::npos,
              "one-shot missing rank times out naming it: " + status[r].message());
     }
   }
@@ -265,8 +268,9 @@ void test_errors() {
     ChannelLink link(r, std::move(channels), 7, "selftest", Deadline::after_seconds(5));
     auto& in = r == 0 ? a : b;
     auto& out = r == 0 ? out_a : out_b;
-    Status s = run_allreduce(Algorithm::kRing, link, {Buffers{in.data(), out.data(), in.size(), 4, 0}},
-                             Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4});
+    Status s =
+        run_allreduce(Algorithm::kRing, link, {Buffers{in.data(), out.data(), in.size(), 4, 0}},
+                      Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4});
     if (!s.ok()) link.fail(s.code());
     return s;
   });
@@ -319,8 +323,8 @@ int main() {
     }
   }
   const std::vector<std::vector<std::vector<int>>> layouts = {
-      {{2}, {2}}, {{1, 1}, {1, 1}}, {{2, 2}, {2, 2}}, {{1, 1}, {1, 1}, {1, 1}}, {{2, 1}, {2}, {1}},
-      {{3}, {1, 1}}, {{1, 2, 1}}};
+      {{2}, {2}},         {{1, 1}, {1, 1}}, {{2, 2}, {2, 2}}, {{1, 1}, {1, 1}, {1, 1}},
+      {{2, 1}, {2}, {1}}, {{3}, {1, 1}},    {{1, 2, 1}}};
   for (const auto& layout : layouts) {
     for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(70001)}) {
       test_hierarchical("memory", memory_pair, layout, count, count % 2 == 0);

@@ -46,11 +46,13 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
   for (int r = 0; r < n; ++r) {
     if (layout.device_position(r) < layout.thread_owners()) {
       const std::vector<int> group = layout.process_peers(r);
-      if (!meshes.count(group)) meshes.emplace(group, make_channel_mesh(group.size(), 1, make_pair));
+      if (!meshes.count(group))
+        meshes.emplace(group, make_channel_mesh(group.size(), 1, make_pair));
     }
     if (layout.owns_slice(r)) {
       const std::vector<int> group = layout.host_peers(r);
-      if (!meshes.count(group)) meshes.emplace(group, make_channel_mesh(group.size(), 1, make_pair));
+      if (!meshes.count(group))
+        meshes.emplace(group, make_channel_mesh(group.size(), 1, make_pair));
     }
   }
   std::map<int, CallKey> process_keys;  // by the process's first rank
@@ -68,8 +70,12 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
       // The runtime's plan for the hierarchy, with the call's forced choices.
       const size_t elem = dtype_size(call.dtype);
       const CallPlan plan = group->plan(r, call.counts[r] * elem, Algorithm::kHierarchical, false);
-      HierarchyCall hc{&layout, r, process_keys.at(layout.process_ranks(r)[0]), Signature{},
-                       str_cat("simulated rank ", r), Deadline::after_seconds(call.timeout_s),
+      HierarchyCall hc{&layout,
+                       r,
+                       process_keys.at(layout.process_ranks(r)[0]),
+                       Signature{},
+                       str_cat("simulated rank ", r),
+                       Deadline::after_seconds(call.timeout_s),
                        call.between != Algorithm::kAuto && plan.between != Algorithm::kAuto
                            ? call.between
                            : plan.between,
@@ -84,8 +90,9 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
         return Status::Ok();
       };
       HierarchyResult result;
-      status[r] = run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
-                                connect, &result);
+      status[r] =
+          run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
+                        connect, &result);
     });
   }
   for (auto& t : threads) t.join();

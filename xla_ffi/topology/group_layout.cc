@@ -14,8 +14,8 @@ Status GroupLayout::make(const std::vector<RankPlace>& places, GroupLayout* out)
     auto [h, new_host] = host_index.emplace(places[r].host, static_cast<int>(layout.at_.size()));
     if (new_host) layout.at_.emplace_back();
     auto& host = layout.at_[h->second];
-    auto [p, new_process] =
-        process_index.emplace(places[r].process, std::make_pair(h->second, static_cast<int>(host.size())));
+    auto [p, new_process] = process_index.emplace(
+        places[r].process, std::make_pair(h->second, static_cast<int>(host.size())));
     if (!new_process && p->second.first != h->second) {
       return error(Code::kInvalidArgument, "process ", places[r].process, " is placed on hosts ",
                    places[r].host, " and another");

@@ -102,8 +102,12 @@ Status ChannelLink::post_send(int peer, const void* data, size_t bytes) {
     if (lengths[i] == 0 && !(i == 0 && bytes == 0)) continue;
     Channel* c = channels_[peer][i];
     ACCL_RETURN_IF_ERROR(check(c, peer));
-    Transfer t{c, peer, FrameHeader{kFrameMagic, 0, tag_, c->next_send_seq++, lengths[i]}, 0,
-               const_cast<char*>(static_cast<const char*>(data)) + offset, lengths[i]};
+    Transfer t{c,
+               peer,
+               FrameHeader{kFrameMagic, 0, tag_, c->next_send_seq++, lengths[i]},
+               0,
+               const_cast<char*>(static_cast<const char*>(data)) + offset,
+               lengths[i]};
     sends_.push_back(t);
     offset += lengths[i];
   }
@@ -143,10 +147,9 @@ Status ChannelLink::step_recv(Transfer& t, bool* progressed) {
   while (!t.finished()) {
     size_t n = 0;
     const bool in_header = t.header_done < sizeof(FrameHeader);
-    Status s = in_header
-                   ? t.channel->read_some(reinterpret_cast<char*>(&t.header) + t.header_done,
-                                          sizeof(FrameHeader) - t.header_done, &n)
-                   : t.channel->read_some(t.data + t.done, t.bytes - t.done, &n);
+    Status s = in_header ? t.channel->read_some(reinterpret_cast<char*>(&t.header) + t.header_done,
+                                                sizeof(FrameHeader) - t.header_done, &n)
+                         : t.channel->read_some(t.data + t.done, t.bytes - t.done, &n);
     if (!s.ok()) {
       t.channel->broken = s;
       return error(s.code(), where_, ": receiving from ", peer_label(t.peer), ": ", s.message());
@@ -199,7 +202,8 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
   const auto now = Clock::now();
   if (now - last_liveness_check_ > kLivenessInterval) {
     last_liveness_check_ = now;
-    for (const std::vector<Transfer>* list : {&recvs, static_cast<const std::vector<Transfer>*>(&sends_)}) {
+    for (const std::vector<Transfer>* list :
+         {&recvs, static_cast<const std::vector<Transfer>*>(&sends_)}) {
       for (const Transfer& t : *list) {
         if (t.finished()) continue;
         Status s = t.channel->check_peer();
@@ -212,7 +216,8 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
   }
   std::vector<pollfd> fds;
   bool memory = false;
-  for (const std::vector<Transfer>* list : {&recvs, static_cast<const std::vector<Transfer>*>(&sends_)}) {
+  for (const std::vector<Transfer>* list :
+       {&recvs, static_cast<const std::vector<Transfer>*>(&sends_)}) {
     for (const Transfer& t : *list) {
       if (t.finished()) continue;
       const int fd = t.channel->poll_fd();
@@ -276,8 +281,8 @@ Status ChannelLink::post_recvs(int peer, void* dst, size_t bytes, std::vector<Tr
     if (lengths[i] == 0 && !(i == 0 && bytes == 0)) continue;
     Channel* c = channels_[peer][i];
     ACCL_RETURN_IF_ERROR(check(c, peer));
-    recvs->push_back(Transfer{c, peer, FrameHeader{}, 0, static_cast<char*>(dst) + offset,
-                              lengths[i]});
+    recvs->push_back(
+        Transfer{c, peer, FrameHeader{}, 0, static_cast<char*>(dst) + offset, lengths[i]});
     offset += lengths[i];
   }
   return Status::Ok();

@@ -26,9 +26,9 @@ Status transfer(bool read, pid_t pid, uint64_t remote, void* local, size_t bytes
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : EIO;
-      return error(err == ESRCH ? Code::kAborted : Code::kInternal,
-                   read ? "reading" : "writing", " the memory of process ", pid, " failed: ",
-                   err == ESRCH ? "the process is gone" : std::strerror(err));
+      return error(err == ESRCH ? Code::kAborted : Code::kInternal, read ? "reading" : "writing",
+                   " the memory of process ", pid,
+                   " failed: ", err == ESRCH ? "the process is gone" : std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }

@@ -182,8 +182,7 @@ void LocalLink::fail(const Status& status) {
     auto& box = exchange_->mailbox(rank_, peer);
     for (;;) {
       uint32_t s = box.state.load();
-      if (s == state_of(seq, kPosted) &&
-          box.state.compare_exchange(s, state_of(seq, kWithdrawn))) {
+      if (s == state_of(seq, kPosted) && box.state.compare_exchange(s, state_of(seq, kWithdrawn))) {
         break;
       }
       if (s != state_of(seq, kReading) && s != state_of(seq, kPosted)) break;

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/wait.h"
 #include "algorithms/algorithm.h"
+#include "common/wait.h"
 #include "transport/link.h"
 
 namespace accl {

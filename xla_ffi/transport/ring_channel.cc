@@ -7,15 +7,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <new>
+#include <string>
 
 namespace accl {
 
 size_t ring_pair_region_bytes() { return sizeof(RingPairHeader) + 2 * kRingBytes; }
 
-RingChannel::RingChannel(void* region, int side, std::shared_ptr<void> keepalive,
-                         std::string label, bool check_pid)
+RingChannel::RingChannel(void* region, int side, std::shared_ptr<void> keepalive, std::string label,
+                         bool check_pid)
     : header_(static_cast<RingPairHeader*>(region)),
       side_(side),
       keepalive_(std::move(keepalive)),
@@ -97,8 +97,8 @@ Status RingChannel::poisoned_error() const {
                  "dtypes, ops or algorithm differ between ranks)");
   }
   return error(reason == Code::kTimeout ? Code::kTimeout : Code::kAborted, label_,
-               ": the peer aborted this stream after an error of its own (",
-               code_name(reason), ")");
+               ": the peer aborted this stream after an error of its own (", code_name(reason),
+               ")");
 }
 
 void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1) {

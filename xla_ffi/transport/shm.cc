@@ -46,7 +46,8 @@ Status open_shm_channel(const std::string& name, int side, const std::string& la
   }
   void* region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (region == MAP_FAILED) return error(Code::kInternal, "mmap(", name, "): ", std::strerror(errno));
+  if (region == MAP_FAILED)
+    return error(Code::kInternal, "mmap(", name, "): ", std::strerror(errno));
   auto* header = static_cast<RingPairHeader*>(region);
   header->pid[side].store(getpid(), std::memory_order_release);
   uint32_t expected = 0;

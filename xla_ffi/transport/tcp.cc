@@ -36,7 +36,8 @@ Status wait_fd(int fd, short events, const Deadline& deadline, const char* what)
     pollfd p{fd, events, 0};
     int r = poll(&p, 1, remaining_ms(deadline));
     if (r > 0) return Status::Ok();
-    if (r < 0 && errno != EINTR) return error(Code::kInternal, what, ": poll: ", std::strerror(errno));
+    if (r < 0 && errno != EINTR)
+      return error(Code::kInternal, what, ": poll: ", std::strerror(errno));
     if (deadline.expired()) return error(Code::kTimeout, what, " timed out");
   }
 }

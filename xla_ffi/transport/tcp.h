@@ -25,8 +25,8 @@ struct Handshake {
   int64_t src_device = -1;  // connector's global device id
   int64_t dst_device = -1;  // acceptor's global device id
   uint32_t rail = 0;
-  uint32_t stripe = 0;      // connection index on that rail
-  double weight = 1.0;      // share of striped messages this connection carries
+  uint32_t stripe = 0;  // connection index on that rail
+  double weight = 1.0;  // share of striped messages this connection carries
 };
 constexpr char kHandshakeAccepted = 'K';
 

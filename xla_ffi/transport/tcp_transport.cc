@@ -99,8 +99,8 @@ void TcpTransport::handle_connection(int fd) {
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  accepted_[{h.src_device, h.dst_device, static_cast<int>(h.rail), static_cast<int>(h.stripe)}] =
-      {fd, h.weight};
+  accepted_[{h.src_device, h.dst_device, static_cast<int>(h.rail), static_cast<int>(h.stripe)}] = {
+      fd, h.weight};
   accepted_cv_.notify_all();
 }
 
@@ -111,8 +111,8 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
   const ProcessEntry& mine = *pair.mine;
   const ProcessEntry& theirs = *pair.theirs;
   const bool lower = me < peer;
-  const auto pairs = lower ? match_rails(mine.rails, theirs.rails)
-                           : match_rails(theirs.rails, mine.rails);
+  const auto pairs =
+      lower ? match_rails(mine.rails, theirs.rails) : match_rails(theirs.rails, mine.rails);
   if (pairs.empty()) {
     return error(Code::kInvalidArgument, "process ", mine.index, " and process ", theirs.index,
                  " (host ", theirs.host, ") share no rail");
@@ -146,8 +146,7 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
       } else {
         std::unique_lock<std::mutex> lock(mutex_);
         const auto key = std::make_tuple(peer, me, static_cast<int>(k), stripe);
-        if (!accepted_cv_.wait_until(lock, deadline.at,
-                                     [&] { return accepted_.count(key) > 0; })) {
+        if (!accepted_cv_.wait_until(lock, deadline.at, [&] { return accepted_.count(key) > 0; })) {
           return error(Code::kTimeout, label, ": the peer never connected");
         }
         fd = accepted_[key].first;

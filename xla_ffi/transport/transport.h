@@ -17,9 +17,9 @@
 namespace accl {
 
 struct Rail {
-  std::string name;  // interface name, e.g. "eth1"
-  std::string ip;    // this process's address on it
-  uint16_t port = 0; // listener port
+  std::string name;   // interface name, e.g. "eth1"
+  std::string ip;     // this process's address on it
+  uint16_t port = 0;  // listener port
   double weight = 1.0;
 };
 
