@@ -5,16 +5,15 @@ tests/in_process/test_profiler_and_compat.py checks that each of them is still t
 
 import numpy as np
 from jax._src import config as _config
-from jax._src import core
-from jax._src import dispatch
+from jax._src import core, dispatch
 from jax._src import distributed as _distributed
 from jax._src import mesh as _mesh_lib
 from jax._src.interpreters import ad, batching, mlir, pxla
 from jax._src.lax import lax as _lax_internal
-from jax._src.mesh import get_abstract_mesh as _get_abstract_mesh
 from jax._src.lax import parallel as _parallel
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
+from jax._src.mesh import get_abstract_mesh as _get_abstract_mesh
 from jax.sharding import PartitionSpec
 
 __all__ = ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]

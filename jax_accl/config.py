@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from jax_accl import names
 from jax_accl.units import parse_size

@@ -2,8 +2,9 @@
 stored, and how they are applied to the native model.
 
 ``python -m jax_accl.bench --calibrate`` measures them on this machine and stores them in
-``$JAX_ACCL_CACHE`` (default ``~/.cache/jax_accl``)/cost_model.json; the first
-jax_accl call lowered in a process loads that file when it exists, so the automatic choice uses this machine's numbers.
+``$JAX_ACCL_CACHE`` (default ``~/.cache/jax_accl``)/cost_model.json; the first jax_accl
+call lowered in a process loads that file when it exists, so the automatic choice uses
+this machine's numbers.
 
 Devices of one process (in_process()):
   alpha: a synchronisation among the device threads (half a small reduce-broadcast,

@@ -23,10 +23,8 @@ import threading
 
 import jax
 
-from jax_accl import _accl
+from jax_accl import _accl, config, log
 from jax_accl import _compat as c
-from jax_accl import config
-from jax_accl import log
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
 

@@ -153,8 +153,8 @@ def main(args) -> int:
             k,
             extra=["--calibrate", "--reps", str(args.reps)],
             timeout=JOB_TIMEOUT_S,
-            on_progress=lambda piece: progress.begin(
-                f"{processes} processes x {k} devices: {human(piece['size'])}"
+            on_progress=lambda piece, shape=f"{processes} processes x {k} devices": progress.begin(
+                f"{shape}: {human(piece['size'])}"
             ),
         )[0]["points"]
         tables[f"{processes}x{k}"] = one_host_lines(points)

@@ -22,7 +22,7 @@ import numpy as np
 
 from jax_accl.bench.report import nccl_row
 from jax_accl.bench.sweep import test_data
-from jax_accl.bench.timing import median_call_seconds, chain_length, per_op_interleaved
+from jax_accl.bench.timing import chain_length, median_call_seconds, per_op_interleaved
 from jax_accl.testing.launch import worker_env
 from jax_accl.units import human, parse_size
 

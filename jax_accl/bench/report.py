@@ -58,7 +58,7 @@ def plot(rows: list[dict], path: str, title: str) -> tuple[list[str], list[str]]
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'jax_accl[bench]'")
+        raise SystemExit("--plot needs matplotlib: pip install 'jax_accl[bench]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

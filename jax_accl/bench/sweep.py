@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_accl
 from jax_accl.bench.report import nccl_row
-from jax_accl.bench.timing import median_call_seconds, chain_length, per_op_interleaved
+from jax_accl.bench.timing import chain_length, median_call_seconds, per_op_interleaved
 from jax_accl.units import human, parse_size
 
 
@@ -33,9 +33,9 @@ def _first_local_block(array) -> np.ndarray:
 
 def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline: bool = True):
     """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant: the
-    algorithm it ran}, {variant: seconds per call in each phase of the hierarchy}: per op is (time of 2K chained ops - time of K) / K, with K = loop.
-    The variants: jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
-
+    algorithm it ran}, {variant: seconds per call in each phase of the hierarchy}: per op
+    is (time of 2K chained ops - time of K) / K, with K = loop. The variants:
+    jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
     mesh = _mesh(n)
     host = test_data(size_bytes, n)
     x = jax.make_array_from_callback(
@@ -99,9 +99,7 @@ def measure_pytree(n: int, leaves: int, reps: int):
     ]
     specs = [P("i")] * leaves
     args = [
-        jax.make_array_from_callback(
-            t.shape, NamedSharding(mesh, s), (lambda t: lambda index: t[index])(t)
-        )
+        jax.make_array_from_callback(t.shape, NamedSharding(mesh, s), lambda index, t=t: t[index])
         for t, s in zip(tree, specs)
     ]
     nbytes = sum(t[0].nbytes for t in tree)

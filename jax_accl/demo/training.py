@@ -125,7 +125,6 @@ def progress(step: int, total: int, loss: float, width: int = 30) -> str:
 def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
     """Trains from the same initial parameters and batches; returns losses, params, step
     times and the compiled step's collectives."""
-    import jax
     import optax
 
     n = mesh.devices.size
@@ -173,6 +172,7 @@ def max_param_difference(a, b) -> float:
 
 def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
     import jax
+
     import jax_accl
 
     show = not quiet and jax.process_index() == 0

@@ -6,11 +6,11 @@ import argparse
 import collections
 import sys
 
-from jax_accl.units import human, parse_size
 from jax_accl.plan.cost import ALGORITHMS, Constants, busbw, predict_seconds
 from jax_accl.plan.schedule import network_steps, slice_parts
 from jax_accl.plan.simulate import contention
 from jax_accl.plan.topology import FABRICS, Topology
+from jax_accl.units import human, parse_size
 
 
 def describe(t: Topology, algorithm: str) -> list[str]:
@@ -98,7 +98,8 @@ def main(argv=None) -> int:
                 "none"
                 if not found
                 else (
-                    f"{len(found)} link-steps (worst: {worst[2]} flows on {worst[1]} in step {worst[0]})"
+                    f"{len(found)} link-steps (worst: {worst[2]} flows on {worst[1]} "
+                    f"in step {worst[0]})"
                 )
             )
         print(

@@ -28,7 +28,7 @@ class Constants:
     alpha_net_s: float = 60e-6
 
     @classmethod
-    def from_runtime(cls) -> "Constants":
+    def from_runtime(cls) -> Constants:
         from jax_accl import _accl
 
         c = _accl.get_cost_model()
@@ -101,7 +101,7 @@ def predict_seconds(
         if p != n:
             total += 2 * (c.alpha_net_s + d * size / t.link_bytes_per_s)
         return total
-    kind, inner = algorithm.split(" ")[0], algorithm.split(" ")[1]
+    inner = algorithm.split(" ")[1]  # "hierarchical <inner>", maybe " pipelined"
     rs, ag = _local_phases(t, size, c)
     inter = _inter(t, inner, size / d, c)
     if algorithm.endswith("pipelined"):

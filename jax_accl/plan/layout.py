@@ -14,7 +14,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def group_layout(places: Sequence[tuple[str, int]]) -> dict:

@@ -2,7 +2,8 @@
 native call.
 
 Order (as mpi4jax): primitive, bind helper, abstract eval, batching, JVP, transpose,
-registration; the lowering is jax_accl/primitives/lowering.py. Semantics follow jax.lax.psum / pmax / pmin case by case:
+registration; the lowering is jax_accl/primitives/lowering.py. Semantics follow
+jax.lax.psum / pmax / pmin case by case:
 
 * under ``check_vma=True`` the result is invariant along the reduced axes (as
   ``psum_invariant``), and the transpose of a sum moves no data (``pvary``);

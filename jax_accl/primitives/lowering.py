@@ -24,12 +24,11 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jax_accl import _accl
+from jax_accl import _accl, config, cost_model, distributed, log
 from jax_accl import _compat as c
-from jax_accl import config, cost_model, distributed, log
-from jax_accl.units import human
 from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
 from jax_accl.primitives.allreduce import accl_allreduce_p
+from jax_accl.units import human
 
 _U32 = c.core.ShapedArray((), np.uint32)
 

@@ -122,7 +122,7 @@ def run_job(
     for i, out in enumerate(outputs):
         if i in killed:
             continue
-        lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         if not lines:
             failed = True
             continue

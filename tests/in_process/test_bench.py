@@ -111,7 +111,7 @@ def test_calibrate_stores_what_it_measured_and_a_fresh_process_goes_by_it(tmp_pa
             "import jax_accl, json; from jax_accl import _accl, cost_model; "
             "cost_model.ensure_loaded(); "
             "print(json.dumps([_accl.get_cost_model(), "
-            "[_accl.choose_one_host(2, 1, s, True) for s in %r]]))" % sizes,
+            f"[_accl.choose_one_host(2, 1, s, True) for s in {sizes!r}]]))",
         ],
         capture_output=True,
         text=True,

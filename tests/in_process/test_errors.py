@@ -7,10 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from accl_testing import P, put, values
 
 import jax_accl
-
-from accl_testing import P, put, values
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from accl_testing import P, assert_same, compare, put, run, values
 
 import jax_accl
-
-from accl_testing import P, assert_same, compare, put, run, values
 
 
 def model_like_tree(n_leaves=100):

@@ -32,7 +32,7 @@ def run_with(level: str) -> str:
         cwd="/",
     )
     assert done.returncode == 0, done.stderr
-    return "\n".join(l for l in done.stderr.splitlines() if l.startswith("jax_accl"))
+    return "\n".join(line for line in done.stderr.splitlines() if line.startswith("jax_accl"))
 
 
 def test_silent_by_default():
@@ -47,6 +47,6 @@ def test_info_names_the_algorithm_once():
 
 def test_debug_adds_a_line_per_call_and_device():
     lines = run_with("DEBUG").splitlines()
-    calls = [l for l in lines if l.startswith("jax_accl DEBUG: device")]
+    calls = [line for line in lines if line.startswith("jax_accl DEBUG: device")]
     assert len(calls) == 8  # 2 calls x 4 devices
-    assert all("accl_allreduce direct 4KiB" in l for l in calls)
+    assert all("accl_allreduce direct 4KiB" in line for line in calls)

@@ -9,11 +9,10 @@ import os
 
 import jax
 import numpy as np
+from accl_testing import P, put, values
 
 import jax_accl
 from jax_accl import _compat
-
-from accl_testing import P, put, values
 
 
 def _program():

@@ -1,14 +1,12 @@
 """JAX tier: jax_accl.psum/pmean/pmax/pmin give what jax.lax gives, on 8 CPU devices."""
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from accl_testing import P, assert_same, compare, run, values
 
 import jax_accl
-
-from accl_testing import P, assert_same, compare, run, values
 
 DTYPES = [
     "int8",

@@ -7,14 +7,12 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import pytest
+from accl_testing import P, assert_same, put, values
 from jax.sharding import NamedSharding
 
 import jax_accl
-
-from accl_testing import P, assert_same, put, values
 
 ACCL_CALL = 'custom_call_target="accl_allreduce"'
 
@@ -106,7 +104,7 @@ def test_unmodified_optax_step_under_patch_psum(check_vma, layout):
     with jax_accl.patch_psum():
         text, got = train(build())
     assert xla_collectives(plain_text) >= 1 and ACCL_CALL not in plain_text
-    assert xla_collectives(text) == 0, [l for l in text.splitlines() if "all-reduce(" in l]
+    assert xla_collectives(text) == 0, [line for line in text.splitlines() if "all-reduce(" in line]
     assert text.count(ACCL_CALL) >= 1
     assert_same(got, want)
 
@@ -300,7 +298,8 @@ def test_partial_manual_training_step():
     over_model = "replica_groups=[4,2]<=[8]"
 
     def not_over_model(hlo):
-        return [l for l in hlo.splitlines() if "all-reduce(" in l and over_model not in l]
+        lines = hlo.splitlines()
+        return [line for line in lines if "all-reduce(" in line and over_model not in line]
 
     assert not_over_model(ref) and not not_over_model(text)
     assert text.count(ACCL_CALL) >= 1

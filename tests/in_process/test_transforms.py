@@ -3,13 +3,11 @@ each compared with the same program written with jax.lax."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
+from accl_testing import LIBS, P, assert_same, compare, put, run, values
 from jax.sharding import NamedSharding
 
 import jax_accl
-
-from accl_testing import LIBS, P, assert_same, compare, put, run, values
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jax_accl.testing import launch, netns
 from jax_accl.plan.schedule import slice_parts
 from jax_accl.plan.topology import Topology
+from jax_accl.testing import launch, netns
 
 WORKER = str(Path(__file__).with_name("worker.py"))
 
@@ -112,7 +112,7 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
     assert len(hosts) == 1
     for r in results:  # the profiled call: 1 MiB
         if cma == "1":  # one reduce-broadcast over all devices, inside the call's event
-            for device, events in phases_by_device(r["trace"]).items():
+            for events in phases_by_device(r["trace"]).values():
                 by_name = {e["name"]: e for e in events}
                 assert set(by_name) == {
                     "accl_allreduce reduce_broadcast 1MiB",
@@ -225,7 +225,7 @@ def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host,
             k: v["bytes_sent"] for k, v in r["stats"]["transports"].items() if k.startswith("tcp:")
         }
         assert set(tcp) == ({"tcp:rail0", "tcp:rail1"} if owns else set()), tcp
-        for device, events in phases_by_device(r["trace"]).items():
+        for events in phases_by_device(r["trace"]).values():
             assert any(e["name"].startswith("inter-host") for e in events) == owns, events
         if owns:
             local_tiers = (["local"] if devices > 1 else []) + (

@@ -3,8 +3,6 @@ on NumPy data), rings are rings, every rail is used, the flow patterns used at s
 match the explicit schedules, and the rank mapping keeps halving-doubling and ring
 contention-free on a rail-optimised fat tree up to 4096 hosts."""
 
-import collections
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
