@@ -144,6 +144,14 @@ def device_assignment(ctx) -> tuple:
     )
 
 
+def register_plugin_profiler(capsule) -> None:
+    """Has XLA's profiler call the profiler extension of the PJRT_Api in `capsule` in every
+    session (how JAX registers a PJRT plugin's profiler)."""
+    from jax._src.lib import _profiler
+
+    _profiler.register_plugin_profiler(capsule)
+
+
 def distributed_client():
     """The client of jax.distributed's coordination service, or None before initialize()."""
     return _distributed.global_state.client

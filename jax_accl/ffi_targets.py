@@ -1,5 +1,5 @@
-"""Loads the compiled module jax_accl._accl and registers its XLA FFI targets for the
-CPU platform, once per process."""
+"""Loads the compiled module jax_accl._accl, registers its XLA FFI targets for the CPU
+platform and its profiler plugin with XLA's profiler, once per process."""
 
 from __future__ import annotations
 
@@ -42,4 +42,9 @@ def register() -> None:
         raise _missing_module_error(e) from None
     for name, capsule in _accl.registrations().items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    # Every profiling session of the process asks the native core for its events
+    # (xla_ffi/profiler/plugin_profiler.h).
+    from jax_accl import _compat
+
+    _compat.register_plugin_profiler(_accl.profiler_capsule())
     _registered = True

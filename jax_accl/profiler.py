@@ -1,17 +1,25 @@
-"""Profile jax_accl inside JAX's own profiler.
+"""jax_accl in JAX's own profiler.
+
+At import, jax_accl registers a profiler plugin with XLA (xla_ffi/profiler/
+plugin_profiler.h, through the PJRT profiler extension), so every profiling session of
+the process carries jax_accl's native events in its XSpace, the ``*.xplane.pb`` that
+TensorBoard's profile plugin and xprof read: ``jax.profiler.trace``,
+``start_trace``/``stop_trace``, and captures through ``jax.profiler.start_server``. The
+plane is ``/device:CUSTOM:jax_accl``: a line per device ("device 3"), an event per
+all-reduce ("accl_allreduce ring 16MiB", with its algorithm, bytes and call) and one per
+phase of its schedule (local and host reduce-scatter and all-gather, the step between
+hosts on each rail with the rail's bytes, cross-memory attach), on the profiler's clock:
+in the trace viewer they sit beside XLA's event of the same call
+(``accl_allreduce_ring_16MiB.7``). Outside a session nothing is recorded.
+
+``jax_accl.profiler.trace`` is a convenience around ``jax.profiler.trace``:
 
     with jax_accl.profiler.trace("/tmp/trace") as result:
         train_step(...)
-    print(result.path)   # a Perfetto trace (gzipped JSON): open it at ui.perfetto.dev
+    print(result.path)  # a Perfetto trace (gzipped JSON): ui.perfetto.dev
+    print(result.native_events)  # jax_accl's events in it
 
-This wraps ``jax.profiler.trace`` (so TensorBoard's profile plugin / xprof read the run
-directory as usual; each all-reduce shows there under its HLO name, e.g.
-``accl_allreduce_reduce_broadcast_16MiB.7``) and, while it runs, has the native core
-record an event per device for every all-reduce and for each phase of the hierarchical
-schedule (local reduce-scatter, the inter-host step per rail with its bytes, local
-all-gather). On exit those events are merged into the run's Perfetto and trace-viewer
-JSON files, on a track "jax_accl native" with a thread per device, aligned to JAX's
-clock through an annotation whose native time was recorded while JAX timed it.
+and ``native_events(xplane_path)`` reads jax_accl's events back from a profile.
 """
 
 from __future__ import annotations
@@ -19,97 +27,60 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
-import gzip
-import json
 import os
-import socket
 
 import jax
 
-from jax_accl import _accl
-
-SYNC_NAME = "jax_accl clock sync"
+PLANE_NAME = "/device:CUSTOM:jax_accl"
 
 
 @dataclasses.dataclass
 class TraceResult:
     log_dir: str
-    path: str = ""  # the merged Perfetto trace, once the block has exited
+    path: str = ""  # the Perfetto trace, once the block has exited
+    xplane: str = ""  # the XSpace TensorBoard and xprof read
     native_events: int = 0
 
 
 @contextlib.contextmanager
 def trace(log_dir: str, **kwargs):
-    """``jax.profiler.trace(log_dir, create_perfetto_trace=True, **kwargs)`` plus the
-    native events of every all-reduce run inside the block."""
+    """``jax.profiler.trace(log_dir, create_perfetto_trace=True, **kwargs)``; the result
+    names the files it wrote and counts jax_accl's events in them."""
     result = TraceResult(log_dir=str(log_dir))
-    before = set(_trace_files(result.log_dir))
-    _accl.trace_take()  # drop anything recorded earlier
-    _accl.trace_enable(True)
-    try:
-        with jax.profiler.trace(result.log_dir, create_perfetto_trace=True, **kwargs):
-            with jax.profiler.TraceAnnotation(SYNC_NAME):
-                sync_ns = _accl.now_ns()
-            yield result
-    finally:
-        _accl.trace_enable(False)
-    events = _accl.trace_take()
-    new_files = [f for f in _trace_files(result.log_dir) if f not in before]
-    for path in new_files:
-        merge_native_events(path, events, sync_ns)
-    perfetto = [f for f in new_files if f.endswith("perfetto_trace.json.gz")]
-    result.path = perfetto[0] if perfetto else (new_files[0] if new_files else "")
-    result.native_events = len(events)
+    before = set(_run_files(result.log_dir, "*.xplane.pb"))
+    with jax.profiler.trace(result.log_dir, create_perfetto_trace=True, **kwargs):
+        yield result
+    new = [f for f in _run_files(result.log_dir, "*.xplane.pb") if f not in before]
+    if new:
+        result.xplane = new[0]
+        perfetto = os.path.join(os.path.dirname(new[0]), "perfetto_trace.json.gz")
+        result.path = perfetto if os.path.exists(perfetto) else ""
+        result.native_events = len(native_events(result.xplane))
 
 
-def _trace_files(log_dir: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.json.gz")))
+def _run_files(log_dir: str, pattern: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(log_dir, "plugins", "profile", "*", pattern)))
 
 
-def merge_native_events(path: str, events: list[dict], sync_ns: int) -> None:
-    """Adds `events` (native clock, ns) to the trace at `path` (JAX's clock, us)."""
-    with gzip.open(path, "rt") as f:
-        data = json.load(f)
-    trace_events = data["traceEvents"] if isinstance(data, dict) else data
-    sync = next((e for e in trace_events if e.get("name") == SYNC_NAME and "ts" in e), None)
-    if sync is None:
-        raise RuntimeError(f"{path}: the clock sync annotation is missing")
-    # The native clock was read inside the annotation: map it to the annotation's middle.
-    offset_us = sync["ts"] + sync.get("dur", 0) / 2 - sync_ns / 1000
-    pid = (
-        max((e.get("pid", 0) for e in trace_events if isinstance(e.get("pid"), int)), default=0) + 1
-    )
-    trace_events.append(
-        {
-            "ph": "M",
-            "pid": pid,
-            "name": "process_name",
-            "args": {
-                "name": f"jax_accl native ({socket.gethostname()}, process {jax.process_index()})"
-            },
-        }
-    )
-    for device in sorted({e["device"] for e in events}):
-        trace_events.append(
-            {
-                "ph": "M",
-                "pid": pid,
-                "tid": int(device),
-                "name": "thread_name",
-                "args": {"name": f"device {device}"},
-            }
-        )
-    for e in events:
-        trace_events.append(
-            {
-                "ph": "X",
-                "pid": pid,
-                "tid": int(e["device"]),
-                "name": e["name"],
-                "ts": e["start_ns"] / 1000 + offset_us,
-                "dur": max(e["end_ns"] - e["start_ns"], 0) / 1000,
-                "args": {"bytes": e["bytes"], "call": e["detail"]},
-            }
-        )
-    with gzip.open(path, "wt") as f:
-        json.dump(data, f)
+def native_events(xplane_path: str) -> list[dict]:
+    """jax_accl's events in the profile at `xplane_path`, in time order: [{"name",
+    "device", "start_ns", "duration_ns", "bytes", "call", ...}] (times relative to the
+    session's start, as in every plane of the profile)."""
+    profile = jax.profiler.ProfileData.from_file(xplane_path)
+    plane = profile.find_plane_with_name(PLANE_NAME)
+    if plane is None:
+        return []
+    events = []
+    for line in plane.lines:
+        device = int(line.name.split()[-1])
+        for e in line.events:
+            events.append(
+                {
+                    "name": e.name,
+                    "device": device,
+                    "start_ns": e.start_ns,
+                    "duration_ns": e.duration_ns,
+                    **dict(e.stats),
+                }
+            )
+    return sorted(events, key=lambda e: e["start_ns"])

@@ -8,7 +8,7 @@ import json
 import os
 
 import jax_accl.bench as package
-from jax_accl.bench import calibrate, memory, mpi, report, sweep
+from jax_accl.bench import calibrate, memory, mpi, profiler_cost, report, sweep
 from jax_accl.bench.progress import Progress, report_piece, weight
 from jax_accl.bench.timing import JOB_TIMEOUT_S
 from jax_accl.testing import launch, netns
@@ -71,6 +71,11 @@ def parse_args(argv):
         help="measure this machine's cost-model constants (in one process on "
         "--devices devices, then across --processes processes, 2 by "
         "default) and store them",
+    )
+    parser.add_argument(
+        "--profiler-cost",
+        action="store_true",
+        help="time a 4KiB all-reduce before any profiling session, after one and inside one",
     )
     parser.add_argument(
         "--mpi",
@@ -258,6 +263,8 @@ def main(argv=None) -> int:
         return worker_main(args)
     if args.calibrate:
         return calibrate.main(args)
+    if args.profiler_cost:
+        return profiler_cost.main(args)
     out = open(args.json, "a") if args.json else None
     try:
         if args.processes_per_host:

@@ -22,6 +22,7 @@
 #include "bindings/parse.h"
 #include "common/dtype.h"
 #include "ffi/handlers.h"
+#include "profiler/plugin_profiler.h"
 #include "runtime/allreduce.h"
 #include "runtime/communicator.h"
 #include "runtime/stats.h"
@@ -212,25 +213,13 @@ NB_MODULE(_accl, m) {
     World::stop();
   });
   m.def("world_started", [] { return World::get() != nullptr; });
-  m.def("trace_enable", &trace_enable, nb::arg("on"));
-  m.def("now_ns", &trace_now_ns, "the native trace clock (steady clock), in ns");
   m.def(
-      "trace_take",
+      "profiler_capsule",
       [] {
-        nb::list out;
-        for (TraceEvent& e : trace_take()) {
-          nb::dict d;
-          d["name"] = e.name;
-          d["device"] = e.device;
-          d["start_ns"] = e.start_ns;
-          d["end_ns"] = e.end_ns;
-          d["bytes"] = e.bytes;
-          d["detail"] = e.detail;
-          out.append(d);
-        }
-        return out;
+        return nb::capsule(const_cast<xla_abi::PjrtApiHead*>(profiler_plugin_api()), "pjrt_c_api");
       },
-      "recorded events (and clear them)");
+      "a PJRT_Api capsule whose profiler extension XLA's profiler sessions call "
+      "(jax._src.lib._profiler.register_plugin_profiler)");
   m.def("stats", &stats);
   m.def("reset_stats", &reset_stats);
   m.def("pending_calls", &pending_calls);

@@ -11,6 +11,7 @@ namespace {
 std::atomic<bool> enabled{false};
 std::atomic<bool> debug{false};
 std::mutex mutex;
+uint64_t dropped = 0;  // events past kMaxTraceEvents in this recording
 std::vector<TraceEvent>& events() {
   static std::vector<TraceEvent> list;
   return list;
@@ -30,13 +31,23 @@ bool trace_enabled() { return enabled.load(std::memory_order_relaxed); }
 void trace_record(TraceEvent event) {
   if (!trace_enabled()) return;
   std::lock_guard<std::mutex> lock(mutex);
-  events().push_back(std::move(event));
+  if (events().size() < kMaxTraceEvents) {
+    events().push_back(std::move(event));
+  } else {
+    ++dropped;
+  }
+}
+
+uint64_t trace_dropped() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return dropped;
 }
 
 std::vector<TraceEvent> trace_take() {
   std::lock_guard<std::mutex> lock(mutex);
   std::vector<TraceEvent> out;
   out.swap(events());
+  dropped = 0;
   return out;
 }
 

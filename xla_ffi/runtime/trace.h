@@ -3,6 +3,7 @@
 // rail), on the steady clock; Python takes them and merges them into JAX's trace.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,8 +22,11 @@ struct TraceEvent {
 int64_t trace_now_ns();
 void trace_enable(bool on);
 bool trace_enabled();
+// Keeps at most kMaxTraceEvents (a few hundred MB); later ones are counted, not kept.
+inline constexpr size_t kMaxTraceEvents = 1 << 21;
 void trace_record(TraceEvent event);
-std::vector<TraceEvent> trace_take();  // and clear
+std::vector<TraceEvent> trace_take();  // and clear, with the count of dropped events
+uint64_t trace_dropped();              // since the last trace_take
 std::string human_bytes(uint64_t bytes);
 
 // One line per all-reduce per device on stderr; jax_accl's configuration turns it on
