@@ -4,7 +4,9 @@ After ``jax.distributed.initialize()``, the first jax_accl collective lowered in
 multi-process program calls ``ensure_started()``. Every process then
 
 1. gets the job's secret: process 0 draws it and puts it in jax.distributed's
-   key-value store, the others read it (connections without it are refused);
+   key-value store, the others read it (connections that cannot prove they know it are
+   refused, xla_ffi/transport/handshake.h); process 0 deletes it from the store once
+   every process has published its entry (step 3), which each does after reading it;
 2. opens a TCP listener on each of its rails (``jax_accl.rails``);
 3. publishes its host (the hostname, or ``JAX_ACCL_HOST_ID``), its rails and ports and
    its devices under ``jax_accl/v1/process/<index>``, and reads everybody else's.
@@ -90,6 +92,10 @@ def _start() -> list[dict]:
                 f"jax_accl: process {index} waited in vain for process {i} to "
                 f"publish its endpoints: {e}"
             ) from e
+    if index == 0:
+        # Every process read the secret before it published its entry: it has served.
+        # Out of the store, nobody who reaches the coordinator later can read it.
+        client.key_value_delete(f"{_PREFIX}/secret")
     _accl.world_set_processes(
         [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table]
     )

@@ -57,8 +57,14 @@ def resolve(spec: str | None = None) -> list[tuple[str, str, float]]:
                 f"JAX_ACCL_RAILS={spec!r}: interface {name!r} does not exist or "
                 "has no IPv4 address on this host"
             )
-        w = float(weight) if weight else 1.0
-        if w <= 0:
-            raise ValueError(f"JAX_ACCL_RAILS={spec!r}: weight of {name!r} must be positive")
+        try:
+            w = float(weight) if weight else 1.0
+        except ValueError:
+            w = float("nan")
+        if not (0 < w <= 1e6):  # also refuses nan and inf
+            raise ValueError(
+                f"JAX_ACCL_RAILS={spec!r}: weight of {name!r} must be a positive number "
+                f"(at most 1e6), got {weight!r}"
+            )
         rails.append((name, ip, w))
     return rails

@@ -1,4 +1,4 @@
-"""Fuzz the wire parsers (atheris): the TCP handshake and the frame headers of
+"""Fuzz the wire parsers (atheris): the TCP handshake's hello and the frame headers of
 ChannelLink, fed arbitrary bytes through the native module. Every input must be either
 accepted exactly when it is valid (and then deliver the right payload) or refused with
 an error; never a crash, a hang or a wrong payload.
@@ -28,19 +28,18 @@ def load_native():
 
 _accl = load_native()
 
-SECRET = b"0123456789abcdef0123456789abcdef"
-HANDSHAKE = struct.Struct("<II32sqqIId")
+HELLO = struct.Struct("<IIqqIId16s")  # magic, version, src, dst, rail, stripe, weight, nonce
 FRAME = struct.Struct("<IIQQQ")  # magic, reserved, tag, seq, bytes
 HANDSHAKE_MAGIC, FRAME_MAGIC, TAG = 0x4C434341, 0x46434341, 42
 
 
 @atheris.instrument_func
-def check_handshake(raw: bytes):
-    message = _accl.parse_handshake(raw, SECRET)
+def check_hello(raw: bytes):
+    message = _accl.parse_hello(raw)
     valid = (
-        len(raw) >= HANDSHAKE.size
-        and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 1)
-        and raw[8:40] == SECRET
+        len(raw) >= HELLO.size
+        and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 2)
+        and 0 < HELLO.unpack(raw[: HELLO.size])[6] <= 1e6  # the rail's weight
     )
     assert (message == "") == valid, (raw[:48], message)
 
@@ -62,14 +61,17 @@ def test_one_input(data: bytes):
     fdp = atheris.FuzzedDataProvider(data)
     mode = fdp.ConsumeIntInRange(0, 3)
     if mode == 0:
-        check_handshake(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 100)))
+        check_hello(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 100)))
     elif mode == 1:  # a near-valid handshake with one field changed
-        fields = [HANDSHAKE_MAGIC, 1, SECRET, 1, 2, 0, 0, 1.0]
+        fields = [HANDSHAKE_MAGIC, 2, 1, 2, 0, 0, 1.0, b"\0" * 16]
         k = fdp.ConsumeIntInRange(0, 2)
-        fields[k] = fdp.ConsumeBytes(32) if k == 2 else fdp.ConsumeIntInRange(0, 2**32 - 1)
-        if k == 2:
-            fields[2] = fields[2].ljust(32, b"\0")
-        check_handshake(HANDSHAKE.pack(*fields)[: fdp.ConsumeIntInRange(0, HANDSHAKE.size)])
+        if k == 2:  # the weight: nan, infinities, zero, negative, too large, or fine
+            fields[6] = fdp.PickValueInList(
+                [float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 1e7, 2.5]
+            )
+        else:
+            fields[k] = fdp.ConsumeIntInRange(0, 2**32 - 1)
+        check_hello(HELLO.pack(*fields)[: fdp.ConsumeIntInRange(0, HELLO.size)])
     elif mode == 2:
         check_frames(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)), fdp.ConsumeIntInRange(0, 256))
     else:  # a near-valid frame: one header field changed, or cut short

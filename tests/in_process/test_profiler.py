@@ -110,11 +110,26 @@ def test_start_and_stop_trace_and_profile_data_find_the_plane(tmp_path):
 
 def test_the_wrapper_names_its_files_and_counts_the_events(tmp_path):
     fn, x = _program()
+    started = time.perf_counter()
     with jax_accl.profiler.trace(str(tmp_path)) as result:
         jax.block_until_ready(fn(x))
+    profiled_us = (time.perf_counter() - started) * 1e6
     assert result.native_events == 16
     assert result.xplane == _xplane(tmp_path)
     assert result.path.endswith("perfetto_trace.json.gz") and os.path.exists(result.path)
+    # What the trace viewer shows of it: the 16 calls, each device's in order, inside
+    # the profiled interval.
+    events = trace_viewer(result.xplane)
+    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    (ours,) = [pid for pid, name in processes.items() if name == profiler.PLANE_NAME]
+    native = sorted(
+        (e for e in events if e.get("pid") == ours and e.get("ph") == "X"),
+        key=lambda e: (e["tid"], e["ts"]),
+    )
+    assert len(native) == 16 and all(e["name"] == CALL for e in native)
+    assert all(0 <= e["ts"] and e["ts"] + e["dur"] <= profiled_us for e in native)
+    for first, second in zip(native[::2], native[1::2]):
+        assert first["tid"] == second["tid"] and first["ts"] + first["dur"] <= second["ts"]
     # A session without jax_accl calls has no jax_accl events: none leak from before.
     with jax_accl.profiler.trace(str(tmp_path / "empty")) as empty:
         jax.block_until_ready(x + 1)

@@ -3,7 +3,10 @@ network namespaces with two rails each (TCP). Every result is checked inside the
 workers, against jax.lax.psum over JAX's gloo collectives on one host and against
 across namespaces too (gloo bound to rail 0)."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,12 +107,16 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
         # messages, and for large ones cross-memory attach (unless JAX_ACCL_CMA=0).
         assert transports["shm"]["bytes_sent"] > 0
         assert (transports.get("cma", {}).get("bytes_sent", 0) > 0) == (cma == "1")
+        # Peers may ptrace this process only once a group tried cross-memory attach.
+        assert r["ptracer"] == [False, cma == "1"]
         assert not any(k.startswith("tcp:") for k in transports)
         assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
         assert r["stats"]["algorithms"]["ring"]["calls"] > 0
         assert r["stats"]["refused_connections"] == 0
     hosts = {p["host"] for p in results[0]["topology"]}
     assert len(hosts) == 1
+    # The job's secret served its purpose at start-up and left the key-value store.
+    assert results[0]["process"] == 0 and results[0]["secret_in_store"] is False
     for r in results:  # the profiled call: 1 MiB
         if cma == "1":  # one reduce-broadcast over all devices, inside the call's event
             for events in phases_by_device(r["trace"]).values():
@@ -253,3 +260,43 @@ def test_ranks_in_different_calls_all_raise():
         assert r["seconds_to_error"] < 20, r
     # Whichever rank sees the bad frame first, the reason reaches every rank.
     assert all("different call" in r["error"] for r in results), results
+
+
+def test_a_small_dev_shm_is_a_clear_error_on_every_rank_not_a_crash(root_required):
+    """/dev/shm a 1 MiB tmpfs (as in a tight container) and no cross-memory attach: the
+    rings between the two processes cannot be allocated. Both raise an error naming
+    /dev/shm and its size at once, instead of dying of SIGBUS at first touch."""
+    launcher = (
+        "import json, sys\n"
+        "from jax_accl.testing import launch\n"
+        f"results = launch.run_job([{WORKER!r}, '--scenario', 'large_call'], 2, 1,\n"
+        "    env=[{'JAX_ACCL_CMA': '0', 'JAX_ACCL_TIMEOUT_S': '30'}] * 2, timeout=120)\n"
+        "print('RESULTS ' + json.dumps(results))\n"
+    )
+    mount_then_run = 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$0" -c "$1"'
+    done = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            mount_then_run,
+            sys.executable,
+            launcher,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULTS "))
+    results = json.loads(line[len("RESULTS ") :])
+    assert len(results) == 2
+    for r in results:
+        assert r["error"] is not None and "/dev/shm" in r["error"], r
+        assert r["seconds_to_error"] < 20, r
+    creator = next(r["error"] for r in results if "cannot allocate" in r["error"])
+    assert "1 MiB" in creator and "--shm-size" in creator, creator

@@ -294,6 +294,18 @@ def scenario_mismatch():
     return {"error": None}
 
 
+def scenario_large_call():
+    """One 16 MiB all-reduce: checked against NumPy, or the error it raised."""
+    x = global_input((4 << 20,), np.float32, seed=2)
+    start = time.perf_counter()
+    try:
+        got = allreduce_program(jax_accl, ALL)(place(x, P(ALL)))
+        check("16 MiB psum", got, expected_numpy(x, ALL))
+    except Exception as e:
+        return {"error": str(e), "seconds_to_error": time.perf_counter() - start}
+    return {"error": None}
+
+
 SCENARIOS = {
     "correctness": scenario_correctness,
     "bandwidth": scenario_bandwidth,
@@ -301,10 +313,24 @@ SCENARIOS = {
     "soak": scenario_soak,
     "mismatch": scenario_mismatch,
     "hierarchy": scenario_hierarchy,
+    "large_call": scenario_large_call,
 }
 
 if __name__ == "__main__":
+    from jax_accl import _accl, _compat
+
+    ptracer_before = _accl.cross_memory_attach_allowed()
     result = SCENARIOS[args.scenario]()
+    # Whether this process let its peers ptrace it: before any call, and after them.
+    result["ptracer"] = [ptracer_before, _accl.cross_memory_attach_allowed()]
+    # Whether the job's secret is still in jax.distributed's store: process 0 deleted
+    # it at start-up (asked there only: the others may outlive the coordinator).
+    if jax.process_index() == 0:
+        try:
+            _compat.distributed_client().key_value_try_get("jax_accl/v1/secret")
+            result["secret_in_store"] = True
+        except Exception:
+            result["secret_in_store"] = False
     if args.profile_dir:
         result["trace"] = profile_events()
     result["process"] = jax.process_index()

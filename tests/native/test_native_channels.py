@@ -2,6 +2,8 @@
 framing and progress engine of the cross-process transports, on memory rings), and
 the TCP listener's handshake against strangers."""
 
+import hashlib
+import hmac
 import os
 import socket
 import struct
@@ -69,8 +71,19 @@ def test_mismatched_lengths_are_an_error_on_every_rank(algorithm):
     assert any("different call" in e for e in errors), errors
 
 
-HANDSHAKE = struct.Struct("<II32sqqIId")  # xla_ffi/transport/tcp.h: Handshake
-MAGIC, VERSION = 0x4C434341, 1
+HELLO = struct.Struct("<IIqqIId16s")  # transport/handshake.h: magic .. weight, nonce
+CHALLENGE_BYTES = 48  # the acceptor's nonce and its proof
+MAGIC, VERSION = 0x4C434341, 2
+
+
+def hello(dst=7, *, src=1, rail=0, stripe=0, weight=1.0, version=VERSION):
+    return HELLO.pack(MAGIC, version, src, dst, rail, stripe, weight, os.urandom(16))
+
+
+def proof(secret: bytes, role: str, hello_bytes: bytes, nonce: bytes) -> bytes:
+    """What handshake.h says each side proves, computed by Python's own hmac."""
+    message = b"jax_accl " + role.encode() + hello_bytes + nonce
+    return hmac.new(secret, message, hashlib.sha256).digest()
 
 
 @pytest.fixture
@@ -87,26 +100,146 @@ def talk(port, payload: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(payload)
         s.shutdown(socket.SHUT_WR)
-        return s.recv(16)
+        return s.recv(64)
 
 
-def test_strangers_are_refused_and_the_job_secret_admitted(listener):
+def exchange(port, secret, hello_bytes, respond=None):
+    """Plays the connector: hello, the listener's challenge, our response (the right
+    proof unless `respond(challenge)` gives another); returns (challenge, verdict, the
+    response sent); a connection the listener closed or reset gives the verdict b""."""
+    challenge = b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(hello_bytes)
+            while len(challenge) < CHALLENGE_BYTES:
+                chunk = s.recv(CHALLENGE_BYTES - len(challenge))
+                if not chunk:
+                    return challenge, b"", b""
+                challenge += chunk
+            nonce = challenge[:16]
+            response = (
+                respond(challenge) if respond else proof(secret, "connector", hello_bytes, nonce)
+            )
+            s.sendall(response)
+            return challenge, s.recv(1), response
+    except (ConnectionResetError, BrokenPipeError):
+        return challenge, b"", b""
+
+
+def wait_for_refused(before, count):
+    deadline = time.time() + 10
+    while _accl.stats()["refused_connections"] - before < count and time.time() < deadline:
+        time.sleep(0.05)
+    return _accl.stats()["refused_connections"] - before
+
+
+def test_the_job_is_admitted_both_ways_without_the_secret_on_the_wire(listener):
+    secret, port = listener
+    h = hello()
+    challenge, verdict, response = exchange(port, secret, h)
+    assert verdict == b"K"
+    # The listener proved that it knows the secret, for this hello and its own nonce.
+    assert challenge[16:] == proof(secret, "acceptor", h, challenge[:16])
+    assert secret not in h + challenge + response
+
+
+def test_strangers_are_refused_and_the_listener_keeps_serving(listener):
     secret, port = listener
     strangers = [
         b"",  # says nothing
         b"GET / HTTP/1.0\r\n\r\n",  # wrong protocol
-        os.urandom(HANDSHAKE.size),  # random bytes
-        HANDSHAKE.pack(MAGIC, VERSION, b"x" * 32, 1, 7, 0, 0, 1.0),  # wrong secret
-        HANDSHAKE.pack(MAGIC, VERSION + 1, secret, 1, 7, 0, 0, 1.0),  # other version
-        HANDSHAKE.pack(MAGIC, VERSION, secret, 1, 99, 0, 0, 1.0),  # device not here
-        HANDSHAKE.pack(MAGIC, VERSION, secret, 1, 7, 0, 0, 1.0)[:50],  # truncated
+        os.urandom(HELLO.size),  # random bytes
+        hello(version=1),  # the old protocol, which sent the secret itself
+        hello(weight=float("nan")),  # a senseless rail weight
+        hello()[:50],  # truncated
     ]
     before = _accl.stats()["refused_connections"]
     for payload in strangers:
         assert talk(port, payload) == b"", payload[:20]
-    deadline = time.time() + 10
-    while _accl.stats()["refused_connections"] - before < len(strangers) and time.time() < deadline:
-        time.sleep(0.05)
-    assert _accl.stats()["refused_connections"] - before == len(strangers)
-    # The listener still serves the job after all that.
-    assert talk(port, HANDSHAKE.pack(MAGIC, VERSION, secret, 1, 7, 0, 0, 1.0)) == b"K"
+    # A well-formed hello gets a challenge, but without the secret no response passes.
+    _, verdict, _ = exchange(port, secret, hello(), respond=lambda c: os.urandom(32))
+    assert verdict == b""
+    # With the secret but for a device that does not live here: refused after the proof.
+    _, verdict, _ = exchange(port, secret, hello(dst=99))
+    assert verdict == b""
+    assert wait_for_refused(before, len(strangers) + 2) == len(strangers) + 2
+    _, verdict, _ = exchange(port, secret, hello())
+    assert verdict == b"K"
+
+
+def test_a_recorded_exchange_cannot_be_replayed(listener):
+    secret, port = listener
+    h = hello(stripe=1)
+    _, verdict, response = exchange(port, secret, h)
+    assert verdict == b"K"
+    before = _accl.stats()["refused_connections"]
+    # The same hello and the recorded response: the listener's nonce is new, so the
+    # old response proves nothing.
+    _, verdict, _ = exchange(port, secret, h, respond=lambda challenge: response)
+    assert verdict == b""
+    assert wait_for_refused(before, 1) == 1
+
+
+def test_a_second_connection_for_the_same_unclaimed_key_is_refused(listener):
+    secret, port = listener
+    h = hello(src=3, rail=0, stripe=2)
+    assert exchange(port, secret, h)[1] == b"K"
+    before = _accl.stats()["refused_connections"]
+    assert exchange(port, secret, h)[1] == b""  # the first one stays
+    assert wait_for_refused(before, 1) == 1
+
+
+def test_a_flood_of_silent_connections_is_bounded_and_the_job_still_gets_in(listener):
+    secret, port = listener
+    before = _accl.stats()["refused_connections"]
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(80)]
+    try:
+        # At most 64 handshakes are read at once: the rest are closed unread, at once.
+        assert wait_for_refused(before, 16) >= 16
+        deadline = time.time() + 15  # the silent ones time out (5 s) and free their places
+        while time.time() < deadline:
+            if exchange(port, secret, hello(src=5))[1] == b"K":
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the listener never admitted the job again")
+    finally:
+        for s in silent:
+            s.close()
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), 0.0, -1.0, 1e7])
+def test_a_hello_with_a_senseless_rail_weight_is_refused(weight):
+    assert _accl.parse_hello(hello()) == ""
+    assert "rail weight" in _accl.parse_hello(hello(weight=weight))
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), 0.0, -2.0])
+def test_a_senseless_local_rail_weight_is_refused_at_start(weight):
+    with pytest.raises(RuntimeError, match="weight .* is not a positive finite number"):
+        _accl.world_start(
+            0, 1, os.urandom(16).hex().encode(), "h", [("lo", "127.0.0.1", weight)], 1, False
+        )
+    assert not _accl.world_started()
+
+
+@pytest.mark.parametrize("spec", ["lo:nan", "lo:inf", "lo:-1", "lo:0", "lo:abc", "lo:1e9"])
+def test_rail_weights_in_the_environment_must_be_positive_and_finite(spec):
+    from jax_accl import rails
+
+    with pytest.raises(ValueError, match=f"JAX_ACCL_RAILS='{spec}': weight of 'lo'"):
+        rails.resolve(spec)
+
+
+def test_tcp_channels_detect_a_vanished_peer_without_waiting_for_the_deadline():
+    """A host that disappears sends no reset: keepalive (probes after 5 s idle, 3 of them
+    2 s apart) and TCP_USER_TIMEOUT (15 s of unacknowledged data) end its connections."""
+    options = _accl.tcp_channel_options()
+    assert options == {
+        "SO_KEEPALIVE": 1,
+        "TCP_KEEPIDLE": 5,
+        "TCP_KEEPINTVL": 2,
+        "TCP_KEEPCNT": 3,
+        "TCP_USER_TIMEOUT": 15000,
+        "TCP_NODELAY": 1,
+    }

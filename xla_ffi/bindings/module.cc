@@ -29,6 +29,7 @@
 #include "runtime/trace.h"
 #include "runtime/world.h"
 #include "transport/channel_link.h"
+#include "transport/cma.h"
 #include "transport/ring_channel.h"
 
 namespace nb = nanobind;
@@ -195,6 +196,8 @@ NB_MODULE(_accl, m) {
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),
         nb::arg("cross_memory_attach"));
+  m.def("cross_memory_attach_allowed", &cross_memory_attach_allowed,
+        "whether this process lets its user's other processes ptrace it (PR_SET_PTRACER)");
   m.def("set_debug_calls", &set_debug_calls, nb::arg("on"),
         "one line per all-reduce per device on stderr (JAX_ACCL_DEBUG=DEBUG)");
   // The names Python uses for the codes the FFI handler decodes: one source, the enums.

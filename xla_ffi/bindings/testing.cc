@@ -1,13 +1,20 @@
 // Test-only entry points of jax_accl._accl: the message path of the algorithms over
 // memory channels (no processes), and the wire parsers on arbitrary bytes (fuzzing).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +26,7 @@
 #include "testing/simulated_hosts.h"
 #include "topology/group_layout.h"
 #include "transport/channel_link.h"
+#include "transport/handshake.h"
 #include "transport/ring_channel.h"
 #include "transport/tcp.h"
 
@@ -139,13 +147,39 @@ nb::dict group_layout(std::vector<std::pair<std::string, int>> places) {
   return out;
 }
 
-// Checks `data` as a connection's first bytes against `secret`: "" if admitted.
-std::string parse_handshake(nb::bytes data, nb::bytes secret) {
-  Handshake h;
-  if (data.size() < sizeof(h)) return "truncated handshake";
+// Checks `data` as a connection's hello: "" if it may go on to the challenge.
+std::string parse_hello(nb::bytes data) {
+  Hello h;
+  if (data.size() < sizeof(h)) return "truncated hello";
   std::memcpy(&h, data.c_str(), sizeof(h));
-  Status s = check_handshake(h, std::string(secret.c_str(), secret.size()));
+  Status s = check_hello(h);
   return s.ok() ? "" : s.message();
+}
+
+// The dead-peer options of a TcpChannel over loopback: {name: value} as getsockopt reads
+// them back.
+std::map<std::string, int> tcp_channel_options() {
+  int listener = -1, client = -1;
+  uint16_t port = 0;
+  Status s = tcp_listen("127.0.0.1", &listener, &port);
+  if (s.ok()) s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &client);
+  if (!s.ok()) throw std::runtime_error(s.message());
+  close(listener);
+  TcpChannel channel(client, "options", 1.0);
+  std::map<std::string, int> out;
+  auto read = [&](const char* name, int level, int option) {
+    int value = -1;
+    socklen_t len = sizeof(value);
+    getsockopt(channel.poll_fd(), level, option, &value, &len);
+    out[name] = value;
+  };
+  read("SO_KEEPALIVE", SOL_SOCKET, SO_KEEPALIVE);
+  read("TCP_KEEPIDLE", IPPROTO_TCP, TCP_KEEPIDLE);
+  read("TCP_KEEPINTVL", IPPROTO_TCP, TCP_KEEPINTVL);
+  read("TCP_KEEPCNT", IPPROTO_TCP, TCP_KEEPCNT);
+  read("TCP_USER_TIMEOUT", IPPROTO_TCP, TCP_USER_TIMEOUT);
+  read("TCP_NODELAY", IPPROTO_TCP, TCP_NODELAY);
+  return out;
 }
 
 // Feeds raw `data` to a ChannelLink expecting one `expected`-byte message (call tag 42)
@@ -179,7 +213,8 @@ void register_testing(nb::module_& m) {
         nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("chunks") = 0,
         nb::arg("timeout_s") = 30.0);
   m.def("group_layout", &group_layout, nb::arg("places"));
-  m.def("parse_handshake", &parse_handshake, nb::arg("data"), nb::arg("secret"));
+  m.def("parse_hello", &parse_hello, nb::arg("data"));
+  m.def("tcp_channel_options", &tcp_channel_options);
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002);
 }

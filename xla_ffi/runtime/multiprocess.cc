@@ -32,6 +32,7 @@
 #include "runtime/world.h"
 #include "topology/group_layout.h"
 #include "transport/channel_link.h"
+#include "transport/cma.h"
 
 namespace accl {
 namespace {
@@ -117,6 +118,9 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members,
   }
   *done = false;
   if (known && !usable) return Status::Ok();
+  // Before this rank publishes its buffers (inside allreduce_cma), so that peers
+  // probing it find it allowed.
+  allow_cross_memory_attach();
   ACCL_RETURN_IF_ERROR(allreduce_cma(link, mine, reduction, /*probe=*/!known, &usable));
   if (!known) {
     std::lock_guard<std::mutex> lock(mutex);

@@ -5,6 +5,7 @@
 
 #include "runtime/stats.h"
 #include "transport/cma.h"
+#include "transport/handshake.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
 
@@ -30,6 +31,12 @@ Status World::start(int process_index, int process_count, const std::string& sec
     return error(Code::kInvalidArgument, "jax_accl world already started");
   if (secret.size() != kSecretBytes)
     return error(Code::kInvalidArgument, "secret must be 32 bytes");
+  for (const Rail& r : *rails) {
+    if (!valid_rail_weight(r.weight)) {
+      return error(Code::kInvalidArgument, "rail ", r.name, ": weight ", r.weight,
+                   " is not a positive finite number (at most 1e6)");
+    }
+  }
   std::unique_ptr<World> w(new World());
   static uint64_t started = 0;
   w->generation_ = ++started;
@@ -37,7 +44,6 @@ Status World::start(int process_index, int process_count, const std::string& sec
   w->process_count_ = process_count;
   w->host_ = host;
   w->cross_memory_attach_ = cross_memory_attach;
-  if (w->cross_memory_attach_) allow_cross_memory_attach();
   World* raw = w.get();
   std::unique_ptr<TcpTransport> tcp;
   ACCL_RETURN_IF_ERROR(TcpTransport::start(
@@ -46,7 +52,7 @@ Status World::start(int process_index, int process_count, const std::string& sec
   w->tcp_ = tcp.get();
   // In order: the first that can connect a pair makes its channels.
   w->transports_.push_back(memory_transport());
-  w->transports_.push_back(shm_transport(str_cat("/jax_accl_", secret.substr(0, 16))));
+  w->transports_.push_back(shm_transport(secret));
   w->transports_.push_back(std::move(tcp));
   world_slot() = std::move(w);
   return Status::Ok();
@@ -62,6 +68,7 @@ void World::stop() {
   }
   w.reset();  // the transports stop accepting; channels close
   shm_cleanup();
+  revoke_cross_memory_attach();
 }
 
 World::~World() = default;

@@ -3,8 +3,11 @@
 // with -DACCL_SELFTEST=ON, mainly under sanitizers:
 //   ASan+UBSan (CI):  -DACCL_SANITIZE=address   TSan (documented): -DACCL_SANITIZE=thread
 // Exit status 0 when every check passed; each failure is printed.
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -160,8 +163,8 @@ void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>
 void shm_pair(int a, int b, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
   static int serial = 0;
   const std::string name = str_cat("/jax_accl_selftest_", getpid(), "_", serial++);
-  Status s0 = open_shm_channel(name, 0, "shm", x);
-  Status s1 = open_shm_channel(name, 1, "shm", y);
+  Status s0 = open_shm_channel(name, 0, "shm", Deadline::after_seconds(10), x);
+  Status s1 = open_shm_channel(name, 1, "shm", Deadline::after_seconds(10), y);
   expect(s0.ok() && s1.ok(), "open shm pair: " + s0.message() + s1.message());
   expect(access(("/dev/shm" + name).c_str(), F_OK) != 0, "shm name unlinked once both attached");
 }
@@ -257,6 +260,52 @@ void test_one_shot(int n, size_t count, int present) {
   }
 }
 
+// FIPS 180-4's and RFC 4231's test vectors.
+void test_sha256() {
+  expect(hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+         "sha256 of nothing");
+  expect(hex(sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+         "sha256 of abc");
+  expect(hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
+         "sha256 of 56 bytes (two padding blocks)");
+  expect(hex(hmac_sha256("Jefe", "what do ya want for nothing?")) ==
+             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+         "hmac-sha256, RFC 4231 case 2");
+  expect(hex(hmac_sha256(std::string(131, '\xaa'),
+                         "Test Using Larger Than Block-Size Key - Hash Key First")) ==
+             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+         "hmac-sha256 with a key longer than a block, RFC 4231 case 6");
+  expect(digests_equal(sha256("a"), sha256("a")) && !digests_equal(sha256("a"), sha256("b")),
+         "digest comparison");
+}
+
+// A segment that exists before side 0 creates it is refused; so is one that side 1
+// finds open to others; side 1 gives up at its deadline when nobody creates it.
+void test_shm_refusals() {
+  const std::string squatted = str_cat("/jax_accl_selftest_squat_", getpid());
+  int fd = shm_open(squatted.c_str(), O_CREAT | O_RDWR, 0600);
+  expect(fd >= 0, "pre-create a segment");
+  close(fd);
+  std::unique_ptr<Channel> c;
+  Status s = open_shm_channel(squatted, 0, "shm", Deadline::after_seconds(1), &c);
+  expect(!s.ok() && s.message().find("exists already") != std::string::npos,
+         "an existing segment is refused: " + s.message());
+  fchmod(fd = shm_open(squatted.c_str(), O_RDWR, 0), 0666);
+  expect(ftruncate(fd, static_cast<off_t>(ring_pair_region_bytes())) == 0, "size it");
+  close(fd);
+  s = open_shm_channel(squatted, 1, "shm", Deadline::after_seconds(1), &c);
+  expect(!s.ok() && s.message().find("not this user's alone") != std::string::npos,
+         "a segment others may open is refused: " + s.message());
+  shm_unlink(squatted.c_str());
+  s = open_shm_channel(squatted, 1, "shm", Deadline::after_seconds(0.05), &c);
+  expect(s.code() == Code::kTimeout, "nobody creates it: side 1 times out: " + s.message());
+  expect(shm_segment_name("secret", 1, 2) != shm_segment_name("secret", 1, 3) &&
+             shm_segment_name("secret", 1, 2).find("secret") == std::string::npos &&
+             shm_segment_name("secret", 1, 2).size() == 10 + 32,
+         "segment names: per pair, 32 hex digits, nothing of the secret");
+}
+
 void test_errors() {
   // Mismatched lengths over channels: every rank fails, nobody hangs.
   std::unique_ptr<Channel> x, y;
@@ -335,6 +384,8 @@ int main() {
     test_hierarchical("tcp", tcp_pair, layout, 100003, false, /*chunks=*/4);
   }
   test_errors();
+  test_sha256();
+  test_shm_refusals();
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -37,11 +38,25 @@ Status transfer(bool read, pid_t pid, uint64_t remote, void* local, size_t bytes
 
 }  // namespace
 
+namespace {
+std::atomic<bool> allowed{false};
+}  // namespace
+
 void allow_cross_memory_attach() {
 #ifdef PR_SET_PTRACER
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // fails harmlessly without Yama
+  if (!allowed.exchange(true)) {
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // fails harmlessly without Yama
+  }
 #endif
 }
+
+void revoke_cross_memory_attach() {
+#ifdef PR_SET_PTRACER
+  if (allowed.exchange(false)) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+#endif
+}
+
+bool cross_memory_attach_allowed() { return allowed.load(); }
 
 Status read_remote(pid_t pid, uint64_t remote, void* local, size_t bytes) {
   return transfer(true, pid, remote, local, bytes);

@@ -14,9 +14,14 @@
 
 namespace accl {
 
-// Lets any process of this user read and write this process's memory (PR_SET_PTRACER
-// where Yama is active; a no-op elsewhere).
+// Lets any process of this user ptrace, and so read and write the memory of, this
+// process (PR_SET_PTRACER_ANY: Yama's ptrace_scope 1 takes one tracer pid, and a group
+// may have several peers; a no-op without Yama). Called when this process first joins
+// a group of several processes of its host that tries cross-memory attach, never
+// before; revoke_cross_memory_attach() undoes it when the World stops.
 void allow_cross_memory_attach();
+void revoke_cross_memory_attach();
+bool cross_memory_attach_allowed();
 
 // Copies `bytes` from address `remote` of process `pid` into `local`, or from `local` to
 // `remote`; loops over partial transfers (a plain memcpy when `pid` is this process).

@@ -33,6 +33,7 @@ Status RingChannel::write_some(const void* data, size_t bytes, size_t* done) {
   if (header_->poisoned.load(std::memory_order_acquire)) return poisoned_error();
   const uint64_t head = out_->head.load(std::memory_order_relaxed);
   const uint64_t tail = out_->tail.load(std::memory_order_acquire);
+  if (head - tail > kRingBytes) return corrupted_error(head, tail);
   size_t n = std::min<size_t>(bytes, kRingBytes - (head - tail));
   const size_t at = head % kRingBytes;
   const size_t first = std::min(n, kRingBytes - at);
@@ -48,6 +49,7 @@ Status RingChannel::read_some(void* data, size_t bytes, size_t* done) {
   if (header_->poisoned.load(std::memory_order_acquire)) return poisoned_error();
   const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
   const uint64_t head = in_->head.load(std::memory_order_acquire);
+  if (head - tail > kRingBytes) return corrupted_error(head, tail);
   size_t n = std::min<size_t>(bytes, head - tail);
   const size_t at = tail % kRingBytes;
   const size_t first = std::min(n, kRingBytes - at);
@@ -87,6 +89,14 @@ void RingChannel::poison(Code reason) {
   uint32_t expected = 0;  // the first failure is the one worth reporting
   header_->poisoned.compare_exchange_strong(expected, 1 + static_cast<uint32_t>(reason),
                                             std::memory_order_acq_rel);
+}
+
+// The counters live in memory the peer can write: a pair that no ring could hold (more
+// unread bytes than the ring has, or a tail past the head) is refused before any copy.
+Status RingChannel::corrupted_error(uint64_t head, uint64_t tail) const {
+  header_->poisoned.store(1 + static_cast<uint32_t>(Code::kInternal), std::memory_order_release);
+  return error(Code::kInternal, label_, ": ring counters out of bounds (head ", head, ", tail ",
+               tail, ", ring ", kRingBytes, " bytes): the shared memory was overwritten");
 }
 
 Status RingChannel::poisoned_error() const {

@@ -49,6 +49,7 @@ class RingChannel : public Channel {
 
  private:
   Status poisoned_error() const;
+  Status corrupted_error(uint64_t head, uint64_t tail) const;
   RingPairHeader* header_;
   char* out_data_;
   char* in_data_;

@@ -3,19 +3,24 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "transport/ring_channel.h"
 
 namespace accl {
 namespace {
 
-constexpr uint32_t kShmMagic = 0x4143434c;  // "ACCL"
+constexpr uint32_t kShmMagic = 0x4143434c;    // "ACCL": sized and ready
+constexpr uint32_t kShmFailed = 0x4641494c;   // "FAIL": the creator could not size it
+constexpr size_t kFailedSegmentBytes = 4096;  // what a failed creator leaves: one header
 
 std::mutex& names_mutex() {
   static std::mutex m;
@@ -26,32 +31,143 @@ std::set<std::string>& pending_names() {
   return names;
 }
 
-}  // namespace
+std::string mib(uint64_t bytes) { return str_cat(bytes >> 20, " MiB"); }
 
-Status open_shm_channel(const std::string& name, int side, const std::string& label,
-                        std::unique_ptr<Channel>* out) {
-  const size_t bytes = ring_pair_region_bytes();
-  int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
-  if (fd < 0) return error(Code::kInternal, "shm_open(", name, "): ", std::strerror(errno));
+// What to tell the user when /dev/shm cannot hold a segment.
+Status no_space(const std::string& name, size_t bytes, int e, const std::string& label) {
+  struct statvfs fs;
+  std::string room = "its size unknown";
+  if (statvfs("/dev/shm", &fs) == 0) {
+    room = str_cat(mib(uint64_t{fs.f_blocks} * fs.f_frsize), ", ",
+                   mib(uint64_t{fs.f_bavail} * fs.f_frsize), " free");
+  }
+  return error(Code::kInternal, label, ": cannot allocate ", mib(bytes), " of shared memory for ",
+               name, " in /dev/shm (", room, "): ", std::strerror(e),
+               ". Each pair of devices in different processes of a host needs one; give "
+               "/dev/shm more room (docker run --shm-size=1g, or a larger tmpfs) or run fewer "
+               "processes per host");
+}
+
+void sleep_a_little() { std::this_thread::sleep_for(std::chrono::microseconds(500)); }
+
+// Side 0: creates the segment (refusing one that exists), allocates every page of it
+// (so that a full /dev/shm is an error now, not SIGBUS at first touch) and marks it
+// ready. When the allocation fails it leaves one page marked failed, for side 1.
+Status create_segment(const std::string& name, size_t bytes, const std::string& label,
+                      void** region) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return error(Code::kInternal, label, ": shared-memory segment ", name,
+                   " exists already, and only this job could have made its name: refusing it");
+    }
+    return error(Code::kInternal, label, ": shm_open(", name, "): ", std::strerror(errno));
+  }
   {
     std::lock_guard<std::mutex> lock(names_mutex());
     pending_names().insert(name);
   }
-  // Both ends size the segment identically; a fresh segment reads as zeros, which is
-  // the initial state of the rings.
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int e = errno;
+  int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (e != 0) {
+    if (ftruncate(fd, kFailedSegmentBytes) == 0) {
+      void* page = mmap(nullptr, kFailedSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (page != MAP_FAILED) {
+        static_cast<RingPairHeader*>(page)->magic.store(kShmFailed, std::memory_order_release);
+        munmap(page, kFailedSegmentBytes);
+      }
+    }
     close(fd);
-    return error(Code::kInternal, "ftruncate(", name, "): ", std::strerror(e));
+    return no_space(name, bytes, e, label);
   }
-  void* region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  e = errno;
   close(fd);
-  if (region == MAP_FAILED)
-    return error(Code::kInternal, "mmap(", name, "): ", std::strerror(errno));
+  if (*region == MAP_FAILED) {
+    return error(Code::kInternal, label, ": mmap(", name, "): ", std::strerror(e));
+  }
+  // Allocated pages read as zeros: the initial state of the rings.
+  static_cast<RingPairHeader*>(*region)->magic.store(kShmMagic, std::memory_order_release);
+  return Status::Ok();
+}
+
+// Side 1: waits for side 0's segment, checks that it is this user's alone and fully
+// sized, maps it and waits until it is marked ready.
+Status open_segment(const std::string& name, size_t bytes, const std::string& label,
+                    const Deadline& deadline, void** region) {
+  auto timed_out = [&](const char* what) {
+    return error(Code::kTimeout, label, ": timed out waiting for the peer to ", what,
+                 " shared-memory segment ", name, " (JAX_ACCL_TIMEOUT_S)");
+  };
+  int fd;
+  while ((fd = shm_open(name.c_str(), O_RDWR, 0)) < 0) {
+    if (errno != ENOENT) {
+      return error(Code::kInternal, label, ": shm_open(", name, "): ", std::strerror(errno));
+    }
+    if (deadline.expired()) return timed_out("create");
+    sleep_a_little();
+  }
+  struct stat st;
+  for (;;) {
+    if (fstat(fd, &st) != 0) {
+      int e = errno;
+      close(fd);
+      return error(Code::kInternal, label, ": fstat(", name, "): ", std::strerror(e));
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+      close(fd);
+      return error(Code::kInternal, label, ": shared-memory segment ", name, " is owned by uid ",
+                   st.st_uid, " with mode ", st.st_mode & 0777, " (octal ", std::oct,
+                   st.st_mode & 0777, "), not this user's alone: refusing it");
+    }
+    if (static_cast<size_t>(st.st_size) == bytes) break;
+    if (static_cast<size_t>(st.st_size) == kFailedSegmentBytes) {
+      void* page = mmap(nullptr, kFailedSegmentBytes, PROT_READ, MAP_SHARED, fd, 0);
+      bool failed = page != MAP_FAILED && static_cast<RingPairHeader*>(page)->magic.load(
+                                              std::memory_order_acquire) == kShmFailed;
+      if (page != MAP_FAILED) munmap(page, kFailedSegmentBytes);
+      if (failed) {
+        close(fd);
+        return error(Code::kInternal, label, ": the peer could not allocate shared-memory ",
+                     "segment ", name, " in /dev/shm (its error says how much room there is)");
+      }
+    }
+    if (deadline.expired()) {
+      close(fd);
+      return timed_out("size");
+    }
+    sleep_a_little();
+  }
+  *region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (*region == MAP_FAILED) {
+    return error(Code::kInternal, label, ": mmap(", name, "): ", std::strerror(e));
+  }
+  auto* header = static_cast<RingPairHeader*>(*region);
+  while (header->magic.load(std::memory_order_acquire) != kShmMagic) {
+    if (deadline.expired()) {
+      munmap(*region, bytes);
+      return timed_out("initialise");
+    }
+    sleep_a_little();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string shm_segment_name(const std::string& secret, int64_t a, int64_t b) {
+  return "/jax_accl_" + hex(hmac_sha256(secret, str_cat("shm ", a, " ", b)), 16);
+}
+
+Status open_shm_channel(const std::string& name, int side, const std::string& label,
+                        const Deadline& deadline, std::unique_ptr<Channel>* out) {
+  const size_t bytes = ring_pair_region_bytes();
+  void* region = nullptr;
+  ACCL_RETURN_IF_ERROR(side == 0 ? create_segment(name, bytes, label, &region)
+                                 : open_segment(name, bytes, label, deadline, &region));
   auto* header = static_cast<RingPairHeader*>(region);
   header->pid[side].store(getpid(), std::memory_order_release);
-  uint32_t expected = 0;
-  header->magic.compare_exchange_strong(expected, kShmMagic);
   if (header->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == 2) {
     shm_unlink(name.c_str());
   }

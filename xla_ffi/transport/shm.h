@@ -1,22 +1,33 @@
 // Shared-memory channels between two processes of one host: one POSIX shared-memory
-// segment per pair of devices holds a ring pair (ring_channel.h). Both ends create or
-// open the segment by name (the job's secret makes the name unique); the second end to
-// map it unlinks the name, so nothing is left in /dev/shm once both are attached, even
-// if a process is later killed. Names never attached by the peer are unlinked by
+// segment per pair of devices holds a ring pair (ring_channel.h).
+//
+// The name is an HMAC of the pair under the job's secret, so nobody without the secret
+// can predict it and a listing of /dev/shm reveals nothing of the secret. Side 0 creates
+// the segment exclusively (O_EXCL, mode 0600: an existing one is refused) and allocates
+// every page (posix_fallocate: a full /dev/shm is an error naming its size, not a SIGBUS
+// later); side 1 opens it only once it is this user's alone, fully sized and marked
+// ready, and fails at once if side 0 could not allocate it. The second end to map the
+// segment unlinks the name, so nothing is left in /dev/shm once both are attached, even
+// if a process is later killed; names never attached by the peer are unlinked by
 // shm_cleanup() at exit.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "common/sha256.h"
 #include "common/wait.h"
 #include "transport/channel.h"
 
 namespace accl {
 
-// Opens end `side` (0 or 1) of segment `name` (starting with '/').
+// The segment of devices a < b under the job's secret: "/jax_accl_" + 32 hex digits.
+std::string shm_segment_name(const std::string& secret, int64_t a, int64_t b);
+
+// Opens end `side` (0 creates, 1 waits for it until `deadline`) of segment `name`.
 Status open_shm_channel(const std::string& name, int side, const std::string& label,
-                        std::unique_ptr<Channel>* out);
+                        const Deadline& deadline, std::unique_ptr<Channel>* out);
 
 // Unlinks every segment this process created whose peer never attached.
 void shm_cleanup();

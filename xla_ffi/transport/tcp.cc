@@ -12,6 +12,10 @@
 #include <cstring>
 
 namespace accl {
+
+// Dead-peer detection on every connection (TcpChannel's constructor).
+constexpr int kKeepIdleSeconds = 5, kKeepIntervalSeconds = 2, kKeepProbes = 3;
+constexpr unsigned kUserTimeoutMs = 15000;
 namespace {
 
 Status make_address(const std::string& ip, uint16_t port, sockaddr_in* addr) {
@@ -43,20 +47,6 @@ Status wait_fd(int fd, short events, const Deadline& deadline, const char* what)
 }
 
 }  // namespace
-
-Status check_handshake(const Handshake& h, const std::string& secret) {
-  if (h.magic != kHandshakeMagic) return error(Code::kAborted, "not a jax_accl connection");
-  if (h.version != kProtocolVersion) {
-    return error(Code::kAborted, "protocol version ", h.version, ", expected ", kProtocolVersion);
-  }
-  unsigned diff = secret.size() == kSecretBytes ? 0 : 1;
-  for (size_t i = 0; i < kSecretBytes; ++i) {
-    diff |= static_cast<unsigned char>(h.secret[i]) ^
-            static_cast<unsigned char>(i < secret.size() ? secret[i] : 0);
-  }
-  if (diff != 0) return error(Code::kAborted, "wrong job secret");
-  return Status::Ok();
-}
 
 Status tcp_listen(const std::string& ip, int* fd, uint16_t* port) {
   sockaddr_in addr;
@@ -155,6 +145,17 @@ TcpChannel::TcpChannel(int fd, std::string label, double weight)
   set_nonblocking(fd_);
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // A peer host that vanishes (power, cable, a partition) sends no reset: without these
+  // a wait would only end at its deadline. Keepalive probes an idle connection after
+  // kKeepIdleSeconds and gives up after kKeepProbes unanswered probes; data left
+  // unacknowledged for kUserTimeoutMs fails the connection as well.
+  int idle = kKeepIdleSeconds, interval = kKeepIntervalSeconds, probes = kKeepProbes;
+  unsigned user_timeout = kUserTimeoutMs;
+  setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 }
 
 TcpChannel::~TcpChannel() { close(fd_); }

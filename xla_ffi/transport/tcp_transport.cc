@@ -4,13 +4,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <system_error>
+#include <tuple>
 
+#include "transport/handshake.h"
 #include "transport/tcp.h"
 
 namespace accl {
 namespace {
 constexpr double kHandshakeSeconds = 5.0;
+// Handshakes being read at once; a connection beyond them is closed unread (and
+// counted as refused), so a flood of strangers cannot exhaust threads or memory.
+constexpr int kMaxPendingHandshakes = 64;
 }  // namespace
 
 std::vector<std::pair<int, int>> match_rails(const std::vector<Rail>& lower,
@@ -72,35 +79,59 @@ void TcpTransport::accept_loop() {
     for (size_t i = 0; i + 1 < fds.size(); ++i) {
       if (!(fds[i].revents & POLLIN)) continue;
       int fd = accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      // Each handshake is read on its own thread, so a silent stranger cannot stall
-      // the acceptor.
+      if (fd < 0) {
+        // Out of descriptors: the connection stays queued; back off instead of spinning.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          usleep(50000);
+        }
+        continue;
+      }
+      if (handshakes_in_flight_.load() >= kMaxPendingHandshakes) {
+        refused_.fetch_add(1);
+        close(fd);
+        continue;
+      }
+      // Each handshake is read on its own thread (with a 5 s deadline), so a silent
+      // stranger cannot stall the acceptor.
       handshakes_in_flight_.fetch_add(1);
-      std::thread([this, fd] {
-        handle_connection(fd);
+      try {
+        std::thread([this, fd] {
+          try {
+            handle_connection(fd);
+          } catch (...) {  // nothing may escape a thread: count it, drop the connection
+            refused_.fetch_add(1);
+            close(fd);
+          }
+          handshakes_in_flight_.fetch_sub(1);
+        }).detach();
+      } catch (const std::system_error&) {  // no thread to be had: refuse, do not terminate
         handshakes_in_flight_.fetch_sub(1);
-      }).detach();
+        refused_.fetch_add(1);
+        close(fd);
+      }
     }
   }
 }
 
 void TcpTransport::handle_connection(int fd) {
   const Deadline deadline = Deadline::after_seconds(kHandshakeSeconds);
-  Handshake h;
-  Status s = read_all(fd, &h, sizeof(h), deadline);
-  if (s.ok()) s = check_handshake(h, secret_);
+  Hello h;
+  Status s = handshake_as_acceptor(fd, secret_, &h, deadline);
   if (s.ok() && !lives_here_(h.dst_device)) {
     s = error(Code::kAborted, "device ", h.dst_device, " does not live here");
   }
+  const auto key = std::make_tuple(h.src_device, h.dst_device, static_cast<int>(h.rail),
+                                   static_cast<int>(h.stripe));
+  std::unique_lock<std::mutex> lock(mutex_);
+  // A second connection for a key not yet claimed is refused: the first one stays.
+  if (s.ok() && accepted_.count(key) > 0) s = error(Code::kAborted, "duplicate connection");
   if (s.ok()) s = write_all(fd, &kHandshakeAccepted, 1, deadline);
   if (!s.ok()) {
     refused_.fetch_add(1);
     close(fd);
     return;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  accepted_[{h.src_device, h.dst_device, static_cast<int>(h.rail), static_cast<int>(h.stripe)}] = {
-      fd, h.weight};
+  accepted_[key] = {fd, h.weight};
   accepted_cv_.notify_all();
 }
 
@@ -128,17 +159,13 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
       double weight = local.weight;
       if (lower) {
         ACCL_RETURN_IF_ERROR(tcp_connect(local.ip, remote.ip, remote.port, deadline, &fd));
-        Handshake h;
-        std::memcpy(h.secret, secret_.data(), kSecretBytes);
+        Hello h;
         h.src_device = me;
         h.dst_device = peer;
         h.rail = static_cast<uint32_t>(k);
         h.stripe = static_cast<uint32_t>(stripe);
         h.weight = weight;
-        char ack = 0;
-        Status s = write_all(fd, &h, sizeof(h), deadline);
-        if (s.ok()) s = read_all(fd, &ack, 1, deadline);
-        if (s.ok() && ack != kHandshakeAccepted) s = error(Code::kAborted, "handshake refused");
+        Status s = handshake_as_connector(fd, secret_, h, deadline);
         if (!s.ok()) {
           close(fd);
           return error(s.code(), label, ": ", s.message());

@@ -26,34 +26,34 @@ class MemoryTransport final : public Transport {
 
 class ShmTransport final : public Transport {
  public:
-  explicit ShmTransport(std::string prefix) : prefix_(std::move(prefix)) {}
+  explicit ShmTransport(std::string secret) : secret_(std::move(secret)) {}
   const char* name() const override { return "shm"; }
   bool can_connect(const DevicePair& pair) const override {
     return pair.mine->index != pair.theirs->index && pair.mine->host == pair.theirs->host;
   }
-  Status connect(const DevicePair& pair, const Deadline&,
+  Status connect(const DevicePair& pair, const Deadline& deadline,
                  std::vector<std::unique_ptr<Channel>>* out,
                  std::vector<std::unique_ptr<Channel>>*) override {
     const std::string segment =
-        str_cat(prefix_, "_", std::min(pair.me, pair.peer), "_", std::max(pair.me, pair.peer));
+        shm_segment_name(secret_, std::min(pair.me, pair.peer), std::max(pair.me, pair.peer));
     std::unique_ptr<Channel> c;
     ACCL_RETURN_IF_ERROR(open_shm_channel(
         segment, pair.me < pair.peer ? 0 : 1,
-        str_cat("shm to process ", pair.theirs->index, ", device ", pair.peer), &c));
+        str_cat("shm to process ", pair.theirs->index, ", device ", pair.peer), deadline, &c));
     c->rail = "shm";
     out->push_back(std::move(c));
     return Status::Ok();
   }
 
  private:
-  std::string prefix_;
+  std::string secret_;
 };
 
 }  // namespace
 
 std::unique_ptr<Transport> memory_transport() { return std::make_unique<MemoryTransport>(); }
-std::unique_ptr<Transport> shm_transport(std::string prefix) {
-  return std::make_unique<ShmTransport>(std::move(prefix));
+std::unique_ptr<Transport> shm_transport(std::string secret) {
+  return std::make_unique<ShmTransport>(std::move(secret));
 }
 
 }  // namespace accl

@@ -52,7 +52,7 @@ class Transport {
 };
 
 std::unique_ptr<Transport> memory_transport();
-// Segment names start with `prefix` (e.g. "/jax_accl_<job>").
-std::unique_ptr<Transport> shm_transport(std::string prefix);
+// Segments named from the job's secret (shm.h: shm_segment_name).
+std::unique_ptr<Transport> shm_transport(std::string secret);
 
 }  // namespace accl

@@ -1,0 +1,71 @@
+// The handshake that opens every TCP connection between jax_accl processes: mutual
+// authentication by challenge and response, with the job's secret never on the wire.
+//
+//   connector -> acceptor   Hello      who and what (devices, rail, stripe, weight) and
+//                                      a fresh nonce of the connector's
+//   acceptor  -> connector  Challenge  a fresh nonce of the acceptor's, and its proof:
+//                                      HMAC-SHA256(secret, "jax_accl acceptor" | hello |
+//                                      acceptor nonce); the connector checks it (the
+//                                      acceptor knows the secret, and answers this hello)
+//   connector -> acceptor   Response   HMAC-SHA256(secret, "jax_accl connector" | hello |
+//                                      acceptor nonce); the acceptor checks it
+//   acceptor  -> connector  'K'        admitted
+//
+// An observer learns no secret and cannot replay an exchange (the acceptor's nonce is
+// new every time); distinct role labels keep one side's proof from serving as the
+// other's. Every step has a deadline.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/sha256.h"
+#include "common/wait.h"
+
+namespace accl {
+
+constexpr uint32_t kHandshakeMagic = 0x4c434341;  // "ACCL" little-endian
+constexpr uint32_t kProtocolVersion = 2;
+constexpr size_t kSecretBytes = 32;
+constexpr size_t kNonceBytes = 16;
+constexpr char kHandshakeAccepted = 'K';
+
+struct Hello {
+  uint32_t magic = kHandshakeMagic;
+  uint32_t version = kProtocolVersion;
+  int64_t src_device = -1;  // connector's global device id
+  int64_t dst_device = -1;  // acceptor's global device id
+  uint32_t rail = 0;
+  uint32_t stripe = 0;  // connection index on that rail
+  double weight = 1.0;  // share of striped messages this connection carries
+  uint8_t nonce[kNonceBytes] = {};
+};
+static_assert(sizeof(Hello) == 56, "the wire layout: no padding");
+
+struct Challenge {
+  uint8_t nonce[kNonceBytes];
+  Digest proof;
+};
+static_assert(sizeof(Challenge) == 48, "the wire layout: no padding");
+
+// A rail's weight (its share of striped messages) must be positive and finite; the
+// bound keeps every share of a message representable.
+inline bool valid_rail_weight(double w) { return w > 0 && w <= 1e6; }
+
+// Magic, version and weight of a hello; the reason when refused.
+Status check_hello(const Hello& h);
+
+// The proof of `role` ("acceptor" or "connector") for `hello` and the acceptor's nonce.
+Digest handshake_proof(const std::string& secret, const char* role, const Hello& hello,
+                       const uint8_t* acceptor_nonce);
+
+void random_bytes(void* out, size_t bytes);  // from the kernel's generator
+
+// The connector's side of the exchange on `fd` (hello's nonce is filled in here).
+Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
+                              const Deadline& deadline);
+// The acceptor's side; *hello is what the connector said, once it proved itself.
+Status handshake_as_acceptor(int fd, const std::string& secret, Hello* hello,
+                             const Deadline& deadline);
+
+}  // namespace accl
