@@ -8,37 +8,41 @@ import subprocess
 import sys
 
 
-def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
-    rows_path = tmp_path / "rows.jsonl"
+def bench(*args, timeout):
+    """python -m jax_accl.bench with `args`; the finished process, which must succeed."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jax_accl.bench",
-            "--processes",
-            "2",
-            "--devices",
-            "2",
-            "--sizes",
-            "64KiB,512KiB",
-            "--algorithms",
-            "auto,ring",
-            "--reps",
-            "1",
-            "--loop",
-            "2",
-            "--mpi",
-            "on",
-            "--json",
-            str(rows_path),
-        ],
+        [sys.executable, "-m", "jax_accl.bench", *args],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         cwd="/",
         env={**os.environ, "XLA_FLAGS": ""},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
+    rows_path = tmp_path / "rows.jsonl"
+    done = bench(
+        "--processes",
+        "2",
+        "--devices",
+        "2",
+        "--sizes",
+        "64KiB,512KiB",
+        "--algorithms",
+        "auto,ring",
+        "--reps",
+        "1",
+        "--loop",
+        "2",
+        "--mpi",
+        "on",
+        "--json",
+        str(rows_path),
+        timeout=600,
+    )
     rows = [json.loads(line) for line in open(rows_path)]
     assert [(r["size_bytes"], r["variant"]) for r in rows] == [
         (size, variant)
@@ -61,40 +65,30 @@ def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
 def test_hosts_table_has_each_tier_and_progress(tmp_path):
     """`bench --hosts` on two namespaced hosts (root; CI runs it): the table, the time per
     tier, the bytes per rail, the plot and the progress of every size."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jax_accl.bench",
-            "--hosts",
-            "2",
-            "--processes-per-host",
-            "1",
-            "--devices",
-            "2",
-            "--rails",
-            "2",
-            "--rate-mbit",
-            "0",
-            "--all-rails-only",
-            "--sizes",
-            "64KiB,1MiB",
-            "--algorithms",
-            "auto",
-            "--reps",
-            "1",
-            "--loop",
-            "2",
-            "--plot",
-            str(tmp_path / "hosts.png"),
-        ],
-        capture_output=True,
-        text=True,
+    done = bench(
+        "--hosts",
+        "2",
+        "--processes-per-host",
+        "1",
+        "--devices",
+        "2",
+        "--rails",
+        "2",
+        "--rate-mbit",
+        "0",
+        "--all-rails-only",
+        "--sizes",
+        "64KiB,1MiB",
+        "--algorithms",
+        "auto",
+        "--reps",
+        "1",
+        "--loop",
+        "2",
+        "--plot",
+        str(tmp_path / "hosts.png"),
         timeout=300,
-        cwd="/",
-        env={**os.environ, "XLA_FLAGS": ""},
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     label = "2 hosts x 1 processes x 2 devices, 2 of 2 rails unshaped"
     assert f"# {label}; baseline: jax.lax.psum over gloo on rail0" in done.stdout
     assert "# 1MiB accl:auto (hierarchical) per call: local reduce-scatter" in done.stdout
