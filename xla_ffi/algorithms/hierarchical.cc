@@ -141,7 +141,15 @@ class BetweenHosts {
         times_(times) {
     if (link_ == nullptr || chunks_ < 2) return;
     try {
-      thread_ = std::thread([this] { run(); });
+      thread_ = std::thread([this] {
+        try {
+          run();
+        } catch (const std::exception& e) {  // nothing may escape a thread
+          status_ = error(Code::kInternal, link_->where(), ": between hosts: ", e.what());
+          failed_.store(true, std::memory_order_release);
+          done_.wake_all();
+        }
+      });
     } catch (const std::exception&) {
       // No thread: ready() runs each chunk's step inline.
     }

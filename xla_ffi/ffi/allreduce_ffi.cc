@@ -2,6 +2,7 @@
 // and rank from its logical id (the partition id) and the replica groups computed at
 // lowering, then run the native all-reduce. Errors become ffi::Error.
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -152,9 +153,20 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
     // The buffers stay valid until the future completes (XLA's contract for async calls).
     run_on_device_worker(
         spec.device, [spec, member_devices, ins, outs, counts, complete]() mutable {
-          complete(member_devices.empty()
-                       ? allreduce_local(spec, ins, outs, counts)
-                       : allreduce_across_processes(spec, member_devices, ins, outs, counts));
+          // Nothing may escape a worker thread (std::terminate), and the future must
+          // complete either way: an exception (an allocation that failed) becomes the
+          // call's error.
+          Status s;
+          try {
+            s = member_devices.empty()
+                    ? allreduce_local(spec, ins, outs, counts)
+                    : allreduce_across_processes(spec, member_devices, ins, outs, counts);
+          } catch (const std::exception& e) {
+            s = error(Code::kInternal, spec.label, ": ", e.what());
+          } catch (...) {
+            s = error(Code::kInternal, spec.label, ": an unknown exception");
+          }
+          complete(s);
         });
   }
   return future;

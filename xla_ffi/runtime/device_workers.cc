@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,7 +25,10 @@ struct Worker {
         job = std::move(jobs.front());
         jobs.pop_front();
       }
-      job();
+      try {
+        job();  // jobs catch their own exceptions; this only keeps the thread alive
+      } catch (...) {
+      }
     }
   }
 };
@@ -37,9 +41,10 @@ Worker& worker_for(int64_t device) {
   std::lock_guard<std::mutex> lock(*mutex);
   auto& slot = (*workers)[device];
   if (!slot) {
-    slot = std::make_unique<Worker>();
-    Worker* w = slot.get();
-    std::thread([w] { w->loop(); }).detach();
+    auto worker = std::make_unique<Worker>();
+    Worker* w = worker.get();
+    std::thread([w] { w->loop(); }).detach();  // may throw: then no worker is kept
+    slot = std::move(worker);
   }
   return *slot;
 }
@@ -47,7 +52,14 @@ Worker& worker_for(int64_t device) {
 }  // namespace
 
 void run_on_device_worker(int64_t device, std::function<void()> job) {
-  Worker& w = worker_for(device);
+  Worker* found = nullptr;
+  try {
+    found = &worker_for(device);
+  } catch (const std::exception&) {  // no thread to be had: run the job here, blocking
+    job();
+    return;
+  }
+  Worker& w = *found;
   {
     std::lock_guard<std::mutex> lock(w.mutex);
     w.jobs.push_back(std::move(job));

@@ -83,7 +83,17 @@ void watchdog() {
 
 void ensure_watchdog() {
   static std::once_flag once;
-  std::call_once(once, [] { std::thread(watchdog).detach(); });
+  std::call_once(once, [] {
+    std::thread([] {
+      for (;;) {  // nothing may escape a thread: an allocation that failed restarts it
+        try {
+          watchdog();
+        } catch (...) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+    }).detach();
+  });
 }
 
 // The last rank: reduce once, write every output, complete every rank.
