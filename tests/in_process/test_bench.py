@@ -86,10 +86,15 @@ def test_calibrate_stores_what_it_measured_and_a_fresh_process_goes_by_it(tmp_pa
     assert lines[1].startswith("[jax_accl.bench --calibrate] 2/8 2 processes x 1 devices: 4MiB")
     assert len(lines) == 9 and lines[-1].startswith("[jax_accl.bench --calibrate] done: 8 pieces")
     stored = json.loads((tmp_path / "cost_model.json").read_text())
-    # In one process all three; on 2 x 1 every step crosses processes, so shm_alpha is
-    # not measured (kept) while the other one-host constants are fitted.
-    assert {"alpha", "beta", "gamma", "shm_process_alpha", "shm_beta", "cma_beta"} <= set(stored)
-    assert "shm_alpha" not in stored and "kept: shm_alpha" in out
+    # In one process all three. On 2 x 1 every step crosses processes, so shm_alpha
+    # cannot be told (kept); each other one-host constant is fitted and stored, or kept
+    # and said so where the times fit it below zero (this 2-core machine's noise can).
+    assert {"alpha", "beta", "gamma"} <= set(stored)
+    kept_line = next(line for line in out.splitlines() if "; kept: " in line)
+    kept = set(kept_line.split("; kept: ")[1].split(", "))
+    assert "shm_alpha" in kept and "shm_alpha" not in stored
+    for name in ("shm_process_alpha", "shm_beta", "cma_beta"):
+        assert (name in stored) != (name in kept), (name, kept_line)
     assert all(stored[k] > 0 for k in stored if k != "one_host")
     lines = stored["one_host"]["2x1"]
     assert set(lines) == {"direct", "ring", "halving_doubling", "reduce_broadcast"}
