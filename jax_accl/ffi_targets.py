@@ -8,6 +8,7 @@ import os
 
 import jax
 
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _registered = False
 
 
@@ -15,15 +16,14 @@ def _missing_module_error(cause: ImportError) -> ImportError:
     """The error for an import of jax_accl that finds no compiled module: usually the
     source tree shadowing the installed package (Python puts the current directory first
     on sys.path)."""
-    package = os.path.dirname(os.path.abspath(__file__))
-    in_checkout = os.path.exists(os.path.join(package, "..", "CMakeLists.txt"))
+    in_checkout = os.path.exists(os.path.join(PACKAGE, "..", "CMakeLists.txt"))
     where = (
-        f"jax_accl was imported from the source tree {os.path.dirname(package)}, "
+        f"jax_accl was imported from the source tree {os.path.dirname(PACKAGE)}, "
         "which has no compiled module. Run Python from another directory so that the "
         "installed package is imported, or install the checkout in editable mode "
         "(pip install -e . --no-build-isolation)"
         if in_checkout
-        else f"{package} has no compiled module jax_accl._accl; reinstall jax_accl "
+        else f"{PACKAGE} has no compiled module jax_accl._accl; reinstall jax_accl "
         "(pip install --force-reinstall jax_accl)"
     )
     return ImportError(f"{where}. ({type(cause).__name__}: {cause})")
@@ -36,8 +36,7 @@ def register() -> None:
     try:
         from jax_accl import _accl
     except ImportError as e:
-        package = os.path.dirname(os.path.abspath(__file__))
-        if glob.glob(os.path.join(package, "_accl*.so")):
+        if glob.glob(os.path.join(PACKAGE, "_accl*.so")):
             raise  # the module is there and fails to load: its own error says why
         raise _missing_module_error(e) from None
     for name, capsule in _accl.registrations().items():

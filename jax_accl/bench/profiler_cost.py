@@ -17,11 +17,9 @@ import sys
 import tempfile
 
 import jax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 import jax_accl
-from jax_accl.bench.sweep import _mesh, test_data
+from jax_accl.bench.sweep import chained, mesh_of, sharded_rows, test_data
 from jax_accl.bench.timing import call_seconds, chain_length
 
 SIZE = 4 << 10
@@ -43,20 +41,14 @@ print(json.dumps(measure(devices, loop, reps)))
 def measure(devices: int, loop: int, reps: int) -> dict:
     """This process's medians, in seconds per op: before, inside and after a session."""
     jax.config.update("jax_num_cpu_devices", devices)
-    mesh = _mesh(devices)
-    host = test_data(SIZE, devices)
-    x = jax.make_array_from_callback(host.shape, NamedSharding(mesh, P("i")), lambda i: host[i])
+    mesh = mesh_of(devices)
+    x = sharded_rows(mesh, test_data(SIZE, devices))
     loop = chain_length(SIZE, loop, devices)
 
-    def program(steps):
-        def body(a):
-            return jax.lax.fori_loop(0, steps, lambda _, v: jax_accl.psum(v, "i") / devices, a)
+    def mean(v):
+        return jax_accl.psum(v, "i") / devices
 
-        return jax.jit(
-            jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False)
-        )
-
-    short, long = program(loop), program(2 * loop)
+    short, long = chained(mesh, mean, loop), chained(mesh, mean, 2 * loop)
 
     def per_op() -> float:
         return statistics.median(

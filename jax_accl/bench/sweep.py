@@ -21,10 +21,28 @@ def test_data(size_bytes: int, n: int) -> np.ndarray:
     return rng.integers(-8, 8, (n, max(1, size_bytes // 4))).astype(np.float32)
 
 
-def _mesh(n: int):
-    """A 1-D mesh over n devices, process by process (all processes' devices)."""
+def mesh_of(n: int):
+    """A 1-D mesh "i" over n devices, process by process (all processes' devices)."""
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))[:n]
     return Mesh(np.array(devices), ("i",))
+
+
+def sharded_rows(mesh, host: np.ndarray):
+    """`host`'s rows spread over the mesh, row d on device d."""
+    return jax.make_array_from_callback(
+        host.shape, NamedSharding(mesh, P("i")), lambda index: host[index]
+    )
+
+
+def chained(mesh, reduce, steps: int):
+    """A jitted program of `steps` all-reduces `reduce`, each feeding the next."""
+
+    def body(a):
+        return jax.lax.fori_loop(0, steps, lambda _, v: reduce(v), a)
+
+    return jax.jit(
+        jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False)
+    )
 
 
 def _first_local_block(array) -> np.ndarray:
@@ -36,20 +54,10 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
     algorithm it ran}, {variant: seconds per call in each phase of the hierarchy}: per op
     is (time of 2K chained ops - time of K) / K, with K = loop. The variants:
     jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
-    mesh = _mesh(n)
+    mesh = mesh_of(n)
     host = test_data(size_bytes, n)
-    x = jax.make_array_from_callback(
-        host.shape, NamedSharding(mesh, P("i")), lambda index: host[index]
-    )
+    x = sharded_rows(mesh, host)
     want = host.sum(0)
-
-    def program(reduce, steps):
-        def body(a):
-            return jax.lax.fori_loop(0, steps, lambda _, v: reduce(v), a)
-
-        return jax.jit(
-            jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False)
-        )
 
     single, ran, chains, phases = {}, {}, {}, {}
     variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][: int(baseline)] + [
@@ -72,7 +80,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
             phases_after = jax_accl.stats()["phase_seconds"]
             calls = (reps + 1) * jax.local_device_count()
             phases[name] = {k: (phases_after[k] - phases_before[k]) / calls for k in phases_after}
-        chains[name] = (program(reduce, loop), program(reduce, 2 * loop))
+        chains[name] = (chained(mesh, reduce, loop), chained(mesh, reduce, 2 * loop))
     return list(per_op_interleaved(chains, x, loop, reps, size_bytes).items()), single, ran, phases
 
 
@@ -90,7 +98,7 @@ def measure_pytree(n: int, leaves: int, reps: int):
     """A gradient-like pytree (`leaves` leaves of model-like sizes): leaf-by-leaf
     jax.lax.psum against jax_accl.psum fused into one call, and jax_accl unfused."""
 
-    mesh = _mesh(n)
+    mesh = mesh_of(n)
     shapes = [(256, 256), (256,), (256, 1024), (1024,), (1024, 256), (256,), (16,), ()]
     rng = np.random.default_rng(0)
     tree = [

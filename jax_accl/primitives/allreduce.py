@@ -176,14 +176,13 @@ def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant, op_i
         for k in live:
             out[k] = c.pvary(cts[k], axes)
     elif live:  # psum = psum-then-broadcast, so the transpose sums again (as psum_p)
-        summed = accl_allreduce_p.bind(
-            *[cts[k] for k in live],
+        summed = bind(
+            [cts[k] for k in live],
             axes=axes,
             axis_index_groups=axis_index_groups,
             op=op,
             algorithm=algorithm,
             invariant=False,
-            op_id=next(_op_ids),
         )
         for k, v in zip(live, summed):
             out[k] = v

@@ -53,17 +53,16 @@ Session* session_of(xla_abi::PluginProfiler* profiler) {
   return reinterpret_cast<Session*>(profiler);
 }
 
-PluginError* stop(SessionArgs* args) {
-  Session* s = session_of(args->profiler);
-  if (s == nullptr || !s->running) return nullptr;
+// Ends recording for session `s` (if it runs) and serializes what it recorded.
+void stop_session(Session* s) {
+  if (s == nullptr || !s->running) return;
   s->running = false;
   std::vector<TraceEvent> events;
-  uint64_t dropped;
+  uint64_t dropped = 0;
   {
     std::lock_guard<std::mutex> lock(sessions_mutex);
     if (--running_sessions == 0) trace_enable(false);
-    dropped = trace_dropped();
-    events = trace_take();
+    events = trace_take(&dropped);
   }
   if (dropped > 0 && !events.empty()) {  // say so where the events stop
     const TraceEvent& last = events.back();
@@ -72,11 +71,15 @@ PluginError* stop(SessionArgs* args) {
                                 last.device, last.end_ns, last.end_ns, 0, ""});
   }
   s->collected = events_to_xspace(events, profiler_clock_offset_ns());
+}
+
+PluginError* stop(SessionArgs* args) {
+  stop_session(session_of(args->profiler));
   return nullptr;
 }
 
 PluginError* destroy(SessionArgs* args) {
-  stop(args);
+  stop_session(session_of(args->profiler));
   delete session_of(args->profiler);
   return nullptr;
 }
@@ -97,7 +100,7 @@ PluginError* start(SessionArgs* args) {
 PluginError* collect_data(CollectDataArgs* args) {
   Session* s = session_of(args->profiler);
   if (s == nullptr) return nullptr;
-  if (s->running) stop(reinterpret_cast<SessionArgs*>(args));  // same head: size, profiler
+  stop_session(s);  // XLA stops first; this only covers a caller that did not
   if (args->buffer == nullptr) {
     args->buffer = reinterpret_cast<uint8_t*>(s->collected.data());
   } else {

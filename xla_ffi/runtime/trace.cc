@@ -38,15 +38,11 @@ void trace_record(TraceEvent event) {
   }
 }
 
-uint64_t trace_dropped() {
-  std::lock_guard<std::mutex> lock(mutex);
-  return dropped;
-}
-
-std::vector<TraceEvent> trace_take() {
+std::vector<TraceEvent> trace_take(uint64_t* dropped_events) {
   std::lock_guard<std::mutex> lock(mutex);
   std::vector<TraceEvent> out;
   out.swap(events());
+  if (dropped_events != nullptr) *dropped_events = dropped;
   dropped = 0;
   return out;
 }

@@ -25,8 +25,9 @@ bool trace_enabled();
 // Keeps at most kMaxTraceEvents (a few hundred MB); later ones are counted, not kept.
 inline constexpr size_t kMaxTraceEvents = 1 << 21;
 void trace_record(TraceEvent event);
-std::vector<TraceEvent> trace_take();  // and clear, with the count of dropped events
-uint64_t trace_dropped();              // since the last trace_take
+// The events recorded since the last call, and clears them; *dropped_events (when given)
+// counts those past kMaxTraceEvents.
+std::vector<TraceEvent> trace_take(uint64_t* dropped_events = nullptr);
 std::string human_bytes(uint64_t bytes);
 
 // One line per all-reduce per device on stderr; jax_accl's configuration turns it on

@@ -3,8 +3,7 @@
 #include <sys/random.h>
 
 #include <cerrno>
-#include <cmath>
-#include <cstring>
+#include <random>
 
 #include "transport/tcp.h"
 
@@ -33,14 +32,11 @@ void random_bytes(void* out, size_t bytes) {
   auto* p = static_cast<uint8_t*>(out);
   while (bytes > 0) {
     ssize_t n = getrandom(p, bytes, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      // No kernel generator (pre-3.17 kernels): nonces only need to be unique; mix the
-      // clock into the hash of the previous output.
-      static Digest chain{};
-      chain = sha256(str_cat(hex(chain), Clock::now().time_since_epoch().count()));
-      n = static_cast<ssize_t>(std::min(bytes, chain.size()));
-      std::memcpy(p, chain.data(), n);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {  // no getrandom (kernels before 3.17): the library's device, /dev/urandom
+      std::random_device device;
+      for (; bytes > 0; --bytes) *p++ = static_cast<uint8_t>(device());
+      return;
     }
     p += n;
     bytes -= static_cast<size_t>(n);

@@ -116,8 +116,8 @@ Status open_segment(const std::string& name, size_t bytes, const std::string& la
     if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
       close(fd);
       return error(Code::kInternal, label, ": shared-memory segment ", name, " is owned by uid ",
-                   st.st_uid, " with mode ", st.st_mode & 0777, " (octal ", std::oct,
-                   st.st_mode & 0777, "), not this user's alone: refusing it");
+                   st.st_uid, " with mode 0", std::oct, st.st_mode & 0777,
+                   ", not this user's alone: refusing it");
     }
     if (static_cast<size_t>(st.st_size) == bytes) break;
     if (static_cast<size_t>(st.st_size) == kFailedSegmentBytes) {

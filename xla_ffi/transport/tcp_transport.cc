@@ -125,6 +125,8 @@ void TcpTransport::handle_connection(int fd) {
   std::unique_lock<std::mutex> lock(mutex_);
   // A second connection for a key not yet claimed is refused: the first one stays.
   if (s.ok() && accepted_.count(key) > 0) s = error(Code::kAborted, "duplicate connection");
+  // Under the lock, so that the check and the entry are one step; one byte into the
+  // empty send buffer of a fresh connection never waits.
   if (s.ok()) s = write_all(fd, &kHandshakeAccepted, 1, deadline);
   if (!s.ok()) {
     refused_.fetch_add(1);
