@@ -15,12 +15,14 @@ from jax_accl.api import allreduce, pmax, pmean, pmin, psum, shard_map  # noqa: 
 from jax_accl.errors import AcclError  # noqa: E402
 from jax_accl.patch import patch_psum  # noqa: E402
 from jax_accl.primitives import lowering as _lowering  # noqa: E402,F401
+from jax_accl.recovery import abort  # noqa: E402
 from jax_accl.routing import routed  # noqa: E402
 from jax_accl.stats import reset_stats, stats  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
     "AcclError",
+    "abort",
     "allreduce",
     "distributed",
     "patch_psum",

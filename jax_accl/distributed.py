@@ -12,7 +12,9 @@ multi-process program calls ``ensure_started()``. Every process then
    its devices under ``jax_accl/v1/process/<index>``, and reads everybody else's.
 
 Processes with the same host id talk through shared memory, the others over TCP on
-every rail. No server of our own: only the coordination service's key-value store.
+every rail. After a failed call, the processes of a group agree on a new epoch through
+the same store (``jax_accl.recovery``). No server of our own: only the coordination
+service's key-value store.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import threading
 
 import jax
 
-from jax_accl import _accl, config, log
+from jax_accl import _accl, config, log, recovery
 from jax_accl import _compat as c
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
@@ -75,6 +77,7 @@ def _start() -> list[dict]:
         config.value("JAX_ACCL_CMA"),
     )
     atexit.register(_accl.world_stop)
+    _accl.set_epoch_agreement(recovery.agree_on_epoch)
     entry = {
         "host": host,
         "rails": [[name, ip, port, weight] for (name, ip, weight), port in zip(rails, ports)],

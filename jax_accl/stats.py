@@ -11,6 +11,8 @@ def stats() -> dict:
       "bytes_received", "messages_sent"}}, one entry per transport and per rail;
     * ``phase_seconds``: time in each phase of the hierarchical all-reduce;
     * ``refused_connections``: connections refused for a wrong secret or protocol;
+    * ``recoveries``: epochs the groups of this process started after a failed call
+      (``jax_accl.recovery``); not reset by ``reset_stats()``;
     * ``reduce_isa``: the instruction set of the reduce kernels.
     """
     return {**_accl.stats(), "reduce_isa": _accl.reduce_isa()}

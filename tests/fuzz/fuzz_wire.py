@@ -28,8 +28,9 @@ def load_native():
 
 _accl = load_native()
 
-HELLO = struct.Struct("<IIqqIId16s")  # magic, version, src, dst, rail, stripe, weight, nonce
-FRAME = struct.Struct("<IIQQQ")  # magic, reserved, tag, seq, bytes
+HELLO = struct.Struct("<IIqqIIdQ16s")  # magic, version, src, dst, rail, stripe, weight, space,
+# nonce
+FRAME = struct.Struct("<IIQQQ")  # magic, epoch, tag, seq, bytes
 HANDSHAKE_MAGIC, FRAME_MAGIC, TAG = 0x4C434341, 0x46434341, 42
 
 
@@ -38,7 +39,7 @@ def check_hello(raw: bytes):
     message = _accl.parse_hello(raw)
     valid = (
         len(raw) >= HELLO.size
-        and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 2)
+        and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 3)
         and 0 < HELLO.unpack(raw[: HELLO.size])[6] <= 1e6  # the rail's weight
     )
     assert (message == "") == valid, (raw[:48], message)
@@ -49,8 +50,10 @@ def check_frames(raw: bytes, expected: int):
     error, payload = _accl.receive_frames(raw, expected)
     valid = len(raw) >= FRAME.size + expected
     if valid:
-        magic, _, tag, seq, nbytes = FRAME.unpack(raw[: FRAME.size])
-        valid = magic == FRAME_MAGIC and tag == TAG and seq == 0 and nbytes == expected
+        magic, epoch, tag, seq, nbytes = FRAME.unpack(raw[: FRAME.size])
+        valid = (
+            magic == FRAME_MAGIC and epoch == 0 and tag == TAG and seq == 0 and nbytes == expected
+        )
     assert (error == "") == valid, (raw[:40], expected, error)
     if valid:
         assert payload == raw[FRAME.size : FRAME.size + expected]
@@ -63,9 +66,11 @@ def test_one_input(data: bytes):
     if mode == 0:
         check_hello(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 100)))
     elif mode == 1:  # a near-valid handshake with one field changed
-        fields = [HANDSHAKE_MAGIC, 2, 1, 2, 0, 0, 1.0, b"\0" * 16]
-        k = fdp.ConsumeIntInRange(0, 2)
-        if k == 2:  # the weight: nan, infinities, zero, negative, too large, or fine
+        fields = [HANDSHAKE_MAGIC, 3, 1, 2, 0, 0, 1.0, 0, b"\0" * 16]
+        k = fdp.ConsumeIntInRange(0, 3)
+        if k == 3:  # the channel space: any value is well-formed
+            fields[7] = fdp.ConsumeIntInRange(0, 2**64 - 1)
+        elif k == 2:  # the weight: nan, infinities, zero, negative, too large, or fine
             fields[6] = fdp.PickValueInList(
                 [float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 1e7, 2.5]
             )

@@ -1,6 +1,7 @@
 """JAX tier: bad input raises a clear Python error of the kind jax.lax raises; a rank
 that never arrives makes the others fail within the deadline instead of hanging."""
 
+import threading
 import time
 
 import jax
@@ -79,5 +80,28 @@ def test_rank_that_never_arrives_times_out_naming_the_missing(mesh8, monkeypatch
         jax.block_until_ready(shard(mesh8, body, out=P("i"), check_vma=False)(x))
     assert time.monotonic() - start < 30
     # The runtime is usable afterwards.
+    y = shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)
+    np.testing.assert_allclose(np.asarray(y)[0], np.asarray(x).sum(0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [64, 1 << 18])  # the one-shot path, and the rendezvous
+def test_abort_from_another_thread_ends_a_pending_call_at_once(mesh8, monkeypatch, size):
+    monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "60")
+    x = put(mesh8, values((8, size), "float32"), P("i"))
+
+    def body(a):  # only device 0 calls the all-reduce: it would wait 60 s
+        return jax.lax.cond(
+            jax.lax.axis_index("i") == 0,
+            lambda v: jax_accl.psum(v, "i") + 0 * v,
+            lambda v: v,
+            a,
+        )
+
+    threading.Timer(0.5, jax_accl.abort).start()
+    start = time.monotonic()
+    with pytest.raises(Exception, match=r"aborted by jax_accl\.abort\(\) while waiting for ranks"):
+        jax.block_until_ready(shard(mesh8, body, out=P("i"), check_vma=False)(x))
+    assert time.monotonic() - start < 5
+    # Calls after the abort are not affected.
     y = shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)
     np.testing.assert_allclose(np.asarray(y)[0], np.asarray(x).sum(0), rtol=1e-5, atol=1e-5)

@@ -4,7 +4,6 @@ workers, against jax.lax.psum over JAX's gloo collectives on one host and agains
 across namespaces too (gloo bound to rail 0)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,14 +131,6 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
                 assert phase["ts"] + phase["dur"] <= call["ts"] + call["dur"] + 1
         elif devices > 1:
             assert_hierarchical_phases(r["trace"], ["local", "host"])
-
-
-@pytest.fixture
-def root_required():
-    if not netns.can_create_namespaces():
-        if os.environ.get("CI"):
-            pytest.fail("CI runs as root: network namespaces must be available")
-        pytest.skip("network namespaces need root")
 
 
 def host_env(names, rails=RAILS, per_host=1):

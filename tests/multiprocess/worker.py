@@ -29,6 +29,12 @@ parser.add_argument(
 parser.add_argument("--bytes", type=int, default=1 << 20)
 parser.add_argument("--reps", type=int, default=5)
 parser.add_argument(
+    "--fail-every",
+    type=int,
+    default=0,
+    help="soak: after every n-th call, one the processes call differently (must raise)",
+)
+parser.add_argument(
     "--profile-dir",
     default="",
     help="afterwards, trace one 1 MiB all-reduce with jax_accl.profiler",
@@ -237,7 +243,10 @@ def profile_events():
 
 def scenario_soak():
     """--reps random all-reduces (sizes, dtypes, ops, axes, algorithms from a pool of
-    compiled programs), each checked; reports the growth of resident memory."""
+    compiled programs), each checked; reports the growth of resident memory. With
+    --fail-every n, after every n-th call one that differs between the processes
+    (process 0 ring, the others direct), which must raise on every process; the calls
+    after it must still be exact."""
     rng = np.random.default_rng(11)  # the same sequence on every process
     programs = []
     for k in range(12):
@@ -261,8 +270,18 @@ def scenario_soak():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
+    faulty = allreduce_program(
+        jax_accl, ALL, algorithm="ring" if jax.process_index() == 0 else "direct"
+    )
+    faults = {"injected": 0, "raised": 0}
     baseline = None
     for i in range(args.reps):
+        if args.fail_every and i % args.fail_every == args.fail_every - 1:
+            faults["injected"] += 1
+            try:
+                faulty(place(global_input((777,), np.int32, seed=i), P(ALL))).block_until_ready()
+            except Exception as e:
+                faults["raised"] += "jax_accl" in str(e)
         fn, axes, dtype, op, elements = programs[rng.integers(len(programs))]
         x = global_input((elements,), dtype, seed=int(rng.integers(1 << 30)))
         x = np.abs(x) % 64 if op == "sum" else x  # exact in float32
@@ -278,7 +297,12 @@ def scenario_soak():
         check(f"soak call {i}", got, [want[k : k + 1] for k in mine])
         if i == args.reps // 5:
             baseline = rss_mib()
-    return {"calls": args.reps, "rss_growth_mib": rss_mib() - (baseline or rss_mib())}
+    return {
+        "calls": args.reps,
+        "rss_growth_mib": rss_mib() - (baseline or rss_mib()),
+        "faults": faults,
+        "recoveries": jax_accl.stats()["recoveries"],
+    }
 
 
 def scenario_mismatch():
@@ -306,7 +330,84 @@ def scenario_large_call():
     return {"error": None}
 
 
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def scenario_recover():
+    """--reps rounds: a failed call (the processes call different algorithms, or
+    different shapes), which must raise on every process, then correct calls, which must
+    be exact (int32 bitwise) on fresh channels. Reports the errors seen, the recoveries,
+    and the descriptors and /dev/shm segments left (nothing may grow)."""
+    me = jax.process_index()
+    x = global_input((3000,), np.int32, seed=7)
+    want = expected_numpy(x, ALL)
+    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
+    placed = place(x, P(ALL))
+    good = allreduce_program(jax_accl, ALL)
+    by_algorithm = allreduce_program(jax_accl, ALL, algorithm="ring" if me == 0 else "direct")
+    # Another shape on the last process: its global array is another array.
+    y = global_input((3000 if me != NP - 1 else 1500,), np.int32, seed=8)
+    by_shape, placed_y = good, place(y, P(ALL))
+    exact = lambda label: check(label, good(placed), [want[k : k + 1] for k in mine])  # noqa: E731
+    exact("first call")
+    errors, fds = [], []
+    for i in range(args.reps):
+        bad, arg = (by_algorithm, placed) if i % 2 == 0 else (by_shape, placed_y)
+        try:
+            bad(arg).block_until_ready()
+            errors.append(None)
+        except Exception as e:
+            errors.append(str(e))
+        for k in range(3):
+            exact(f"round {i}, call {k} after the failure")
+        fds.append(open_fds())
+    segments = [n for n in os.listdir("/dev/shm") if n.startswith("jax_accl_")]
+    return {
+        "errors": errors,
+        "recoveries": jax_accl.stats()["recoveries"],
+        "fds": fds,
+        "shm_segments": len(segments),
+    }
+
+
+def scenario_abort():
+    """Process 0 waits in a call that the last process joins only 4 s later; a thread of
+    process 0 calls jax_accl.abort() after 1 s. Process 0's call must fail then, naming
+    abort(); the late process's call must fail (its channels were poisoned); the next
+    calls on both must recover and be exact."""
+    import threading
+
+    me = jax.process_index()
+    x = global_input((5000,), np.int32, seed=9)
+    want = expected_numpy(x, ALL)
+    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
+    placed = place(x, P(ALL))
+    step = allreduce_program(jax_accl, ALL)
+    check("before", step(placed), [want[k : k + 1] for k in mine])
+    if me == 0:
+        threading.Timer(1.0, jax_accl.abort).start()
+    elif me == NP - 1:
+        time.sleep(4.0)
+    start = time.perf_counter()
+    error = None
+    try:
+        step(placed).block_until_ready()
+    except Exception as e:
+        error = str(e)
+    seconds = time.perf_counter() - start
+    check("after", step(placed), [want[k : k + 1] for k in mine])
+    check("after, again", step(placed), [want[k : k + 1] for k in mine])
+    return {
+        "error": error,
+        "seconds_to_error": seconds,
+        "recoveries": jax_accl.stats()["recoveries"],
+    }
+
+
 SCENARIOS = {
+    "recover": scenario_recover,
+    "abort": scenario_abort,
     "correctness": scenario_correctness,
     "bandwidth": scenario_bandwidth,
     "survive_kill": scenario_survive_kill,

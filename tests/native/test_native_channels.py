@@ -71,13 +71,13 @@ def test_mismatched_lengths_are_an_error_on_every_rank(algorithm):
     assert any("different call" in e for e in errors), errors
 
 
-HELLO = struct.Struct("<IIqqIId16s")  # transport/handshake.h: magic .. weight, nonce
+HELLO = struct.Struct("<IIqqIIdQ16s")  # transport/handshake.h: magic .. weight, space, nonce
 CHALLENGE_BYTES = 48  # the acceptor's nonce and its proof
-MAGIC, VERSION = 0x4C434341, 2
+MAGIC, VERSION = 0x4C434341, 3
 
 
-def hello(dst=7, *, src=1, rail=0, stripe=0, weight=1.0, version=VERSION):
-    return HELLO.pack(MAGIC, version, src, dst, rail, stripe, weight, os.urandom(16))
+def hello(dst=7, *, src=1, rail=0, stripe=0, weight=1.0, version=VERSION, space=0):
+    return HELLO.pack(MAGIC, version, src, dst, rail, stripe, weight, space, os.urandom(16))
 
 
 def proof(secret: bytes, role: str, hello_bytes: bytes, nonce: bytes) -> bytes:
@@ -150,8 +150,9 @@ def test_strangers_are_refused_and_the_listener_keeps_serving(listener):
         b"GET / HTTP/1.0\r\n\r\n",  # wrong protocol
         os.urandom(HELLO.size),  # random bytes
         hello(version=1),  # the old protocol, which sent the secret itself
+        hello(version=2),  # the protocol before channel spaces
         hello(weight=float("nan")),  # a senseless rail weight
-        hello()[:50],  # truncated
+        hello()[:60],  # truncated
     ]
     before = _accl.stats()["refused_connections"]
     for payload in strangers:

@@ -1,6 +1,8 @@
 """Soak: many random all-reduces, every result checked against NumPy, resident memory
-flat. CI runs the short counts; JAX_ACCL_SOAK=full runs the documented ones (10,000
-native, 10,000 through JAX, 1,000 across processes)."""
+flat; across processes with a failed call injected every so often, each one raised on
+every process and recovered from. CI runs the short counts; JAX_ACCL_SOAK=full runs the
+documented ones (10,000 native, 10,000 through JAX, 1,000 across processes with a
+failure every 200 calls)."""
 
 import ctypes
 import os
@@ -21,6 +23,7 @@ FULL = os.environ.get("JAX_ACCL_SOAK") == "full"
 NATIVE_CALLS = 10_000 if FULL else 1_500
 JAX_CALLS = 10_000 if FULL else 600
 PROCESS_CALLS = 1_000 if FULL else 100
+FAIL_EVERY = 200 if FULL else 25
 MAX_BYTES = 4 << 20
 DTYPES = ["int32", "int64", "uint8", "float32", "float64", "float16", "bfloat16"]
 OPS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
@@ -122,7 +125,15 @@ def test_jax_soak():
 def test_multi_process_soak():
     worker = str(Path(__file__).parents[1] / "multiprocess" / "worker.py")
     results = launch.run_job(
-        [worker, "--scenario", "soak", "--reps", str(PROCESS_CALLS)],
+        [
+            worker,
+            "--scenario",
+            "soak",
+            "--reps",
+            str(PROCESS_CALLS),
+            "--fail-every",
+            str(FAIL_EVERY),
+        ],
         3,
         2,
         env=[{"JAX_ACCL_TIMEOUT_S": "60"}] * 3,
@@ -130,8 +141,12 @@ def test_multi_process_soak():
     )
     print(
         f"\nmulti-process soak: {PROCESS_CALLS} calls x 3 processes, resident memory growth "
-        f"{[round(r['rss_growth_mib'], 1) for r in results]} MiB"
+        f"{[round(r['rss_growth_mib'], 1) for r in results]} MiB, faults injected and raised "
+        f"{[r['faults'] for r in results]}, recoveries {[r['recoveries'] for r in results]}"
     )
+    injected = PROCESS_CALLS // FAIL_EVERY
     for r in results:
-        assert r["calls"] == PROCESS_CALLS
+        assert r["calls"] == PROCESS_CALLS  # every call checked exact, also after each fault
         assert r["rss_growth_mib"] < 64, r
+        assert r["faults"] == {"injected": injected, "raised": injected}, r
+        assert r["recoveries"] == injected, r

@@ -8,6 +8,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -150,6 +152,30 @@ void world_set_processes(
   if (!s.ok()) throw std::runtime_error(s.message());
 }
 
+// Installs `agree(group, epoch, failed_call, processes, me, timeout_s, abort_generation)
+// -> str` ("" when every process of the group announced the epoch after the same failed
+// call, else why not) as the way groups
+// agree on a new epoch after a failed call (runtime/communicator.h). Called on a device
+// thread, which takes the GIL for it.
+void install_epoch_agreement(nb::callable agree) {
+  PyObject* fn = agree.ptr();
+  Py_INCREF(fn);  // kept for the process's lifetime: device threads may call it until exit
+  accl::set_epoch_agreement([fn](const EpochAgreement& a) -> Status {
+    const double left = std::chrono::duration<double>(a.deadline.at - Clock::now()).count();
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::object result = nb::borrow<nb::callable>(fn)(
+          a.group, a.epoch, a.failed_call, a.processes, a.me, std::max(0.0, left),
+          a.deadline.generation == Deadline::kNotAbortable ? -1 : int64_t(a.deadline.generation));
+      std::string message = nb::cast<std::string>(result);
+      if (message.empty()) return Status::Ok();
+      return Status(a.deadline.aborted() ? Code::kAborted : Code::kTimeout, message);
+    } catch (const std::exception& e) {
+      return error(Code::kInternal, "agreeing on epoch ", a.epoch, ": ", e.what());
+    }
+  });
+}
+
 nb::dict stats() {
   nb::dict out;
   nb::dict algorithms;
@@ -179,6 +205,7 @@ nb::dict stats() {
   out["phase_seconds"] = phases;
   World* w = World::get();
   out["refused_connections"] = w ? w->refused_connections() : 0;
+  out["recoveries"] = w ? w->recoveries() : 0;
   return out;
 }
 
@@ -216,6 +243,10 @@ NB_MODULE(_accl, m) {
     World::stop();
   });
   m.def("world_started", [] { return World::get() != nullptr; });
+  m.def("set_epoch_agreement", &install_epoch_agreement, nb::arg("agree"));
+  m.def("abort", &abort_pending_waits,
+        "every pending jax_accl call of this process fails at once (kAborted)");
+  m.def("abort_generation", &abort_generation, "how many times abort() was called");
   m.def(
       "profiler_capsule",
       [] {

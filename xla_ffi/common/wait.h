@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 
@@ -13,13 +14,38 @@ namespace accl {
 
 using Clock = std::chrono::steady_clock;
 
+// jax_accl.abort(): bumps the process's abort generation, which ends every abortable
+// wait that began before it (they notice within one sleep slice).
+inline std::atomic<uint64_t> g_abort_generation{0};
+inline uint64_t abort_generation() { return g_abort_generation.load(std::memory_order_acquire); }
+inline void abort_pending_waits() { g_abort_generation.fetch_add(1, std::memory_order_acq_rel); }
+
 struct Deadline {
+  static constexpr uint64_t kNotAbortable = ~uint64_t{0};
   Clock::time_point at;
-  static Deadline after_seconds(double seconds) {
-    return {Clock::now() +
-            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))};
+  uint64_t generation = kNotAbortable;  // the abort generation it began in
+
+  // A call's deadline: ends at `seconds` from now, or at the next jax_accl.abort().
+  static Deadline after_seconds(double seconds) { return {in(seconds), abort_generation()}; }
+  // Ends at its time only (the acceptor's handshakes, which serve later calls too).
+  static Deadline unabortable_after(double seconds) { return {in(seconds), kNotAbortable}; }
+
+  bool aborted() const { return generation != kNotAbortable && generation != abort_generation(); }
+  bool expired() const { return aborted() || Clock::now() >= at; }
+  // The error of a wait that ended, `where` and while `waiting` for what: kAborted
+  // naming jax_accl.abort(), or kTimeout naming JAX_ACCL_TIMEOUT_S.
+  Status ended(const std::string& where, const std::string& waiting) const {
+    if (aborted()) {
+      return Status(Code::kAborted, where + ": aborted by jax_accl.abort() while " + waiting);
+    }
+    return Status(Code::kTimeout, where + ": timed out " + waiting + " (JAX_ACCL_TIMEOUT_S)");
   }
-  bool expired() const { return Clock::now() >= at; }
+
+ private:
+  static Clock::time_point in(double seconds) {
+    return Clock::now() +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  }
 };
 
 // A 32-bit word that threads wait on. Writers call store_and_wake; waiters sleep on
@@ -47,7 +73,7 @@ class Flag {
       if (abort != nullptr && abort->load(std::memory_order_acquire)) {
         return Status(Code::kAborted, "aborted");
       }
-      if (deadline.expired()) return Status(Code::kTimeout, "timed out");
+      if (deadline.expired()) return deadline.ended("wait", "waiting");
       sleep_while_equal(seen);
     }
   }

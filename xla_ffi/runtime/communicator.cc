@@ -1,6 +1,6 @@
 #include "runtime/communicator.h"
 
-#include <map>
+#include <algorithm>
 #include <mutex>
 
 #include "algorithms/select.h"
@@ -23,13 +23,87 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced) {
   return choose_algorithm(n, bytes, /*peer_memory=*/true, cost_model());
 }
 
-Status Communicator::make(const std::vector<RankPlace>& places, int rails,
-                          std::shared_ptr<const Communicator>* out) {
+namespace {
+std::mutex& agreement_mutex() {
+  static std::mutex m;
+  return m;
+}
+AgreeOnEpoch& agreement() {
+  static AgreeOnEpoch agree;
+  return agree;
+}
+}  // namespace
+
+void set_epoch_agreement(AgreeOnEpoch agree) {
+  std::lock_guard<std::mutex> lock(agreement_mutex());
+  agreement() = std::move(agree);
+}
+
+Status Communicator::make(World* world, const std::vector<int64_t>& devices,
+                          const std::vector<RankPlace>& places, int rails,
+                          std::shared_ptr<Communicator>* out) {
   auto made = std::make_shared<Communicator>();
   ACCL_RETURN_IF_ERROR(GroupLayout::make(places, &made->layout_));
+  made->world_ = world;
+  made->devices_ = devices;
+  for (const RankPlace& p : places) made->processes_.push_back(p.process);
+  std::sort(made->processes_.begin(), made->processes_.end());
+  made->processes_.erase(std::unique(made->processes_.begin(), made->processes_.end()),
+                         made->processes_.end());
   made->rails_ = std::max(1, rails);
+  made->space_ = std::make_shared<ChannelSpace>(world, channel_space_id(devices, 0), 0);
   *out = std::move(made);
   return Status::Ok();
+}
+
+Status Communicator::begin_call(int64_t device, const std::string& where, const Deadline& deadline,
+                                uint64_t* call, std::shared_ptr<ChannelSpace>* space) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t c = *call = next_call_[device]++;
+  if (c < epoch_start_) {
+    return error(Code::kAborted, where, ": call ", c, " of this group failed on another rank, ",
+                 "and the group has recovered since (epoch ", space_->epoch(), " began at call ",
+                 epoch_start_, ")");
+  }
+  if (failed_call_ == kNoCall || c <= failed_call_) {
+    *space = space_;
+    return Status::Ok();
+  }
+  AgreeOnEpoch agree;
+  {
+    std::lock_guard<std::mutex> hook(agreement_mutex());
+    agree = agreement();
+  }
+  const uint32_t next = space_->epoch() + 1;
+  Status s = agree ? agree(EpochAgreement{channel_space_id(devices_, 0), next, failed_call_,
+                                          processes_, world_->process_index(), deadline})
+                   : error(Code::kAborted, "no way to agree on a new epoch is installed");
+  if (!s.ok()) {
+    return error(s.code(), where, ": call ", failed_call_,
+                 " of this group failed, and recovering from it (epoch ", next,
+                 ") failed: ", s.message());
+  }
+  space_ = std::make_shared<ChannelSpace>(world_, channel_space_id(devices_, next), next);
+  epoch_start_ = failed_call_ + 1;
+  failed_call_ = kNoCall;
+  ++recoveries_;
+  *space = space_;
+  return Status::Ok();
+}
+
+void Communicator::call_failed(uint64_t call, const ChannelSpace& space) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (&space == space_.get()) failed_call_ = std::min(failed_call_, call);
+}
+
+uint32_t Communicator::epoch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return space_->epoch();
+}
+
+uint64_t Communicator::recoveries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return recoveries_;
 }
 
 CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) const {
@@ -70,35 +144,6 @@ CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) 
                     : choose_pipeline_chunks(g.host_count(), g.process_owners(), g.thread_owners(),
                                              rails_, bytes, cost_model());
   return plan;
-}
-
-Status communicator_for(World& world, const std::vector<int64_t>& devices, const std::string& label,
-                        std::shared_ptr<const Communicator>* out) {
-  static std::mutex mutex;
-  static std::map<std::pair<uint64_t, std::vector<int64_t>>, std::shared_ptr<const Communicator>>
-      made;
-  const auto key = std::make_pair(world.generation(), devices);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = made.find(key);
-    if (it != made.end()) {
-      *out = it->second;
-      return Status::Ok();
-    }
-  }
-  std::vector<RankPlace> places;
-  for (int64_t device : devices) {
-    const int p = world.process_of(device);
-    if (p < 0)
-      return error(Code::kInvalidArgument, label, ": device ", device, " belongs to no process");
-    places.push_back(RankPlace{p, world.process(p).host});
-  }
-  const int rails = static_cast<int>(world.process(world.process_index()).rails.size());
-  Status s = Communicator::make(places, rails, out);
-  if (!s.ok()) return error(s.code(), label, ": ", s.message());
-  std::lock_guard<std::mutex> lock(mutex);
-  made.emplace(key, *out);
-  return Status::Ok();
 }
 
 }  // namespace accl

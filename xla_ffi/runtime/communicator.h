@@ -1,14 +1,34 @@
 // A group of devices as jax_accl runs its all-reduces on it: where its ranks live (the
-// layout, derived once per group) and the one place where a call's schedule is chosen:
-// which algorithm runs, and for the hierarchy the algorithm between hosts and the
-// pipeline's chunks.
+// layout, derived once per group), the one place where a call's schedule is chosen
+// (which algorithm runs, and for the hierarchy the algorithm between hosts and the
+// pipeline's chunks), and the group's channels, epoch by epoch.
+//
+// Recovery. Every rank of the group makes the same calls in the same order, so a call
+// has the same index c on every rank. When call f fails, the first later call of this
+// process (index > f) first agrees with every other process of the group on epoch e + 1
+// starting after call f: each announces "epoch e + 1 after call f" in jax.distributed's
+// key-value store and waits for the others' word within the call's deadline. Only then
+// does it run, in a fresh channel space; the old space's channels close when its last
+// call returns, and frames of epoch e can never be read in epoch e + 1 (other
+// connections, other segments, the epoch in every frame). A process whose failed call
+// is another (one of its ranks finished call f) makes the agreement fail on every
+// process, naming both: the processes disagree on which steps happened, which only
+// the program can settle. A rank of this process that is still behind, beginning a
+// call of an epoch the group has left, fails that call at once. A process that has not
+// failed yet is not waited for in vain: its next call on the old channels, which its
+// peers poisoned, fails at once and it joins the agreement.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "common/wait.h"
+#include "runtime/channel_space.h"
 #include "topology/group_layout.h"
 
 namespace accl {
@@ -35,11 +55,26 @@ bool plan_one_shot(size_t bytes, Algorithm forced);
 // where that is kAuto (or kHierarchical, which has one level here) the cost model's.
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced);
 
+// How the processes of a group agree to start epoch `epoch` (installed by jax_accl's
+// bootstrap: jax_accl/distributed.py, over jax.distributed's key-value store).
+struct EpochAgreement {
+  uint64_t group;              // the group's id, the same in every process
+  uint32_t epoch;              // the epoch to start
+  uint64_t failed_call;        // the call whose failure ends the current epoch
+  std::vector<int> processes;  // the group's processes, this one included
+  int me;                      // this process
+  Deadline deadline;
+};
+using AgreeOnEpoch = std::function<Status(const EpochAgreement&)>;
+void set_epoch_agreement(AgreeOnEpoch agree);
+
 class Communicator {
  public:
-  // `places[r]`: where rank r lives; `rails`: this process's rails between hosts.
-  static Status make(const std::vector<RankPlace>& places, int rails,
-                     std::shared_ptr<const Communicator>* out);
+  // `devices`: the group's global ids in rank order; `places[r]`: where rank r lives;
+  // `rails`: this process's rails between hosts. Without a `world` it only plans.
+  static Status make(World* world, const std::vector<int64_t>& devices,
+                     const std::vector<RankPlace>& places, int rails,
+                     std::shared_ptr<Communicator>* out);
 
   const GroupLayout& layout() const { return layout_; }
   int rails() const { return rails_; }
@@ -49,14 +84,30 @@ class Communicator {
   // kAuto on ranks that take no part between hosts.
   CallPlan plan(int rank, size_t bytes, Algorithm forced, bool cma) const;
 
+  // Begins the next call of this process's rank on global device `device`: *call is its
+  // index, *space the channel space it runs in: the current epoch's, or after a failed
+  // call the next epoch's, once the group's processes agreed on it (see the top of this
+  // file). `where` names the call in errors.
+  Status begin_call(int64_t device, const std::string& where, const Deadline& deadline,
+                    uint64_t* call, std::shared_ptr<ChannelSpace>* space);
+  // Call `call`, run in `space`, failed: the group's next call recovers first.
+  void call_failed(uint64_t call, const ChannelSpace& space);
+  uint32_t epoch() const;
+  uint64_t recoveries() const;
+
  private:
+  World* world_ = nullptr;
+  std::vector<int64_t> devices_;
+  std::vector<int> processes_;  // the group's, ascending
   GroupLayout layout_;
   int rails_ = 1;
+  static constexpr uint64_t kNoCall = ~uint64_t{0};
+  mutable std::mutex mutex_;             // held by the thread that recovers; the others wait for it
+  std::shared_ptr<ChannelSpace> space_;  // the current epoch's
+  uint64_t epoch_start_ = 0;             // the index of the current epoch's first call
+  uint64_t failed_call_ = kNoCall;       // the current epoch's first failed call
+  std::map<int64_t, uint64_t> next_call_;  // per device of this process
+  uint64_t recoveries_ = 0;
 };
-
-// The communicator of the group `devices` (global device ids in rank order) of this
-// process's World, made on first use and kept for the World's lifetime.
-Status communicator_for(World& world, const std::vector<int64_t>& devices, const std::string& label,
-                        std::shared_ptr<const Communicator>* out);
 
 }  // namespace accl

@@ -59,27 +59,29 @@ uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
 }
 
-Status open_link(World& world, const std::vector<int64_t>& members, int rank, uint64_t tag,
+// A link to `members` (where this device is `rank`) over the channels of `space`.
+Status open_link(ChannelSpace& space, const std::vector<int64_t>& members, int rank, uint64_t tag,
                  const std::string& where, const Deadline& deadline,
                  std::unique_ptr<ChannelLink>* link) {
   std::vector<std::vector<Channel*>> channels(members.size());
   for (size_t r = 0; r < members.size(); ++r) {
     if (static_cast<int>(r) == rank) continue;
-    Status s = world.channels(members[rank], members[r], deadline, &channels[r]);
+    Status s = space.channels(members[rank], members[r], deadline, &channels[r]);
     if (!s.ok())
       return error(s.code(), where, ": connecting to device ", members[r], ": ", s.message());
   }
-  *link = std::make_unique<ChannelLink>(rank, std::move(channels), tag, where, deadline);
+  *link =
+      std::make_unique<ChannelLink>(rank, std::move(channels), tag, where, deadline, space.epoch());
   return Status::Ok();
 }
 
 // Runs `algorithm` over channels to `members`; *sent_by_rail receives the bytes sent per rail.
-Status run_over_link(World& world, const std::vector<int64_t>& members, int rank, uint64_t tag,
-                     const std::string& where, const Deadline& deadline, Algorithm algorithm,
-                     const std::vector<Buffers>& segments, const Reduction& reduction,
-                     std::map<std::string, uint64_t>* sent_by_rail) {
+Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, int rank,
+                     uint64_t tag, const std::string& where, const Deadline& deadline,
+                     Algorithm algorithm, const std::vector<Buffers>& segments,
+                     const Reduction& reduction, std::map<std::string, uint64_t>* sent_by_rail) {
   std::unique_ptr<ChannelLink> link;
-  ACCL_RETURN_IF_ERROR(open_link(world, members, rank, tag, where, deadline, &link));
+  ACCL_RETURN_IF_ERROR(open_link(space, members, rank, tag, where, deadline, &link));
   Status s = run_allreduce(algorithm, *link, segments, reduction);
   if (!s.ok()) link->fail(s.code());
   *sent_by_rail = link->bytes_sent_by_rail();
@@ -159,8 +161,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                  "(jax_accl bootstraps it when a multi-process program is lowered after "
                  "jax.distributed.initialize())");
   }
-  std::shared_ptr<const Communicator> group;
-  ACCL_RETURN_IF_ERROR(communicator_for(*world, devices, spec.label, &group));
+  std::shared_ptr<Communicator> group;
+  ACCL_RETURN_IF_ERROR(world->communicator(devices, spec.label, &group));
   const GroupLayout& layout = group->layout();
   if (layout.process_count() == 1) return allreduce_local(spec, in, out, counts);
 
@@ -174,6 +176,10 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
                                     devices[spec.rank], ", process ", world->process_index(), ")");
   const size_t bytes = sig.count * elem;
+  // The group's channels at its current epoch (recovering first after a failed call).
+  std::shared_ptr<ChannelSpace> space;
+  uint64_t call_index = 0;
+  ACCL_RETURN_IF_ERROR(group->begin_call(spec.device, where, deadline, &call_index, &space));
   CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
   Algorithm& schedule = plan.schedule;
   // The choice is on the wire: a process whose model chose otherwise (another
@@ -185,6 +191,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       record_call(schedule, spec, start, Clock::now(), bytes);
     } else {
       record_error(schedule);
+      group->call_failed(call_index, *space);  // the next call recovers first
     }
     return s;
   };
@@ -201,7 +208,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   };
   if (schedule == Algorithm::kReduceBroadcast) {
     std::unique_ptr<ChannelLink> link;
-    Status s = open_link(*world, devices, spec.rank, tag, where, deadline, &link);
+    Status s = open_link(*space, devices, spec.rank, tag, where, deadline, &link);
     bool done = false;
     if (s.ok()) s = allreduce_cross_memory(*link, devices, segments, reduction, &done);
     if (!s.ok()) {
@@ -218,7 +225,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   }
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*world, devices, spec.rank, tag, where, deadline, schedule, segments,
+    Status s = run_over_link(*space, devices, spec.rank, tag, where, deadline, schedule, segments,
                              reduction, &sent);
     trace_rails(str_cat("flat ", algorithm_name(schedule)).c_str(), sent, spec.device, start,
                 Clock::now(), spec.label);
@@ -231,7 +238,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                                 spec.label, deadline,  plan.between, plan.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
                              std::unique_ptr<ChannelLink>* link) {
-    return open_link(*world, devices_of(devices, ranks), index, tag, where, deadline, link);
+    return open_link(*space, devices_of(devices, ranks), index, tag, where, deadline, link);
   };
   HierarchyResult result;
   Status s = run_hierarchy(hierarchy, segments, reduction, connect, &result);

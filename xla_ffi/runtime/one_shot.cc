@@ -57,7 +57,8 @@ std::mutex& g_mutex = *new std::mutex;
 std::condition_variable& g_watchdog_cv = *new std::condition_variable;
 auto& g_pending = *new std::unordered_map<CallKey, std::shared_ptr<Pending>, CallKeyHash>;
 
-// Fails expired calls (a rank never arrived). One thread per process, started lazily.
+// Fails expired calls (a rank never arrived, or jax_accl.abort()). One thread per
+// process, started lazily.
 void watchdog() {
   std::unique_lock<std::mutex> lock(g_mutex);
   for (;;) {
@@ -73,8 +74,9 @@ void watchdog() {
     }
     lock.unlock();
     for (auto& p : expired) {
-      Status s = error(Code::kTimeout, p->label, ": timed out waiting for ranks [",
-                       missing_ranks(p->present), "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
+      Status s = p->deadline.ended(
+          p->label,
+          str_cat("waiting for ranks [", missing_ranks(p->present), "] to join the all-reduce"));
       release(*p, -1, s);
     }
     lock.lock();

@@ -96,8 +96,9 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
     std::lock_guard<std::mutex> lock(g_mutex);
     if (call->arrived.load() < static_cast<uint32_t>(size)) {
       call->abandoned = true;
-      return error(Code::kTimeout, "rank ", rank, " of ", label, ": timed out waiting for ranks [",
-                   missing_ranks(call->present), "] to join the all-reduce (JAX_ACCL_TIMEOUT_S)");
+      return deadline.ended(
+          str_cat("rank ", rank, " of ", label),
+          str_cat("waiting for ranks [", missing_ranks(call->present), "] to join the all-reduce"));
     }
   }
   // Every rank checks every signature, so a mismatch fails on all ranks alike.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/communicator.h"
 #include "runtime/stats.h"
 #include "transport/cma.h"
 #include "transport/handshake.h"
@@ -38,8 +39,6 @@ Status World::start(int process_index, int process_count, const std::string& sec
     }
   }
   std::unique_ptr<World> w(new World());
-  static uint64_t started = 0;
-  w->generation_ = ++started;
   w->process_index_ = process_index;
   w->process_count_ = process_count;
   w->host_ = host;
@@ -91,26 +90,28 @@ int World::process_of(int64_t device) const {
   return it == device_process_.end() ? -1 : it->second;
 }
 
+uint64_t World::recoveries() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t n = 0;
+  for (const auto& [devices, c] : communicators_) n += c->recoveries();
+  return n;
+}
+
 uint64_t World::refused_connections() const { return tcp_ != nullptr ? tcp_->refused() : 0; }
 
-Status World::channels(int64_t me, int64_t peer, const Deadline& deadline,
-                       std::vector<Channel*>* out) {
-  out->clear();
+void World::forget(uint64_t space) {
+  for (const auto& t : transports_) t->forget(space);
+}
+
+Status World::connect(int64_t me, int64_t peer, uint64_t space, const Deadline& deadline,
+                      std::vector<std::unique_ptr<Channel>>* out,
+                      std::vector<std::unique_ptr<Channel>>* reverse) {
   const int peer_process = process_of(peer);
   if (!ready_ || process_of(me) != process_index_ || peer_process < 0) {
     return error(Code::kInvalidArgument, "device ", peer, " or ", me,
                  " is unknown to jax_accl's process table");
   }
-  const auto key = std::make_pair(me, peer);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = channels_.find(key);
-    if (it != channels_.end()) {
-      for (auto& c : it->second) out->push_back(c.get());
-      return Status::Ok();
-    }
-  }
-  const DevicePair pair{me, &processes_[process_index_], peer, &processes_[peer_process]};
+  const DevicePair pair{me, &processes_[process_index_], peer, &processes_[peer_process], space};
   Transport* transport = nullptr;
   for (const auto& t : transports_) {
     if (t->can_connect(pair)) {
@@ -121,21 +122,39 @@ Status World::channels(int64_t me, int64_t peer, const Deadline& deadline,
   if (transport == nullptr) {
     return error(Code::kInvalidArgument, "no transport connects device ", me, " to device ", peer);
   }
-  std::vector<std::unique_ptr<Channel>> made, reverse;
-  ACCL_RETURN_IF_ERROR(transport->connect(pair, deadline, &made, &reverse));
-  for (auto* list : {&made, &reverse}) {
+  ACCL_RETURN_IF_ERROR(transport->connect(pair, deadline, out, reverse));
+  for (auto* list : {out, reverse}) {
     for (auto& c : *list) {
       const bool network = c->rail != "memory" && c->rail != "shm";
       c->traffic = &traffic_stats(network ? "tcp:" + c->rail : c->rail);
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto& slot = channels_[key];
-  if (slot.empty()) {  // else another thread connected the pair first (memory): use its
-    slot = std::move(made);
-    if (!reverse.empty()) channels_[{peer, me}] = std::move(reverse);
+  return Status::Ok();
+}
+
+Status World::communicator(const std::vector<int64_t>& devices, const std::string& label,
+                           std::shared_ptr<Communicator>* out) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = communicators_.find(devices);
+    if (it != communicators_.end()) {
+      *out = it->second;
+      return Status::Ok();
+    }
   }
-  for (auto& c : slot) out->push_back(c.get());
+  std::vector<RankPlace> places;
+  for (int64_t device : devices) {
+    const int p = process_of(device);
+    if (p < 0)
+      return error(Code::kInvalidArgument, label, ": device ", device, " belongs to no process");
+    places.push_back(RankPlace{p, processes_[p].host});
+  }
+  const int rails = static_cast<int>(processes_[process_index_].rails.size());
+  std::shared_ptr<Communicator> made;
+  Status s = Communicator::make(this, devices, places, rails, &made);
+  if (!s.ok()) return error(s.code(), label, ": ", s.message());
+  std::lock_guard<std::mutex> lock(mutex_);
+  *out = communicators_.emplace(devices, std::move(made)).first->second;
   return Status::Ok();
 }
 

@@ -1,8 +1,9 @@
 // The processes of a multi-process job as this process sees them: which process and
-// host owns every device, the rails (network interfaces) of every process, and the
-// channels between devices, opened on first use by the first transport that can
-// connect the pair (transport/transport.h: memory within this process, shm within the
-// host, tcp between hosts) and kept.
+// host owns every device, the rails (network interfaces) of every process, the
+// transports that connect two devices (transport/transport.h: memory within this
+// process, shm within the host, tcp between hosts; the first that can connect a pair
+// does) and the communicator of every group, which owns its channels
+// (runtime/communicator.h).
 // The table is filled by jax_accl's bootstrap through jax.distributed's key-value store
 // (jax_accl/distributed.py); this file never talks to a coordinator itself.
 #pragma once
@@ -21,6 +22,8 @@
 
 namespace accl {
 
+class Communicator;
+
 class World {
  public:
   // Opens one listener per rail and starts accepting. Fills rails[i].port. Without
@@ -34,17 +37,25 @@ class World {
 
   Status set_processes(std::vector<ProcessEntry> processes);
   int process_index() const { return process_index_; }
-  // Distinct for every World started in this process (caches keyed by group use it).
-  uint64_t generation() const { return generation_; }
   int process_count() const { return process_count_; }
   // Owner process of global device `device`, or -1.
   int process_of(int64_t device) const;
   const ProcessEntry& process(int index) const { return processes_[index]; }
   bool ready() const { return ready_; }
 
-  // The channels from device `me` (of this process) to device `peer`.
-  Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
+  // New channels from device `me` (of this process) to device `peer` for channel space
+  // `space` (runtime/channel_space.h); *reverse: the peer's ends, if made here (memory).
+  Status connect(int64_t me, int64_t peer, uint64_t space, const Deadline& deadline,
+                 std::vector<std::unique_ptr<Channel>>* out,
+                 std::vector<std::unique_ptr<Channel>>* reverse);
+  // Space `space` is gone: the transports drop what they made for it and nobody claimed.
+  void forget(uint64_t space);
+  // The communicator of the group `devices` (global ids in rank order), made on first use.
+  Status communicator(const std::vector<int64_t>& devices, const std::string& label,
+                      std::shared_ptr<Communicator>* out);
   uint64_t refused_connections() const;
+  // Epochs the communicators of this process started after a failed call.
+  uint64_t recoveries();
   // Whether large transfers between processes of this host may use cross-memory attach.
   bool cross_memory_attach() const { return cross_memory_attach_; }
 
@@ -55,7 +66,6 @@ class World {
 
   int process_index_ = 0;
   int process_count_ = 1;
-  uint64_t generation_ = 0;
   std::string host_;
   bool cross_memory_attach_ = true;
   bool ready_ = false;
@@ -65,7 +75,8 @@ class World {
   TcpTransport* tcp_ = nullptr;  // one of transports_
 
   std::mutex mutex_;
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::unique_ptr<Channel>>> channels_;
+  // After the transports: destroyed first, their channel spaces with them.
+  std::map<std::vector<int64_t>, std::shared_ptr<Communicator>> communicators_;
 };
 
 }  // namespace accl

@@ -300,10 +300,11 @@ void test_shm_refusals() {
   shm_unlink(squatted.c_str());
   s = open_shm_channel(squatted, 1, "shm", Deadline::after_seconds(0.05), &c);
   expect(s.code() == Code::kTimeout, "nobody creates it: side 1 times out: " + s.message());
-  expect(shm_segment_name("secret", 1, 2) != shm_segment_name("secret", 1, 3) &&
-             shm_segment_name("secret", 1, 2).find("secret") == std::string::npos &&
-             shm_segment_name("secret", 1, 2).size() == 10 + 32,
-         "segment names: per pair, 32 hex digits, nothing of the secret");
+  expect(shm_segment_name("secret", 1, 2, 0) != shm_segment_name("secret", 1, 3, 0) &&
+             shm_segment_name("secret", 1, 2, 0) != shm_segment_name("secret", 1, 2, 1) &&
+             shm_segment_name("secret", 1, 2, 0).find("secret") == std::string::npos &&
+             shm_segment_name("secret", 1, 2, 0).size() == 10 + 32,
+         "segment names: per pair and channel space, 32 hex digits, nothing of the secret");
 }
 
 void test_errors() {

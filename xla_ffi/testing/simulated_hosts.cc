@@ -32,8 +32,10 @@ std::vector<Buffers> segments_of(const SimulatedCall& call, int r) {
 
 std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const PairMaker& make_pair) {
   const int n = static_cast<int>(call.places.size());
-  std::shared_ptr<const Communicator> group;
-  Status made = Communicator::make(call.places, /*rails=*/1, &group);
+  std::vector<int64_t> devices(n);
+  for (int r = 0; r < n; ++r) devices[r] = r;
+  std::shared_ptr<Communicator> group;  // planning only: its channels are the meshes below
+  Status made = Communicator::make(/*world=*/nullptr, devices, call.places, /*rails=*/1, &group);
   if (!made.ok()) return std::vector<Status>(n, made);
   const GroupLayout& layout = group->layout();
   const ReduceFn fn = reduce_kernel(call.dtype, call.op);

@@ -61,10 +61,11 @@ std::vector<std::vector<Channel*>> channels_of(const ChannelMesh& mesh, int rank
 }
 
 ChannelLink::ChannelLink(int rank, std::vector<std::vector<Channel*>> channels, uint64_t tag,
-                         std::string where, Deadline deadline)
+                         std::string where, Deadline deadline, uint32_t epoch)
     : rank_(rank),
       channels_(std::move(channels)),
       tag_(tag),
+      epoch_(epoch),
       where_(std::move(where)),
       deadline_(deadline),
       last_liveness_check_(Clock::now()) {}
@@ -104,7 +105,7 @@ Status ChannelLink::post_send(int peer, const void* data, size_t bytes) {
     ACCL_RETURN_IF_ERROR(check(c, peer));
     Transfer t{c,
                peer,
-               FrameHeader{kFrameMagic, 0, tag_, c->next_send_seq++, lengths[i]},
+               FrameHeader{kFrameMagic, epoch_, tag_, c->next_send_seq++, lengths[i]},
                0,
                const_cast<char*>(static_cast<const char*>(data)) + offset,
                lengths[i]};
@@ -167,6 +168,9 @@ Status ChannelLink::step_recv(Transfer& t, bool* progressed) {
     Status bad;
     if (h.magic != kFrameMagic) {
       bad = error(Code::kMismatch, "garbage instead of a frame header");
+    } else if (h.epoch != epoch_) {
+      bad = error(Code::kMismatch, "a frame of epoch ", h.epoch, " arrived in epoch ", epoch_,
+                  " (left over from before a recovery)");
     } else if (h.seq != expected_seq) {
       bad = error(Code::kMismatch, "frame ", h.seq, " arrived where frame ", expected_seq,
                   " was due (lost or extra message)");
@@ -197,7 +201,7 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
     for (const Transfer& t : sends_) {
       if (!t.finished()) waiting += str_cat(" send to ", peer_label(t.peer), ";");
     }
-    return error(Code::kTimeout, where_, ": timed out; still waiting for:", waiting);
+    return deadline_.ended(where_, "waiting for:" + waiting);
   }
   const auto now = Clock::now();
   if (now - last_liveness_check_ > kLivenessInterval) {

@@ -1,11 +1,11 @@
 // A Link over byte-stream channels (TCP rails, shared-memory rings, in-process rings).
 //
-// Every message travels as frames: a header (magic, call tag, per-channel sequence
-// number, length) and the payload. A message to a peer reached over several channels
-// (rails) is striped across them in proportion to their weights, one frame per
-// channel; both ends compute the same split. The receiver checks every header, so a
-// peer in a different call (other shape, dtype or op), a lost or extra frame or a
-// stranger's bytes are an error, never a wrong result.
+// Every message travels as frames: a header (magic, the channels' epoch, call tag,
+// per-channel sequence number, length) and the payload. A message to a peer reached over several
+// channels (rails) is striped across them in proportion to their weights, one frame per channel;
+// both ends compute the same split. The receiver checks every header, so a peer in a different call
+// (other shape, dtype or op), a lost or extra frame or a stranger's bytes are an error, never a
+// wrong result.
 //
 // Sends are asynchronous: post_send only queues; every wait (recv, wait_sends) drives
 // all queued sends and the awaited receives together, so two ranks that send to each
@@ -30,7 +30,8 @@ namespace accl {
 
 struct FrameHeader {
   uint32_t magic;
-  uint32_t reserved;
+  uint32_t epoch;  // the group's epoch (runtime/communicator.h): a frame from before a
+                   // recovery is refused
   uint64_t tag;    // identifies the call (signature); equal on both ends
   uint64_t seq;    // frame number on this channel
   uint64_t bytes;  // payload length
@@ -53,7 +54,7 @@ class ChannelLink : public Link {
  public:
   // channels[r]: the channels to rank r (empty for this rank).
   ChannelLink(int rank, std::vector<std::vector<Channel*>> channels, uint64_t tag,
-              std::string where, Deadline deadline);
+              std::string where, Deadline deadline, uint32_t epoch = 0);
   ~ChannelLink() override;
 
   int rank() const override { return rank_; }
@@ -95,6 +96,7 @@ class ChannelLink : public Link {
   int rank_;
   std::vector<std::vector<Channel*>> channels_;
   uint64_t tag_;
+  uint32_t epoch_;
   std::string where_;
   Deadline deadline_;
   std::vector<Transfer> sends_;

@@ -1,7 +1,8 @@
 // The handshake that opens every TCP connection between jax_accl processes: mutual
 // authentication by challenge and response, with the job's secret never on the wire.
 //
-//   connector -> acceptor   Hello      who and what (devices, rail, stripe, weight) and
+//   connector -> acceptor   Hello      who and what (devices, rail, stripe, weight, the
+//                                      channel space: group and epoch) and
 //                                      a fresh nonce of the connector's
 //   acceptor  -> connector  Challenge  a fresh nonce of the acceptor's, and its proof:
 //                                      HMAC-SHA256(secret, "jax_accl acceptor" | hello |
@@ -25,7 +26,7 @@
 namespace accl {
 
 constexpr uint32_t kHandshakeMagic = 0x4c434341;  // "ACCL" little-endian
-constexpr uint32_t kProtocolVersion = 2;
+constexpr uint32_t kProtocolVersion = 3;
 constexpr size_t kSecretBytes = 32;
 constexpr size_t kNonceBytes = 16;
 constexpr char kHandshakeAccepted = 'K';
@@ -38,9 +39,10 @@ struct Hello {
   uint32_t rail = 0;
   uint32_t stripe = 0;  // connection index on that rail
   double weight = 1.0;  // share of striped messages this connection carries
+  uint64_t space = 0;   // the channel space (group and epoch, runtime/channel_space.h)
   uint8_t nonce[kNonceBytes] = {};
 };
-static_assert(sizeof(Hello) == 56, "the wire layout: no padding");
+static_assert(sizeof(Hello) == 64, "the wire layout: no padding");
 
 struct Challenge {
   uint8_t nonce[kNonceBytes];

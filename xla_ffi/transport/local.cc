@@ -85,10 +85,8 @@ Status LocalLink::wait_state(LocalExchange::Mailbox& box, uint32_t want, int pee
   Status s = box.state.wait([&](uint32_t v) { return v == want || v == withdrawn; }, deadline_,
                             exchange_->abort_flag());
   if (s.ok() && box.state.load() == withdrawn) s = Status(Code::kAborted, "");
-  if (s.code() == Code::kTimeout) {
-    return error(Code::kTimeout, where(), ": timed out ", what, " rank ", peer,
-                 " (raise JAX_ACCL_TIMEOUT_S if the peer is only slow)");
-  }
+  if (!s.ok() && deadline_.expired())
+    return deadline_.ended(where(), str_cat(what, " rank ", peer));
   if (s.code() == Code::kAborted) {
     return error(Code::kAborted, where(), ": collective aborted because ",
                  exchange_->abort_reason());
@@ -162,9 +160,7 @@ Status LocalLink::barrier() {
   Flag& flag = exchange_->barrier_flag();
   flag.fetch_add_and_wake(1);
   Status s = flag.wait([&](uint32_t v) { return v >= target; }, deadline_, exchange_->abort_flag());
-  if (s.code() == Code::kTimeout) {
-    return error(Code::kTimeout, where(), ": timed out at a barrier (JAX_ACCL_TIMEOUT_S)");
-  }
+  if (!s.ok() && deadline_.expired()) return deadline_.ended(where(), "at a barrier");
   if (s.code() == Code::kAborted) {
     return error(Code::kAborted, where(), ": collective aborted because ",
                  exchange_->abort_reason());

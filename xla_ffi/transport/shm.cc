@@ -95,8 +95,8 @@ Status create_segment(const std::string& name, size_t bytes, const std::string& 
 Status open_segment(const std::string& name, size_t bytes, const std::string& label,
                     const Deadline& deadline, void** region) {
   auto timed_out = [&](const char* what) {
-    return error(Code::kTimeout, label, ": timed out waiting for the peer to ", what,
-                 " shared-memory segment ", name, " (JAX_ACCL_TIMEOUT_S)");
+    return deadline.ended(
+        label, str_cat("waiting for the peer to ", what, " shared-memory segment ", name));
   };
   int fd;
   while ((fd = shm_open(name.c_str(), O_RDWR, 0)) < 0) {
@@ -156,8 +156,8 @@ Status open_segment(const std::string& name, size_t bytes, const std::string& la
 
 }  // namespace
 
-std::string shm_segment_name(const std::string& secret, int64_t a, int64_t b) {
-  return "/jax_accl_" + hex(hmac_sha256(secret, str_cat("shm ", a, " ", b)), 16);
+std::string shm_segment_name(const std::string& secret, int64_t a, int64_t b, uint64_t space) {
+  return "/jax_accl_" + hex(hmac_sha256(secret, str_cat("shm ", a, " ", b, " ", space)), 16);
 }
 
 Status open_shm_channel(const std::string& name, int side, const std::string& label,

@@ -22,8 +22,9 @@
 
 namespace accl {
 
-// The segment of devices a < b under the job's secret: "/jax_accl_" + 32 hex digits.
-std::string shm_segment_name(const std::string& secret, int64_t a, int64_t b);
+// The segment of devices a < b in channel space `space` under the job's secret:
+// "/jax_accl_" + 32 hex digits.
+std::string shm_segment_name(const std::string& secret, int64_t a, int64_t b, uint64_t space);
 
 // Opens end `side` (0 creates, 1 waits for it until `deadline`) of segment `name`.
 Status open_shm_channel(const std::string& name, int side, const std::string& label,

@@ -42,7 +42,7 @@ Status wait_fd(int fd, short events, const Deadline& deadline, const char* what)
     if (r > 0) return Status::Ok();
     if (r < 0 && errno != EINTR)
       return error(Code::kInternal, what, ": poll: ", std::strerror(errno));
-    if (deadline.expired()) return error(Code::kTimeout, what, " timed out");
+    if (deadline.expired()) return deadline.ended(what, "waiting for the socket");
   }
 }
 
@@ -101,7 +101,8 @@ Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t 
     }
     int e = errno;
     close(s);
-    if (deadline.expired()) return error(Code::kTimeout, what, ": ", std::strerror(e));
+    if (deadline.expired())
+      return deadline.ended(what, str_cat("retrying (", std::strerror(e), ")"));
     usleep(20000);  // the listener may not be up yet: retry until the deadline
   }
 }
@@ -184,7 +185,8 @@ Status TcpChannel::read_some(void* data, size_t bytes, size_t* done) {
     return Status::Ok();
   }
   if (n == 0) {
-    return error(Code::kAborted, label_, ": connection closed by the peer (peer process died?)");
+    return error(Code::kAborted, label_,
+                 ": connection closed by the peer (it failed this call, or its process died)");
   }
   if (errno == EAGAIN || errno == EINTR) return Status::Ok();
   return error(Code::kAborted, label_, ": recv failed: ", std::strerror(errno),

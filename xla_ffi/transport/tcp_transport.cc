@@ -114,14 +114,14 @@ void TcpTransport::accept_loop() {
 }
 
 void TcpTransport::handle_connection(int fd) {
-  const Deadline deadline = Deadline::after_seconds(kHandshakeSeconds);
+  const Deadline deadline = Deadline::unabortable_after(kHandshakeSeconds);
   Hello h;
   Status s = handshake_as_acceptor(fd, secret_, &h, deadline);
   if (s.ok() && !lives_here_(h.dst_device)) {
     s = error(Code::kAborted, "device ", h.dst_device, " does not live here");
   }
-  const auto key = std::make_tuple(h.src_device, h.dst_device, static_cast<int>(h.rail),
-                                   static_cast<int>(h.stripe));
+  const Key key{h.space, h.src_device, h.dst_device, static_cast<int>(h.rail),
+                static_cast<int>(h.stripe)};
   std::unique_lock<std::mutex> lock(mutex_);
   // A second connection for a key not yet claimed is refused: the first one stays.
   if (s.ok() && accepted_.count(key) > 0) s = error(Code::kAborted, "duplicate connection");
@@ -167,6 +167,7 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
         h.rail = static_cast<uint32_t>(k);
         h.stripe = static_cast<uint32_t>(stripe);
         h.weight = weight;
+        h.space = pair.space;
         Status s = handshake_as_connector(fd, secret_, h, deadline);
         if (!s.ok()) {
           close(fd);
@@ -174,9 +175,11 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
         }
       } else {
         std::unique_lock<std::mutex> lock(mutex_);
-        const auto key = std::make_tuple(peer, me, static_cast<int>(k), stripe);
-        if (!accepted_cv_.wait_until(lock, deadline.at, [&] { return accepted_.count(key) > 0; })) {
-          return error(Code::kTimeout, label, ": the peer never connected");
+        const Key key{pair.space, peer, me, static_cast<int>(k), stripe};
+        // In slices, so that jax_accl.abort() ends the wait too.
+        while (!accepted_cv_.wait_for(lock, std::chrono::milliseconds(20),
+                                      [&] { return accepted_.count(key) > 0; })) {
+          if (deadline.expired()) return deadline.ended(label, "waiting for the peer to connect");
         }
         fd = accepted_[key].first;
         weight = accepted_[key].second;
@@ -188,6 +191,18 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
     }
   }
   return Status::Ok();
+}
+
+void TcpTransport::forget(uint64_t space) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = accepted_.begin(); it != accepted_.end();) {
+    if (std::get<0>(it->first) == space) {
+      close(it->second.first);
+      it = accepted_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace accl

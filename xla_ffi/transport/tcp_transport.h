@@ -37,6 +37,8 @@ class TcpTransport final : public Transport {
   Status connect(const DevicePair& pair, const Deadline& deadline,
                  std::vector<std::unique_ptr<Channel>>* out,
                  std::vector<std::unique_ptr<Channel>>* reverse) override;
+  // Closes the accepted connections of `space` that nobody claimed.
+  void forget(uint64_t space) override;
   // Connections refused for a wrong secret, protocol or destination.
   uint64_t refused() const { return refused_.load(); }
 
@@ -53,8 +55,9 @@ class TcpTransport final : public Transport {
   std::thread acceptor_;
   std::mutex mutex_;
   std::condition_variable accepted_cv_;
-  // Accepted connections not yet claimed: (src, dst, rail pair, stripe) -> fd, weight.
-  std::map<std::tuple<int64_t, int64_t, int, int>, std::pair<int, double>> accepted_;
+  // Accepted connections not yet claimed: (space, src, dst, rail pair, stripe) -> fd, weight.
+  using Key = std::tuple<uint64_t, int64_t, int64_t, int, int>;
+  std::map<Key, std::pair<int, double>> accepted_;
   std::atomic<uint64_t> refused_{0};
   std::atomic<int> handshakes_in_flight_{0};
 };

@@ -1,6 +1,10 @@
 #include "transport/transport.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "transport/ring_channel.h"
 #include "transport/shm.h"
@@ -34,19 +38,32 @@ class ShmTransport final : public Transport {
   Status connect(const DevicePair& pair, const Deadline& deadline,
                  std::vector<std::unique_ptr<Channel>>* out,
                  std::vector<std::unique_ptr<Channel>>*) override {
-    const std::string segment =
-        shm_segment_name(secret_, std::min(pair.me, pair.peer), std::max(pair.me, pair.peer));
+    const std::string segment = shm_segment_name(secret_, std::min(pair.me, pair.peer),
+                                                 std::max(pair.me, pair.peer), pair.space);
     std::unique_ptr<Channel> c;
+    const int side = pair.me < pair.peer ? 0 : 1;
     ACCL_RETURN_IF_ERROR(open_shm_channel(
-        segment, pair.me < pair.peer ? 0 : 1,
-        str_cat("shm to process ", pair.theirs->index, ", device ", pair.peer), deadline, &c));
+        segment, side, str_cat("shm to process ", pair.theirs->index, ", device ", pair.peer),
+        deadline, &c));
+    if (side == 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      created_[pair.space].push_back(segment);
+    }
     c->rail = "shm";
     out->push_back(std::move(c));
     return Status::Ok();
   }
+  // A segment whose peer never attached is still named; unlinking one it did is a no-op.
+  void forget(uint64_t space) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& name : created_[space]) shm_unlink(name.c_str());
+    created_.erase(space);
+  }
 
  private:
   std::string secret_;
+  std::mutex mutex_;
+  std::map<uint64_t, std::vector<std::string>> created_;  // by this side, per space
 };
 
 }  // namespace

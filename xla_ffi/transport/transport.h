@@ -31,12 +31,15 @@ struct ProcessEntry {
   std::vector<int64_t> devices;  // global device ids
 };
 
-// Device `me` of this process (`mine`) and device `peer` of process `theirs`.
+// Device `me` of this process (`mine`) and device `peer` of process `theirs`, connected
+// for channel space `space` (a group at one epoch, runtime/channel_space.h): channels of
+// different spaces never share a connection or a segment.
 struct DevicePair {
   int64_t me;
   const ProcessEntry* mine;
   int64_t peer;
   const ProcessEntry* theirs;
+  uint64_t space = 0;
 };
 
 class Transport {
@@ -49,10 +52,12 @@ class Transport {
   virtual Status connect(const DevicePair& pair, const Deadline& deadline,
                          std::vector<std::unique_ptr<Channel>>* out,
                          std::vector<std::unique_ptr<Channel>>* reverse) = 0;
+  // Space `space` is gone: drop what was made for it and never claimed.
+  virtual void forget(uint64_t space) {}
 };
 
 std::unique_ptr<Transport> memory_transport();
-// Segments named from the job's secret (shm.h: shm_segment_name).
+// Segments named from the job's secret and the space (shm.h: shm_segment_name).
 std::unique_ptr<Transport> shm_transport(std::string secret);
 
 }  // namespace accl

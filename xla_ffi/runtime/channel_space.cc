@@ -1,0 +1,46 @@
+#include "runtime/channel_space.h"
+
+#include "runtime/world.h"
+
+namespace accl {
+
+uint64_t channel_space_id(const std::vector<int64_t>& devices, uint32_t epoch) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (int64_t d : devices) mix(static_cast<uint64_t>(d));
+  mix(devices.size());
+  mix(epoch);
+  return h;
+}
+
+ChannelSpace::~ChannelSpace() {
+  channels_.clear();
+  if (world_ != nullptr) world_->forget(id_);
+}
+
+Status ChannelSpace::channels(int64_t me, int64_t peer, const Deadline& deadline,
+                              std::vector<Channel*>* out) {
+  out->clear();
+  const auto key = std::make_pair(me, peer);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = channels_.find(key);
+    if (it != channels_.end()) {
+      for (auto& c : it->second) out->push_back(c.get());
+      return Status::Ok();
+    }
+  }
+  if (world_ == nullptr) return error(Code::kInternal, "a planning communicator has no channels");
+  std::vector<std::unique_ptr<Channel>> made, reverse;
+  ACCL_RETURN_IF_ERROR(world_->connect(me, peer, id_, deadline, &made, &reverse));
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& slot = channels_[key];
+  if (slot.empty()) {  // else another thread connected the pair first (memory): use its
+    slot = std::move(made);
+    if (!reverse.empty()) channels_[{peer, me}] = std::move(reverse);
+  }
+  for (auto& c : slot) out->push_back(c.get());
+  return Status::Ok();
+}
+
+}  // namespace accl

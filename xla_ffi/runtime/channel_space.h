@@ -1,0 +1,47 @@
+// The channels of one group at one epoch: a communicator's connections (TCP
+// connections, shared-memory segments, memory rings), made on first use through the
+// World's transports and kept until the group moves to a newer epoch (it recovered from
+// a failed call, runtime/communicator.h). Then the space is dropped, and it closes its
+// channels once the last call that still runs in it has returned (calls hold it by
+// shared_ptr). A space's id is on the wire (in the TCP hello, in the shared-memory
+// segment's name) and its epoch in every frame, so nothing of an older epoch can be
+// taken for part of a newer one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/wait.h"
+#include "transport/channel.h"
+
+namespace accl {
+
+class World;
+
+class ChannelSpace {
+ public:
+  ChannelSpace(World* world, uint64_t id, uint32_t epoch) : world_(world), id_(id), epoch_(epoch) {}
+  ~ChannelSpace();  // closes the channels; the transports forget what was not claimed
+  ChannelSpace(const ChannelSpace&) = delete;
+  ChannelSpace& operator=(const ChannelSpace&) = delete;
+
+  uint64_t id() const { return id_; }
+  uint32_t epoch() const { return epoch_; }
+  // The channels from device `me` (of this process) to device `peer`.
+  Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
+
+ private:
+  World* world_;
+  uint64_t id_;
+  uint32_t epoch_;
+  std::mutex mutex_;
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::unique_ptr<Channel>>> channels_;
+};
+
+// The id of epoch `epoch` of the group of `devices` (global ids in rank order).
+uint64_t channel_space_id(const std::vector<int64_t>& devices, uint32_t epoch);
+
+}  // namespace accl
