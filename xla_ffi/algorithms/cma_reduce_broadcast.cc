@@ -11,7 +11,10 @@
 //      shared-memory ring makes two.
 //   3. A closing exchange of one-byte messages: afterwards every output is complete and
 //      nobody reads anybody's input any more.
-//   Only rank r ever reads or writes block r, so in == out (in place) is safe.
+//   Only rank r ever reads or writes block r, so in == out (in place) is safe. Step 2 is
+//   a peer-access phase of the link (Link::begin_peer_access): a rank looks for a failed
+//   peer before every tile, and a peer that fails waits until every rank has left the
+//   phase before it returns, so nobody writes into buffers that XLA may have freed.
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +88,11 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
   }
 
   // 2. My block of every segment, tile by tile.
+  struct Access {
+    Link& link;
+    ~Access() { link.end_peer_access(); }
+  } access{link};
+  ACCL_RETURN_IF_ERROR(link.begin_peer_access());
   thread_local std::vector<char> tiles;
   tiles.resize(static_cast<size_t>(n + 1) * kTileBytes);
   std::vector<const void*> sources(n);
@@ -95,6 +103,7 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
     const size_t first = blocks.begin(me), length = blocks.length(me);
     char* result = tiles.data() + static_cast<size_t>(n) * kTileBytes;
     for (size_t done = 0; done < length; done += tile) {
+      ACCL_RETURN_IF_ERROR(link.check_peer_access());
       const size_t m = std::min(tile, length - done), offset = (first + done) * elem;
       for (int r = 0; r < n; ++r) {
         if (r == me) {
@@ -118,6 +127,7 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
       }
     }
   }
+  link.end_peer_access();
   // 3. Closing exchange.
   const char done = 1;
   return exchange(link, &done, 1, &raw);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/health.h"
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
 #include "runtime/communicator.h"
@@ -72,6 +73,7 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
   std::vector<const void*> ins;
   std::vector<void*> outs;
   std::vector<uint64_t> counts;
+  if (Status usable = process_usable(); !usable.ok()) return failed(to_ffi(usable));
   if (args.size() != rets.size() || args.size() == 0) {
     return failed(ffi::Error::InvalidArgument("jax_accl: operands and results differ in " +
                                               std::string(name)));

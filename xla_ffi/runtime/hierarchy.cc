@@ -43,6 +43,14 @@ Status run_hierarchy(const HierarchyCall& call, const std::vector<Buffers>& segm
     if (!s.ok()) return fail(s);
     threads = std::make_unique<LocalLink>(exchange, t, call.deadline);
     tiers[0].link = threads.get();
+    // A sibling's failure ends this rank's waits on the other links too: it must leave
+    // the call promptly, since the sibling waits for that before it returns.
+    auto sibling_failed = [exchange, label = call.label]() -> Status {
+      if (!exchange->aborted()) return Status::Ok();
+      return error(Code::kAborted, label, ": ", exchange->abort_reason());
+    };
+    if (processes) processes->also_fail_when(sibling_failed);
+    if (between) between->also_fail_when(sibling_failed);
   }
   Status s = allreduce_hierarchical(tiers, between.get(), call.between, segments, reduction,
                                     call.chunks, call.deadline, &result->times);

@@ -27,6 +27,7 @@
 #include "runtime/one_shot.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
+#include "transport/local.h"
 #include "transport/ring_channel.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
@@ -338,6 +339,76 @@ void test_errors() {
   expect(s.code() == Code::kTimeout, "a missing rank times out: " + s.message());
 }
 
+// The fences of a failing rank (under ASan: a read or write into a freed buffer is an
+// error). In-process: rank 0 fails while ranks 1 and 2 still read its input in place
+// for a while; rank 0's link must not be gone before they have left, and its buffer is
+// freed right after. Over channels: rank 1 writes into rank 0's buffer tile by tile
+// (as cross-memory attach does), rank 0 fails: it may not return before rank 1 has
+// seen the failure and stopped, and rank 1 fails naming it.
+void test_failure_fences() {
+  constexpr int n = 3;
+  constexpr size_t count = 1 << 16;
+  std::vector<std::unique_ptr<std::vector<int32_t>>> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(std::make_unique<std::vector<int32_t>>(count, r));
+  auto exchange = std::make_shared<LocalExchange>(n, "fence", count * 4);
+  for (int r = 0; r < n; ++r) {
+    exchange->publish(r, {Buffers{inputs[r]->data(), inputs[r]->data(), count, 4, 0}});
+  }
+  std::atomic<int> readers_done{0};
+  std::atomic<bool> returned_early{false};
+  std::vector<std::thread> threads;
+  for (int r = 1; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      LocalLink link(exchange, r, Deadline::after_seconds(10));
+      int64_t sum = 0;
+      for (int round = 0; round < 5; ++round) {  // slow readers of rank 0's input
+        const auto* in = static_cast<const int32_t*>(link.input(0, 0));
+        for (size_t i = 0; i < count; ++i) sum += in[i];
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      Status s = link.barrier();  // sees rank 0's failure
+      expect(s.code() == Code::kAborted && sum == 0, "a reader learns of the failure");
+      readers_done.fetch_add(1);
+      link.fail(s);
+    });
+  }
+  {
+    LocalLink link(exchange, 0, Deadline::after_seconds(10));
+    link.fail(error(Code::kAborted, "injected"));
+  }  // the fence: returns once the readers are gone
+  returned_early = readers_done.load() < n - 1;
+  inputs[0].reset();  // XLA may free the buffer now
+  for (auto& t : threads) t.join();
+  expect(!returned_early.load(), "a failing rank waits for the ranks reading its buffers");
+
+  // Over channels: the peer-access phase.
+  ChannelMesh mesh = make_channel_mesh(2, 1, memory_pair);
+  auto target = std::make_unique<std::vector<int32_t>>(count, 0);
+  std::atomic<bool> writer_stopped{false}, failed_early{false};
+  std::thread writer([&] {
+    ChannelLink link(1, channels_of(mesh, 1), 7, "writer", Deadline::after_seconds(10));
+    Status s = link.begin_peer_access();
+    for (int tile = 0; s.ok() && tile < 100000; ++tile) {
+      std::memset(target->data() + (tile % 16) * (count / 16), 1, count / 16 * 4);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      s = link.check_peer_access();
+    }
+    expect(s.code() == Code::kAborted && s.message().find("failed the call") != std::string::npos,
+           "the writer stops at the peer's failure: " + s.message());
+    writer_stopped = true;
+    link.fail(s.code());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    ChannelLink link(0, channels_of(mesh, 0), 7, "target", Deadline::after_seconds(10));
+    link.fail(Code::kAborted);
+    failed_early = !writer_stopped.load();
+  }
+  target.reset();
+  writer.join();
+  expect(!failed_early.load(), "a failing rank waits until no peer writes into its buffers");
+}
+
 }  // namespace
 }  // namespace accl
 
@@ -385,6 +456,7 @@ int main() {
     test_hierarchical("tcp", tcp_pair, layout, 100003, false, /*chunks=*/4);
   }
   test_errors();
+  test_failure_fences();
   test_sha256();
   test_shm_refusals();
   std::printf("%d checks, %d failures\n", checks, failures);

@@ -39,6 +39,16 @@ class Channel {
   // Share of a striped message this channel carries (rails of different bandwidth).
   virtual double weight() const { return 1.0; }
 
+  // For ends that touch each other's buffers directly (cross-memory attach between the
+  // processes of a host, plain copies between device threads): this end says when it
+  // may read or write the peer's buffers, so that a peer that failed can wait until
+  // nobody does before it returns (ChannelLink::fail). Memory rings carry the flags in
+  // their shared header; other channels have no such phase.
+  virtual void set_touching_peer(bool touching) {}
+  virtual bool peer_touching() const { return false; }
+  // Whether either end has poisoned the channel (read without consuming anything).
+  virtual bool poisoned() const { return !broken.ok(); }
+
   // Frame counters: both ends count the frames on a channel, so a lost, extra or
   // reordered frame is detected by its sequence number.
   uint64_t next_send_seq = 0;

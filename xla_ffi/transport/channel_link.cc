@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/health.h"
+
 namespace accl {
 namespace {
 
@@ -70,7 +72,7 @@ ChannelLink::ChannelLink(int rank, std::vector<std::vector<Channel*>> channels, 
       deadline_(deadline),
       last_liveness_check_(Clock::now()) {}
 
-ChannelLink::~ChannelLink() = default;
+ChannelLink::~ChannelLink() { end_peer_access(); }
 
 std::string ChannelLink::peer_label(int peer) const {
   std::string out = str_cat("rank ", peer);
@@ -79,6 +81,7 @@ std::string ChannelLink::peer_label(int peer) const {
 }
 
 void ChannelLink::fail(Code reason) {
+  end_peer_access();
   for (auto& list : channels_) {
     for (Channel* c : list) {
       if (c->broken.ok()) c->broken = Status(Code::kAborted, "stream broken by an earlier error");
@@ -86,6 +89,52 @@ void ChannelLink::fail(Code reason) {
     }
   }
   sends_.clear();
+  // The fence: a peer inside a phase that touches this rank's buffers sees the poison
+  // within one tile and leaves it; until then these buffers must stay as they are.
+  const Deadline drain = Deadline::unabortable_after(kDrainSeconds);
+  for (size_t r = 0; r < channels_.size(); ++r) {
+    for (Channel* c : channels_[r]) {
+      while (c->peer_touching() && c->check_peer().ok()) {
+        if (drain.expired()) {
+          mark_process_unusable(str_cat(where_, ": after a failed call, ", peer_label(r),
+                                        " was still touching this rank's buffers after ",
+                                        kDrainSeconds, " s"));
+          return;
+        }
+        timespec ts{0, 100000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+}
+
+Status ChannelLink::begin_peer_access() {
+  touching_ = true;
+  for (auto& list : channels_) {
+    for (Channel* c : list) c->set_touching_peer(true);
+  }
+  // After announcing it: a peer that poisons from now on waits for this rank to leave.
+  return check_peer_access();
+}
+
+Status ChannelLink::check_peer_access() {
+  for (size_t r = 0; r < channels_.size(); ++r) {
+    for (Channel* c : channels_[r]) {
+      if (c->poisoned()) {
+        return error(Code::kAborted, where_, ": ", peer_label(r),
+                     " failed the call while this rank was reading and writing its buffers");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void ChannelLink::end_peer_access() {
+  if (!touching_) return;
+  touching_ = false;
+  for (auto& list : channels_) {
+    for (Channel* c : list) c->set_touching_peer(false);
+  }
 }
 
 Status ChannelLink::check(Channel* channel, int peer) {
@@ -203,6 +252,7 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
     }
     return deadline_.ended(where_, "waiting for:" + waiting);
   }
+  if (also_failed_) ACCL_RETURN_IF_ERROR(also_failed_());
   const auto now = Clock::now();
   if (now - last_liveness_check_ > kLivenessInterval) {
     last_liveness_check_ = now;

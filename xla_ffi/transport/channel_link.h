@@ -65,10 +65,18 @@ class ChannelLink : public Link {
   Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                      const Reduction& reduction) override;
   std::string where() const override { return where_; }
+  Status begin_peer_access() override;
+  Status check_peer_access() override;
+  void end_peer_access() override;
   // Payload bytes this link has sent, per rail (Channel::rail).
   const std::map<std::string, uint64_t>& bytes_sent_by_rail() const { return sent_by_rail_; }
-  // Marks every channel of this link broken and tells the peers (see Channel::poison).
+  // Marks every channel of this link broken and tells the peers (see Channel::poison);
+  // then waits (up to kDrainSeconds) until no peer is in a phase that touches this
+  // rank's buffers, so that they can be released.
   void fail(Code reason);
+  // Every wait of this link also ends as soon as `failed()` gives an error (the call
+  // failed on another thread of this process, e.g. a sibling of the hierarchy).
+  void also_fail_when(std::function<Status()> failed) { also_failed_ = std::move(failed); }
 
  private:
   struct Transfer {
@@ -103,6 +111,8 @@ class ChannelLink : public Link {
   std::vector<char> scratch_;
   Clock::time_point last_liveness_check_;
   std::map<std::string, uint64_t> sent_by_rail_;
+  std::function<Status()> also_failed_;
+  bool touching_ = false;  // inside begin_peer_access .. end_peer_access
 };
 
 }  // namespace accl

@@ -67,6 +67,13 @@ class Link {
                              const Reduction& reduction) = 0;
   // Peers' memory, or nullptr where the transport only moves messages.
   virtual PeerMemory* peer_memory() { return nullptr; }
+  // Around a phase that reads or writes peers' buffers by other means than messages
+  // (cross-memory attach): begin fails if a peer has failed already, check (between
+  // tiles) as soon as one fails; a failing peer does not return before every rank in
+  // such a phase has ended it. Links without such peers accept the calls.
+  virtual Status begin_peer_access() { return Status::Ok(); }
+  virtual Status check_peer_access() { return Status::Ok(); }
+  virtual void end_peer_access() {}
   // A label for error messages, e.g. "rank 3 of group [0 1 2 3], op 17 seq 2".
   virtual std::string where() const = 0;
 };

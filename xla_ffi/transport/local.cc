@@ -3,6 +3,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/health.h"
+
 namespace accl {
 namespace {
 constexpr uint32_t kWithdrawn = 0, kPosted = 1, kReading = 2, kDone = 3;
@@ -72,6 +74,19 @@ LocalLink::~LocalLink() {
     // Normal exits have waited for their sends; make sure no reader is left behind.
     Status ignored = wait_sends();
     (void)ignored;
+  }
+  Flag& departed = exchange_->departed();
+  departed.fetch_add_and_wake(1);
+  if (!failed_) return;
+  // The fence: the others see the abort at their next wait and leave; until they have,
+  // they may still read this rank's input or write its output in place.
+  const uint32_t all = static_cast<uint32_t>(size());
+  Status s = departed.wait([all](uint32_t v) { return v >= all; },
+                           Deadline::unabortable_after(kDrainSeconds), nullptr);
+  if (!s.ok()) {
+    mark_process_unusable(str_cat(where(), ": after a failed call, ", all - departed.load(),
+                                  " device thread(s) had not left it after ", kDrainSeconds,
+                                  " s and may still touch this rank's buffers"));
   }
 }
 

@@ -52,6 +52,8 @@ class LocalExchange {
   void* output(int rank, int segment) const { return outputs_[rank][segment]; }
   bool staged() const { return staged_; }
   Flag& barrier_flag() { return barrier_; }
+  // Ranks whose link is gone (they touch no buffer of the call any more).
+  Flag& departed() { return departed_; }
 
  private:
   int size_;
@@ -63,6 +65,7 @@ class LocalExchange {
   size_t staged_bytes_ = 0;
   bool staged_ = false;
   Flag barrier_;
+  Flag departed_;
   std::atomic<bool> aborted_{false};
   mutable std::atomic<int> abort_rank_{-1};
   std::string abort_reason_;
@@ -91,7 +94,9 @@ class LocalLink final : public Link, public PeerMemory {
   Status barrier() override;
 
   // Marks the exchange failed and withdraws this rank's unread messages, waiting for
-  // readers already inside them, so that the caller's buffers can be released.
+  // readers already inside them; the destructor then waits (up to kDrainSeconds) until
+  // every other rank has left the call, since they may read this rank's input or write
+  // its output in place until then. Only then can the caller's buffers be released.
   void fail(const Status& status);
 
  private:

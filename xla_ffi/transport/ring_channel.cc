@@ -88,7 +88,7 @@ Status RingChannel::check_peer() {
 void RingChannel::poison(Code reason) {
   uint32_t expected = 0;  // the first failure is the one worth reporting
   header_->poisoned.compare_exchange_strong(expected, 1 + static_cast<uint32_t>(reason),
-                                            std::memory_order_acq_rel);
+                                            std::memory_order_seq_cst);
 }
 
 // The counters live in memory the peer can write: a pair that no ring could hold (more

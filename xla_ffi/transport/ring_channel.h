@@ -25,10 +25,11 @@ struct alignas(64) RingControl {
 // Layout of the shared region: header, then two rings (side 0 -> 1, side 1 -> 0).
 struct alignas(64) RingPairHeader {
   std::atomic<uint32_t> magic;
-  std::atomic<uint32_t> attached;  // ends that have mapped the region
-  std::atomic<int32_t> pid[2];     // owner process of each side
-  std::atomic<uint32_t> poisoned;  // 1 + the Code of the failure, set by an end that failed
-  char pad[44];
+  std::atomic<uint32_t> attached;     // ends that have mapped the region
+  std::atomic<int32_t> pid[2];        // owner process of each side
+  std::atomic<uint32_t> poisoned;     // 1 + the Code of the failure, set by an end that failed
+  std::atomic<uint32_t> touching[2];  // side s may be reading or writing side 1 - s's buffers
+  char pad[36];
   RingControl control[2];
 };
 
@@ -46,6 +47,15 @@ class RingChannel : public Channel {
   Status check_peer() override;
   void poison(Code reason) override;
   std::string describe() const override { return label_; }
+  void set_touching_peer(bool touching) override {
+    header_->touching[side_].store(touching ? 1 : 0, std::memory_order_seq_cst);
+  }
+  bool peer_touching() const override {
+    return header_->touching[1 - side_].load(std::memory_order_seq_cst) != 0;
+  }
+  bool poisoned() const override {
+    return header_->poisoned.load(std::memory_order_seq_cst) != 0 || !broken.ok();
+  }
 
  private:
   Status poisoned_error() const;
