@@ -88,5 +88,13 @@ def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def cut_cable(names: list[str], host: int, rail: int) -> None:
+    """Pulls host `host`'s cable on rail `rail` (of `virtual_hosts`' `names`): its switch
+    port goes down, so its packets on that rail vanish both ways, with no reset and no
+    error for either end, as when a cable is cut or a host loses power."""
+    switch = names[host].replace(f"accl-h{host}-", "accl-sw-", 1)
+    sh("ip", "-n", switch, "link", "set", f"h{host}r{rail}", "down")
+
+
 def can_create_namespaces() -> bool:
     return os.geteuid() == 0

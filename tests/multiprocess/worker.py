@@ -39,6 +39,11 @@ parser.add_argument(
     default="",
     help="afterwards, trace one 1 MiB all-reduce with jax_accl.profiler",
 )
+parser.add_argument(
+    "--signal-dir",
+    default="",
+    help="siege: process 0 writes its listeners to ports.json here; runs until 'done' appears",
+)
 args = parser.parse_args()
 
 jax.config.update("jax_num_cpu_devices", args.devices)
@@ -405,7 +410,69 @@ def scenario_abort():
     }
 
 
+def scenario_siege():
+    """All-reduces, each checked exact (int32, 1 MiB), while a stranger floods process 0's
+    listeners; process 0 first writes its rails' addresses to <signal-dir>/ports.json,
+    and the job runs until <signal-dir>/done appears (at most 180 s)."""
+    from jax_accl import _compat
+
+    me = jax.process_index()
+    x = global_input((1 << 18,), np.int32, seed=12)
+    want = expected_numpy(x, ALL)
+    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
+    placed = place(x, P(ALL))
+    step = allreduce_program(jax_accl, ALL)
+    check("before the siege", step(placed), [want[k : k + 1] for k in mine])
+    if me == 0:
+        rails = jax_accl.distributed.topology()[0]["rails"]
+        path = os.path.join(args.signal_dir, "ports.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump([[ip, port] for _, ip, port, _ in rails], f)
+        os.rename(path + ".tmp", path)
+    calls, start = 0, time.monotonic()
+    while time.monotonic() - start < 180:
+        check(f"call {calls} under siege", step(placed), [want[k : k + 1] for k in mine])
+        calls += 1
+        # Every process stops after the same call: process 0 decides, the store tells.
+        done = os.path.exists(os.path.join(args.signal_dir, "done")) if me == 0 else False
+        flag = f"siege/{calls}"
+        client = _compat.distributed_client()
+        if me == 0:
+            client.key_value_set(flag, "1" if done else "0")
+            if done:
+                break
+        elif client.blocking_key_value_get(flag, 60_000) == "1":
+            break
+    return {"calls": calls, "refused": jax_accl.stats()["refused_connections"]}
+
+
+def scenario_until_error():
+    """All-reduces of 1 MiB, each checked, until one raises (at most 180 s); process 0
+    first writes <signal-dir>/ports.json to say it runs. Reports when the error came
+    (wall clock) and what it said."""
+    me = jax.process_index()
+    x = global_input((1 << 18,), np.int32, seed=13)
+    want = expected_numpy(x, ALL)
+    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
+    placed = place(x, P(ALL))
+    step = allreduce_program(jax_accl, ALL)
+    check("first call", step(placed), [want[k : k + 1] for k in mine])
+    if me == 0:
+        with open(os.path.join(args.signal_dir, "ports.json"), "w") as f:
+            json.dump(jax_accl.distributed.topology(), f)
+    calls, start = 0, time.monotonic()
+    while time.monotonic() - start < 180:
+        try:
+            check(f"call {calls}", step(placed), [want[k : k + 1] for k in mine])
+        except Exception as e:
+            return {"error": str(e), "error_at": time.time(), "calls": calls}
+        calls += 1
+    return {"error": None, "calls": calls}
+
+
 SCENARIOS = {
+    "until_error": scenario_until_error,
+    "siege": scenario_siege,
     "recover": scenario_recover,
     "abort": scenario_abort,
     "correctness": scenario_correctness,

@@ -1,8 +1,11 @@
 #include "transport/handshake.h"
 
+#include <poll.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 #include <random>
 
 #include "transport/tcp.h"
@@ -61,20 +64,60 @@ Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
   return Status::Ok();
 }
 
-Status handshake_as_acceptor(int fd, const std::string& secret, Hello* hello,
-                             const Deadline& deadline) {
-  ACCL_RETURN_IF_ERROR(read_all(fd, hello, sizeof(*hello), deadline));
-  ACCL_RETURN_IF_ERROR(check_hello(*hello));
-  Challenge challenge;
-  random_bytes(challenge.nonce, kNonceBytes);
-  challenge.proof = handshake_proof(secret, "acceptor", *hello, challenge.nonce);
-  ACCL_RETURN_IF_ERROR(write_all(fd, &challenge, sizeof(challenge), deadline));
-  Digest response;
-  ACCL_RETURN_IF_ERROR(read_all(fd, response.data(), response.size(), deadline));
-  if (!digests_equal(response, handshake_proof(secret, "connector", *hello, challenge.nonce))) {
-    return error(Code::kAborted, "wrong proof of the job's secret");
+short AcceptorHandshake::events() const {
+  return state_ == State::kWriteChallenge ? POLLOUT : POLLIN;
+}
+
+AcceptorHandshake::State AcceptorHandshake::refuse(Status why) {
+  reason_ = std::move(why);
+  return state_ = State::kRefused;
+}
+
+bool AcceptorHandshake::transfer(void* buffer, size_t bytes, bool write) {
+  char* p = static_cast<char*>(buffer);
+  while (done_ < bytes) {
+    const ssize_t n = write ? send(fd_, p + done_, bytes - done_, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(fd_, p + done_, bytes - done_, MSG_DONTWAIT);
+    if (n > 0) {
+      done_ += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    refuse(error(Code::kAborted, n == 0 ? "connection closed during the handshake"
+                                        : str_cat("handshake: ", std::strerror(errno))));
+    return false;
   }
-  return Status::Ok();
+  done_ = 0;
+  return true;
+}
+
+AcceptorHandshake::State AcceptorHandshake::step() {
+  for (;;) {
+    switch (state_) {
+      case State::kReadHello: {
+        if (!transfer(&hello_, sizeof(hello_), /*write=*/false)) return state_;
+        Status s = check_hello(hello_);
+        if (!s.ok()) return refuse(s);
+        random_bytes(challenge_.nonce, kNonceBytes);
+        challenge_.proof = handshake_proof(secret_, "acceptor", hello_, challenge_.nonce);
+        state_ = State::kWriteChallenge;
+        break;
+      }
+      case State::kWriteChallenge:
+        if (!transfer(&challenge_, sizeof(challenge_), /*write=*/true)) return state_;
+        state_ = State::kReadResponse;
+        break;
+      case State::kReadResponse:
+        if (!transfer(response_.data(), response_.size(), /*write=*/false)) return state_;
+        if (!digests_equal(response_,
+                           handshake_proof(secret_, "connector", hello_, challenge_.nonce))) {
+          return refuse(error(Code::kAborted, "wrong proof of the job's secret"));
+        }
+        return state_ = State::kAdmitted;
+      case State::kAdmitted:
+      case State::kRefused: return state_;
+    }
+  }
 }
 
 }  // namespace accl

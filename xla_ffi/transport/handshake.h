@@ -66,8 +66,37 @@ void random_bytes(void* out, size_t bytes);  // from the kernel's generator
 // The connector's side of the exchange on `fd` (hello's nonce is filled in here).
 Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
                               const Deadline& deadline);
-// The acceptor's side; *hello is what the connector said, once it proved itself.
-Status handshake_as_acceptor(int fd, const std::string& secret, Hello* hello,
-                             const Deadline& deadline);
+
+// The acceptor's side, as a state machine over a non-blocking socket, so that one event
+// loop drives the handshakes of many connections at once (tcp_transport.cc): step()
+// moves as far as the socket allows without blocking, events() says what to poll for.
+class AcceptorHandshake {
+ public:
+  enum class State { kReadHello, kWriteChallenge, kReadResponse, kAdmitted, kRefused };
+  AcceptorHandshake(int fd, const std::string& secret, Deadline deadline)
+      : fd_(fd), secret_(secret), deadline_(deadline) {}
+  State step();
+  State state() const { return state_; }
+  short events() const;  // POLLIN or POLLOUT
+  int fd() const { return fd_; }
+  const Deadline& deadline() const { return deadline_; }
+  const Hello& hello() const { return hello_; }     // once admitted: what the connector said
+  const Status& reason() const { return reason_; }  // once refused: why
+
+ private:
+  State refuse(Status why);
+  // Moves bytes between the socket and [buffer, buffer + bytes) from done_ on.
+  bool transfer(void* buffer, size_t bytes, bool write);
+
+  int fd_;
+  const std::string& secret_;
+  Deadline deadline_;
+  State state_ = State::kReadHello;
+  size_t done_ = 0;  // bytes of the current message moved so far
+  Hello hello_;
+  Challenge challenge_{};
+  Digest response_{};
+  Status reason_;
+};
 
 }  // namespace accl

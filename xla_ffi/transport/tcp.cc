@@ -28,6 +28,13 @@ Status make_address(const std::string& ip, uint16_t port, sockaddr_in* addr) {
   return Status::Ok();
 }
 
+// What a failed send or recv on an established connection most likely means.
+const char* why_failed(int e) {
+  return e == ETIMEDOUT ? " (the peer host stopped answering: a cut link or a host gone; "
+                          "seen by TCP keepalive or the 15 s user timeout)"
+                        : " (the peer process died or closed the connection)";
+}
+
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 int remaining_ms(const Deadline& deadline) {
@@ -172,8 +179,7 @@ Status TcpChannel::write_some(const void* data, size_t bytes, size_t* done) {
     return Status::Ok();
   }
   if (errno == EAGAIN || errno == EINTR) return Status::Ok();
-  return error(Code::kAborted, label_, ": send failed: ", std::strerror(errno),
-               " (peer process died or closed the connection)");
+  return error(Code::kAborted, label_, ": send failed: ", std::strerror(errno), why_failed(errno));
 }
 
 Status TcpChannel::read_some(void* data, size_t bytes, size_t* done) {
@@ -189,8 +195,7 @@ Status TcpChannel::read_some(void* data, size_t bytes, size_t* done) {
                  ": connection closed by the peer (it failed this call, or its process died)");
   }
   if (errno == EAGAIN || errno == EINTR) return Status::Ok();
-  return error(Code::kAborted, label_, ": recv failed: ", std::strerror(errno),
-               " (peer process died?)");
+  return error(Code::kAborted, label_, ": recv failed: ", std::strerror(errno), why_failed(errno));
 }
 
 }  // namespace accl

@@ -4,9 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <system_error>
 #include <tuple>
 
 #include "transport/handshake.h"
@@ -15,9 +15,9 @@
 namespace accl {
 namespace {
 constexpr double kHandshakeSeconds = 5.0;
-// Handshakes being read at once; a connection beyond them is closed unread (and
-// counted as refused), so a flood of strangers cannot exhaust threads or memory.
-constexpr int kMaxPendingHandshakes = 64;
+// Handshakes in progress at once; a connection beyond them is closed unread (and
+// counted as refused), so a flood of strangers cannot exhaust descriptors or memory.
+constexpr size_t kMaxPendingHandshakes = 64;
 }  // namespace
 
 std::vector<std::pair<int, int>> match_rails(const std::vector<Rail>& lower,
@@ -64,76 +64,108 @@ TcpTransport::~TcpTransport() {
   for (int fd : wake_pipe_) {
     if (fd >= 0) close(fd);
   }
-  while (handshakes_in_flight_.load() > 0) usleep(1000);
   for (auto& [key, value] : accepted_) close(value.first);
 }
 
 void TcpTransport::accept_loop() {
-  std::vector<pollfd> fds;
-  for (int fd : listeners_) fds.push_back(pollfd{fd, POLLIN, 0});
-  fds.push_back(pollfd{wake_pipe_[0], POLLIN, 0});
+  std::vector<std::unique_ptr<AcceptorHandshake>> pending;
+  Clock::time_point backoff_until{};
   for (;;) {
-    for (auto& p : fds) p.revents = 0;
-    if (poll(fds.data(), fds.size(), -1) < 0) continue;
-    if (fds.back().revents != 0) return;
-    for (size_t i = 0; i + 1 < fds.size(); ++i) {
-      if (!(fds[i].revents & POLLIN)) continue;
-      int fd = accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        // Out of descriptors: the connection stays queued; back off instead of spinning.
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          usleep(50000);
-        }
-        continue;
-      }
-      if (handshakes_in_flight_.load() >= kMaxPendingHandshakes) {
-        refused_.fetch_add(1);
-        close(fd);
-        continue;
-      }
-      // Each handshake is read on its own thread (with a 5 s deadline), so a silent
-      // stranger cannot stall the acceptor.
-      handshakes_in_flight_.fetch_add(1);
-      try {
-        std::thread([this, fd] {
-          try {
-            handle_connection(fd);
-          } catch (...) {  // nothing may escape a thread: count it, drop the connection
-            refused_.fetch_add(1);
-            close(fd);
-          }
-          handshakes_in_flight_.fetch_sub(1);
-        }).detach();
-      } catch (const std::system_error&) {  // no thread to be had: refuse, do not terminate
-        handshakes_in_flight_.fetch_sub(1);
-        refused_.fetch_add(1);
-        close(fd);
-      }
+    try {
+      if (!accept_round(&pending, &backoff_until)) break;
+    } catch (...) {  // nothing may escape a thread: drop what was pending, go on
+      for (auto& h : pending) close(h->fd());
+      refused_.fetch_add(pending.size());
+      pending.clear();
     }
   }
+  for (auto& h : pending) close(h->fd());
 }
 
-void TcpTransport::handle_connection(int fd) {
-  const Deadline deadline = Deadline::unabortable_after(kHandshakeSeconds);
-  Hello h;
-  Status s = handshake_as_acceptor(fd, secret_, &h, deadline);
-  if (s.ok() && !lives_here_(h.dst_device)) {
-    s = error(Code::kAborted, "device ", h.dst_device, " does not live here");
+bool TcpTransport::accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>* pending,
+                                Clock::time_point* backoff_until) {
+  const auto now = Clock::now();
+  const bool backing_off = now < *backoff_until;
+  std::vector<pollfd> fds;
+  for (int fd : listeners_)
+    fds.push_back(pollfd{fd, static_cast<short>(backing_off ? 0 : POLLIN), 0});
+  fds.push_back(pollfd{wake_pipe_[0], POLLIN, 0});
+  // Wake up for the nearest handshake deadline (or the end of a back-off).
+  auto wake = backing_off ? *backoff_until : Clock::time_point::max();
+  for (const auto& h : *pending) {
+    fds.push_back(pollfd{h->fd(), h->events(), 0});
+    wake = std::min(wake, h->deadline().at);
   }
-  const Key key{h.space, h.src_device, h.dst_device, static_cast<int>(h.rail),
-                static_cast<int>(h.stripe)};
-  std::unique_lock<std::mutex> lock(mutex_);
+  int timeout_ms = -1;
+  if (wake != Clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
+    timeout_ms = static_cast<int>(std::clamp<int64_t>(left + 1, 0, 1000));
+  }
+  if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return true;
+  const size_t first_pending = listeners_.size() + 1;
+  if (fds[listeners_.size()].revents != 0) return false;  // the transport stops
+
+  // Handshakes that can move, or whose deadline passed.
+  for (size_t k = 0; k < pending->size(); ++k) {
+    AcceptorHandshake& h = *(*pending)[k];
+    if (fds[first_pending + k].revents != 0) h.step();
+    if (h.state() == AcceptorHandshake::State::kAdmitted) {
+      admit(h);
+    } else if (h.state() == AcceptorHandshake::State::kRefused || h.deadline().expired()) {
+      refused_.fetch_add(1);
+      close(h.fd());
+    } else {
+      continue;
+    }
+    (*pending)[k].reset();
+  }
+  pending->erase(std::remove(pending->begin(), pending->end(), nullptr), pending->end());
+
+  // New connections, up to kMaxPendingHandshakes at once; the rest are closed unread.
+  for (size_t i = 0; i < listeners_.size(); ++i) {
+    if (!(fds[i].revents & POLLIN)) continue;
+    const int fd = accept4(listeners_[i], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      // Out of descriptors: the connection stays queued; pause accepting instead of
+      // spinning, while the handshakes in progress go on.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        *backoff_until = Clock::now() + std::chrono::milliseconds(50);
+      }
+      continue;
+    }
+    if (pending->size() >= kMaxPendingHandshakes) {
+      refused_.fetch_add(1);
+      close(fd);
+      continue;
+    }
+    pending->push_back(std::make_unique<AcceptorHandshake>(
+        fd, secret_, Deadline::unabortable_after(kHandshakeSeconds)));
+    pending->back()->step();  // the hello may be there already
+  }
+  return true;
+}
+
+void TcpTransport::admit(const AcceptorHandshake& h) {
+  const Hello& hello = h.hello();
+  const int fd = h.fd();
+  Status s;
+  if (!lives_here_(hello.dst_device)) {
+    s = error(Code::kAborted, "device ", hello.dst_device, " does not live here");
+  }
+  const Key key{hello.space, hello.src_device, hello.dst_device, static_cast<int>(hello.rail),
+                static_cast<int>(hello.stripe)};
+  std::lock_guard<std::mutex> lock(mutex_);
   // A second connection for a key not yet claimed is refused: the first one stays.
   if (s.ok() && accepted_.count(key) > 0) s = error(Code::kAborted, "duplicate connection");
   // Under the lock, so that the check and the entry are one step; one byte into the
   // empty send buffer of a fresh connection never waits.
-  if (s.ok()) s = write_all(fd, &kHandshakeAccepted, 1, deadline);
+  if (s.ok()) s = write_all(fd, &kHandshakeAccepted, 1, Deadline::unabortable_after(1.0));
   if (!s.ok()) {
     refused_.fetch_add(1);
     close(fd);
     return;
   }
-  accepted_[key] = {fd, h.weight};
+  accepted_[key] = {fd, hello.weight};
   accepted_cv_.notify_all();
 }
 

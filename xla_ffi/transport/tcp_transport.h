@@ -1,8 +1,9 @@
-// TCP between hosts: a listener per rail, an acceptor thread that checks each
-// connection's handshake (the job's secret; each handshake on its own thread, so a
-// silent stranger cannot stall it), and connect(), which makes one connection per
-// matched rail and stripe, from the lower device id to the higher (the higher waits
-// for the lower's connections to be accepted).
+// TCP between hosts: a listener per rail, an acceptor thread whose one event loop
+// drives the handshakes of every connection at once (the job's secret, handshake.h; at
+// most 64 in progress, 5 s each, so a silent or flooding stranger cannot stall it or
+// exhaust it), and connect(), which makes one connection per matched rail and stripe,
+// from the lower device id to the higher (the higher waits for the lower's connections
+// to be accepted).
 #pragma once
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "transport/handshake.h"
 #include "transport/transport.h"
 
 namespace accl {
@@ -45,7 +47,11 @@ class TcpTransport final : public Transport {
  private:
   TcpTransport() = default;
   void accept_loop();
-  void handle_connection(int fd);
+  // One round of the event loop; false when the transport stops.
+  bool accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>* pending,
+                    Clock::time_point* backoff_until);
+  // A handshake passed: files the connection for connect(), or refuses it.
+  void admit(const AcceptorHandshake& h);
 
   std::string secret_;
   int stripes_per_rail_ = 1;
@@ -59,7 +65,6 @@ class TcpTransport final : public Transport {
   using Key = std::tuple<uint64_t, int64_t, int64_t, int, int>;
   std::map<Key, std::pair<int, double>> accepted_;
   std::atomic<uint64_t> refused_{0};
-  std::atomic<int> handshakes_in_flight_{0};
 };
 
 }  // namespace accl

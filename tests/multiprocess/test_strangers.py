@@ -1,0 +1,182 @@
+"""The job's network misbehaves. A stranger, from a namespace of its own on both rails,
+opens 2,000 connections to a process's listeners while the job runs (silent ones,
+garbage, other protocols, well-formed hellos that cannot prove the secret): every one is
+refused, and every all-reduce of the job meanwhile is exact. A cable is cut mid-job:
+the peers notice within seconds (TCP keepalive and user timeout), not at the call's
+deadline."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from jax_accl.testing import launch, netns
+
+WORKER = str(Path(__file__).with_name("worker.py"))
+CONNECTIONS = 2000
+
+# Runs inside the stranger's namespace: argv[1] is the listeners' JSON [[ip, port], ...].
+STRANGER = r"""
+import json, os, socket, struct, sys, time
+from concurrent.futures import ThreadPoolExecutor
+listeners = json.loads(sys.argv[1])
+count = int(sys.argv[2])
+hello = struct.Struct("<IIqqIIdQ16s")
+def payload(i):
+    kind = i % 5
+    if kind == 0:
+        return b""  # silent: holds its connection open a while
+    if kind == 1:
+        return os.urandom(64)
+    if kind == 2:
+        return b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    # well-formed hellos (current and older protocol) with a made-up response
+    return hello.pack(0x4C434341, 3 if kind == 3 else 2, 1, 0, 0, i, 1.0, i, os.urandom(16))
+def one(i):
+    ip, port = listeners[i % len(listeners)]
+    for attempt in range(50):
+        try:
+            with socket.create_connection((ip, port), timeout=10) as s:
+                data = payload(i)
+                if data:
+                    s.sendall(data)
+                    if len(data) == hello.size:
+                        s.recv(48)  # the challenge: answer it with garbage
+                        s.sendall(os.urandom(32))
+                        s.recv(1)
+                else:
+                    time.sleep(0.5)
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+with ThreadPoolExecutor(32) as pool:
+    made = sum(pool.map(one, range(count)))
+print(made)
+"""
+
+
+def test_two_thousand_stranger_connections_are_refused_while_the_job_runs_exact(
+    root_required, tmp_path
+):
+    with netns.virtual_hosts(3, 2) as names:
+        job, stranger = names[:2], names[2]
+        results, failure = [], []
+
+        def run_job():
+            try:
+                results.extend(
+                    launch.run_job(
+                        [
+                            WORKER,
+                            "--scenario",
+                            "siege",
+                            "--reference",
+                            "numpy",
+                            "--signal-dir",
+                            str(tmp_path),
+                        ],
+                        2,
+                        1,
+                        env=[{"JAX_ACCL_HOST_ID": n, "JAX_ACCL_RAILS": "rail0,rail1"} for n in job],
+                        namespaces=job,
+                        coordinator_ip=netns.rail_ip(0, 0),
+                        timeout=400,
+                    )
+                )
+            except Exception as e:  # reported below, after the stranger is done
+                failure.append(e)
+
+        thread = threading.Thread(target=run_job)
+        thread.start()
+        ports = tmp_path / "ports.json"
+        deadline = time.time() + 120
+        while not ports.exists() and thread.is_alive() and time.time() < deadline:
+            time.sleep(0.1)
+        assert ports.exists(), failure
+        start = time.time()
+        flood = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                stranger,
+                sys.executable,
+                "-c",
+                STRANGER,
+                ports.read_text(),
+                str(CONNECTIONS),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd="/",
+        )
+        flood_seconds = time.time() - start
+        time.sleep(6)  # the silent ones time out (5 s) and are counted
+        (tmp_path / "done").touch()
+        thread.join(timeout=300)
+    assert not failure, failure
+    assert flood.returncode == 0, flood.stderr[-2000:]
+    assert int(flood.stdout.split()[-1]) == CONNECTIONS  # the stranger got every one made
+    target, other = results
+    print(
+        f"\n{CONNECTIONS} stranger connections in {flood_seconds:.1f} s: {target['refused']} "
+        f"refused; {target['calls']} exact all-reduces of 1 MiB meanwhile"
+    )
+    assert target["refused"] >= CONNECTIONS
+    assert other["refused"] == 0
+    assert target["calls"] == other["calls"] >= 5
+    assert json.loads(ports.read_text())
+
+
+def test_a_cut_cable_is_noticed_within_seconds_not_at_the_deadline(root_required, tmp_path):
+    with netns.virtual_hosts(2, 2) as names:
+        results, failure = [], []
+
+        def run_job():
+            try:
+                results.extend(
+                    launch.run_job(
+                        [WORKER, "--scenario", "until_error", "--reference", "numpy"]
+                        + ["--signal-dir", str(tmp_path)],
+                        2,
+                        1,
+                        env=[
+                            {
+                                "JAX_ACCL_HOST_ID": n,
+                                "JAX_ACCL_RAILS": "rail0,rail1",
+                                "JAX_ACCL_TIMEOUT_S": "120",
+                            }
+                            for n in names
+                        ],
+                        namespaces=names,
+                        coordinator_ip=netns.rail_ip(0, 0),
+                        timeout=400,
+                    )
+                )
+            except Exception as e:
+                failure.append(e)
+
+        thread = threading.Thread(target=run_job)
+        thread.start()
+        deadline = time.time() + 120
+        while not (tmp_path / "ports.json").exists() and thread.is_alive():
+            assert time.time() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)
+        # Rail 1 only: the coordination service lives on rail 0 and must stay reachable.
+        netns.cut_cable(names, 1, 1)
+        cut_at = time.time()
+        thread.join(timeout=300)
+    assert not failure, failure
+    for r in results:
+        assert r["error"] is not None and "jax_accl" in r["error"], r
+        noticed = r["error_at"] - cut_at
+        print(
+            f"\nprocess {r['process']}: noticed the cut after {noticed:.1f} s: {r['error'][-160:]}"
+        )
+        # TCP_USER_TIMEOUT is 15 s, keepalive gives up after 11 s idle; the deadline is 120 s.
+        assert noticed < 40, r
