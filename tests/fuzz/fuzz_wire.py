@@ -1,7 +1,9 @@
-"""Fuzz the wire parsers (atheris): the TCP handshake's hello and the frame headers of
-ChannelLink, fed arbitrary bytes through the native module. Every input must be either
-accepted exactly when it is valid (and then deliver the right payload) or refused with
-an error; never a crash, a hang or a wrong payload.
+"""Fuzz the wire parsers (atheris): the TCP handshake's hello, both sides of the
+handshake's exchange (the acceptor's state machine fed a connector's bytes, the
+connector fed a listener's challenge and verdict) and the frame headers of ChannelLink,
+fed arbitrary bytes through the native module. Every input must be either accepted
+exactly when it is valid (and then deliver the right payload) or refused with an error;
+a made-up proof is never admitted; never a crash, a hang or a wrong payload.
 
     python tests/fuzz/fuzz_wire.py -runs=3000        # the CI run (tests/fuzz/test_fuzz.py)
     python tests/fuzz/fuzz_wire.py -max_total_time=3600   # the long run
@@ -59,10 +61,30 @@ def check_frames(raw: bytes, expected: int):
         assert payload == raw[FRAME.size : FRAME.size + expected]
 
 
+SECRET = b"fuzzing secret of thirty-two b.."
+
+
+@atheris.instrument_func
+def check_acceptor(raw: bytes):
+    """The acceptor's state machine fed a connector's bytes: a response nobody computed
+    from this run's nonce never gets in, whatever came before it."""
+    verdict = _accl.accept_handshake(raw, SECRET)
+    assert verdict != "", raw[:80]
+    if len(raw) < HELLO.size:
+        assert "closed" in verdict, (raw[:80], verdict)
+
+
+@atheris.instrument_func
+def check_connector(reply: bytes):
+    """The connector against a listener answering `reply` (challenge, verdict): without a
+    proof computed from the connector's own nonce it never goes on."""
+    assert _accl.connect_handshake(reply, SECRET) != "", reply[:60]
+
+
 @atheris.instrument_func
 def test_one_input(data: bytes):
     fdp = atheris.FuzzedDataProvider(data)
-    mode = fdp.ConsumeIntInRange(0, 3)
+    mode = fdp.ConsumeIntInRange(0, 5)
     if mode == 0:
         check_hello(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 100)))
     elif mode == 1:  # a near-valid handshake with one field changed
@@ -77,6 +99,13 @@ def test_one_input(data: bytes):
         else:
             fields[k] = fdp.ConsumeIntInRange(0, 2**32 - 1)
         check_hello(HELLO.pack(*fields)[: fdp.ConsumeIntInRange(0, HELLO.size)])
+    elif mode == 4:  # a valid hello (or a mutated one), then whatever follows
+        fields = [HANDSHAKE_MAGIC, 3, 1, 2, 0, 0, 1.0, 0, b"\0" * 16]
+        if fdp.ConsumeBool():
+            fields[fdp.ConsumeIntInRange(0, 5)] = fdp.ConsumeIntInRange(0, 2**31 - 1)
+        check_acceptor(HELLO.pack(*fields) + fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 80)))
+    elif mode == 5:
+        check_connector(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 60)))
     elif mode == 2:
         check_frames(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)), fdp.ConsumeIntInRange(0, 256))
     else:  # a near-valid frame: one header field changed, or cut short

@@ -150,3 +150,17 @@ def test_a_source_tree_without_the_compiled_module_says_what_to_do(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: jax_accl was imported from the source tree")
     assert "pip install -e ." in last and "another directory" in last
+
+
+def test_every_test_the_failure_guarantees_name_exists():
+    """README's "Failure behaviour" cites a test for each guarantee: each must exist."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Failure behaviour") : readme.index("## Planning at")]
+    python_tests = "".join(p.read_text() for p in (REPO / "tests").rglob("test_*.py"))
+    selftest = (REPO / "xla_ffi" / "selftest" / "selftest.cc").read_text()
+    cited = set(re.findall(r"\b(test_[a-z0-9_]+)\b(?!\.py)", section))
+    assert len(cited) >= 12, cited
+    for name in sorted(cited):
+        assert f"def {name}(" in python_tests or f"void {name}(" in selftest, name
+    for path in re.findall(r"`(tests/[\w/]+\.py)", section):
+        assert (REPO / path).exists(), path

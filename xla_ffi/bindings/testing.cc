@@ -8,6 +8,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -156,6 +157,51 @@ std::string parse_hello(nb::bytes data) {
   return s.ok() ? "" : s.message();
 }
 
+// The acceptor's handshake fed `data` (what a connector would send, then end of stream)
+// over a socket pair, under `secret`: "" if it admitted the connection, else why not.
+std::string accept_handshake(nb::bytes data, nb::bytes secret) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds) != 0) return "socketpair failed";
+  const std::string key(secret.c_str(), secret.size());
+  size_t sent = 0;
+  while (sent < data.size()) {  // a socket pair's buffer holds far more than a handshake
+    const ssize_t n = send(fds[0], data.c_str() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  shutdown(fds[0], SHUT_WR);
+  AcceptorHandshake h(fds[1], key, Deadline::unabortable_after(1.0));
+  while (h.step() != AcceptorHandshake::State::kAdmitted &&
+         h.state() != AcceptorHandshake::State::kRefused && !h.deadline().expired()) {
+    pollfd p{fds[1], h.events(), 0};
+    poll(&p, 1, 10);
+  }
+  std::string out = h.state() == AcceptorHandshake::State::kAdmitted  ? ""
+                    : h.state() == AcceptorHandshake::State::kRefused ? h.reason().message()
+                                                                      : "still waiting";
+  close(fds[0]);
+  close(fds[1]);
+  return out;
+}
+
+// The connector's handshake against a listener that answers `reply` (its challenge and
+// verdict, then end of stream): "" if the connector went on, else why not.
+std::string connect_handshake(nb::bytes reply, nb::bytes secret) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds) != 0) return "socketpair failed";
+  const ssize_t n = send(fds[1], reply.c_str(), reply.size(), MSG_NOSIGNAL);
+  (void)n;
+  shutdown(fds[1], SHUT_WR);
+  Hello hello;
+  hello.src_device = 1;
+  hello.dst_device = 2;
+  Status s = handshake_as_connector(fds[0], std::string(secret.c_str(), secret.size()), hello,
+                                    Deadline::unabortable_after(0.5));
+  close(fds[0]);
+  close(fds[1]);
+  return s.ok() ? "" : s.message();
+}
+
 // The dead-peer options of a TcpChannel over loopback: {name: value} as getsockopt reads
 // them back.
 std::map<std::string, int> tcp_channel_options() {
@@ -214,6 +260,8 @@ void register_testing(nb::module_& m) {
         nb::arg("timeout_s") = 30.0);
   m.def("group_layout", &group_layout, nb::arg("places"));
   m.def("parse_hello", &parse_hello, nb::arg("data"));
+  m.def("accept_handshake", &accept_handshake, nb::arg("data"), nb::arg("secret"));
+  m.def("connect_handshake", &connect_handshake, nb::arg("reply"), nb::arg("secret"));
   m.def("tcp_channel_options", &tcp_channel_options);
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002);

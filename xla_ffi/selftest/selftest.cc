@@ -8,7 +8,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <chrono>
@@ -27,6 +30,7 @@
 #include "runtime/one_shot.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
+#include "transport/cma.h"
 #include "transport/local.h"
 #include "transport/ring_channel.h"
 #include "transport/shm.h"
@@ -409,6 +413,90 @@ void test_failure_fences() {
   expect(!failed_early.load(), "a failing rank waits until no peer writes into its buffers");
 }
 
+// A link that kills its own process (SIGKILL) at its `after`-th receive or peer-access
+// check: a peer that dies in the middle of a call, at a chosen point.
+class DyingLink final : public Link {
+ public:
+  DyingLink(Link& inner, int after) : inner_(inner), after_(after) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Status post_send(int peer, const void* data, size_t bytes) override {
+    return inner_.post_send(peer, data, bytes);
+  }
+  Status wait_sends() override { return inner_.wait_sends(); }
+  Status recv(int peer, void* dst, size_t bytes) override {
+    tick();
+    return inner_.recv(peer, dst, bytes);
+  }
+  Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
+                     const Reduction& reduction) override {
+    tick();
+    return inner_.recv_reduce(peer, local, dst, bytes, reduction);
+  }
+  Status begin_peer_access() override { return inner_.begin_peer_access(); }
+  Status check_peer_access() override {
+    tick();
+    return inner_.check_peer_access();
+  }
+  void end_peer_access() override { inner_.end_peer_access(); }
+  std::string where() const override { return inner_.where(); }
+
+ private:
+  void tick() {
+    if (++seen_ == after_) kill(getpid(), SIGKILL);
+  }
+  Link& inner_;
+  int after_, seen_ = 0;
+};
+
+// Two processes of one host over a shared-memory ring pair: the child dies in the middle
+// of the call (cross-memory attach: in its tile loop; ring: at its second receive). The
+// survivor must fail within seconds, naming the peer, without touching freed memory
+// (ASan) or hanging.
+void test_killed_peer(bool cma) {
+  const std::string name = str_cat("/jax_accl_selftest_kill_", getpid(), cma ? "_cma" : "_ring");
+  constexpr size_t count = 8 << 20;  // 32 MiB of int32 per rank
+  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4,
+                      reduce_many_kernel(DType::kI32, ReduceOp::kSum)};
+  auto run = [&](int side, Link& link, std::vector<int32_t>& data) {
+    bool usable = false;
+    return cma ? allreduce_cma(link, {Buffers{data.data(), data.data(), count, 4, 0}}, sum,
+                               /*probe=*/false, &usable)
+               : run_allreduce(Algorithm::kRing, link,
+                               {Buffers{data.data(), data.data(), count, 4, 0}}, sum);
+  };
+  std::unique_ptr<Channel> mine;
+  Status opened = open_shm_channel(name, 0, "shm to the child", Deadline::after_seconds(10), &mine);
+  expect(opened.ok(), "open the survivor's end: " + opened.message());
+  if (!opened.ok()) return;
+  const pid_t child = fork();
+  if (child == 0) {
+    std::unique_ptr<Channel> theirs;
+    if (open_shm_channel(name, 1, "shm to the parent", Deadline::after_seconds(10), &theirs).ok()) {
+      std::vector<std::vector<Channel*>> channels{{theirs.get()}, {}};
+      ChannelLink link(1, std::move(channels), 5, "child", Deadline::after_seconds(10));
+      DyingLink dying(link, cma ? 10 : 2);
+      std::vector<int32_t> data(count, 1);
+      run(1, dying, data);
+    }
+    _exit(0);  // only if it did not die where it should have: the parent then succeeds
+  }
+  std::vector<std::vector<Channel*>> channels{{}, {mine.get()}};
+  ChannelLink link(0, std::move(channels), 5, "survivor", Deadline::after_seconds(20));
+  auto data = std::make_unique<std::vector<int32_t>>(count, 2);
+  const auto start = Clock::now();
+  Status s = run(0, link, *data);
+  if (!s.ok()) link.fail(s.code());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  data.reset();
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  expect(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL, "the child died by SIGKILL");
+  expect(!s.ok() && seconds < 5,
+         str_cat(cma ? "cma" : "ring", ": a peer killed mid-call is an error within seconds (",
+                 seconds, " s): ", s.message()));
+}
+
 }  // namespace
 }  // namespace accl
 
@@ -457,6 +545,8 @@ int main() {
   }
   test_errors();
   test_failure_fences();
+  test_killed_peer(/*cma=*/true);
+  test_killed_peer(/*cma=*/false);
   test_sha256();
   test_shm_refusals();
   std::printf("%d checks, %d failures\n", checks, failures);
