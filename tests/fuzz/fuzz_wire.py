@@ -48,8 +48,8 @@ def check_hello(raw: bytes):
 
 
 @atheris.instrument_func
-def check_frames(raw: bytes, expected: int):
-    error, payload = _accl.receive_frames(raw, expected)
+def check_frames(raw: bytes, expected: int, tcp: bool = False):
+    error, payload = _accl.receive_frames(raw, expected, 2.0 if tcp else 0.002, tcp)
     valid = len(raw) >= FRAME.size + expected
     if valid:
         magic, epoch, tag, seq, nbytes = FRAME.unpack(raw[: FRAME.size])
@@ -115,7 +115,8 @@ def test_one_input(data: bytes):
         if k < 5:
             fields[k] = fdp.ConsumeIntInRange(0, 2**32 - 1)
         frame = FRAME.pack(*fields) + fdp.ConsumeBytes(expected)
-        check_frames(frame[: fdp.ConsumeIntInRange(0, len(frame))] if k == 5 else frame, expected)
+        cut = frame[: fdp.ConsumeIntInRange(0, len(frame))] if k == 5 else frame
+        check_frames(cut, expected, tcp=fdp.ConsumeBool())  # a memory ring, or loopback TCP
 
 
 if __name__ == "__main__":

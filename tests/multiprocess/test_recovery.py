@@ -37,8 +37,10 @@ def assert_recovered(results, rounds):
     for r in results:
         assert len(r["errors"]) == rounds
         assert r["recoveries"] == rounds, r
-        # Nothing of the old epochs stays open: descriptors flat, no segment left named.
-        assert len(set(r["fds"])) == 1, r["fds"]
+        # Nothing of the old epochs stays open: descriptors do not grow from round to
+        # round (one may be in flight, a peer's connection of the epoch to come), and no
+        # segment is left named. A leak of one per round would end 3 or more above.
+        assert max(r["fds"]) <= r["fds"][0] + 1, r["fds"]
         assert r["shm_segments"] == 0
 
 

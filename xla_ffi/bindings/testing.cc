@@ -229,17 +229,39 @@ std::map<std::string, int> tcp_channel_options() {
 }
 
 // Feeds raw `data` to a ChannelLink expecting one `expected`-byte message (call tag 42)
-// on its first frame; returns "" and the payload when accepted, else the error.
-nb::tuple receive_frames(nb::bytes data, size_t expected, double timeout_s) {
+// on its first frame, over a memory ring or (`tcp`) a loopback TCP connection that the
+// sender then closes; returns "" and the payload when accepted, else the error.
+nb::tuple receive_frames(nb::bytes data, size_t expected, double timeout_s, bool tcp) {
   std::unique_ptr<Channel> writer, reader;
-  make_memory_channels(&writer, &reader);
-  size_t written = 0;
-  while (written < data.size()) {
-    size_t n = 0;
-    writer->write_some(data.c_str() + written, data.size() - written, &n);
-    if (n == 0) break;  // ring full: the rest is never delivered
-    written += n;
+  int sender = -1;
+  if (tcp) {
+    int listener = -1;
+    uint16_t port = 0;
+    Status s = tcp_listen("127.0.0.1", &listener, &port);
+    if (s.ok())
+      s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &sender);
+    const int receiver = s.ok() ? accept4(listener, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+    if (listener >= 0) close(listener);
+    if (receiver < 0) throw std::runtime_error("loopback connection failed: " + s.message());
+    s = write_all(sender, data.c_str(), data.size(), Deadline::after_seconds(10));
+    shutdown(sender, SHUT_WR);
+    reader = std::make_unique<TcpChannel>(receiver, "fuzz tcp", 1.0);
+  } else {
+    make_memory_channels(&writer, &reader);
+    size_t written = 0;
+    while (written < data.size()) {
+      size_t n = 0;
+      writer->write_some(data.c_str() + written, data.size() - written, &n);
+      if (n == 0) break;  // ring full: the rest is never delivered
+      written += n;
+    }
   }
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  } closer{sender};
   std::vector<std::vector<Channel*>> channels{{reader.get()}, {}};
   ChannelLink link(1, std::move(channels), 42, "fuzz", Deadline::after_seconds(timeout_s));
   std::string payload(expected, '\0');
@@ -264,7 +286,7 @@ void register_testing(nb::module_& m) {
   m.def("connect_handshake", &connect_handshake, nb::arg("reply"), nb::arg("secret"));
   m.def("tcp_channel_options", &tcp_channel_options);
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
-        nb::arg("timeout_s") = 0.002);
+        nb::arg("timeout_s") = 0.002, nb::arg("tcp") = false);
 }
 
 }  // namespace accl
