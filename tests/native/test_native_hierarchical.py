@@ -165,9 +165,12 @@ def test_pipelined_mismatch_fails_every_rank_without_hanging():
 def test_cost_model_pipelines_large_calls_between_hosts_only():
     assert _accl.pipeline_chunks(2, 1, 2, 2, 4 << 10) == 1  # small: one chunk
     assert _accl.pipeline_chunks(1, 2, 4, 2, 64 << 20) == 1  # one host: nothing to overlap
-    chunks = _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20)
-    assert 2 <= chunks <= 16
-    assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) <= 2  # chunks of >= 512 KiB
+    # Two hosts: direct between them, streamed: a chunk per 80 KiB of a slice, at most 16.
+    assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) == (1 << 20) // 2 // (80 << 10)
+    assert _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20) == 16
+    # More hosts: the cost model's count, no chunk under 256 KiB.
+    assert 2 <= _accl.pipeline_chunks(3, 2, 1, 2, 64 << 20) <= 16
+    assert _accl.pipeline_chunks(3, 2, 1, 2, 1 << 20) <= 4
 
 
 def test_group_layout_tiers():

@@ -54,6 +54,12 @@ struct Blocks {
 };
 
 Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reduction);
+// Direct over messages in two halves, for a caller that streams several buffers: post
+// `buf.in` to every peer; later, receive every peer's and fold them into `buf.out` in rank
+// order, as allreduce_direct does. buf.in must differ from buf.out and stay intact until
+// the caller's wait_sends.
+Status direct_post(Link& link, const Buffers& buf);
+Status direct_receive(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_ring(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reduction& reduction);

@@ -47,14 +47,17 @@ Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reducti
   return direct_messages(link, buf, reduction);
 }
 
-namespace {
+Status direct_post(Link& link, const Buffers& buf) {
+  const size_t bytes = buf.count * buf.elem_size;
+  for (int peer = 0; peer < link.size(); ++peer) {
+    if (peer != link.rank()) ACCL_RETURN_IF_ERROR(link.post_send(peer, buf.in, bytes));
+  }
+  return Status::Ok();
+}
 
-Status direct_messages(Link& link, const Buffers& buf, const Reduction& reduction) {
+Status direct_receive(Link& link, const Buffers& buf, const Reduction& reduction) {
   const int n = link.size(), me = link.rank();
   const size_t bytes = buf.count * buf.elem_size;
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer != me) ACCL_RETURN_IF_ERROR(link.post_send(peer, buf.in, bytes));
-  }
   // out = in_0; then out = out op in_r for r = 1..n-1. When me == 0, `out` can
   // start from our own input without a copy by folding in_0 as the first operand.
   for (int r = 1; r < n; ++r) {
@@ -73,6 +76,14 @@ Status direct_messages(Link& link, const Buffers& buf, const Reduction& reductio
       ACCL_RETURN_IF_ERROR(link.recv_reduce(r, acc, buf.out, bytes, reduction));
     }
   }
+  return Status::Ok();
+}
+
+namespace {
+
+Status direct_messages(Link& link, const Buffers& buf, const Reduction& reduction) {
+  ACCL_RETURN_IF_ERROR(direct_post(link, buf));
+  ACCL_RETURN_IF_ERROR(direct_receive(link, buf, reduction));
   return link.wait_sends();
 }
 

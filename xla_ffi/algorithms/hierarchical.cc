@@ -127,6 +127,11 @@ Status gather_by_messages(Link& link, int owners, const std::vector<Buffers>& se
 // the caller's thread runs the local tiers: chunk c's transfer overlaps the local
 // reduce-scatter of c + 1.. and the all-gather of c - 1... Without a thread (it could
 // not be started) each chunk's step runs inline, in the same order on the wire.
+// Direct between hosts is streamed: every chunk's slice is posted to the peers as soon
+// as it is ready, without waiting for the previous chunk's to arrive, so the rails never
+// idle between chunks (each chunk otherwise ends with a wait for the slowest of the
+// flows that share the rails); the receives follow in chunk order, folded in rank order
+// as direct does everywhere.
 class BetweenHosts {
  public:
   BetweenHosts(Link* link, Algorithm algorithm, const Reduction& reduction,
@@ -191,7 +196,65 @@ class BetweenHosts {
     if (!s.ok()) status_ = s;
     return s;
   }
+  // Waits until chunk c is ready; false when stopped or failed (status_ says why).
+  bool wait_ready(int c) {
+    Status s =
+        ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
+    if (!s.ok() && !stop_.load(std::memory_order_acquire)) status_ = s;
+    return s.ok();
+  }
+  // Posts the slices of every ready chunk not yet posted (a chunk whose slice is computed
+  // in place is sent from a copy, since its result lands there while the send may still
+  // be on its way).
+  Status post_ready(int* posted) {
+    const int ready = std::min<int>(chunks_, static_cast<int>(ready_.load()));
+    if (streamed_.size() < static_cast<size_t>(chunks_)) streamed_.resize(chunks_);
+    for (; *posted < ready; ++*posted) {
+      std::vector<Buffers>& slice = streamed_[*posted];
+      slice = (*slices_)[*posted];
+      for (size_t s = 0; s < slice.size(); ++s) {
+        Buffers& b = slice[s];
+        if (b.in == b.out && b.count > 0) {
+          const size_t index = *posted * slice.size() + s;
+          if (staged_.size() <= index) staged_.resize(index + 1);
+          std::vector<char>& copy = staged_[index];
+          copy.assign(static_cast<const char*>(b.in),
+                      static_cast<const char*>(b.in) + b.count * b.elem_size);
+          b.in = copy.data();
+        }
+        ACCL_RETURN_IF_ERROR(direct_post(*link_, b));
+      }
+    }
+    return Status::Ok();
+  }
+  void run_streamed() {
+    int posted = 0;
+    bool all_received = false;
+    for (int c = 0; c < chunks_ && status_.ok(); ++c) {
+      if (!wait_ready(c)) break;  // stopped: the caller failed and poisons the link
+      const auto start = Clock::now();
+      Status s = post_ready(&posted);
+      for (size_t k = 0; k < streamed_[c].size() && s.ok(); ++k) {
+        s = direct_receive(*link_, streamed_[c][k], reduction_);
+      }
+      own_times_.push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, c, start, Clock::now(),
+                                       bytes_of((*slices_)[c])});
+      if (!s.ok()) {
+        status_ = s;
+        break;
+      }
+      done_.store_and_wake(static_cast<uint32_t>(c + 1));
+      all_received = c + 1 == chunks_;
+    }
+    // The slices stay in place until the peers have them all (finish() joins after it).
+    if (all_received) status_ = link_->wait_sends();
+    if (!status_.ok()) {
+      failed_.store(true, std::memory_order_release);
+      done_.wake_all();
+    }
+  }
   void run() {
+    if (algorithm_ == Algorithm::kDirect) return run_streamed();
     for (int c = 0; c < chunks_; ++c) {
       Status s =
           ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
@@ -217,6 +280,8 @@ class BetweenHosts {
   HierarchicalTimes* times_;
   HierarchicalTimes own_times_;
   Status status_;
+  std::vector<std::vector<Buffers>> streamed_;  // streamed: each chunk's slices as posted
+  std::vector<std::vector<char>> staged_;       // streamed: copies of in-place slices in flight
   Flag ready_, done_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::thread thread_;

@@ -90,9 +90,14 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
          double(P - 1) / P * slice * shm.gamma_s_per_byte;
 }
 
+Algorithm choose_between_hosts(int hosts, size_t bytes, const CostModel& net) {
+  if (hosts == 2) return Algorithm::kDirect;
+  return choose_algorithm(hosts, bytes, /*peer_memory=*/false, net);
+}
+
 int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
                            const CostModel& model) {
-  constexpr size_t kMinChunkBytes = 512 << 10;
+  constexpr size_t kMinChunkBytes = 256 << 10;
   constexpr int kMaxChunks = 16;
   if (hosts < 2 || bytes < 2 * kMinChunkBytes) return 1;
   const int slices = std::max(1, processes * k);
@@ -100,11 +105,22 @@ int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t by
   CostModel net = network_model(model, 1);
   net.beta_s_per_byte = model.net_beta_s_per_byte * slices / std::max(1, rails);
   const size_t slice = bytes / slices;
-  const Algorithm between = choose_algorithm(hosts, slice, /*peer_memory=*/false, net);
+  const Algorithm between = choose_between_hosts(hosts, slice, net);
   const double local = predict_one_host_hierarchical_seconds(processes, k, bytes, model);
   const double local_fixed = predict_one_host_hierarchical_seconds(processes, k, 0, model);
   const double network = predict_seconds(between, hosts, slice, false, net);
   const double network_fixed = predict_seconds(between, hosts, 0, false, net);
+  if (between == Algorithm::kDirect) {
+    // Direct between hosts is streamed (algorithms/hierarchical.cc): the chunks follow
+    // each other on the wire without a round trip between them, so a chunk costs little
+    // more than its messages, and the pipeline's fill and drain (one chunk's local
+    // reduce-scatter and all-gather, which on hosts busy with network traffic take far
+    // longer than the one-host calibration says) shrink with the chunk. Chunks as small
+    // as a slice of kMinStreamedSliceBytes still keep every rail busy (measured on
+    // namespaced hosts, 2 x 2 x 2 at 4 MiB: 6 chunks 64.7-67.9 ms, 12 chunks 63.2-63.5 ms).
+    constexpr size_t kMinStreamedSliceBytes = 80 << 10;
+    return static_cast<int>(std::clamp<size_t>(slice / kMinStreamedSliceBytes, 1, kMaxChunks));
+  }
   const double hidden = std::min(local - local_fixed, network - network_fixed);
   const double fixed = std::max(1e-9, local_fixed + network_fixed);
   const int best = static_cast<int>(std::lround(std::sqrt(std::max(0.0, hidden) / fixed)));

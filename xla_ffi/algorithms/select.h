@@ -67,7 +67,8 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
 // of whose `slices` slices (k devices x P processes owning one) crosses over a share of
 // `rails` rails. With the local tiers' time L (one-host hierarchy on S) and the time N
 // between hosts, C chunks take about max(L, N) + min(L, N)/C + (C - 1)·(their fixed
-// costs at 0 bytes): C = sqrt(min/fixed), at most 16 and no chunk under 512 KiB.
+// costs at 0 bytes): C = sqrt(min/fixed), at most 16 and no chunk under 256 KiB. Direct
+// between hosts is streamed instead: a chunk per 80 KiB of a slice, at most 16.
 int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
                            const CostModel& model);
 
@@ -90,5 +91,9 @@ Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model);
+// Between `hosts` hosts, for a slice of `bytes`: direct for two (every algorithm sends
+// the slice once each way there, direct in one step, and it streams the pipeline's
+// chunks), else the cost model's choice over `net`.
+Algorithm choose_between_hosts(int hosts, size_t bytes, const CostModel& net);
 
 }  // namespace accl

@@ -135,8 +135,7 @@ CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) 
     // j of that among the host's processes.
     const size_t slice = Blocks{bytes, g.thread_owners()}.length(g.device_position(rank));
     const size_t owned = Blocks{slice, g.process_owners()}.length(g.process_position(rank));
-    plan.between = choose_algorithm(g.host_count(), owned, /*peer_memory=*/false,
-                                    network_model(cost_model(), rails_));
+    plan.between = choose_between_hosts(g.host_count(), owned, network_model(cost_model(), rails_));
   }
   const int forced_chunks = pipeline_chunks_setting();
   plan.chunks = forced_chunks > 0

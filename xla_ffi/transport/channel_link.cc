@@ -12,7 +12,7 @@
 namespace accl {
 namespace {
 
-constexpr size_t kMinStripeBytes = 64 << 10;  // smaller messages use one channel
+constexpr size_t kMinStripeBytes = 16 << 10;  // smaller messages use one channel
 constexpr auto kLivenessInterval = std::chrono::milliseconds(200);
 constexpr size_t kReducePieceBytes = 256 << 10;  // reduce-as-received granularity
 
@@ -308,7 +308,15 @@ Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends,
       ACCL_RETURN_IF_ERROR(step_recv(t, &progressed));
       pending |= !t.finished();
     }
-    for (Transfer& t : sends_) ACCL_RETURN_IF_ERROR(step_send(t, &progressed));
+    // A channel carries one frame at a time: only the oldest unfinished send of each
+    // channel moves, so two frames queued for one channel never interleave their bytes.
+    busy_.clear();
+    for (Transfer& t : sends_) {
+      if (t.finished()) continue;
+      if (std::find(busy_.begin(), busy_.end(), t.channel) != busy_.end()) continue;
+      ACCL_RETURN_IF_ERROR(step_send(t, &progressed));
+      if (!t.finished()) busy_.push_back(t.channel);
+    }
     sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
                                 [](const Transfer& t) { return t.finished(); }),
                  sends_.end());

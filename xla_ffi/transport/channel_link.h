@@ -108,6 +108,7 @@ class ChannelLink : public Link {
   std::string where_;
   Deadline deadline_;
   std::vector<Transfer> sends_;
+  std::vector<Channel*> busy_;  // channels with a send in the middle of a frame (drive)
   std::vector<char> scratch_;
   Clock::time_point last_liveness_check_;
   std::map<std::string, uint64_t> sent_by_rail_;
