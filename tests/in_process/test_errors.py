@@ -63,21 +63,22 @@ def test_bad_environment_knob(mesh8, monkeypatch):
         shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)
 
 
+def only_device_0_calls(a):
+    """A shard_map body in which only device 0 calls the all-reduce: its peers never join."""
+    return jax.lax.cond(
+        jax.lax.axis_index("i") == 0,
+        lambda v: jax_accl.psum(v, "i") + 0 * v,
+        lambda v: v,
+        a,
+    )
+
+
 def test_rank_that_never_arrives_times_out_naming_the_missing(mesh8, monkeypatch):
     monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "1")
     x = put(mesh8, values((8, 4), "float32"), P("i"))
-
-    def body(a):  # only device 0 calls the all-reduce: its peers never join
-        return jax.lax.cond(
-            jax.lax.axis_index("i") == 0,
-            lambda v: jax_accl.psum(v, "i", axis_index_groups=None) + 0 * v,
-            lambda v: v,
-            a,
-        )
-
     start = time.monotonic()
     with pytest.raises(Exception, match=r"timed out waiting for ranks \[1, 2, 3, 4, 5, 6, 7\]"):
-        jax.block_until_ready(shard(mesh8, body, out=P("i"), check_vma=False)(x))
+        jax.block_until_ready(shard(mesh8, only_device_0_calls, out=P("i"), check_vma=False)(x))
     assert time.monotonic() - start < 30
     # The runtime is usable afterwards.
     y = shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)
@@ -88,19 +89,10 @@ def test_rank_that_never_arrives_times_out_naming_the_missing(mesh8, monkeypatch
 def test_abort_from_another_thread_ends_a_pending_call_at_once(mesh8, monkeypatch, size):
     monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "60")
     x = put(mesh8, values((8, size), "float32"), P("i"))
-
-    def body(a):  # only device 0 calls the all-reduce: it would wait 60 s
-        return jax.lax.cond(
-            jax.lax.axis_index("i") == 0,
-            lambda v: jax_accl.psum(v, "i") + 0 * v,
-            lambda v: v,
-            a,
-        )
-
     threading.Timer(0.5, jax_accl.abort).start()
     start = time.monotonic()
     with pytest.raises(Exception, match=r"aborted by jax_accl\.abort\(\) while waiting for ranks"):
-        jax.block_until_ready(shard(mesh8, body, out=P("i"), check_vma=False)(x))
+        jax.block_until_ready(shard(mesh8, only_device_0_calls, out=P("i"), check_vma=False)(x))
     assert time.monotonic() - start < 5
     # Calls after the abort are not affected.
     y = shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)

@@ -339,22 +339,43 @@ def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
 
+def checked_psum(elements, seed):
+    """jax_accl's psum over every device of int32 data, jitted: (run, step, placed), where
+    run(label) calls it once and checks the result exact (NumPy, bitwise)."""
+    x = global_input((elements,), np.int32, seed=seed)
+    want = expected_numpy(x, ALL)
+    mine = [k for k, d in enumerate(DEVICES) if d.process_index == jax.process_index()]
+    placed = place(x, P(ALL))
+    step = allreduce_program(jax_accl, ALL)
+
+    def run(label):
+        check(label, step(placed), [want[k : k + 1] for k in mine])
+
+    return run, step, placed
+
+
+def announce_listeners():
+    """Process 0 writes its rails' listeners to <signal-dir>/ports.json: the job runs."""
+    if jax.process_index() != 0:
+        return
+    rails = jax_accl.distributed.topology()[0]["rails"]
+    path = os.path.join(args.signal_dir, "ports.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump([[ip, port] for _, ip, port, _ in rails], f)
+    os.rename(path + ".tmp", path)
+
+
 def scenario_recover():
     """--reps rounds: a failed call (the processes call different algorithms, or
     different shapes), which must raise on every process, then correct calls, which must
     be exact (int32 bitwise) on fresh channels. Reports the errors seen, the recoveries,
     and the descriptors and /dev/shm segments left (nothing may grow)."""
     me = jax.process_index()
-    x = global_input((3000,), np.int32, seed=7)
-    want = expected_numpy(x, ALL)
-    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
-    placed = place(x, P(ALL))
-    good = allreduce_program(jax_accl, ALL)
+    exact, good, placed = checked_psum(3000, seed=7)
     by_algorithm = allreduce_program(jax_accl, ALL, algorithm="ring" if me == 0 else "direct")
     # Another shape on the last process: its global array is another array.
     y = global_input((3000 if me != NP - 1 else 1500,), np.int32, seed=8)
     by_shape, placed_y = good, place(y, P(ALL))
-    exact = lambda label: check(label, good(placed), [want[k : k + 1] for k in mine])  # noqa: E731
     exact("first call")
     errors, fds = [], []
     for i in range(args.reps):
@@ -384,12 +405,8 @@ def scenario_abort():
     import threading
 
     me = jax.process_index()
-    x = global_input((5000,), np.int32, seed=9)
-    want = expected_numpy(x, ALL)
-    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
-    placed = place(x, P(ALL))
-    step = allreduce_program(jax_accl, ALL)
-    check("before", step(placed), [want[k : k + 1] for k in mine])
+    exact, step, placed = checked_psum(5000, seed=9)
+    exact("before")
     if me == 0:
         threading.Timer(1.0, jax_accl.abort).start()
     elif me == NP - 1:
@@ -401,8 +418,8 @@ def scenario_abort():
     except Exception as e:
         error = str(e)
     seconds = time.perf_counter() - start
-    check("after", step(placed), [want[k : k + 1] for k in mine])
-    check("after, again", step(placed), [want[k : k + 1] for k in mine])
+    exact("after")
+    exact("after, again")
     return {
         "error": error,
         "seconds_to_error": seconds,
@@ -417,21 +434,12 @@ def scenario_siege():
     from jax_accl import _compat
 
     me = jax.process_index()
-    x = global_input((1 << 18,), np.int32, seed=12)
-    want = expected_numpy(x, ALL)
-    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
-    placed = place(x, P(ALL))
-    step = allreduce_program(jax_accl, ALL)
-    check("before the siege", step(placed), [want[k : k + 1] for k in mine])
-    if me == 0:
-        rails = jax_accl.distributed.topology()[0]["rails"]
-        path = os.path.join(args.signal_dir, "ports.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump([[ip, port] for _, ip, port, _ in rails], f)
-        os.rename(path + ".tmp", path)
+    exact, _, _ = checked_psum(1 << 18, seed=12)
+    exact("before the siege")
+    announce_listeners()
     calls, start = 0, time.monotonic()
     while time.monotonic() - start < 180:
-        check(f"call {calls} under siege", step(placed), [want[k : k + 1] for k in mine])
+        exact(f"call {calls} under siege")
         calls += 1
         # Every process stops after the same call: process 0 decides, the store tells.
         done = os.path.exists(os.path.join(args.signal_dir, "done")) if me == 0 else False
@@ -450,20 +458,13 @@ def scenario_until_error():
     """All-reduces of 1 MiB, each checked, until one raises (at most 180 s); process 0
     first writes <signal-dir>/ports.json to say it runs. Reports when the error came
     (wall clock) and what it said."""
-    me = jax.process_index()
-    x = global_input((1 << 18,), np.int32, seed=13)
-    want = expected_numpy(x, ALL)
-    mine = [k for k, d in enumerate(DEVICES) if d.process_index == me]
-    placed = place(x, P(ALL))
-    step = allreduce_program(jax_accl, ALL)
-    check("first call", step(placed), [want[k : k + 1] for k in mine])
-    if me == 0:
-        with open(os.path.join(args.signal_dir, "ports.json"), "w") as f:
-            json.dump(jax_accl.distributed.topology(), f)
+    exact, _, _ = checked_psum(1 << 18, seed=13)
+    exact("first call")
+    announce_listeners()
     calls, start = 0, time.monotonic()
     while time.monotonic() - start < 180:
         try:
-            check(f"call {calls}", step(placed), [want[k : k + 1] for k in mine])
+            exact(f"call {calls}")
         except Exception as e:
             return {"error": str(e), "error_at": time.time(), "calls": calls}
         calls += 1

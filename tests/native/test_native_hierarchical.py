@@ -165,9 +165,11 @@ def test_pipelined_mismatch_fails_every_rank_without_hanging():
 def test_cost_model_pipelines_large_calls_between_hosts_only():
     assert _accl.pipeline_chunks(2, 1, 2, 2, 4 << 10) == 1  # small: one chunk
     assert _accl.pipeline_chunks(1, 2, 4, 2, 64 << 20) == 1  # one host: nothing to overlap
-    # Two hosts: direct between them, streamed: a chunk per 80 KiB of a slice, at most 16.
+    # Two hosts of several processes: direct between them, streamed, a chunk per 80 KiB of
+    # a slice, at most 16; of one process each: the cost model's count.
     assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) == (1 << 20) // 2 // (80 << 10)
     assert _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20) == 16
+    assert 1 <= _accl.pipeline_chunks(2, 1, 2, 2, 4 << 20) <= 8
     # More hosts: the cost model's count, no chunk under 256 KiB.
     assert 2 <= _accl.pipeline_chunks(3, 2, 1, 2, 64 << 20) <= 16
     assert _accl.pipeline_chunks(3, 2, 1, 2, 1 << 20) <= 4

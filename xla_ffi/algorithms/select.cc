@@ -110,14 +110,16 @@ int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t by
   const double local_fixed = predict_one_host_hierarchical_seconds(processes, k, 0, model);
   const double network = predict_seconds(between, hosts, slice, false, net);
   const double network_fixed = predict_seconds(between, hosts, 0, false, net);
-  if (between == Algorithm::kDirect) {
+  if (between == Algorithm::kDirect && processes > 1) {
     // Direct between hosts is streamed (algorithms/hierarchical.cc): the chunks follow
     // each other on the wire without a round trip between them, so a chunk costs little
-    // more than its messages, and the pipeline's fill and drain (one chunk's local
-    // reduce-scatter and all-gather, which on hosts busy with network traffic take far
-    // longer than the one-host calibration says) shrink with the chunk. Chunks as small
-    // as a slice of kMinStreamedSliceBytes still keep every rail busy (measured on
-    // namespaced hosts, 2 x 2 x 2 at 4 MiB: 6 chunks 64.7-67.9 ms, 12 chunks 63.2-63.5 ms).
+    // more than its messages. Where the host has a processes tier, the pipeline's fill
+    // and drain (one chunk's reduce-scatter and all-gather through shared memory, which
+    // on hosts busy with network traffic take far longer than the one-host calibration
+    // says) dominate: chunks as small as a slice of kMinStreamedSliceBytes, which still
+    // keep every rail busy, pay off. Measured on namespaced hosts, 4 MiB, 2 rails at
+    // 300 Mbit/s, time per op: 2 x 2 x 2 with 3, 6, 16 chunks 77.6, 66.3, 62.8 ms; 2 x 1
+    // x 2 (threads only, the model's 3 chunks) 60.1, 62.5, 63.3 ms.
     constexpr size_t kMinStreamedSliceBytes = 80 << 10;
     return static_cast<int>(std::clamp<size_t>(slice / kMinStreamedSliceBytes, 1, kMaxChunks));
   }

@@ -68,7 +68,7 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
 // `rails` rails. With the local tiers' time L (one-host hierarchy on S) and the time N
 // between hosts, C chunks take about max(L, N) + min(L, N)/C + (C - 1)·(their fixed
 // costs at 0 bytes): C = sqrt(min/fixed), at most 16 and no chunk under 256 KiB. Direct
-// between hosts is streamed instead: a chunk per 80 KiB of a slice, at most 16.
+// between hosts with a processes tier on each: a chunk per 80 KiB of a slice, at most 16.
 int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
                            const CostModel& model);
 
