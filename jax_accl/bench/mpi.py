@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +49,23 @@ def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> lis
     reason = missing()
     if reason:
         raise RuntimeError(f"MPI baseline: {reason} (bash scripts/install_mpi.sh)")
+    # Open MPI's shared-memory segments go into a directory of this run's, removed after
+    # it: a run that ends badly (or, as root, some that end well) leaves them behind.
+    backing = tempfile.mkdtemp(
+        prefix="accl_bench_mpi_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
+    try:
+        return _run_in(backing, n, sizes, loop, reps, timeout)
+    finally:
+        shutil.rmtree(backing, ignore_errors=True)
+
+
+def _run_in(backing: str, n: int, sizes: str, loop: int, reps: int, timeout: float) -> list[dict]:
     cmd = [
         mpirun(),
+        "--mca",
+        "btl_sm_backing_directory",
+        backing,
         "--oversubscribe",
         "--bind-to",
         "none",
