@@ -17,4 +17,10 @@ PIP=("$VENV/bin/python" -m pip install --quiet)
 no_cuda="$(mktemp -d)"
 CUDA_PATH="$no_cuda" PATH="$VENV/bin:$PATH" "${PIP[@]}" --no-build-isolation "mpi4jax==0.9.1.post2"
 rmdir "$no_cuda"
-"$VENV/bin/python" -c "import mpi4jax" && command -v "$VENV/bin/mpirun" >/dev/null
+# The check initialises MPI, whose shared-memory segment Open MPI may leave behind: it
+# goes into a directory of its own, removed after.
+backing="$(mktemp -d /dev/shm/accl_install_mpi_XXXXXX 2>/dev/null || mktemp -d)"
+status=0
+OMPI_MCA_btl_sm_backing_directory="$backing" "$VENV/bin/python" -c "import mpi4jax" || status=$?
+rm -rf "$backing"
+[ "$status" = 0 ] && command -v "$VENV/bin/mpirun" >/dev/null
