@@ -37,10 +37,11 @@ def assert_recovered(results, rounds):
     for r in results:
         assert len(r["errors"]) == rounds
         assert r["recoveries"] == rounds, r
-        # Nothing of the old epochs stays open: descriptors do not grow from round to
-        # round (one may be in flight, a peer's connection of the epoch to come), and no
-        # segment is left named. A leak of one per round would end 3 or more above.
-        assert max(r["fds"]) <= r["fds"][0] + 1, r["fds"]
+        # Nothing of the old epochs stays open: descriptors end where they began (a few
+        # may be in flight in between: the old epoch's, until its last call returns, and
+        # the coming one's), and no segment is left named. A leak of one per round would
+        # end 3 or more above.
+        assert r["fds"][-1] <= r["fds"][0] + 1 and max(r["fds"]) <= r["fds"][0] + 8, r["fds"]
         assert r["shm_segments"] == 0
 
 
