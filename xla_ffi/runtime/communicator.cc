@@ -96,11 +96,6 @@ void Communicator::call_failed(uint64_t call, const ChannelSpace& space) {
   if (&space == space_.get()) failed_call_ = std::min(failed_call_, call);
 }
 
-uint32_t Communicator::epoch() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return space_->epoch();
-}
-
 uint64_t Communicator::recoveries() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return recoveries_;

@@ -92,7 +92,6 @@ class Communicator {
                     uint64_t* call, std::shared_ptr<ChannelSpace>* space);
   // Call `call`, run in `space`, failed: the group's next call recovers first.
   void call_failed(uint64_t call, const ChannelSpace& space);
-  uint32_t epoch() const;
   uint64_t recoveries() const;
 
  private:
