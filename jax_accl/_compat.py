@@ -3,7 +3,6 @@
 tests/in_process/test_profiler_and_compat.py checks that each of them is still there.
 """
 
-import numpy as np
 from jax._src import config as _config
 from jax._src import core, dispatch
 from jax._src import distributed as _distributed
@@ -210,23 +209,6 @@ def spec_along_auto_axes(ctx, aval) -> PartitionSpec:
         names = tuple(n for n in names if n not in manual)
         dims.append(None if not names else names[0] if len(names) == 1 else names)
     return PartitionSpec(*dims)
-
-
-_partition_id_p = core.Primitive("accl_partition_id")
-_partition_id_p.def_abstract_eval(lambda: core.ShapedArray((), np.uint32))
-mlir.register_lowering(_partition_id_p, lambda ctx: [hlo.partition_id()])
-
-
-def partition_index(ctx):
-    """This device's partition index (u32) in a partially manual region, read in a
-    nested fully manual one. Declared replicated along the automatic axes, which it is
-    not: no value crosses devices for it, so each device keeps its own."""
-    return lower_fully_manual(
-        ctx.replace(avals_in=[], avals_out=[core.ShapedArray((), np.uint32)]),
-        lambda: (_partition_id_p.bind(),),
-        (),
-        (PartitionSpec(),),
-    )[0]
 
 
 def _shard_map_primitive():

@@ -9,9 +9,13 @@ XLA's all-reduce combiner merges its own, into buckets of one dtype and at most
 Schedule: the body's equations are walked in order. A call is held back in the group of
 its key, and so is every effect-free equation that reads the results of one group only
 (it waits with them); every other equation is emitted in place. A group is emitted (its
-calls merged, then the equations that waited) just before the first equation that reads
-its results and cannot wait: a call that reads them, an equation reading two groups or
-with effects; and at the end of the body. So no equation moves before its operands;
+calls merged, then the equations that waited) as soon as its calls hold a bucket's worth
+of bytes (gradient buckets, as PyTorch DDP's: autodiff emits the gradients in reverse
+layer order, so the last layers' bucket is reduced while the earlier layers' backward
+pass still computes; the first bucket of a key is small, so that communication starts
+early; sizes from the cost model, see bucket_bytes()); or just before the first equation
+that reads its results and cannot wait: a call that reads them, an equation reading two
+groups or with effects; and at the end of the body. So no equation moves before its operands;
 every device (and every process) rewrites its identical program identically, so all
 still issue the same calls in the same order. Bodies of nested ``jit`` calls are fused
 the same way.
@@ -19,8 +23,10 @@ the same way.
 
 from __future__ import annotations
 
+import jax
+
+from jax_accl import _accl, config
 from jax_accl import _compat as c
-from jax_accl import config
 from jax_accl.api import fusion_buckets
 from jax_accl.primitives.allreduce import accl_allreduce_p, fresh
 
@@ -31,12 +37,15 @@ def fuse_jaxpr(jaxpr):
     """The jaxpr with its compatible accl_allreduce equations merged (the same object
     when there is nothing to merge)."""
     limit = config.current().fusion_bytes
+    first_bucket, bucket = bucket_bytes(limit)
+    flushed: dict = {}  # key -> buckets of that key emitted so far
     eqns: list = []
     groups: dict = {}  # key -> _Group, in the order the groups opened
     owner: dict = {}  # var defined by a held-back equation -> its group's key
 
     def release(key):
         group = groups.pop(key)
+        flushed[key] = flushed.get(key, 0) + 1
         for v in group.defined:
             owner.pop(v, None)
         eqns.extend(_merge(group.calls, limit))
@@ -49,7 +58,16 @@ def fuse_jaxpr(jaxpr):
             for key in hit:  # it reads results held back: those go first
                 release(key)
             key = tuple(_hashable(eqn.params[k]) for k in _KEY)
-            groups.setdefault(key, _Group()).hold(eqn, eqn.outvars, owner, key, call=True)
+            nbytes = sum(_nbytes(v.aval) for v in eqn.invars)
+            target = bucket if flushed.get(key) else first_bucket
+            if key in groups and groups[key].nbytes + nbytes > target:
+                release(key)  # a full bucket: reduce it now, while earlier layers compute
+                target = bucket
+            group = groups.setdefault(key, _Group())
+            group.hold(eqn, eqn.outvars, owner, key, call=True)
+            group.nbytes += nbytes
+            if group.nbytes >= target:
+                release(key)
         elif len(hit) == 1 and _movable(eqn):  # depends on one group only: wait with it
             groups[hit[0]].hold(eqn, eqn.outvars, owner, hit[0], call=False)
         else:
@@ -68,11 +86,32 @@ class _Group:
 
     def __init__(self):
         self.calls, self.after, self.defined = [], [], []
+        self.nbytes = 0
 
     def hold(self, eqn, outvars, owner, key, *, call: bool):
         (self.calls if call else self.after).append(eqn)
         self.defined.extend(outvars)
         owner.update((v, key) for v in outvars)
+
+
+def bucket_bytes(limit: int) -> tuple[int, int]:
+    """(first, later) bucket sizes of a step's gradient reduction, at most `limit` each.
+    A call costs about alpha plus bytes times beta (the cost model's constants: between
+    hosts when the program spans processes, else among the device threads of one
+    process). Later buckets are large enough that alpha is at most 5% of a bucket's time
+    (20 alpha / beta, at least 1 MiB); the first is a quarter of that, so that the first
+    reduction starts early in the backward pass, as DDP's 1 MiB first bucket."""
+    model = _accl.get_cost_model()
+    if jax.process_count() > 1:
+        alpha, beta = model["net_alpha"], model["net_beta"]
+    else:
+        alpha, beta = model["alpha"], model["beta"]
+    later = max(1 << 20, int(20 * alpha / beta))
+    return min(limit, max(256 << 10, later // 4)), min(limit, later)
+
+
+def _nbytes(aval) -> int:
+    return int(aval.size) * aval.dtype.itemsize
 
 
 def _movable(eqn) -> bool:

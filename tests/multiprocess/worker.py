@@ -12,6 +12,7 @@ import os
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 parser = argparse.ArgumentParser()
@@ -427,6 +428,101 @@ def scenario_abort():
     }
 
 
+def scenario_concurrent():
+    """--reps launches of one program with four all-reduces of different sizes and dtypes
+    and no data dependency among them (buckets in flight together), beside compute;
+    every result checked bitwise against NumPy. Reports the most calls seen in flight."""
+    shapes = [
+        ((300_001,), np.int32),
+        ((70_000,), np.int8),
+        ((1 << 18,), np.int64),
+        ((999,), np.int32),
+    ]
+    xs = [global_input(shape, dtype, seed=k) for k, (shape, dtype) in enumerate(shapes)]
+    xs[1] = (xs[1] % 7).astype(np.int8)  # int8 sums of 4 ranks stay exact
+    placed = [place(x, P(ALL)) for x in xs]
+    mine = [k for k, d in enumerate(DEVICES) if d.process_index == jax.process_index()]
+    wants = [expected_numpy(x, ALL) for x in xs]
+
+    def body(a, b, c, d):
+        m = jnp.full((64, 64), 0.01, jnp.float32)
+        for _ in range(6):
+            m = jnp.tanh(m @ m)
+        return tuple(jax_accl.psum(v, ALL) for v in (a, b, c, d)) + (m,)
+
+    program = jax.jit(
+        jax.shard_map(
+            body,
+            mesh=MESH_2D,
+            in_specs=(P(ALL),) * 4,
+            out_specs=(P(ALL),) * 4 + (P(),),
+            check_vma=False,
+        )
+    )
+    for rep in range(args.reps):
+        outs = program(*placed)
+        for k, (got, want) in enumerate(zip(outs, wants)):
+            check(f"launch {rep}, all-reduce {k}", got, [want[i : i + 1] for i in mine])
+    return {"max_calls_in_flight": jax_accl.stats()["max_calls_in_flight"]}
+
+
+def scenario_late_after_failure():
+    """The issue's reproduction: a call of different shapes (it raises everywhere), then
+    the last process reaches the next call 8 s late (the deadline is 5 s), then steps 1
+    to 5 on every process, each all-reducing the value `step`. A step's result is exact
+    or the step raised: never another step's data. Meanwhile a thread calls
+    jax_accl.stats() every 50 ms: it must never block on the recovery."""
+    import threading
+
+    me = jax.process_index()
+    _, _, _ = checked_psum(3000, seed=7)
+    program = allreduce_program(jax_accl, ALL)
+    bad = place(global_input((3000 if me != NP - 1 else 1500,), np.int32, seed=8), P(ALL))
+    slowest, stop = [0.0], threading.Event()
+
+    def poll_stats():
+        while not stop.is_set():
+            start = time.perf_counter()
+            jax_accl.stats()
+            slowest[0] = max(slowest[0], time.perf_counter() - start)
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll_stats, daemon=True)
+    poller.start()
+    outcomes = []
+    try:
+        program(bad).block_until_ready()
+        outcomes.append("no error")
+    except Exception:
+        outcomes.append("raised")
+    if me == NP - 1:
+        time.sleep(8.0)
+    for step in range(1, 6):
+        x = place(np.full((NP * ND, 1000), step, np.int32), P(ALL))
+        try:
+            got = {int(v) for block in local_blocks(program(x)) for v in block.ravel()}
+            outcomes.append("exact" if got == {step * NP * ND} else f"wrong: {sorted(got)}")
+        except Exception as e:
+            outcomes.append(f"raised: {str(e)[:200]}")
+    stop.set()
+    poller.join()
+    return {"outcomes": outcomes, "slowest_stats_s": slowest[0]}
+
+
+def scenario_late_peer():
+    """A warm-up all-reduce, then the last process sleeps 25 s (a checkpoint) before the
+    next 64 MiB-per-device all-reduce; the deadline is 120 s: every call exact."""
+    exact, _, _ = checked_psum(16 << 20, seed=11)
+    exact("warm-up")
+    if jax.process_index() == NP - 1:
+        time.sleep(25.0)
+    start = time.perf_counter()
+    exact("after the late peer")
+    waited = time.perf_counter() - start
+    exact("next")
+    return {"waited_s": waited}
+
+
 def scenario_siege():
     """All-reduces, each checked exact (int32, 1 MiB), while a stranger floods process 0's
     listeners; process 0 first writes its rails' addresses to <signal-dir>/ports.json,
@@ -472,6 +568,9 @@ def scenario_until_error():
 
 
 SCENARIOS = {
+    "concurrent": scenario_concurrent,
+    "late_after_failure": scenario_late_after_failure,
+    "late_peer": scenario_late_peer,
     "until_error": scenario_until_error,
     "siege": scenario_siege,
     "recover": scenario_recover,

@@ -203,6 +203,7 @@ nb::dict stats() {
     phases[phase_name(static_cast<Phase>(p))] = phase_nanoseconds()[p].load() * 1e-9;
   }
   out["phase_seconds"] = phases;
+  out["max_calls_in_flight"] = max_calls_in_flight();
   World* w = World::get();
   out["refused_connections"] = w ? w->refused_connections() : 0;
   out["recoveries"] = w ? w->recoveries() : 0;

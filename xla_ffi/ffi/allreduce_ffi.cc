@@ -1,6 +1,6 @@
 // Thin FFI handler: decode operands, attributes and context, find this device's group
-// and rank from its logical id (the partition id) and the replica groups computed at
-// lowering, then run the native all-reduce. Errors become ffi::Error.
+// and rank from its device ordinal, the device assignment and the replica groups
+// computed at lowering, then run the native all-reduce. Errors become ffi::Error.
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -9,9 +9,10 @@
 #include "common/health.h"
 #include "ffi/handlers.h"
 #include "runtime/allreduce.h"
+#include "runtime/call_threads.h"
 #include "runtime/communicator.h"
-#include "runtime/device_workers.h"
 #include "runtime/one_shot.h"
+#include "runtime/stats.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -50,10 +51,11 @@ ffi::Error to_ffi(const Status& s) {
   return ffi::Error(code, "jax_accl: " + s.message());
 }
 
-// Operands: the partition id, then N buffers of one dtype (the fused leaves); results:
-// the partition id again (an ordering edge), then N buffers shaped like the operands. groups: the
-// replica groups flattened row by row, each padded with -1 to group_size. devices: the global
-// device id of every partition id when the program spans processes, else empty.
+// Operands: N buffers of one dtype (the fused leaves); results: N buffers shaped like the
+// operands (each aliasing its operand). groups: the replica groups of partition ids,
+// flattened row by row, each padded with -1 to group_size. devices: the global device id
+// of every partition id, where the handler finds its own from the device ordinal.
+// lane: names the op within its program, the same in every process (see lowering.py).
 ffi::Future failed(ffi::Error error) {
   ffi::Promise promise;
   ffi::Future future(promise);
@@ -62,13 +64,13 @@ ffi::Future failed(ffi::Error error) {
 }
 
 // Returns a future: the one-shot path completes it when the last rank arrives (so the
-// early ranks' threads go on instead of sleeping); the other paths run on the device's
-// worker thread (runtime/device_workers.h), which completes it.
-ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> partition,
-                      ffi::Result<ffi::Buffer<ffi::U32>> order, ffi::RemainingArgs args,
+// early ranks' threads go on instead of sleeping); the other paths run on a call thread
+// of their own (runtime/call_threads.h), which completes it.
+ffi::Future allreduce(ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
                       ffi::RemainingRets rets, ffi::Span<const int64_t> groups, int64_t group_size,
-                      int64_t op, int64_t algorithm, int64_t op_id, int64_t timeout_ms,
-                      std::string_view name, ffi::Span<const int64_t> devices) {
+                      int64_t op, int64_t algorithm, int64_t op_id, int64_t lane,
+                      int64_t timeout_ms, std::string_view name, ffi::Span<const int64_t> devices,
+                      int64_t processes) {
   CallSpec spec;
   std::vector<const void*> ins;
   std::vector<void*> outs;
@@ -98,13 +100,19 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
       group_size <= 0 || groups.size() % group_size != 0) {
     return failed(ffi::Error::InvalidArgument("jax_accl: bad attributes in " + std::string(name)));
   }
-  const int64_t logical = partition.typed_data()[0];
-  // Result 0 passes the partition id on to the next jax_accl call of the same block,
-  // a data dependency that makes XLA run this device's calls in program order.
-  order->typed_data()[0] = partition.typed_data()[0];
+  // This device's partition: where its ordinal (the global device id) is in the program's
+  // device assignment.
+  int64_t logical = -1;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] == ordinal) logical = static_cast<int64_t>(i);
+  }
+  if (logical < 0) {
+    return failed(ffi::Error::InvalidArgument(
+        str_cat("jax_accl: device ", ordinal, " runs no partition of ", name)));
+  }
   int64_t group = -1;
   std::string members;
-  std::vector<int64_t> member_devices;  // global device ids, when the program spans processes
+  std::vector<int64_t> member_devices;  // global device ids, in rank order
   for (size_t i = 0; i < groups.size() && group < 0; ++i) {
     if (groups[i] != logical) continue;
     group = static_cast<int64_t>(i) / group_size;
@@ -113,13 +121,11 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
       if (groups[j] < 0) continue;
       if (groups[j] == logical) rank = size;
       members += str_cat(size == 0 ? "" : " ", groups[j]);
-      if (!(devices.size() == 0)) {
-        if (groups[j] >= static_cast<int64_t>(devices.size())) {
-          return failed(
-              ffi::Error::InvalidArgument("jax_accl: partition id outside the device list"));
-        }
-        member_devices.push_back(devices[groups[j]]);
+      if (groups[j] >= static_cast<int64_t>(devices.size())) {
+        return failed(
+            ffi::Error::InvalidArgument("jax_accl: partition id outside the device list"));
       }
+      member_devices.push_back(devices[groups[j]]);
       ++size;
     }
     spec.rank = rank;
@@ -131,16 +137,17 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
   }
   spec.signature.op = static_cast<ReduceOp>(op);
   spec.signature.algorithm = static_cast<Algorithm>(algorithm);
-  // Count executions per logical device (the partition id): DeviceOrdinal is not a
-  // reliable per-device key when XLA runs independent thunks on its worker pool.
   spec.key = CallKey{run_id.run_id, op_id, group,
                      next_sequence(logical, run_id.run_id, op_id, timeout_ms / 1000.0)};
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
-  spec.device = member_devices.empty() ? logical : member_devices[spec.rank];
+  spec.device = member_devices[spec.rank];
+  spec.lane = static_cast<uint64_t>(lane);
   ffi::Promise promise;
   ffi::Future future(promise);
+  call_began();
   auto complete = [promise](const Status& s) mutable {
+    call_ended();
     if (s.ok()) {
       promise.SetAvailable();
     } else {
@@ -149,27 +156,27 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t device, ffi::Buffer<ffi::U32> p
   };
   size_t bytes = 0;
   for (size_t k = 0; k < ins.size(); ++k) bytes += counts[k] * dtype_size(spec.signature.dtype);
-  if (member_devices.empty() && plan_one_shot(bytes, spec.signature.algorithm)) {
+  const bool in_process = processes <= 1;
+  if (in_process && plan_one_shot(bytes, spec.signature.algorithm)) {
     allreduce_one_shot(spec, ins, outs, counts, std::move(complete));
   } else {
     // The buffers stay valid until the future completes (XLA's contract for async calls).
-    run_on_device_worker(
-        spec.device, [spec, member_devices, ins, outs, counts, complete]() mutable {
-          // Nothing may escape a worker thread (std::terminate), and the future must
-          // complete either way: an exception (an allocation that failed) becomes the
-          // call's error.
-          Status s;
-          try {
-            s = member_devices.empty()
-                    ? allreduce_local(spec, ins, outs, counts)
-                    : allreduce_across_processes(spec, member_devices, ins, outs, counts);
-          } catch (const std::exception& e) {
-            s = error(Code::kInternal, spec.label, ": ", e.what());
-          } catch (...) {
-            s = error(Code::kInternal, spec.label, ": an unknown exception");
-          }
-          complete(s);
-        });
+    // Each call gets a thread of its own, so that calls of one device that XLA runs
+    // concurrently never queue behind each other (their order may differ by device).
+    run_on_call_thread([spec, in_process, member_devices, ins, outs, counts, complete]() mutable {
+      // Nothing may escape a call thread (std::terminate), and the future must complete
+      // either way: an exception (an allocation that failed) becomes the call's error.
+      Status s;
+      try {
+        s = in_process ? allreduce_local(spec, ins, outs, counts)
+                       : allreduce_across_processes(spec, member_devices, ins, outs, counts);
+      } catch (const std::exception& e) {
+        s = error(Code::kInternal, spec.label, ": ", e.what());
+      } catch (...) {
+        s = error(Code::kInternal, spec.label, ": an unknown exception");
+      }
+      complete(s);
+    });
   }
   return future;
 }
@@ -181,8 +188,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceHandler, accl::allreduce,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::RunId>()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Ret<ffi::Buffer<ffi::U32>>()
                                   .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<ffi::Span<const int64_t>>("groups")
@@ -190,6 +195,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceHandler, accl::allreduce,
                                   .Attr<int64_t>("op")
                                   .Attr<int64_t>("algorithm")
                                   .Attr<int64_t>("op_id")
+                                  .Attr<int64_t>("lane")
                                   .Attr<int64_t>("timeout_ms")
                                   .Attr<std::string_view>("name")
-                                  .Attr<ffi::Span<const int64_t>>("devices"));
+                                  .Attr<ffi::Span<const int64_t>>("devices")
+                                  .Attr<int64_t>("processes"));

@@ -14,8 +14,10 @@ namespace accl {
 struct CallSpec {
   CallKey key;
   int rank = 0;
-  int64_t device = -1;  // for traces: partition id, or global device id across processes
+  int64_t device = -1;  // the global device id
   int size = 1;
+  uint64_t lane = 0;  // the op within its program, the same in every process (a group's
+                      // calls of one lane run in order; lanes run concurrently)
   std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
   Signature signature;
   double timeout_s = 120.0;

@@ -41,7 +41,8 @@ class ChannelSpace {
   std::map<std::pair<int64_t, int64_t>, std::vector<std::unique_ptr<Channel>>> channels_;
 };
 
-// The id of epoch `epoch` of the group of `devices` (global ids in rank order).
-uint64_t channel_space_id(const std::vector<int64_t>& devices, uint32_t epoch);
+// The id of epoch `epoch` of lane `lane` of the group of `devices` (global ids in rank
+// order).
+uint64_t channel_space_id(const std::vector<int64_t>& devices, uint64_t lane, uint32_t epoch);
 
 }  // namespace accl

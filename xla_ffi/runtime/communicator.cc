@@ -39,19 +39,20 @@ void set_epoch_agreement(AgreeOnEpoch agree) {
   agreement() = std::move(agree);
 }
 
-Status Communicator::make(World* world, const std::vector<int64_t>& devices,
+Status Communicator::make(World* world, const std::vector<int64_t>& devices, uint64_t lane,
                           const std::vector<RankPlace>& places, int rails,
                           std::shared_ptr<Communicator>* out) {
   auto made = std::make_shared<Communicator>();
   ACCL_RETURN_IF_ERROR(GroupLayout::make(places, &made->layout_));
   made->world_ = world;
   made->devices_ = devices;
+  made->lane_ = lane;
   for (const RankPlace& p : places) made->processes_.push_back(p.process);
   std::sort(made->processes_.begin(), made->processes_.end());
   made->processes_.erase(std::unique(made->processes_.begin(), made->processes_.end()),
                          made->processes_.end());
   made->rails_ = std::max(1, rails);
-  made->space_ = std::make_shared<ChannelSpace>(world, channel_space_id(devices, 0), 0);
+  made->space_ = std::make_shared<ChannelSpace>(world, channel_space_id(devices, lane, 0), 0);
   *out = std::move(made);
   return Status::Ok();
 }
@@ -75,7 +76,7 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
     agree = agreement();
   }
   const uint32_t next = space_->epoch() + 1;
-  Status s = agree ? agree(EpochAgreement{channel_space_id(devices_, 0), next, failed_call_,
+  Status s = agree ? agree(EpochAgreement{channel_space_id(devices_, lane_, 0), next, failed_call_,
                                           processes_, world_->process_index(), deadline})
                    : error(Code::kAborted, "no way to agree on a new epoch is installed");
   if (!s.ok()) {
@@ -83,7 +84,7 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
                  " of this group failed, and recovering from it (epoch ", next,
                  ") failed: ", s.message());
   }
-  space_ = std::make_shared<ChannelSpace>(world_, channel_space_id(devices_, next), next);
+  space_ = std::make_shared<ChannelSpace>(world_, channel_space_id(devices_, lane_, next), next);
   epoch_start_ = failed_call_ + 1;
   failed_call_ = kNoCall;
   ++recoveries_;
@@ -96,10 +97,7 @@ void Communicator::call_failed(uint64_t call, const ChannelSpace& space) {
   if (&space == space_.get()) failed_call_ = std::min(failed_call_, call);
 }
 
-uint64_t Communicator::recoveries() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return recoveries_;
-}
+uint64_t Communicator::recoveries() const { return recoveries_.load(); }
 
 CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) const {
   const GroupLayout& g = layout_;

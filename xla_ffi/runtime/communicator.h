@@ -19,6 +19,7 @@
 // peers poisoned, fails at once and it joins the agreement.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -72,7 +73,7 @@ class Communicator {
  public:
   // `devices`: the group's global ids in rank order; `places[r]`: where rank r lives;
   // `rails`: this process's rails between hosts. Without a `world` it only plans.
-  static Status make(World* world, const std::vector<int64_t>& devices,
+  static Status make(World* world, const std::vector<int64_t>& devices, uint64_t lane,
                      const std::vector<RankPlace>& places, int rails,
                      std::shared_ptr<Communicator>* out);
 
@@ -97,6 +98,7 @@ class Communicator {
  private:
   World* world_ = nullptr;
   std::vector<int64_t> devices_;
+  uint64_t lane_ = 0;
   std::vector<int> processes_;  // the group's, ascending
   GroupLayout layout_;
   int rails_ = 1;
@@ -106,7 +108,7 @@ class Communicator {
   uint64_t epoch_start_ = 0;             // the index of the current epoch's first call
   uint64_t failed_call_ = kNoCall;       // the current epoch's first failed call
   std::map<int64_t, uint64_t> next_call_;  // per device of this process
-  uint64_t recoveries_ = 0;
+  std::atomic<uint64_t> recoveries_{0};    // read without the mutex (stats() during recovery)
 };
 
 }  // namespace accl

@@ -37,8 +37,12 @@
 namespace accl {
 namespace {
 
-// Identifies the call on the wire (not the op id, which each process numbers itself).
-uint64_t call_tag(const Signature& sig, int group_size) {
+// Identifies the call on the wire (not the op id, which each process numbers itself):
+// its signature and its index among the group's calls of its lane, which every rank
+// counts alike. A rank whose peer is in another call of the same signature (after a
+// recovery that one process left, say) fails with a tag mismatch instead of reducing
+// one step's data with another's.
+uint64_t call_tag(const Signature& sig, int group_size, uint64_t call_index) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(static_cast<uint64_t>(sig.dtype));
@@ -48,6 +52,7 @@ uint64_t call_tag(const Signature& sig, int group_size) {
   mix(sig.layout_hash);
   mix(static_cast<uint64_t>(sig.algorithm));
   mix(static_cast<uint64_t>(group_size));
+  mix(call_index);
   return h;
 }
 
@@ -105,17 +110,20 @@ void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_
 }
 
 // Runs allreduce_cma over `link` (the group `members`, all on this host); *done tells
-// whether it ran. Whether the group can use cross-memory attach is probed on its
-// first call and remembered per group, by every member alike.
-Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members,
+// whether it ran. Whether the group can use cross-memory attach is probed on the first
+// call of each lane and remembered per lane, by every member alike: a lane's calls run
+// one after another on every member, while another lane's first call may run at the
+// same time (so a cache per group would let the members of that call disagree on
+// whether it probes).
+Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members, uint64_t lane,
                               const std::vector<Buffers>& mine, const Reduction& reduction,
                               bool* done) {
   static std::mutex mutex;
-  static std::map<std::vector<int64_t>, bool> usable_by_group;
+  static std::map<std::pair<std::vector<int64_t>, uint64_t>, bool> usable_by_group;
   bool known = false, usable = false;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto it = usable_by_group.find(members);
+    auto it = usable_by_group.find({members, lane});
     if (it != usable_by_group.end()) known = true, usable = it->second;
   }
   *done = false;
@@ -126,7 +134,7 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members,
   ACCL_RETURN_IF_ERROR(allreduce_cma(link, mine, reduction, /*probe=*/!known, &usable));
   if (!known) {
     std::lock_guard<std::mutex> lock(mutex);
-    usable_by_group[members] = usable;
+    usable_by_group[{members, lane}] = usable;
   }
   *done = usable;
   if (usable) {
@@ -162,7 +170,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                  "jax.distributed.initialize())");
   }
   std::shared_ptr<Communicator> group;
-  ACCL_RETURN_IF_ERROR(world->communicator(devices, spec.label, &group));
+  ACCL_RETURN_IF_ERROR(world->communicator(devices, spec.lane, spec.label, &group));
   const GroupLayout& layout = group->layout();
   if (layout.process_count() == 1) return allreduce_local(spec, in, out, counts);
 
@@ -184,7 +192,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   Algorithm& schedule = plan.schedule;
   // The choice is on the wire: a process whose model chose otherwise (another
   // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
-  const uint64_t call = call_tag(sig, spec.size);
+  const uint64_t call = call_tag(sig, spec.size, call_index);
   uint64_t tag = schedule_tag(call, schedule);
   auto finish = [&](const Status& s) {
     if (s.ok()) {
@@ -210,7 +218,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     std::unique_ptr<ChannelLink> link;
     Status s = open_link(*space, devices, spec.rank, tag, where, deadline, &link);
     bool done = false;
-    if (s.ok()) s = allreduce_cross_memory(*link, devices, segments, reduction, &done);
+    if (s.ok()) s = allreduce_cross_memory(*link, devices, spec.lane, segments, reduction, &done);
     if (!s.ok()) {
       if (link) link->fail(s.code());
       return finish(s);

@@ -10,7 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "runtime/device_workers.h"
+#include "runtime/call_threads.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 
@@ -41,18 +41,18 @@ constexpr int kWaiting = 0, kDetached = 1, kHandedBack = 2;
 constexpr auto kInlineWait = std::chrono::microseconds(50);
 
 // Delivers `s` to every present rank except `self`: to a rank still waiting inline by
-// handing it back, else on the rank's device worker (see complete()).
+// handing it back, else on a call thread (see complete()).
 void release(Pending& p, int self, const Status& s) {
   p.result = s;
   for (int r = 0; r < p.size; ++r) {
     if (r == self || !p.present[r]) continue;
     int expected = kWaiting;
     if (p.handoff[r].compare_exchange_strong(expected, kHandedBack)) continue;
-    run_on_device_worker(p.devices[r], [done = std::move(p.done[r]), s] { done(s); });
+    run_on_call_thread([done = std::move(p.done[r]), s] { done(s); });
   }
 }
 
-// Never destroyed (see device_workers.cc): the watchdog waits on g_watchdog_cv until exit.
+// Never destroyed (see call_threads.cc): the watchdog waits on g_watchdog_cv until exit.
 std::mutex& g_mutex = *new std::mutex;
 std::condition_variable& g_watchdog_cv = *new std::condition_variable;
 auto& g_pending = *new std::unordered_map<CallKey, std::shared_ptr<Pending>, CallKeyHash>;
@@ -135,7 +135,7 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const R
   } else {
     for (int r = 0; r < p.size; ++r) record_error(recorded);
   }
-  // A rank that returned a pending future is completed on its device's worker thread:
+  // A rank that returned a pending future is completed on a call thread:
   // XLA may continue the device's program right inside the completion, and that program
   // may block (another collective), which must not hold up this thread or other devices.
   // A rank still waiting inline delivers the result on its own thread.

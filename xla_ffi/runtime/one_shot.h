@@ -2,8 +2,8 @@
 // rank to arrive. Each rank stages its (small) input in the call and returns at once
 // with the call pending; the last rank to arrive reduces the inputs once, in rank
 // order, writes the result into every rank's output and completes every rank's call,
-// each on its device's worker thread (device_workers.h: XLA may run the device's next
-// operations inside the completion, and they may block). No device thread sleeps in a
+// each on a call thread (call_threads.h: XLA may run the device's next operations
+// inside the completion, and they may block). No device thread sleeps in a
 // rendezvous, which is what a small all-reduce costs when eight share two cores. A watchdog fails
 // calls whose ranks do not all arrive before the deadline, naming the missing ranks.
 #pragma once

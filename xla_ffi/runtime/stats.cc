@@ -50,7 +50,24 @@ std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds() {
   return ns;
 }
 
+namespace {
+std::atomic<int64_t> g_in_flight{0};
+std::atomic<int64_t> g_max_in_flight{0};
+}  // namespace
+
+void call_began() {
+  const int64_t now = g_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;
+  int64_t seen = g_max_in_flight.load(std::memory_order_relaxed);
+  while (now > seen && !g_max_in_flight.compare_exchange_weak(seen, now)) {
+  }
+}
+
+void call_ended() { g_in_flight.fetch_sub(1, std::memory_order_relaxed); }
+
+int64_t max_calls_in_flight() { return g_max_in_flight.load(std::memory_order_relaxed); }
+
 void reset_stats() {
+  g_max_in_flight = g_in_flight.load();
   for (auto& s : algorithm_stats()) {
     s.calls = 0;
     s.bytes = 0;

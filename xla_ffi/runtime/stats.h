@@ -32,6 +32,12 @@ inline constexpr int kNumPhases = 3;
 const char* phase_name(Phase phase);
 std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds();
 
+// Calls begun and not yet completed in this process (every path), and the most seen at
+// once since the last reset_stats(): several means calls overlapped.
+void call_began();
+void call_ended();
+int64_t max_calls_in_flight();
+
 void reset_stats();
 
 }  // namespace accl

@@ -132,11 +132,11 @@ Status World::connect(int64_t me, int64_t peer, uint64_t space, const Deadline& 
   return Status::Ok();
 }
 
-Status World::communicator(const std::vector<int64_t>& devices, const std::string& label,
-                           std::shared_ptr<Communicator>* out) {
+Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
+                           const std::string& label, std::shared_ptr<Communicator>* out) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = communicators_.find(devices);
+    auto it = communicators_.find({devices, lane});
     if (it != communicators_.end()) {
       *out = it->second;
       return Status::Ok();
@@ -151,10 +151,10 @@ Status World::communicator(const std::vector<int64_t>& devices, const std::strin
   }
   const int rails = static_cast<int>(processes_[process_index_].rails.size());
   std::shared_ptr<Communicator> made;
-  Status s = Communicator::make(this, devices, places, rails, &made);
+  Status s = Communicator::make(this, devices, lane, places, rails, &made);
   if (!s.ok()) return error(s.code(), label, ": ", s.message());
   std::lock_guard<std::mutex> lock(mutex_);
-  *out = communicators_.emplace(devices, std::move(made)).first->second;
+  *out = communicators_.emplace(std::make_pair(devices, lane), std::move(made)).first->second;
   return Status::Ok();
 }
 

@@ -50,8 +50,9 @@ class World {
                  std::vector<std::unique_ptr<Channel>>* reverse);
   // Space `space` is gone: the transports drop what they made for it and nobody claimed.
   void forget(uint64_t space);
-  // The communicator of the group `devices` (global ids in rank order), made on first use.
-  Status communicator(const std::vector<int64_t>& devices, const std::string& label,
+  // The communicator of lane `lane` of the group `devices` (global ids in rank order),
+  // made on first use: each lane has channels of its own, so lanes run concurrently.
+  Status communicator(const std::vector<int64_t>& devices, uint64_t lane, const std::string& label,
                       std::shared_ptr<Communicator>* out);
   uint64_t refused_connections() const;
   // Epochs the communicators of this process started after a failed call.
@@ -76,7 +77,7 @@ class World {
 
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.
-  std::map<std::vector<int64_t>, std::shared_ptr<Communicator>> communicators_;
+  std::map<std::pair<std::vector<int64_t>, uint64_t>, std::shared_ptr<Communicator>> communicators_;
 };
 
 }  // namespace accl

@@ -35,7 +35,8 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
   std::vector<int64_t> devices(n);
   for (int r = 0; r < n; ++r) devices[r] = r;
   std::shared_ptr<Communicator> group;  // planning only: its channels are the meshes below
-  Status made = Communicator::make(/*world=*/nullptr, devices, call.places, /*rails=*/1, &group);
+  Status made =
+      Communicator::make(/*world=*/nullptr, devices, /*lane=*/0, call.places, /*rails=*/1, &group);
   if (!made.ok()) return std::vector<Status>(n, made);
   const GroupLayout& layout = group->layout();
   const ReduceFn fn = reduce_kernel(call.dtype, call.op);

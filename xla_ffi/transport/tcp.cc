@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -15,7 +16,18 @@ namespace accl {
 
 // Dead-peer detection on every connection (TcpChannel's constructor).
 constexpr int kKeepIdleSeconds = 5, kKeepIntervalSeconds = 2, kKeepProbes = 3;
-constexpr unsigned kUserTimeoutMs = 15000;
+// Late is not dead. A peer process that is alive but has not reached the call (a
+// checkpoint, a compile) does not read: its receive window closes and our data waits in
+// our socket, the kernel probing the zero window, and the peer's kernel acknowledges
+// every probe; it may do so until the call's deadline. So no TCP_USER_TIMEOUT (which
+// since Linux 5.x also ends a connection whose peer keeps a zero window) and no shorter
+// bound than the deadline on an answering peer. A host that vanished answers nothing:
+// while data is in flight, check_peer() reads the kernel's counts (TCP_INFO) and fails
+// once kDeadRetransmits retransmissions or zero-window probes in a row went unanswered
+// and nothing was acknowledged for kDeadSilenceMs (about 6 s at the minimum RTO); an
+// idle connection is probed by keepalive and fails after about 11 s.
+constexpr unsigned kDeadRetransmits = 5;
+constexpr unsigned kDeadSilenceMs = 5000;
 namespace {
 
 Status make_address(const std::string& ip, uint16_t port, sockaddr_in* addr) {
@@ -31,7 +43,7 @@ Status make_address(const std::string& ip, uint16_t port, sockaddr_in* addr) {
 // What a failed send or recv on an established connection most likely means.
 const char* why_failed(int e) {
   return e == ETIMEDOUT ? " (the peer host stopped answering: a cut link or a host gone; "
-                          "seen by TCP keepalive or the 15 s user timeout)"
+                          "seen by TCP keepalive)"
                         : " (the peer process died or closed the connection)";
 }
 
@@ -155,15 +167,27 @@ TcpChannel::TcpChannel(int fd, std::string label, double weight)
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // A peer host that vanishes (power, cable, a partition) sends no reset: without these
   // a wait would only end at its deadline. Keepalive probes an idle connection after
-  // kKeepIdleSeconds and gives up after kKeepProbes unanswered probes; data left
-  // unacknowledged for kUserTimeoutMs fails the connection as well.
+  // kKeepIdleSeconds and gives up after kKeepProbes unanswered probes; data in flight
+  // is watched by check_peer() (see kDeadRetransmits).
   int idle = kKeepIdleSeconds, interval = kKeepIntervalSeconds, probes = kKeepProbes;
-  unsigned user_timeout = kUserTimeoutMs;
   setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
-  setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
+Status TcpChannel::check_peer() {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return Status::Ok();
+  const unsigned unanswered = std::max<unsigned>(info.tcpi_retransmits, info.tcpi_probes);
+  if (unanswered >= kDeadRetransmits && info.tcpi_last_ack_recv >= kDeadSilenceMs) {
+    return error(Code::kAborted, label_, ": the peer host stopped answering (nothing ",
+                 "acknowledged for ", info.tcpi_last_ack_recv / 1000.0, " s, ", unanswered,
+                 " retransmissions or probes unanswered): a cut link or a host gone; a peer ",
+                 "that is only late still acknowledges");
+  }
+  return Status::Ok();
 }
 
 TcpChannel::~TcpChannel() { close(fd_); }

@@ -30,6 +30,9 @@ class TcpChannel : public Channel {
   void poison(Code reason) override;
   std::string describe() const override { return label_; }
   double weight() const override { return weight_; }
+  // Fails when the peer host stopped acknowledging (see tcp.cc); a peer that is alive
+  // but not reading (late for the call) keeps acknowledging and is waited for.
+  Status check_peer() override;
 
  private:
   int fd_;
