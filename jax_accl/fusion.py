@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import jax
 
-from jax_accl import _accl, config
+from jax_accl import _accl, config, cost_model
 from jax_accl import _compat as c
 from jax_accl.api import fusion_buckets
 from jax_accl.primitives.allreduce import accl_allreduce_p, fresh
@@ -98,9 +98,11 @@ def bucket_bytes(limit: int) -> tuple[int, int]:
     """(first, later) bucket sizes of a step's gradient reduction, at most `limit` each.
     A call costs about alpha plus bytes times beta (the cost model's constants: between
     hosts when the program spans processes, else among the device threads of one
-    process). Later buckets are large enough that alpha is at most 5% of a bucket's time
-    (20 alpha / beta, at least 1 MiB); the first is a quarter of that, so that the first
+    process; every process must see the same, as for the algorithm choice). Later
+    buckets are large enough that alpha is at most 5% of a bucket's time (20 alpha /
+    beta, at least 1 MiB); the first is a quarter of that, so that the first
     reduction starts early in the backward pass, as DDP's 1 MiB first bucket."""
+    cost_model.ensure_loaded()  # as the calls' algorithm choice (same file on every process)
     model = _accl.get_cost_model()
     if jax.process_count() > 1:
         alpha, beta = model["net_alpha"], model["net_beta"]

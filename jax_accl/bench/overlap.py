@@ -72,6 +72,7 @@ def measure(size_bytes: int, n: int, reps: int) -> list[dict]:
     m = sharded_rows(mesh, np.full((n, MATMUL, MATMUL), 0.01, np.float32))
     libraries = {"jax_accl": jax_accl.psum, "jax.lax": jax.lax.psum}
     rows = []
+    matmuls = 1
     for name, psum in libraries.items():
         reduce = lambda v, psum=psum: psum(v, "i")  # noqa: E731
         alone, _, _ = _programs(mesh, reduce, 1)

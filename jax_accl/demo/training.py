@@ -10,9 +10,9 @@ jax.lax.pmean, jax.value_and_grad, optax. Its gradient all-reduce is the one aut
 inserts (the transpose of the implicit pvary of every replicated parameter). The same
 step function runs twice: under jax.shard_map, where XLA all-reduces, and under
 jax_accl.shard_map, where every all-reduce is jax_accl's and the gradients and the loss
-travel in fused gradient buckets (jax_accl/fusion.py). The demo prints what each compiled step contains (XLA
-all-reduces, jax_accl calls), the loss per step, the final accuracy, the largest
-parameter difference between the two runs, and their step times.
+travel in fused gradient buckets (jax_accl/fusion.py). The demo prints what each
+compiled step contains (XLA all-reduces, jax_accl calls), the loss per step, the final
+accuracy, the largest parameter difference between the two runs, and their step times.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ data alone, every result aliasing its operand: XLA:CPU orders thunks by the buff
 touch, so a call XLA can overlap with the compute around it has no other operand or
 result (a 4-byte partition id or token would share a slice with later compute and make
 that compute wait for the call). Calls are matched natively by (group, lane, sequence):
-the lane names the call within its module (the module's name, the call's place in the
-lowering order and its groups, the same in every process), so calls that XLA
+the lane names the call within its module (its place in the lowering order and its
+groups, the same in every process), so calls that XLA
 runs in different orders on different devices never pair up wrongly, and several calls
 of one device can be in flight at once.
 
@@ -58,16 +58,29 @@ def _profile_name(algorithm: str, avals, groups) -> str:
 
 
 def _lane(ctx, groups) -> int:
-    """The call's lane: its module's name, its index among the module's jax_accl calls in
-    lowering order and its groups, hashed: the same in every process that lowers the
-    same program (63 bits, an int64 attribute). Not its shapes: processes that call
-    different shapes meet in one lane, where the call's signature tells them apart."""
+    """The call's lane: its index among its module's jax_accl calls in lowering order and
+    its groups, hashed: the same in every process that lowers the same program (63 bits,
+    an int64 attribute). Not its shapes: processes that call different shapes meet in
+    one lane, where the call's signature tells them apart. Not the module: programs
+    share lanes (and their channels), so a process has as many as its largest program
+    has calls, and a lane's calls of one device run in turn."""
     scratch = c.module_scratch(ctx)
     index = scratch.get("jax_accl_lanes", 0)
     scratch["jax_accl_lanes"] = index + 1
-    module = ctx.module_context.module.operation.attributes["sym_name"]
-    text = repr((str(module), index, [list(g) for g in groups]))
+    text = repr((index, [list(g) for g in groups]))
     return (zlib.crc32(text.encode()) << 31) ^ zlib.adler32(text.encode())
+
+
+def _device_ids(ctx, groups) -> tuple:
+    """The global device id of every partition. In one process, where the module names
+    no devices (an abstract mesh), the process's devices in order, as XLA assigns them."""
+    try:
+        return tuple(d.id for d in c.device_assignment(ctx))
+    except NotImplementedError:
+        if jax.process_count() > 1:
+            raise
+        partitions = 1 + max(max(g) for g in groups)
+        return tuple(d.id for d in jax.local_devices()[:partitions])
 
 
 def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op_id, lane, devices):
@@ -122,7 +135,7 @@ def _lowering(ctx, *xs, **params):
     )
     # The global device id of every partition: the handler finds its partition (and so
     # its group and rank) from the device ordinal XLA gives it.
-    call = {"lane": _lane(ctx, groups), "devices": tuple(d.id for d in c.device_assignment(ctx))}
+    call = {"lane": _lane(ctx, groups), "devices": _device_ids(ctx, groups)}
     if not c.is_partial_manual(ctx):
         return _emit_call(ctx, xs, **params, **call)
     specs = [c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in]
@@ -139,5 +152,7 @@ def _manual_lowering(ctx, *xs, **params):
     return _emit_call(ctx, xs, **params)
 
 
-c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu")
+# Not cacheable: JAX would lower identical equations (an unrolled scan's, a remat's) to
+# one shared function, and their calls would share a lane.
+c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu", cacheable=False)
 c.mlir.register_lowering(accl_allreduce_manual_p, _manual_lowering, platform="cpu")

@@ -101,7 +101,7 @@ def test_mixed_dtypes_and_scalars_in_one_tree(mesh8):
 
 
 def test_many_independent_large_allreduces_do_not_deadlock(mesh8, monkeypatch):
-    """XLA may run independent custom calls concurrently; ours are chained per block."""
+    """XLA runs independent custom calls concurrently; each blocking one has a thread."""
     monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "20")
     leaves = [values((8, 65536), "float32", seed=k) for k in range(24)]
     specs = [P("i")] * len(leaves)

@@ -64,7 +64,7 @@ def test_concurrent_calls_are_exact_and_in_flight_together(mesh8):
     for _ in range(20):
         got = run("accl", independent_reductions, mesh8, specs, outs, a, b, c, m)
         assert_same(got, want)
-    assert jax_accl.stats()["max_calls_in_flight"] > 1
+    assert jax_accl.stats()["max_calls_in_flight"] > 8  # one per rank: a device had two
 
 
 def test_compiled_call_has_no_operand_or_result_but_data(mesh8):

@@ -137,8 +137,11 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs arg
   }
   spec.signature.op = static_cast<ReduceOp>(op);
   spec.signature.algorithm = static_cast<Algorithm>(algorithm);
-  spec.key = CallKey{run_id.run_id, op_id, group,
-                     next_sequence(logical, run_id.run_id, op_id, timeout_ms / 1000.0)};
+  // The op id and the lane: identical equations (an unrolled scan, a remat) share an op
+  // id, but each emitted call has a lane of its own.
+  const int64_t op_key = op_id ^ lane;
+  spec.key = CallKey{run_id.run_id, op_key, group,
+                     next_sequence(logical, run_id.run_id, op_key, timeout_ms / 1000.0)};
   spec.label = str_cat(name, " group [", members, "] call ", spec.key.seq);
   spec.timeout_s = timeout_ms / 1000.0;
   spec.device = member_devices[spec.rank];

@@ -3,5 +3,5 @@
 
 #include "xla/ffi/api/c_api.h"
 
-// accl_allreduce: operands (partition_id: u32[], x_1..x_N), results y_k = all-reduce of x_k.
+// accl_allreduce: operands x_1..x_N, results y_k = all-reduce of x_k (aliasing x_k).
 extern "C" XLA_FFI_Error* AcclAllreduceHandler(XLA_FFI_CallFrame* call_frame);

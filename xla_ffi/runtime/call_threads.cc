@@ -10,9 +10,10 @@
 namespace accl {
 namespace {
 
-// Threads beyond this many leave after a while idle; jobs beyond kMaxThreads queue.
+// Threads beyond this many leave after a while idle. No cap: a queued call could be the
+// one that running calls wait for (its peers' order may differ), so every call that
+// blocks gets a thread; past what the system gives, the job runs on the caller's thread.
 constexpr int kKeptThreads = 8;
-constexpr int kMaxThreads = 256;
 constexpr auto kIdleExit = std::chrono::seconds(10);
 
 struct Pool {
@@ -62,7 +63,7 @@ void run_on_call_thread(std::function<void()> job) {
     std::lock_guard<std::mutex> lock(p.mutex);
     p.jobs.push_back(std::move(job));
     // An idle thread for every queued job: wake one. Otherwise start a thread.
-    if (p.idle >= static_cast<int>(p.jobs.size()) || p.threads >= kMaxThreads) {
+    if (p.idle >= static_cast<int>(p.jobs.size())) {
       p.ready.notify_one();
       return;
     }
@@ -81,12 +82,6 @@ void run_on_call_thread(std::function<void()> job) {
     }
     mine();  // no thread at all: run it here, blocking
   }
-}
-
-CallThreadCounts call_thread_counts() {
-  Pool& p = pool();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  return CallThreadCounts{p.threads, p.idle};
 }
 
 }  // namespace accl

@@ -14,11 +14,4 @@ namespace accl {
 
 void run_on_call_thread(std::function<void()> job);
 
-// Threads this process keeps for calls, and how many of them are idle (for tests).
-struct CallThreadCounts {
-  int threads = 0;
-  int idle = 0;
-};
-CallThreadCounts call_thread_counts();
-
 }  // namespace accl

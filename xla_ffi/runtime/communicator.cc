@@ -1,6 +1,7 @@
 #include "runtime/communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "algorithms/select.h"
@@ -90,6 +91,30 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
   ++recoveries_;
   *space = space_;
   return Status::Ok();
+}
+
+Status Communicator::wait_turn(int64_t device, uint64_t call, const std::string& where,
+                               const Deadline& deadline) {
+  std::unique_lock<std::mutex> lock(turn_mutex_);
+  while (turn_[device] != call) {
+    if (deadline.expired()) {
+      return deadline.ended(where, str_cat("waiting for call ", turn_[device],
+                                           " of the same op on this device to end"));
+    }
+    turn_changed_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  return Status::Ok();
+}
+
+void Communicator::end_turn(int64_t device, uint64_t call) {
+  {
+    std::lock_guard<std::mutex> lock(turn_mutex_);
+    uint64_t& turn = turn_[device];
+    std::set<uint64_t>& ended = finished_[device];
+    ended.insert(call);
+    while (ended.erase(turn) > 0) ++turn;
+  }
+  turn_changed_.notify_all();
 }
 
 void Communicator::call_failed(uint64_t call, const ChannelSpace& space) {

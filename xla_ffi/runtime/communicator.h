@@ -3,8 +3,8 @@
 // (which algorithm runs, and for the hierarchy the algorithm between hosts and the
 // pipeline's chunks), and the group's channels, epoch by epoch.
 //
-// Recovery. Every rank of the group makes the same calls in the same order, so a call
-// has the same index c on every rank. When call f fails, the first later call of this
+// Recovery. Every rank of the group makes the same calls of a lane in the same order, so
+// a call has the same index c on every rank. When call f fails, the first later call of this
 // process (index > f) first agrees with every other process of the group on epoch e + 1
 // starting after call f: each announces "epoch e + 1 after call f" in jax.distributed's
 // key-value store and waits for the others' word within the call's deadline. Only then
@@ -20,10 +20,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,13 @@ class Communicator {
   // file). `where` names the call in errors.
   Status begin_call(int64_t device, const std::string& where, const Deadline& deadline,
                     uint64_t* call, std::shared_ptr<ChannelSpace>* space);
+  // A lane's calls of one device run one after another, in the order begin_call numbered
+  // them (programs dispatched one after another may overlap on a device, and their
+  // calls would share the lane's channels): wait_turn waits, within the deadline, until
+  // every earlier call of `device` ended; end_turn ends call `call` (on every path).
+  Status wait_turn(int64_t device, uint64_t call, const std::string& where,
+                   const Deadline& deadline);
+  void end_turn(int64_t device, uint64_t call);
   // Call `call`, run in `space`, failed: the group's next call recovers first.
   void call_failed(uint64_t call, const ChannelSpace& space);
   uint64_t recoveries() const;
@@ -108,7 +117,12 @@ class Communicator {
   uint64_t epoch_start_ = 0;             // the index of the current epoch's first call
   uint64_t failed_call_ = kNoCall;       // the current epoch's first failed call
   std::map<int64_t, uint64_t> next_call_;  // per device of this process
-  std::atomic<uint64_t> recoveries_{0};    // read without the mutex (stats() during recovery)
+  std::atomic<uint64_t> recoveries_{0};
+  std::mutex turn_mutex_;  // never held across a wait for anything but a turn
+  std::condition_variable turn_changed_;
+  std::map<int64_t, uint64_t> turn_;                // per device: the next call to run
+  std::map<int64_t, std::set<uint64_t>> finished_;  // per device: ended out of turn    // read
+                                                    // without the mutex (stats() during recovery)
 };
 
 }  // namespace accl

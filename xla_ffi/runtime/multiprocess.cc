@@ -187,7 +187,15 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   // The group's channels at its current epoch (recovering first after a failed call).
   std::shared_ptr<ChannelSpace> space;
   uint64_t call_index = 0;
-  ACCL_RETURN_IF_ERROR(group->begin_call(spec.device, where, deadline, &call_index, &space));
+  Status begun = group->begin_call(spec.device, where, deadline, &call_index, &space);
+  struct Turn {  // ends this call's turn on every path
+    Communicator& group;
+    int64_t device;
+    uint64_t call;
+    ~Turn() { group.end_turn(device, call); }
+  } turn{*group, spec.device, call_index};
+  ACCL_RETURN_IF_ERROR(begun);
+  ACCL_RETURN_IF_ERROR(group->wait_turn(spec.device, call_index, where, deadline));
   CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
   Algorithm& schedule = plan.schedule;
   // The choice is on the wire: a process whose model chose otherwise (another

@@ -32,8 +32,9 @@ inline constexpr int kNumPhases = 3;
 const char* phase_name(Phase phase);
 std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds();
 
-// Calls begun and not yet completed in this process (every path), and the most seen at
-// once since the last reset_stats(): several means calls overlapped.
+// Calls begun and not yet completed in this process (every path, one per rank), and the
+// most seen at once since the last reset_stats(): more than the process's devices means
+// calls of one device overlapped.
 void call_began();
 void call_ended();
 int64_t max_calls_in_flight();

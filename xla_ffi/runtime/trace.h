@@ -12,7 +12,7 @@ namespace accl {
 
 struct TraceEvent {
   std::string name;     // e.g. "accl_allreduce ring 16MiB", "inter-host rail0"
-  int64_t device = -1;  // partition id in one process, global device id across processes
+  int64_t device = -1;  // the global device id
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   uint64_t bytes = 0;

@@ -93,7 +93,7 @@ int World::process_of(int64_t device) const {
 uint64_t World::recoveries() {
   std::lock_guard<std::mutex> lock(mutex_);
   uint64_t n = 0;
-  for (const auto& [devices, c] : communicators_) n += c->recoveries();
+  for (const auto& [group_and_lane, c] : communicators_) n += c->recoveries();
   return n;
 }
 
