@@ -47,6 +47,9 @@ def parse_args(argv):
         help="tc rate of every namespaced rail (0: unshaped)",
     )
     parser.add_argument(
+        "--mtu", type=int, default=1500, help="MTU of every namespaced rail (9000: jumbo frames)"
+    )
+    parser.add_argument(
         "--all-rails-only", action="store_true", help="with --hosts: skip the run on one rail"
     )
     parser.add_argument(
@@ -220,7 +223,9 @@ def multi_process_main(args, out) -> int:
 def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
     """One job on namespaced hosts with `rails` rails in use; prints its table."""
     forwarded = worker_args(args)
-    with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
+    with netns.virtual_hosts(
+        args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
+    ) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
         env = [
             {
@@ -232,6 +237,7 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         ]
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""
         label = (
             f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
             f"{rails} of {args.rails} rails {speed}"

@@ -6,11 +6,14 @@ unrolled 256x256 float32 matmuls per device, sized to about half the all-reduce'
 and both in one program, with no data dependency between them. The hidden fraction is
 (t_allreduce + t_compute - t_both) / min(t_allreduce, t_compute): 1 when the shorter one
 is hidden entirely, 0 when the program takes their sum. Measured for jax_accl.psum and
-for jax.lax.psum (XLA's all-reduce; gloo across processes) in the same run."""
+for jax.lax.psum (XLA's all-reduce; gloo across processes) in the same run. "cores": the
+process's CPU seconds per wall second while the all-reduce runs alone (what compute
+beside it cannot have)."""
 
 from __future__ import annotations
 
 import statistics
+import time
 
 import jax
 import jax.numpy as jnp
@@ -50,10 +53,33 @@ def _programs(mesh, reduce, matmuls: int):
     )
 
 
+def _barrier() -> None:
+    """Every process here before the next timed call (else a process's time includes
+    waiting for a peer still busy with the previous one)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("jax_accl.bench.overlap")
+
+
 def _median(fn, args, reps: int) -> float:
     for _ in range(2):  # compile, warm up
         jax.block_until_ready(fn(*args))
-    return statistics.median(call_seconds(lambda a: fn(*a), args) for _ in range(reps))
+    times = []
+    for _ in range(reps):
+        _barrier()
+        times.append(call_seconds(lambda a: fn(*a), args))
+    return statistics.median(times)
+
+
+def _cpu_share(fn, args, reps: int) -> float:
+    """This process's CPU time per second of wall time while `fn` runs `reps` times: how
+    many cores the all-reduce keeps busy (what compute beside it cannot have)."""
+    jax.block_until_ready(fn(*args))
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(reps):
+        jax.block_until_ready(fn(*args))
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
 def _agreed(value: int) -> int:
@@ -77,6 +103,7 @@ def measure(size_bytes: int, n: int, reps: int) -> list[dict]:
         reduce = lambda v, psum=psum: psum(v, "i")  # noqa: E731
         alone, _, _ = _programs(mesh, reduce, 1)
         t_reduce = _median(alone, (x, m), reps)
+        cores = _cpu_share(alone, (x, m), reps)
         if name == "jax_accl":
             # Compute of about half the all-reduce, from one matmul's time (process 0's).
             _, one, _ = _programs(mesh, reduce, 8)
@@ -102,6 +129,7 @@ def measure(size_bytes: int, n: int, reps: int) -> list[dict]:
                 both_s=t_both,
                 sum_s=t_reduce + t_compute,
                 hidden=hidden,
+                allreduce_cores=cores,
             )
         )
     return rows
@@ -113,13 +141,14 @@ def print_rows(rows: list[dict], label: str, out=None) -> None:
     print(f"# overlap, {label}: all-reduce (float32 sum) beside independent 256x256 matmuls")
     print(
         f"{'size':>8} {'library':>9} {'proc':>4} {'matmuls':>7} {'allreduce':>10} "
-        f"{'compute':>10} {'both':>10} {'sum':>10} {'hidden':>7}"
+        f"{'compute':>10} {'both':>10} {'sum':>10} {'hidden':>7} {'cores':>6}"
     )
     for r in rows:
         print(
             f"{human(r['size_bytes']):>8} {r['library']:>9} {r['process']:>4} {r['matmuls']:>7} "
             f"{r['allreduce_s'] * 1e3:8.2f}ms {r['compute_s'] * 1e3:8.2f}ms "
-            f"{r['both_s'] * 1e3:8.2f}ms {r['sum_s'] * 1e3:8.2f}ms {r['hidden'] * 100:6.1f}%"
+            f"{r['both_s'] * 1e3:8.2f}ms {r['sum_s'] * 1e3:8.2f}ms {r['hidden'] * 100:6.1f}% "
+            f"{r['allreduce_cores']:6.2f}"
         )
         if out:
             import json
