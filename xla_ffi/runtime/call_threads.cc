@@ -1,13 +1,9 @@
 #include "runtime/call_threads.h"
 
 #include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -22,18 +18,8 @@ namespace {
 constexpr int kKeptThreads = 8;
 constexpr auto kIdleExit = std::chrono::seconds(10);
 
-// Names the thread for profilers ("accl_call", not the XLA thread it was started from)
-// and, where the process may (CAP_SYS_NICE, JAX_ACCL_CALL_NICE), raises its priority: a
-// call mostly waits on the wire, and its short bursts of work (a chunk to send, a
-// reduce) keep the wire busy only if compute beside it does not hold them up.
-void prepare_call_thread() {
-  prctl(PR_SET_NAME, "accl_call", 0, 0, 0);
-  static const int nice = [] {
-    const char* v = std::getenv("JAX_ACCL_CALL_NICE");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
-}
+// Names the thread for profilers: "accl_call", not the XLA thread it was started from.
+void prepare_call_thread() { prctl(PR_SET_NAME, "accl_call", 0, 0, 0); }
 
 struct Pool {
   std::mutex mutex;
