@@ -2,6 +2,8 @@
 
     python -m jax_accl.demo                  # 8 CPU devices in this process
     python -m jax_accl.demo --processes 2    # 2 processes x 4 devices, via jax.distributed
+    python -m jax_accl.demo --hosts 2 --processes-per-host 2 --devices 2
+                                             # on namespaced hosts, two shaped rails (root)
 
 An MLP learns to classify points drawn from a mixture of Gaussians (generated here, no
 download). The step is the data-parallel step JAX's shard_map documentation teaches:
@@ -68,7 +70,7 @@ def loss_fn(params, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(forward(params, x), y).mean()
 
 
-def build_step(mesh, optimizer, variant: str):
+def build_step(mesh, optimizer, variant: str, donate: bool = True):
     """One jitted data-parallel step; `variant` picks whose all-reduces run it: the same
     step function under jax.shard_map ("jax.lax") or jax_accl.shard_map ("jax_accl")."""
     import jax
@@ -90,7 +92,7 @@ def build_step(mesh, optimizer, variant: str):
         shard_map(
             step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=(P(), P(), P())
         ),
-        donate_argnums=(0, 1),
+        donate_argnums=(0, 1) if donate else (),
     )
 
 
@@ -227,6 +229,21 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
     return result
 
 
+def breakdown(mesh, batch_per_device: int, reps: int) -> dict:
+    """Step, compute alone and communication alone, as jax_accl.demo.breakdown times them."""
+    import optax
+
+    from jax_accl.demo import breakdown as timing
+
+    optimizer = optax.adam(1e-3)
+    params = init_params(0)
+    n = mesh.devices.size
+    x, y = global_batch(mesh, *make_dataset(batch_per_device * n, seed=2))
+    return timing.measure(
+        mesh, build_step, loss_fn, optimizer, params, optimizer.init(params), x, y, reps
+    )
+
+
 def worker_main(args) -> int:
     import jax
 
@@ -238,15 +255,55 @@ def worker_main(args) -> int:
             num_processes=args.num_processes,
             process_id=args.process_id,
         )
+        if args.gloo_interface:
+            from jax_accl import _compat
+
+            _compat.use_gloo_on_interface(args.gloo_interface)
     from jax.sharding import Mesh
 
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     mesh = Mesh(np.array(devices), ("data",))
     result = run(mesh, args.steps, args.batch, args.quiet)
+    if args.breakdown:
+        from jax_accl.demo.breakdown import report
+
+        result["breakdown_seconds"] = breakdown(mesh, args.batch, args.breakdown)
+        if jax.process_index() == 0 and not args.quiet:
+            print(f"\nwhere a step's time goes (median of {args.breakdown} steps, after barriers):")
+            print("\n".join(report(result["breakdown_seconds"])), flush=True)
     if args.json or args.num_processes > 1:
         print("RESULT " + json.dumps(result), flush=True)
     if args.num_processes > 1:
         jax.distributed.shutdown()
+    return 0
+
+
+def run_on_namespaced_hosts(args, extra) -> int:
+    """The job on --hosts network-namespace hosts with --rails shaped rails each (root)."""
+    from jax_accl.testing import launch, netns
+
+    rails = ",".join(f"rail{r}" for r in range(args.rails))
+    with netns.virtual_hosts(
+        args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
+    ) as names:
+        spaces = [name for name in names for _ in range(args.processes_per_host)]
+        print(
+            f"{args.hosts} namespaced hosts x {args.processes_per_host} processes x "
+            f"{args.devices} devices, {args.rails} rails at {args.rate_mbit:g} Mbit/s each "
+            f"(MTU {args.mtu}); jax.lax runs over gloo on rail0",
+            flush=True,
+        )
+        launch.run_job(
+            ["-m", "jax_accl.demo"],
+            args.processes,
+            args.devices,
+            extra=extra + ["--gloo-interface", "rail0"],
+            env=[{"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": rails} for ns in spaces],
+            namespaces=spaces,
+            coordinator_ip=netns.rail_ip(0, 0),
+            timeout=1800,
+            echo=0,
+        )
     return 0
 
 
@@ -260,12 +317,33 @@ def main(argv=None) -> int:
         "--devices", type=int, default=0, help="devices per process (default: 8 / processes)"
     )
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        help="on this many namespaced hosts (root; sets --processes)",
+    )
+    parser.add_argument("--processes-per-host", type=int, default=1)
+    parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
+    parser.add_argument("--rate-mbit", type=float, default=300.0, help="tc rate of each rail")
+    parser.add_argument("--mtu", type=int, default=1500, help="MTU of each rail")
+    parser.add_argument(
+        "--breakdown",
+        type=int,
+        default=0,
+        help="after training, time this many steps, their compute alone and their "
+        "communication alone (on by default with --hosts: 20)",
+    )
+    parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--json", action="store_true", help="print a RESULT line (tests)")
     parser.add_argument("--process-id", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--num-processes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.hosts > 1:
+        args.processes = args.hosts * args.processes_per_host
+        args.breakdown = args.breakdown or 20
     args.devices = args.devices or max(1, 8 // args.processes)
     if args.processes > 1 and args.process_id < 0:
         from jax_accl.testing import launch
@@ -273,8 +351,13 @@ def main(argv=None) -> int:
         extra = ["--steps", str(args.steps), "--batch", str(args.batch)] + (
             ["--quiet"] if args.quiet else []
         )
-        launch.run_job(["-m", "jax_accl.demo"], args.processes, args.devices, extra=extra, echo=0)
-        return 0
+        extra += ["--breakdown", str(args.breakdown)] if args.breakdown else []
+        if args.hosts <= 1:
+            launch.run_job(
+                ["-m", "jax_accl.demo"], args.processes, args.devices, extra=extra, echo=0
+            )
+            return 0
+        return run_on_namespaced_hosts(args, extra)
     return worker_main(args)
 
 
