@@ -168,8 +168,8 @@ void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>
 void shm_pair(int a, int b, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
   static int serial = 0;
   const std::string name = str_cat("/jax_accl_selftest_", getpid(), "_", serial++);
-  Status s0 = open_shm_channel(name, 0, "shm", Deadline::after_seconds(10), x);
-  Status s1 = open_shm_channel(name, 1, "shm", Deadline::after_seconds(10), y);
+  Status s0 = open_shm_channel(name, name + "_failed", 0, "shm", Deadline::after_seconds(10), x);
+  Status s1 = open_shm_channel(name, name + "_failed", 1, "shm", Deadline::after_seconds(10), y);
   expect(s0.ok() && s1.ok(), "open shm pair: " + s0.message() + s1.message());
   expect(access(("/dev/shm" + name).c_str(), F_OK) != 0, "shm name unlinked once both attached");
 }
@@ -293,18 +293,28 @@ void test_shm_refusals() {
   expect(fd >= 0, "pre-create a segment");
   close(fd);
   std::unique_ptr<Channel> c;
-  Status s = open_shm_channel(squatted, 0, "shm", Deadline::after_seconds(1), &c);
+  Status s =
+      open_shm_channel(squatted, squatted + "_failed", 0, "shm", Deadline::after_seconds(1), &c);
   expect(!s.ok() && s.message().find("exists already") != std::string::npos,
          "an existing segment is refused: " + s.message());
   fchmod(fd = shm_open(squatted.c_str(), O_RDWR, 0), 0666);
   expect(ftruncate(fd, static_cast<off_t>(ring_pair_region_bytes())) == 0, "size it");
   close(fd);
-  s = open_shm_channel(squatted, 1, "shm", Deadline::after_seconds(1), &c);
+  s = open_shm_channel(squatted, squatted + "_failed", 1, "shm", Deadline::after_seconds(1), &c);
   expect(!s.ok() && s.message().find("not this user's alone") != std::string::npos,
          "a segment others may open is refused: " + s.message());
   shm_unlink(squatted.c_str());
-  s = open_shm_channel(squatted, 1, "shm", Deadline::after_seconds(0.05), &c);
+  s = open_shm_channel(squatted, squatted + "_failed", 1, "shm", Deadline::after_seconds(0.05), &c);
   expect(s.code() == Code::kTimeout, "nobody creates it: side 1 times out: " + s.message());
+  // A space marked failed (its creator could not allocate a segment): side 1 fails at once.
+  const std::string marker = squatted + "_failed";
+  close(shm_open(marker.c_str(), O_CREAT | O_RDWR, 0600));
+  const auto asked = Clock::now();
+  s = open_shm_channel(squatted, marker, 1, "shm", Deadline::after_seconds(5), &c);
+  expect(!s.ok() && s.message().find("could not allocate") != std::string::npos &&
+             Clock::now() - asked < std::chrono::seconds(1),
+         "a space marked failed: side 1 fails within a second: " + s.message());
+  shm_forget_failed(marker);
   expect(shm_segment_name("secret", 1, 2, 0) != shm_segment_name("secret", 1, 3, 0) &&
              shm_segment_name("secret", 1, 2, 0) != shm_segment_name("secret", 1, 2, 1) &&
              shm_segment_name("secret", 1, 2, 0).find("secret") == std::string::npos &&
@@ -466,13 +476,16 @@ void test_killed_peer(bool cma) {
                                {Buffers{data.data(), data.data(), count, 4, 0}}, sum);
   };
   std::unique_ptr<Channel> mine;
-  Status opened = open_shm_channel(name, 0, "shm to the child", Deadline::after_seconds(10), &mine);
+  Status opened = open_shm_channel(name, name + "_failed", 0, "shm to the child",
+                                   Deadline::after_seconds(10), &mine);
   expect(opened.ok(), "open the survivor's end: " + opened.message());
   if (!opened.ok()) return;
   const pid_t child = fork();
   if (child == 0) {
     std::unique_ptr<Channel> theirs;
-    if (open_shm_channel(name, 1, "shm to the parent", Deadline::after_seconds(10), &theirs).ok()) {
+    if (open_shm_channel(name, name + "_failed", 1, "shm to the parent",
+                         Deadline::after_seconds(10), &theirs)
+            .ok()) {
       std::vector<std::vector<Channel*>> channels{{theirs.get()}, {}};
       ChannelLink link(1, std::move(channels), 5, "child", Deadline::after_seconds(10));
       DyingLink dying(link, cma ? 10 : 2);

@@ -18,9 +18,7 @@
 namespace accl {
 namespace {
 
-constexpr uint32_t kShmMagic = 0x4143434c;    // "ACCL": sized and ready
-constexpr uint32_t kShmFailed = 0x4641494c;   // "FAIL": the creator could not size it
-constexpr size_t kFailedSegmentBytes = 4096;  // what a failed creator leaves: one header
+constexpr uint32_t kShmMagic = 0x4143434c;  // "ACCL": sized and ready
 
 std::mutex& names_mutex() {
   static std::mutex m;
@@ -50,11 +48,26 @@ Status no_space(const std::string& name, size_t bytes, int e, const std::string&
 
 void sleep_a_little() { std::this_thread::sleep_for(std::chrono::microseconds(500)); }
 
+// Marks a channel space failed: an empty file of this user's alone (no page is written).
+void mark_failed(const std::string& failed_marker) {
+  int fd = shm_open(failed_marker.c_str(), O_CREAT | O_RDWR, 0600);
+  if (fd >= 0) close(fd);
+}
+
+bool marked_failed(const std::string& failed_marker) {
+  int fd = shm_open(failed_marker.c_str(), O_RDONLY, 0);
+  if (fd < 0) return false;
+  struct stat st;
+  const bool ours = fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) == 0;
+  close(fd);
+  return ours;
+}
+
 // Side 0: creates the segment (refusing one that exists), allocates every page of it
 // (so that a full /dev/shm is an error now, not SIGBUS at first touch) and marks it
-// ready. When the allocation fails it leaves one page marked failed, for side 1.
-Status create_segment(const std::string& name, size_t bytes, const std::string& label,
-                      void** region) {
+// ready. When the allocation fails it marks the space failed, for side 1.
+Status create_segment(const std::string& name, const std::string& failed_marker, size_t bytes,
+                      const std::string& label, void** region) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     if (errno == EEXIST) {
@@ -69,14 +82,8 @@ Status create_segment(const std::string& name, size_t bytes, const std::string& 
   }
   int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (e != 0) {
-    if (ftruncate(fd, kFailedSegmentBytes) == 0) {
-      void* page = mmap(nullptr, kFailedSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (page != MAP_FAILED) {
-        static_cast<RingPairHeader*>(page)->magic.store(kShmFailed, std::memory_order_release);
-        munmap(page, kFailedSegmentBytes);
-      }
-    }
     close(fd);
+    mark_failed(failed_marker);
     return no_space(name, bytes, e, label);
   }
   *region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -92,17 +99,22 @@ Status create_segment(const std::string& name, size_t bytes, const std::string& 
 
 // Side 1: waits for side 0's segment, checks that it is this user's alone and fully
 // sized, maps it and waits until it is marked ready.
-Status open_segment(const std::string& name, size_t bytes, const std::string& label,
-                    const Deadline& deadline, void** region) {
+Status open_segment(const std::string& name, const std::string& failed_marker, size_t bytes,
+                    const std::string& label, const Deadline& deadline, void** region) {
   auto timed_out = [&](const char* what) {
     return deadline.ended(
         label, str_cat("waiting for the peer to ", what, " shared-memory segment ", name));
+  };
+  auto peer_failed = [&] {
+    return error(Code::kInternal, label, ": the peer process could not allocate the shared ",
+                 "memory of this call in /dev/shm (its error says how much room there is)");
   };
   int fd;
   while ((fd = shm_open(name.c_str(), O_RDWR, 0)) < 0) {
     if (errno != ENOENT) {
       return error(Code::kInternal, label, ": shm_open(", name, "): ", std::strerror(errno));
     }
+    if (marked_failed(failed_marker)) return peer_failed();
     if (deadline.expired()) return timed_out("create");
     sleep_a_little();
   }
@@ -120,16 +132,9 @@ Status open_segment(const std::string& name, size_t bytes, const std::string& la
                    ", not this user's alone: refusing it");
     }
     if (static_cast<size_t>(st.st_size) == bytes) break;
-    if (static_cast<size_t>(st.st_size) == kFailedSegmentBytes) {
-      void* page = mmap(nullptr, kFailedSegmentBytes, PROT_READ, MAP_SHARED, fd, 0);
-      bool failed = page != MAP_FAILED && static_cast<RingPairHeader*>(page)->magic.load(
-                                              std::memory_order_acquire) == kShmFailed;
-      if (page != MAP_FAILED) munmap(page, kFailedSegmentBytes);
-      if (failed) {
-        close(fd);
-        return error(Code::kInternal, label, ": the peer could not allocate shared-memory ",
-                     "segment ", name, " in /dev/shm (its error says how much room there is)");
-      }
+    if (marked_failed(failed_marker)) {
+      close(fd);
+      return peer_failed();
     }
     if (deadline.expired()) {
       close(fd);
@@ -160,12 +165,20 @@ std::string shm_segment_name(const std::string& secret, int64_t a, int64_t b, ui
   return "/jax_accl_" + hex(hmac_sha256(secret, str_cat("shm ", a, " ", b, " ", space)), 16);
 }
 
-Status open_shm_channel(const std::string& name, int side, const std::string& label,
-                        const Deadline& deadline, std::unique_ptr<Channel>* out) {
+std::string shm_space_failed_name(const std::string& secret, uint64_t space) {
+  return "/jax_accl_" + hex(hmac_sha256(secret, str_cat("shm failed ", space)), 16);
+}
+
+void shm_forget_failed(const std::string& failed_marker) { shm_unlink(failed_marker.c_str()); }
+
+Status open_shm_channel(const std::string& name, const std::string& failed_marker, int side,
+                        const std::string& label, const Deadline& deadline,
+                        std::unique_ptr<Channel>* out) {
   const size_t bytes = ring_pair_region_bytes();
   void* region = nullptr;
-  ACCL_RETURN_IF_ERROR(side == 0 ? create_segment(name, bytes, label, &region)
-                                 : open_segment(name, bytes, label, deadline, &region));
+  ACCL_RETURN_IF_ERROR(side == 0
+                           ? create_segment(name, failed_marker, bytes, label, &region)
+                           : open_segment(name, failed_marker, bytes, label, deadline, &region));
   auto* header = static_cast<RingPairHeader*>(region);
   header->pid[side].store(getpid(), std::memory_order_release);
   if (header->attached.fetch_add(1, std::memory_order_acq_rel) + 1 == 2) {

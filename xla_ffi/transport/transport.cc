@@ -43,8 +43,8 @@ class ShmTransport final : public Transport {
     std::unique_ptr<Channel> c;
     const int side = pair.me < pair.peer ? 0 : 1;
     ACCL_RETURN_IF_ERROR(open_shm_channel(
-        segment, side, str_cat("shm to process ", pair.theirs->index, ", device ", pair.peer),
-        deadline, &c));
+        segment, shm_space_failed_name(secret_, pair.space), side,
+        str_cat("shm to process ", pair.theirs->index, ", device ", pair.peer), deadline, &c));
     if (side == 0) {
       std::lock_guard<std::mutex> lock(mutex_);
       created_[pair.space].push_back(segment);
@@ -58,6 +58,7 @@ class ShmTransport final : public Transport {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const std::string& name : created_[space]) shm_unlink(name.c_str());
     created_.erase(space);
+    shm_forget_failed(shm_space_failed_name(secret_, space));
   }
 
  private:
