@@ -77,6 +77,7 @@ def _start() -> list[dict]:
         config.value("JAX_ACCL_CMA"),
     )
     atexit.register(_accl.world_stop)
+    recovery.set_secret(secret)
     _accl.set_epoch_agreement(recovery.agree_on_epoch)
     entry = {
         "host": host,

@@ -2,18 +2,33 @@
 
 When a jax_accl call fails (the ranks called different shapes, a peer timed out or
 died, ``abort()``), every rank of the group raises and the group's channels are
-poisoned. The group's next call in each process first starts a new *epoch*: the process
-announces under ``jax_accl/v1/epoch/<group>/<epoch>/<process>`` in jax.distributed's
-key-value store which call of the group failed, and waits, within the call's timeout,
-for every other process of the group to announce the same call. Then the call runs on
-fresh channels (new TCP connections, new shared-memory segments; the epoch is in every
-frame), so nothing of the failed call can be mistaken for part of the new one
-(xla_ffi/runtime/communicator.h). Processes that name different failed calls disagree
-on which steps happened: the agreement fails on all of them, saying so.
+poisoned. The group's next call in each process first starts a new *epoch*, agreed in
+two phases in jax.distributed's key-value store under
+``jax_accl/v1/epoch/<group>/<epoch>/``:
+
+1. each process announces which call of the group failed and which call it is in now
+   (``announce/<process>``), and waits for every other process's announcement;
+2. each commits the call the new epoch starts at: the latest call any process is in
+   (``commit/<process>``), raising its commit whenever it sees a later one, until every
+   process commits the same call S.
+
+Then calls from S on run on fresh channels (new TCP connections, new shared-memory
+segments; the epoch is in every frame, and a call's index in every call tag), and a
+process whose current call is before S fails it at once: a peer is already further on
+(it came late, or it left an earlier agreement by its deadline, which failed that call
+there). So calls pair up by their index, which counts the same steps on every process,
+and no step is reduced with another. A process that leaves an agreement (its deadline,
+abort()) consumed that call; its next call announces again, later, and the others
+follow it. Processes that name different failed calls disagree on which steps
+happened (one finished a call another failed): the agreement fails on all of them,
+saying so. Every value is signed with a key derived from the job's secret, so that a
+stranger who reaches the coordinator cannot steer a recovery.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 
 from jax_accl import _accl
@@ -33,65 +48,143 @@ def abort() -> None:
     _accl.abort()
 
 
-def _key(group: int, epoch: int, process: int) -> str:
-    return f"{_PREFIX}/{group:016x}/{epoch}/{process}"
+_signing_key = b""
+
+
+def set_secret(secret: str) -> None:
+    """The job's secret (jax_accl/distributed.py): epoch values are signed with a key
+    derived from it."""
+    global _signing_key
+    _signing_key = hmac.new(secret.encode(), b"jax_accl epoch agreement", hashlib.sha256).digest()
+
+
+def _key(group: int, epoch: int, kind: str, process: int) -> str:
+    return f"{_PREFIX}/{group:016x}/{epoch}/{kind}/{process}"
+
+
+def _signed(key: str, value: str) -> str:
+    tag = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
+    return f"{value} {tag}"
+
+
+def _verified(key: str, signed: str) -> list[int] | None:
+    """The integers of a signed value, or None when its signature is not the job's."""
+    *fields, tag = signed.split(" ")
+    value = " ".join(fields)
+    want = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(tag, want):
+        return None
+    return [int(f) for f in fields]
+
+
+def _unsigned(what: str, process: int, epoch: int) -> str:
+    return (
+        f"the {what} of process {process} for epoch {epoch} is not signed with the job's "
+        f"secret: refusing it"
+    )
+
+
+class _Waiter:
+    """Reads keys of the store within the agreement's deadline, noticing abort()."""
+
+    def __init__(self, client, me, epoch, timeout_s, generation):
+        self.client, self.me, self.epoch, self.generation = client, me, epoch, generation
+        self.deadline = time.monotonic() + timeout_s
+
+    def read(self, key: str, process: int, waiting_for: str) -> tuple[str, str | None]:
+        """(why not, value): the value of `key` once it exists, or why it did not come."""
+        while True:
+            if self.generation >= 0 and _accl.abort_generation() != self.generation:
+                return (
+                    f"aborted by jax_accl.abort() while process {self.me} waited for process "
+                    f"{process} to {waiting_for} epoch {self.epoch}"
+                ), None
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                return (
+                    f"process {process} did not {waiting_for} epoch {self.epoch} within the "
+                    f"call's timeout (JAX_ACCL_TIMEOUT_S): it has not failed a call of this "
+                    f"group yet (its next call fails at once on the poisoned channels and "
+                    f"then joins), it is late, or it is gone"
+                ), None
+            try:
+                value = self.client.blocking_key_value_get(
+                    key, max(1, int(min(left, _SLICE_S) * 1000))
+                )
+            except Exception as e:  # a slice that ended without the key: look again
+                if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
+                    return f"jax.distributed's key-value store failed: {e}", None
+                continue
+            return "", value
 
 
 def agree_on_epoch(
     group: int,
     epoch: int,
     failed_call: int,
+    call: int,
     processes: list,
     me: int,
     timeout_s: float,
     generation: int,
-) -> str:
-    """Announces that this process starts `epoch` of `group` after call `failed_call`
-    failed, and waits until every other process of `processes` announced the same.
-    Returns "" once they all have, else why not. Called by jax_accl's native core on a
-    device thread (xla_ffi/bindings/module.cc)."""
+) -> tuple[str, int]:
+    """Agrees with every other process of `processes` to start `epoch` of `group` after
+    call `failed_call` failed, this process now being in call `call` (see the top of this
+    file). Returns ("", S) once they all committed epoch start S, else (why not, 0).
+    Called by jax_accl's native core on a device thread (xla_ffi/bindings/module.cc)."""
     client = c.distributed_client()
     if client is None:
-        return "jax.distributed is not initialized (or already shut down)"
-    client.key_value_set(_key(group, epoch, me), str(failed_call), allow_overwrite=True)
-    deadline = time.monotonic() + timeout_s
-    for process in processes:
-        if process == me:
-            continue
-        while True:
-            if generation >= 0 and _accl.abort_generation() != generation:
-                return (
-                    f"aborted by jax_accl.abort() while process {me} waited for process "
-                    f"{process} to start epoch {epoch}"
-                )
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return (
-                    f"process {process} did not start epoch {epoch} within the call's "
-                    f"timeout (JAX_ACCL_TIMEOUT_S): it has not failed a call of this group "
-                    f"yet (its next call fails at once on the poisoned channels and then "
-                    f"joins), or it is gone"
-                )
-            try:
-                theirs = client.blocking_key_value_get(
-                    _key(group, epoch, process), max(1, int(min(left, _SLICE_S) * 1000))
-                )
-            except Exception as e:  # a slice that ended without the key: look again
-                if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
-                    return f"jax.distributed's key-value store failed: {e}"
-                continue
-            if int(theirs) != failed_call:
-                return (
-                    f"the processes disagree on which call failed: process {me} failed call "
-                    f"{failed_call} of the group, process {process} call {theirs} (one of them "
-                    f"finished a call the other failed); they cannot go on in step, so the "
-                    f"program must restart them (from a checkpoint)"
-                )
+        return "jax.distributed is not initialized (or already shut down)", 0
+    others = [p for p in processes if p != me]
+    waiter = _Waiter(client, me, epoch, timeout_s, generation)
+    mine = _key(group, epoch, "announce", me)
+    client.key_value_set(mine, _signed(mine, f"{failed_call} {call}"), allow_overwrite=True)
+    start = call
+    for process in others:  # phase 1: every process's announcement
+        key = _key(group, epoch, "announce", process)
+        why, value = waiter.read(key, process, "announce")
+        if why:
+            return why, 0
+        fields = _verified(key, value)
+        if fields is None or len(fields) != 2:
+            return _unsigned("announcement", process, epoch), 0
+        theirs, their_call = fields
+        if theirs != failed_call:
+            return (
+                f"the processes disagree on which call failed: process {me} failed call "
+                f"{failed_call} of the group, process {process} call {theirs} (one of them "
+                f"finished a call the other failed); they cannot go on in step, so the "
+                f"program must restart them (from a checkpoint)"
+            ), 0
+        start = max(start, their_call)
+    commit = _key(group, epoch, "commit", me)
+    committed = -1
+    while True:  # phase 2: every process commits the same start
+        if committed != start:
+            client.key_value_set(commit, _signed(commit, str(start)), allow_overwrite=True)
+            committed = start
+        behind = False
+        for process in others:
+            key = _key(group, epoch, "commit", process)
+            why, value = waiter.read(key, process, "commit to")
+            fields = None if why else _verified(key, value)
+            if not why and (fields is None or len(fields) != 1):
+                why = _unsigned("commit", process, epoch)
+            if why:  # leaving: withdraw the commit, so that nobody starts on it
+                try:
+                    client.key_value_delete(commit)
+                except Exception:
+                    pass
+                return why, 0
+            start, behind = max(start, fields[0]), behind or fields[0] < start
+        if committed == start and not behind:
             break
-    # Every process has left epoch - 1, so nobody reads this process's key of it again.
+        time.sleep(0.02)  # a peer still commits an earlier start: it raises it on seeing ours
+    # Every process has left epoch - 1, so nobody reads this process's keys of it again.
     if epoch > 1:
-        try:
-            client.key_value_delete(_key(group, epoch - 1, me))
-        except Exception:  # the store may be going away with the job: nothing to keep
-            pass
-    return ""
+        for kind in ("announce", "commit"):
+            try:
+                client.key_value_delete(_key(group, epoch - 1, kind, me))
+            except Exception:  # the store may be going away with the job: nothing to keep
+                pass
+    return "", start

@@ -95,3 +95,17 @@ def test_a_call_whose_peers_never_arrive_ends(mesh8, monkeypatch, ended_by, size
     # The runtime is usable afterwards.
     y = shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)
     np.testing.assert_allclose(np.asarray(y)[0], np.asarray(x).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_epoch_announcements_are_signed_with_the_jobs_secret():
+    """A recovery's values in jax.distributed's store carry an HMAC under a key derived
+    from the job's secret: a forged or moved value is refused."""
+    from jax_accl import recovery
+
+    recovery.set_secret("the job's secret")
+    key = "jax_accl/v1/epoch/00000000000000aa/1/announce/0"
+    signed = recovery._signed(key, "7 9")
+    assert recovery._verified(key, signed) == [7, 9]
+    assert recovery._verified(key, signed.replace("7 9", "7 8", 1)) is None  # altered
+    assert recovery._verified(key.replace("/0", "/1"), signed) is None  # another process's
+    assert recovery._verified(key, "7 9 " + "0" * 64) is None  # made up without the secret

@@ -82,15 +82,17 @@ def test_abort_fails_the_pending_call_at_once_and_the_next_call_recovers():
 def test_a_peer_late_for_the_recovery_never_pairs_different_steps():
     """The issue's reproduction (2 processes x 2 devices, deadline 5 s): after a failed
     call the last process comes 8 s late, so process 0's recovery times out; then five
-    steps, each all-reducing its own number. Every step is exact or raised on each
-    process, never a sum of two steps; stats() from another thread never blocked."""
+    steps, each all-reducing its own number. Step 1 raises on both (process 0 left the
+    recovery by its deadline; the late process's step 1 is skipped, the group going on
+    at process 0's step 2), and steps 2 to 5 are exact on both: never a sum of two
+    steps, and no restart needed. stats() from another thread never blocked."""
     results = run("late_after_failure", 2, 2, env=[{"JAX_ACCL_TIMEOUT_S": "5"}] * 2)
+    early, late = results
+    assert "recovering from it (epoch 1) failed" in early["outcomes"][1], early
+    # (Said by the device that took part in the recovery, or by its sibling after it.)
+    skipped = ("is skipped: the group recovered and goes on", "the group has recovered since")
+    assert any(why in late["outcomes"][1] for why in skipped), late
     for r in results:
-        outcomes = r["outcomes"]
-        assert outcomes[0] == "raised", outcomes
-        assert all(o == "exact" or o.startswith("raised") for o in outcomes[1:]), outcomes
+        assert r["outcomes"][0] == "raised", r
+        assert r["outcomes"][2:] == ["exact"] * 4, r
         assert r["slowest_stats_s"] < 1.0, r
-    # The processes saw the same steps succeed: an exact result on one needs the other.
-    assert [o == "exact" for o in results[0]["outcomes"]] == [
-        o == "exact" for o in results[1]["outcomes"]
-    ], results

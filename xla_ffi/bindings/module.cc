@@ -152,22 +152,23 @@ void world_set_processes(
   if (!s.ok()) throw std::runtime_error(s.message());
 }
 
-// Installs `agree(group, epoch, failed_call, processes, me, timeout_s, abort_generation)
-// -> str` ("" when every process of the group announced the epoch after the same failed
-// call, else why not) as the way groups
+// Installs `agree(group, epoch, failed_call, call, processes, me, timeout_s,
+// abort_generation) -> (str, start)` ("" and the call the epoch starts at when every
+// process of the group agreed, else why not) as the way groups
 // agree on a new epoch after a failed call (runtime/communicator.h). Called on a device
 // thread, which takes the GIL for it.
 void install_epoch_agreement(nb::callable agree) {
   PyObject* fn = agree.ptr();
   Py_INCREF(fn);  // kept for the process's lifetime: device threads may call it until exit
-  accl::set_epoch_agreement([fn](const EpochAgreement& a) -> Status {
+  accl::set_epoch_agreement([fn](const EpochAgreement& a, uint64_t* start) -> Status {
     const double left = std::chrono::duration<double>(a.deadline.at - Clock::now()).count();
     nb::gil_scoped_acquire gil;
     try {
       nb::object result = nb::borrow<nb::callable>(fn)(
-          a.group, a.epoch, a.failed_call, a.processes, a.me, std::max(0.0, left),
+          a.group, a.epoch, a.failed_call, a.call, a.processes, a.me, std::max(0.0, left),
           a.deadline.generation == Deadline::kNotAbortable ? -1 : int64_t(a.deadline.generation));
-      std::string message = nb::cast<std::string>(result);
+      auto [message, agreed] = nb::cast<std::pair<std::string, uint64_t>>(result);
+      *start = agreed;
       if (message.empty()) return Status::Ok();
       return Status(a.deadline.aborted() ? Code::kAborted : Code::kTimeout, message);
     } catch (const std::exception& e) {

@@ -77,8 +77,10 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
     agree = agreement();
   }
   const uint32_t next = space_->epoch() + 1;
+  uint64_t start = c;
   Status s = agree ? agree(EpochAgreement{channel_space_id(devices_, lane_, 0), next, failed_call_,
-                                          processes_, world_->process_index(), deadline})
+                                          c, processes_, world_->process_index(), deadline},
+                           &start)
                    : error(Code::kAborted, "no way to agree on a new epoch is installed");
   if (!s.ok()) {
     return error(s.code(), where, ": call ", failed_call_,
@@ -86,9 +88,14 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
                  ") failed: ", s.message());
   }
   space_ = std::make_shared<ChannelSpace>(world_, channel_space_id(devices_, lane_, next), next);
-  epoch_start_ = failed_call_ + 1;
+  epoch_start_ = start;
   failed_call_ = kNoCall;
   ++recoveries_;
+  if (c < start) {  // a peer is further on: this call's step happened there without us
+    return error(Code::kAborted, where, ": call ", c, " is skipped: the group recovered and ",
+                 "goes on at call ", start, ", which a peer process is already in (it came ",
+                 "late, or it left the recovery of an earlier call by its deadline)");
+  }
   *space = space_;
   return Status::Ok();
 }

@@ -5,11 +5,12 @@
 //
 // Recovery. Every rank of the group makes the same calls of a lane in the same order, so
 // a call has the same index c on every rank. When call f fails, the first later call of this
-// process (index > f) first agrees with every other process of the group on epoch e + 1
-// starting after call f: each announces "epoch e + 1 after call f" in jax.distributed's
-// key-value store and waits for the others' word within the call's deadline. Only then
-// does it run, in a fresh channel space; the old space's channels close when its last
-// call returns, and frames of epoch e can never be read in epoch e + 1 (other
+// process (index c > f) first agrees with every other process of the group on epoch e + 1
+// (jax_accl/recovery.py: each announces "call f failed, I am in call c" in jax.distributed's
+// key-value store, then all commit the latest such c, S, within the call's deadline). Calls
+// from S on run in a fresh channel space, and this call fails at once if c < S (a peer is
+// further on: it came late, or left an earlier agreement by its deadline); the old space's channels
+// close when its last call returns, and frames of epoch e can never be read in epoch e + 1 (other
 // connections, other segments, the epoch in every frame). A process whose failed call
 // is another (one of its ranks finished call f) makes the agreement fail on every
 // process, naming both: the processes disagree on which steps happened, which only
@@ -64,11 +65,14 @@ struct EpochAgreement {
   uint64_t group;              // the group's id, the same in every process
   uint32_t epoch;              // the epoch to start
   uint64_t failed_call;        // the call whose failure ends the current epoch
+  uint64_t call;               // the call this process is in now
   std::vector<int> processes;  // the group's processes, this one included
   int me;                      // this process
   Deadline deadline;
 };
-using AgreeOnEpoch = std::function<Status(const EpochAgreement&)>;
+// On success *start is the call the new epoch starts at: the latest call any process
+// of the group is in (jax_accl/recovery.py).
+using AgreeOnEpoch = std::function<Status(const EpochAgreement&, uint64_t* start)>;
 void set_epoch_agreement(AgreeOnEpoch agree);
 
 class Communicator {
