@@ -38,7 +38,12 @@ def one(i):
     ip, port = listeners[i % len(listeners)]
     for attempt in range(50):
         try:
-            with socket.create_connection((ip, port), timeout=10) as s:
+            s = socket.create_connection((ip, port), timeout=10)
+        except OSError:  # not even connected: try again
+            time.sleep(0.05)
+            continue
+        with s:
+            try:  # connected: whatever the listener does with it now, it was made
                 data = payload(i)
                 if data:
                     s.sendall(data)
@@ -48,9 +53,9 @@ def one(i):
                         s.recv(1)
                 else:
                     time.sleep(0.5)
-            return True
-        except OSError:
-            time.sleep(0.05)
+            except OSError:  # closed unread or reset by the listener
+                pass
+        return True
     return False
 with ThreadPoolExecutor(32) as pool:
     made = sum(pool.map(one, range(count)))
@@ -204,3 +209,80 @@ def test_a_peer_late_by_25_s_is_waited_for_not_failed(root_required):
             timeout=400,
         )
     assert results[0]["waited_s"] > 20, results  # process 0 really waited for the late one
+
+
+# Runs inside the stranger's namespace: holds `count` silent connections to each
+# listener, opening a new one whenever the listener closes one, until <dir>/done.
+HOLDER = r"""
+import json, os, selectors, socket, sys, time
+listeners, count, signals = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+selector = selectors.DefaultSelector()
+def open_one(ip, port):
+    try:
+        s = socket.create_connection((ip, port), timeout=5)
+        s.setblocking(False)
+        selector.register(s, selectors.EVENT_READ, (ip, port))
+        return 1
+    except OSError:
+        return 0
+held = sum(open_one(ip, port) for ip, port in listeners for _ in range(count))
+open(os.path.join(signals, "held"), "w").close()
+reopened = 0
+while not os.path.exists(os.path.join(signals, "done")):
+    for key, _ in selector.select(0.1):  # closed by the listener: take its place again
+        selector.unregister(key.fileobj)
+        key.fileobj.close()
+        reopened += open_one(*key.data)
+print(held, reopened)
+"""
+
+
+def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_required, tmp_path):
+    """A stranger on a third namespaced host holds 80 silent connections to each of process
+    0's listeners from before the job's first call, taking every place it is given
+    again as soon as it loses it: the job's first connections and, after a failed call,
+    its recovery's new ones are admitted all the same, every call exact."""
+    with netns.virtual_hosts(3, 2) as names:
+        job, stranger = names[:2], names[2]
+        results, failure = [], []
+
+        def run_job():
+            try:
+                results.extend(
+                    launch.run_job(
+                        [WORKER, "--scenario", "lockout", "--reference", "numpy"]
+                        + ["--signal-dir", str(tmp_path)],
+                        2,
+                        1,
+                        env=[{"JAX_ACCL_HOST_ID": n, "JAX_ACCL_RAILS": "rail0,rail1"} for n in job],
+                        namespaces=job,
+                        coordinator_ip=netns.rail_ip(0, 0),
+                        timeout=300,
+                    )
+                )
+            except Exception as e:  # reported below, after the stranger is done
+                failure.append(e)
+
+        thread = threading.Thread(target=run_job)
+        thread.start()
+        ports = tmp_path / "ports.json"
+        deadline = time.time() + 120
+        while not ports.exists() and thread.is_alive() and time.time() < deadline:
+            time.sleep(0.1)
+        assert ports.exists(), failure
+        holder = subprocess.Popen(
+            ["ip", "netns", "exec", stranger, sys.executable, "-c", HOLDER]
+            + [ports.read_text(), "80", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        thread.join(timeout=300)
+        (tmp_path / "done").touch()
+        out, _ = holder.communicate(timeout=60)
+    assert not failure, failure
+    held, reopened = map(int, out.split())
+    assert held == 160 and reopened > 0, out  # it held on, and lost places it took again
+    for r in results:
+        assert r["error"] is not None and "jax_accl" in r["error"], r
+        assert r["recoveries"] == 1, r

@@ -550,6 +550,38 @@ def scenario_siege():
     return {"calls": calls, "refused": jax_accl.stats()["refused_connections"]}
 
 
+def scenario_lockout():
+    """Process 0 publishes its listeners before any call, then every process waits until
+    <signal-dir>/held appears (a stranger holds silent connections to them); then exact
+    calls (the job's first connections), a failed call (the processes call different
+    algorithms) and exact calls after it (the recovery's new connections), all while the
+    stranger holds on."""
+    from jax_accl import _compat
+
+    me = jax.process_index()
+    jax_accl.distributed.ensure_started()
+    announce_listeners()
+    client = _compat.distributed_client()
+    if me == 0:
+        while not os.path.exists(os.path.join(args.signal_dir, "held")):
+            time.sleep(0.1)
+        client.key_value_set("lockout/held", "1")
+    else:
+        client.blocking_key_value_get("lockout/held", 120_000)
+    exact, _, placed = checked_psum(1 << 16, seed=14)
+    for k in range(3):
+        exact(f"call {k}, the job's first connections under siege")
+    bad = allreduce_program(jax_accl, ALL, algorithm="ring" if me == 0 else "direct")
+    error = None
+    try:
+        bad(placed).block_until_ready()
+    except Exception as e:
+        error = str(e)
+    for k in range(3):
+        exact(f"call {k} after the failure, on the recovery's connections")
+    return {"error": error, "recoveries": jax_accl.stats()["recoveries"]}
+
+
 def scenario_until_error():
     """All-reduces of 1 MiB, each checked, until one raises (at most 180 s); process 0
     first writes <signal-dir>/ports.json to say it runs. Reports when the error came
@@ -568,6 +600,7 @@ def scenario_until_error():
 
 
 SCENARIOS = {
+    "lockout": scenario_lockout,
     "concurrent": scenario_concurrent,
     "late_after_failure": scenario_late_after_failure,
     "late_peer": scenario_late_peer,

@@ -160,9 +160,10 @@ def test_strangers_are_refused_and_the_listener_keeps_serving(listener):
     # A well-formed hello gets a challenge, but without the secret no response passes.
     _, verdict, _ = exchange(port, secret, hello(), respond=lambda c: os.urandom(32))
     assert verdict == b""
-    # With the secret but for a device that does not live here: refused after the proof.
-    _, verdict, _ = exchange(port, secret, hello(dst=99))
-    assert verdict == b""
+    # With the secret but for a device that does not live here: refused before the
+    # listener proves anything (no challenge comes back).
+    challenge, verdict, _ = exchange(port, secret, hello(dst=99))
+    assert challenge == b"" and verdict == b""
     assert wait_for_refused(before, len(strangers) + 2) == len(strangers) + 2
     _, verdict, _ = exchange(port, secret, hello())
     assert verdict == b"K"
@@ -204,6 +205,31 @@ def test_a_flood_of_silent_connections_is_bounded_and_the_job_still_gets_in(list
             time.sleep(0.5)
         else:
             pytest.fail("the listener never admitted the job again")
+    finally:
+        for s in silent:
+            s.close()
+
+
+def test_strangers_get_a_few_short_places_and_never_the_jobs(listener):
+    """Silent connections from an address that is not the job's (127.0.0.2; the job's
+    peer is 127.0.0.1): 4 handshakes at once per stranger, the rest closed unread at once,
+    and those 4 closed after 1 s; meanwhile the job is admitted at once, every time."""
+    secret, port = listener
+    before = _accl.stats()["refused_connections"]
+
+    def from_stranger():
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        s.settimeout(10)
+        s.connect(("127.0.0.1", port))
+        return s
+
+    silent = [from_stranger() for _ in range(40)]
+    try:
+        assert wait_for_refused(before, 36) >= 36  # all but 4, at once
+        for k in range(5):  # the job's own places are free
+            assert exchange(port, secret, hello(src=20 + k))[1] == b"K"
+        assert wait_for_refused(before, 40) == 40  # the 4 timed out after 1 s
     finally:
         for s in silent:
             s.close()

@@ -78,9 +78,12 @@ Status World::set_processes(std::vector<ProcessEntry> processes) {
                  processes.size());
   }
   processes_ = std::move(processes);
+  std::vector<std::string> peers;
   for (const ProcessEntry& p : processes_) {
     for (int64_t d : p.devices) device_process_[d] = p.index;
+    for (const Rail& r : p.rails) peers.push_back(r.ip);
   }
+  if (tcp_ != nullptr) tcp_->set_known_peers(peers);
   ready_ = true;
   return Status::Ok();
 }

@@ -47,11 +47,15 @@ void random_bytes(void* out, size_t bytes) {
 }
 
 Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
-                              const Deadline& deadline) {
+                              const Deadline& deadline, bool* closed_unread) {
   random_bytes(hello.nonce, kNonceBytes);
   Challenge challenge;
-  ACCL_RETURN_IF_ERROR(write_all(fd, &hello, sizeof(hello), deadline));
-  ACCL_RETURN_IF_ERROR(read_all(fd, &challenge, sizeof(challenge), deadline));
+  Status sent = write_all(fd, &hello, sizeof(hello), deadline);
+  if (sent.ok()) sent = read_all(fd, &challenge, sizeof(challenge), deadline);
+  if (!sent.ok()) {  // before the listener answered: it closed the connection, or time ran out
+    if (closed_unread != nullptr) *closed_unread = true;
+    return sent;
+  }
   if (!digests_equal(challenge.proof,
                      handshake_proof(secret, "acceptor", hello, challenge.nonce))) {
     return error(Code::kAborted, "the listener does not know the job's secret");
@@ -98,6 +102,9 @@ AcceptorHandshake::State AcceptorHandshake::step() {
         if (!transfer(&hello_, sizeof(hello_), /*write=*/false)) return state_;
         Status s = check_hello(hello_);
         if (!s.ok()) return refuse(s);
+        if (wanted_ && !wanted_(hello_)) {
+          return refuse(error(Code::kAborted, "device ", hello_.dst_device, " does not live here"));
+        }
         random_bytes(challenge_.nonce, kNonceBytes);
         challenge_.proof = handshake_proof(secret_, "acceptor", hello_, challenge_.nonce);
         state_ = State::kWriteChallenge;

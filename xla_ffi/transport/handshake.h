@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/sha256.h"
@@ -64,8 +65,10 @@ Digest handshake_proof(const std::string& secret, const char* role, const Hello&
 void random_bytes(void* out, size_t bytes);  // from the kernel's generator
 
 // The connector's side of the exchange on `fd` (hello's nonce is filled in here).
+// *closed_unread (if given) tells that the listener closed the connection before it
+// answered the hello (a busy acceptor does so): worth another try.
 Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
-                              const Deadline& deadline);
+                              const Deadline& deadline, bool* closed_unread = nullptr);
 
 // The acceptor's side, as a state machine over a non-blocking socket, so that one event
 // loop drives the handshakes of many connections at once (tcp_transport.cc): step()
@@ -73,8 +76,11 @@ Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
 class AcceptorHandshake {
  public:
   enum class State { kReadHello, kWriteChallenge, kReadResponse, kAdmitted, kRefused };
-  AcceptorHandshake(int fd, const std::string& secret, Deadline deadline)
-      : fd_(fd), secret_(secret), deadline_(deadline) {}
+  // `wanted(hello)`, if given, is checked before anything is proved to the connector
+  // (a hello for a device that does not live here is refused unanswered).
+  AcceptorHandshake(int fd, const std::string& secret, Deadline deadline,
+                    std::function<bool(const Hello&)> wanted = nullptr)
+      : fd_(fd), secret_(secret), deadline_(deadline), wanted_(std::move(wanted)) {}
   State step();
   State state() const { return state_; }
   short events() const;  // POLLIN or POLLOUT
@@ -91,6 +97,7 @@ class AcceptorHandshake {
   int fd_;
   const std::string& secret_;
   Deadline deadline_;
+  std::function<bool(const Hello&)> wanted_;
   State state_ = State::kReadHello;
   size_t done_ = 0;  // bytes of the current message moved so far
   Hello hello_;

@@ -1,12 +1,16 @@
 #include "transport/tcp_transport.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <tuple>
 
 #include "transport/handshake.h"
@@ -14,10 +18,14 @@
 
 namespace accl {
 namespace {
+// Handshakes in progress at once, and how long each may take (see tcp_transport.h): a
+// connection beyond its budget is closed unread (and counted as refused), so a flood of
+// strangers can exhaust neither descriptors, memory, nor the job's own places.
 constexpr double kHandshakeSeconds = 5.0;
-// Handshakes in progress at once; a connection beyond them is closed unread (and
-// counted as refused), so a flood of strangers cannot exhaust descriptors or memory.
 constexpr size_t kMaxPendingHandshakes = 64;
+constexpr double kStrangerHandshakeSeconds = 1.0;
+constexpr size_t kStrangerHandshakes = 16;
+constexpr size_t kHandshakesPerStranger = 4;
 }  // namespace
 
 std::vector<std::pair<int, int>> match_rails(const std::vector<Rail>& lower,
@@ -67,23 +75,48 @@ TcpTransport::~TcpTransport() {
   for (auto& [key, value] : accepted_) close(value.first);
 }
 
+void TcpTransport::set_known_peers(const std::vector<std::string>& ips) {
+  std::set<uint32_t> known;
+  for (const std::string& ip : ips) {
+    in_addr a{};
+    if (inet_pton(AF_INET, ip.c_str(), &a) == 1) known.insert(a.s_addr);
+  }
+  std::lock_guard<std::mutex> lock(known_mutex_);
+  known_peers_ = std::move(known);
+}
+
+bool TcpTransport::known_peer(uint32_t address) {
+  std::lock_guard<std::mutex> lock(known_mutex_);
+  return known_peers_.count(address) > 0;
+}
+
+bool TcpTransport::has_place(const std::vector<Pending>& pending, uint32_t address,
+                             bool known) const {
+  size_t of_kind = 0, of_address = 0;
+  for (const Pending& p : pending) {
+    of_kind += p.known == known;
+    of_address += p.address == address;
+  }
+  if (known) return of_kind < kMaxPendingHandshakes;
+  return of_kind < kStrangerHandshakes && of_address < kHandshakesPerStranger;
+}
+
 void TcpTransport::accept_loop() {
-  std::vector<std::unique_ptr<AcceptorHandshake>> pending;
+  std::vector<Pending> pending;
   Clock::time_point backoff_until{};
   for (;;) {
     try {
       if (!accept_round(&pending, &backoff_until)) break;
     } catch (...) {  // nothing may escape a thread: drop what was pending, go on
-      for (auto& h : pending) close(h->fd());
+      for (auto& p : pending) close(p.handshake->fd());
       refused_.fetch_add(pending.size());
       pending.clear();
     }
   }
-  for (auto& h : pending) close(h->fd());
+  for (auto& p : pending) close(p.handshake->fd());
 }
 
-bool TcpTransport::accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>* pending,
-                                Clock::time_point* backoff_until) {
+bool TcpTransport::accept_round(std::vector<Pending>* pending, Clock::time_point* backoff_until) {
   const auto now = Clock::now();
   const bool backing_off = now < *backoff_until;
   std::vector<pollfd> fds;
@@ -92,9 +125,9 @@ bool TcpTransport::accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>*
   fds.push_back(pollfd{wake_pipe_[0], POLLIN, 0});
   // Wake up for the nearest handshake deadline (or the end of a back-off).
   auto wake = backing_off ? *backoff_until : Clock::time_point::max();
-  for (const auto& h : *pending) {
-    fds.push_back(pollfd{h->fd(), h->events(), 0});
-    wake = std::min(wake, h->deadline().at);
+  for (const Pending& p : *pending) {
+    fds.push_back(pollfd{p.handshake->fd(), p.handshake->events(), 0});
+    wake = std::min(wake, p.handshake->deadline().at);
   }
   int timeout_ms = -1;
   if (wake != Clock::time_point::max()) {
@@ -107,7 +140,7 @@ bool TcpTransport::accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>*
 
   // Handshakes that can move, or whose deadline passed.
   for (size_t k = 0; k < pending->size(); ++k) {
-    AcceptorHandshake& h = *(*pending)[k];
+    AcceptorHandshake& h = *(*pending)[k].handshake;
     if (fds[first_pending + k].revents != 0) h.step();
     if (h.state() == AcceptorHandshake::State::kAdmitted) {
       admit(h);
@@ -117,14 +150,19 @@ bool TcpTransport::accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>*
     } else {
       continue;
     }
-    (*pending)[k].reset();
+    (*pending)[k].handshake.reset();
   }
-  pending->erase(std::remove(pending->begin(), pending->end(), nullptr), pending->end());
+  pending->erase(std::remove_if(pending->begin(), pending->end(),
+                                [](const Pending& p) { return p.handshake == nullptr; }),
+                 pending->end());
 
-  // New connections, up to kMaxPendingHandshakes at once; the rest are closed unread.
+  // New connections, each within its budget (see the top); the rest are closed unread.
   for (size_t i = 0; i < listeners_.size(); ++i) {
     if (!(fds[i].revents & POLLIN)) continue;
-    const int fd = accept4(listeners_[i], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_in from{};
+    socklen_t length = sizeof(from);
+    const int fd = accept4(listeners_[i], reinterpret_cast<sockaddr*>(&from), &length,
+                           SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       // Out of descriptors: the connection stays queued; pause accepting instead of
       // spinning, while the handshakes in progress go on.
@@ -133,14 +171,21 @@ bool TcpTransport::accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>*
       }
       continue;
     }
-    if (pending->size() >= kMaxPendingHandshakes) {
+    const uint32_t address = from.sin_family == AF_INET ? from.sin_addr.s_addr : 0;
+    const bool known = known_peer(address);
+    if (!has_place(*pending, address, known)) {
       refused_.fetch_add(1);
       close(fd);
       continue;
     }
-    pending->push_back(std::make_unique<AcceptorHandshake>(
-        fd, secret_, Deadline::unabortable_after(kHandshakeSeconds)));
-    pending->back()->step();  // the hello may be there already
+    auto wanted = [this](const Hello& hello) { return lives_here_(hello.dst_device); };
+    pending->push_back(Pending{
+        std::make_unique<AcceptorHandshake>(
+            fd, secret_,
+            Deadline::unabortable_after(known ? kHandshakeSeconds : kStrangerHandshakeSeconds),
+            wanted),
+        address, known});
+    pending->back().handshake->step();  // the hello may be there already
   }
   return true;
 }
@@ -149,9 +194,6 @@ void TcpTransport::admit(const AcceptorHandshake& h) {
   const Hello& hello = h.hello();
   const int fd = h.fd();
   Status s;
-  if (!lives_here_(hello.dst_device)) {
-    s = error(Code::kAborted, "device ", hello.dst_device, " does not live here");
-  }
   const Key key{hello.space, hello.src_device, hello.dst_device, static_cast<int>(hello.rail),
                 static_cast<int>(hello.stripe)};
   std::lock_guard<std::mutex> lock(mutex_);
@@ -192,7 +234,6 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
       int fd = -1;
       double weight = local.weight;
       if (lower) {
-        ACCL_RETURN_IF_ERROR(tcp_connect(local.ip, remote.ip, remote.port, deadline, &fd));
         Hello h;
         h.src_device = me;
         h.dst_device = peer;
@@ -200,10 +241,19 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
         h.stripe = static_cast<uint32_t>(stripe);
         h.weight = weight;
         h.space = pair.space;
-        Status s = handshake_as_connector(fd, secret_, h, deadline);
-        if (!s.ok()) {
+        // A busy acceptor (strangers in its places, or ours) closes a connection unread:
+        // connect again, backing off, until the deadline.
+        for (int attempt = 0;; ++attempt) {
+          ACCL_RETURN_IF_ERROR(tcp_connect(local.ip, remote.ip, remote.port, deadline, &fd));
+          bool closed_unread = false;
+          Status s = handshake_as_connector(fd, secret_, h, deadline, &closed_unread);
+          if (s.ok()) break;
           close(fd);
-          return error(s.code(), label, ": ", s.message());
+          if (!closed_unread || deadline.expired()) {
+            return error(s.code(), label, ": ", s.message(),
+                         attempt > 0 ? str_cat(" (after ", attempt, " retries)") : "");
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20 << attempt, 500)));
         }
       } else {
         std::unique_lock<std::mutex> lock(mutex_);

@@ -1,9 +1,15 @@
 // TCP between hosts: a listener per rail, an acceptor thread whose one event loop
-// drives the handshakes of every connection at once (the job's secret, handshake.h; at
-// most 64 in progress, 5 s each, so a silent or flooding stranger cannot stall it or
-// exhaust it), and connect(), which makes one connection per matched rail and stripe,
-// from the lower device id to the higher (the higher waits for the lower's connections
-// to be accepted).
+// drives the handshakes of every connection at once (the job's secret, handshake.h), and
+// connect(), which makes one connection per matched rail and stripe, from the lower
+// device id to the higher (the higher waits for the lower's connections to be
+// accepted; the lower retries a connection closed unread within its deadline).
+//
+// Strangers cannot lock the job out: the job's own peers (the rail addresses of the
+// process table) have handshake places of their own, at most 64 in progress, 5 s each;
+// any other address gets at most 4 places of 16 shared by all strangers, 1 s each for
+// the whole exchange. A connection beyond its budget is closed unread (counted as
+// refused). A hello for a device that does not live here is refused before anything is
+// proved to it.
 #pragma once
 
 #include <atomic>
@@ -11,6 +17,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <tuple>
 
@@ -43,13 +51,22 @@ class TcpTransport final : public Transport {
   void forget(uint64_t space) override;
   // Connections refused for a wrong secret, protocol or destination.
   uint64_t refused() const { return refused_.load(); }
+  // The job's peers: every process's rail addresses (IPv4, dotted), from the process table.
+  void set_known_peers(const std::vector<std::string>& ips);
 
  private:
   TcpTransport() = default;
   void accept_loop();
+  struct Pending {
+    std::unique_ptr<AcceptorHandshake> handshake;
+    uint32_t address;  // the connector's IPv4 address (network order)
+    bool known;        // one of the job's peers
+  };
   // One round of the event loop; false when the transport stops.
-  bool accept_round(std::vector<std::unique_ptr<AcceptorHandshake>>* pending,
-                    Clock::time_point* backoff_until);
+  bool accept_round(std::vector<Pending>* pending, Clock::time_point* backoff_until);
+  // Whether a new connection from `address` may start a handshake now.
+  bool has_place(const std::vector<Pending>& pending, uint32_t address, bool known) const;
+  bool known_peer(uint32_t address);
   // A handshake passed: files the connection for connect(), or refuses it.
   void admit(const AcceptorHandshake& h);
 
@@ -65,6 +82,8 @@ class TcpTransport final : public Transport {
   using Key = std::tuple<uint64_t, int64_t, int64_t, int, int>;
   std::map<Key, std::pair<int, double>> accepted_;
   std::atomic<uint64_t> refused_{0};
+  std::mutex known_mutex_;
+  std::set<uint32_t> known_peers_;
 };
 
 }  // namespace accl
