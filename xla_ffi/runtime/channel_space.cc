@@ -19,6 +19,13 @@ ChannelSpace::~ChannelSpace() {
   if (world_ != nullptr) world_->forget(id_);
 }
 
+void ChannelSpace::poison_all(Code reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [pair, list] : channels_) {
+    for (auto& c : list) c->poison(reason);
+  }
+}
+
 Status ChannelSpace::channels(int64_t me, int64_t peer, const Deadline& deadline,
                               std::vector<Channel*>* out) {
   out->clear();

@@ -30,6 +30,8 @@ class ChannelSpace {
 
   uint64_t id() const { return id_; }
   uint32_t epoch() const { return epoch_; }
+  // Marks every channel of the space broken and tells the peers (Channel::poison).
+  void poison_all(Code reason);
   // The channels from device `me` (of this process) to device `peer`.
   Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
 

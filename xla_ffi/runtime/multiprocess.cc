@@ -202,7 +202,23 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
   const uint64_t call = call_tag(sig, spec.size, call_index);
   uint64_t tag = schedule_tag(call, schedule);
+  // An exception that unwinds this call (an allocation that failed mid-call) may leave a
+  // partial frame on a live channel: the guard then poisons the space's channels, so
+  // the peers fail at once, and marks the call failed, so the next call recovers on
+  // fresh ones. finish() is the ordinary end, either way.
+  struct Unwound {
+    Communicator& group;
+    ChannelSpace& space;
+    uint64_t call;
+    bool finished = false;
+    ~Unwound() {
+      if (finished) return;
+      space.poison_all(Code::kInternal);
+      group.call_failed(call, space);
+    }
+  } unwound{*group, *space, call_index};
   auto finish = [&](const Status& s) {
+    unwound.finished = true;
     if (s.ok()) {
       record_call(schedule, spec, start, Clock::now(), bytes);
     } else {

@@ -1,6 +1,7 @@
 #include "transport/tcp_transport.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -54,7 +55,9 @@ Status TcpTransport::start(std::string secret, std::vector<Rail>* rails, int str
     ACCL_RETURN_IF_ERROR(tcp_listen(rail.ip, &fd, &rail.port));
     t->listeners_.push_back(fd);
   }
-  if (pipe(t->wake_pipe_) != 0) return error(Code::kInternal, "pipe: ", std::strerror(errno));
+  if (pipe2(t->wake_pipe_, O_CLOEXEC) != 0) {
+    return error(Code::kInternal, "pipe: ", std::strerror(errno));
+  }
   TcpTransport* raw = t.get();
   t->acceptor_ = std::thread([raw] { raw->accept_loop(); });
   *out = std::move(t);
@@ -197,8 +200,10 @@ void TcpTransport::admit(const AcceptorHandshake& h) {
   const Key key{hello.space, hello.src_device, hello.dst_device, static_cast<int>(hello.rail),
                 static_cast<int>(hello.stripe)};
   std::lock_guard<std::mutex> lock(mutex_);
-  // A second connection for a key not yet claimed is refused: the first one stays.
-  if (s.ok() && accepted_.count(key) > 0) s = error(Code::kAborted, "duplicate connection");
+  // A second connection for a key not yet claimed is refused: the first one stays. So is
+  // one for a space that is gone (a late rank of an old epoch): nobody would claim it.
+  if (accepted_.count(key) > 0) s = error(Code::kAborted, "duplicate connection");
+  if (forgotten_.count(hello.space) > 0) s = error(Code::kAborted, "a channel space that is gone");
   // Under the lock, so that the check and the entry are one step; one byte into the
   // empty send buffer of a fresh connection never waits.
   if (s.ok()) s = write_all(fd, &kHandshakeAccepted, 1, Deadline::unabortable_after(1.0));
@@ -277,6 +282,7 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
 
 void TcpTransport::forget(uint64_t space) {
   std::lock_guard<std::mutex> lock(mutex_);
+  forgotten_.insert(space);
   for (auto it = accepted_.begin(); it != accepted_.end();) {
     if (std::get<0>(it->first) == space) {
       close(it->second.first);

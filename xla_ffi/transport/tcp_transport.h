@@ -81,6 +81,7 @@ class TcpTransport final : public Transport {
   // Accepted connections not yet claimed: (space, src, dst, rail pair, stripe) -> fd, weight.
   using Key = std::tuple<uint64_t, int64_t, int64_t, int, int>;
   std::map<Key, std::pair<int, double>> accepted_;
+  std::set<uint64_t> forgotten_;  // spaces gone: their late connections are refused
   std::atomic<uint64_t> refused_{0};
   std::mutex known_mutex_;
   std::set<uint32_t> known_peers_;
