@@ -72,9 +72,12 @@ def _verified(key: str, signed: str) -> list[int] | None:
     *fields, tag = signed.split(" ")
     value = " ".join(fields)
     want = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(tag, want):
+    if not hmac.compare_digest(tag.encode(), want.encode()):  # bytes: any text compares
         return None
-    return [int(f) for f in fields]
+    try:
+        return [int(f) for f in fields]
+    except ValueError:
+        return None
 
 
 def _unsigned(what: str, process: int, epoch: int) -> str:
@@ -90,9 +93,11 @@ class _Waiter:
     def __init__(self, client, me, epoch, timeout_s, generation):
         self.client, self.me, self.epoch, self.generation = client, me, epoch, generation
         self.deadline = time.monotonic() + timeout_s
+        self.why = ""  # why phase 2 ended without an agreement
 
     def read(self, key: str, process: int, waiting_for: str) -> tuple[str, str | None]:
         """(why not, value): the value of `key` once it exists, or why it did not come."""
+        final_look = False
         while True:
             if self.generation >= 0 and _accl.abort_generation() != self.generation:
                 return (
@@ -100,7 +105,10 @@ class _Waiter:
                     f"{process} to {waiting_for} epoch {self.epoch}"
                 ), None
             left = self.deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 and not final_look:
+                final_look = True  # one last look: it may have come while we slept
+                left = 0.001
+            elif left <= 0:
                 return (
                     f"process {process} did not {waiting_for} epoch {self.epoch} within the "
                     f"call's timeout (JAX_ACCL_TIMEOUT_S): it has not failed a call of this "
@@ -158,8 +166,33 @@ def agree_on_epoch(
             ), 0
         start = max(start, their_call)
     commit = _key(group, epoch, "commit", me)
+    try:
+        start = _commit(client, waiter, commit, group, epoch, others, start)
+    except BaseException:  # leaving: withdraw the commit, so that nobody starts on it
+        _withdraw(client, commit)
+        raise
+    if start < 0:
+        _withdraw(client, commit)
+        return waiter.why, 0
+    # Every process has left epoch - 1, so nobody reads this process's keys of it again.
+    if epoch > 1:
+        for kind in ("announce", "commit"):
+            _withdraw(client, _key(group, epoch - 1, kind, me))
+    return "", start
+
+
+def _withdraw(client, key: str) -> None:
+    try:
+        client.key_value_delete(key)
+    except Exception:  # the store may be going away with the job: nothing to keep
+        pass
+
+
+def _commit(client, waiter, commit: str, group: int, epoch: int, others: list, start: int) -> int:
+    """Phase 2: commits `start`, raised to the latest any process commits, until every
+    process commits the same; returns it, or -1 (waiter.why says why)."""
     committed = -1
-    while True:  # phase 2: every process commits the same start
+    while True:
         if committed != start:
             client.key_value_set(commit, _signed(commit, str(start)), allow_overwrite=True)
             committed = start
@@ -170,21 +203,10 @@ def agree_on_epoch(
             fields = None if why else _verified(key, value)
             if not why and (fields is None or len(fields) != 1):
                 why = _unsigned("commit", process, epoch)
-            if why:  # leaving: withdraw the commit, so that nobody starts on it
-                try:
-                    client.key_value_delete(commit)
-                except Exception:
-                    pass
-                return why, 0
+            if why:
+                waiter.why = why
+                return -1
             start, behind = max(start, fields[0]), behind or fields[0] < start
         if committed == start and not behind:
-            break
+            return start
         time.sleep(0.02)  # a peer still commits an earlier start: it raises it on seeing ours
-    # Every process has left epoch - 1, so nobody reads this process's keys of it again.
-    if epoch > 1:
-        for kind in ("announce", "commit"):
-            try:
-                client.key_value_delete(_key(group, epoch - 1, kind, me))
-            except Exception:  # the store may be going away with the job: nothing to keep
-                pass
-    return "", start

@@ -109,3 +109,4 @@ def test_epoch_announcements_are_signed_with_the_jobs_secret():
     assert recovery._verified(key, signed.replace("7 9", "7 8", 1)) is None  # altered
     assert recovery._verified(key.replace("/0", "/1"), signed) is None  # another process's
     assert recovery._verified(key, "7 9 " + "0" * 64) is None  # made up without the secret
+    assert recovery._verified(key, "7 9 ünïcode") is None  # garbage is refused, not raised

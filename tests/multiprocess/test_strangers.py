@@ -239,7 +239,8 @@ print(held, reopened)
 
 def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_required, tmp_path):
     """A stranger on a third namespaced host holds 80 silent connections to each of process
-    0's listeners from before the job's first call, taking every place it is given
+    1's listeners (where the job's connections arrive) from before the job's first call,
+    taking every place it is given
     again as soon as it loses it: the job's first connections and, after a failed call,
     its recovery's new ones are admitted all the same, every call exact."""
     with netns.virtual_hosts(3, 2) as names:
@@ -283,6 +284,7 @@ def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_requ
     assert not failure, failure
     held, reopened = map(int, out.split())
     assert held == 160 and reopened > 0, out  # it held on, and lost places it took again
+    assert len(results) == 2
     for r in results:
         assert r["error"] is not None and "jax_accl" in r["error"], r
         assert r["recoveries"] == 1, r

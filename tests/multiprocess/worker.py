@@ -355,11 +355,12 @@ def checked_psum(elements, seed):
     return run, step, placed
 
 
-def announce_listeners():
-    """Process 0 writes its rails' listeners to <signal-dir>/ports.json: the job runs."""
+def announce_listeners(of_process=0):
+    """Process 0 writes the rails' listeners of process `of_process` to
+    <signal-dir>/ports.json: the job runs."""
     if jax.process_index() != 0:
         return
-    rails = jax_accl.distributed.topology()[0]["rails"]
+    rails = jax_accl.distributed.topology()[of_process]["rails"]
     path = os.path.join(args.signal_dir, "ports.json")
     with open(path + ".tmp", "w") as f:
         json.dump([[ip, port] for _, ip, port, _ in rails], f)
@@ -551,7 +552,8 @@ def scenario_siege():
 
 
 def scenario_lockout():
-    """Process 0 publishes its listeners before any call, then every process waits until
+    """Process 0 publishes the last process's listeners before any call (it accepts the
+    job's connections: the lower device id connects), then every process waits until
     <signal-dir>/held appears (a stranger holds silent connections to them); then exact
     calls (the job's first connections), a failed call (the processes call different
     algorithms) and exact calls after it (the recovery's new connections), all while the
@@ -560,7 +562,7 @@ def scenario_lockout():
 
     me = jax.process_index()
     jax_accl.distributed.ensure_started()
-    announce_listeners()
+    announce_listeners(of_process=NP - 1)
     client = _compat.distributed_client()
     if me == 0:
         while not os.path.exists(os.path.join(args.signal_dir, "held")):

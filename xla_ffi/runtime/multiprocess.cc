@@ -196,12 +196,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   } turn{*group, spec.device, call_index};
   ACCL_RETURN_IF_ERROR(begun);
   ACCL_RETURN_IF_ERROR(group->wait_turn(spec.device, call_index, where, deadline));
-  CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
-  Algorithm& schedule = plan.schedule;
-  // The choice is on the wire: a process whose model chose otherwise (another
-  // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
-  const uint64_t call = call_tag(sig, spec.size, call_index);
-  uint64_t tag = schedule_tag(call, schedule);
   // An exception that unwinds this call (an allocation that failed mid-call) may leave a
   // partial frame on a live channel: the guard then poisons the space's channels, so
   // the peers fail at once, and marks the call failed, so the next call recovers on
@@ -217,6 +211,12 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       group.call_failed(call, space);
     }
   } unwound{*group, *space, call_index};
+  CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
+  Algorithm& schedule = plan.schedule;
+  // The choice is on the wire: a process whose model chose otherwise (another
+  // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
+  const uint64_t call = call_tag(sig, spec.size, call_index);
+  uint64_t tag = schedule_tag(call, schedule);
   auto finish = [&](const Status& s) {
     unwound.finished = true;
     if (s.ok()) {

@@ -137,13 +137,14 @@ Status World::connect(int64_t me, int64_t peer, uint64_t space, const Deadline& 
 
 Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
                            const std::string& label, std::shared_ptr<Communicator>* out) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = communicators_.find({devices, lane});
-    if (it != communicators_.end()) {
-      *out = it->second;
-      return Status::Ok();
-    }
+  // Made under the lock: a second communicator made for the same group and lane by
+  // another thread at the same time would drop its epoch-0 space, whose id is the
+  // winner's, and the transports would forget the winner's connections and segments.
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = communicators_.find({devices, lane});
+  if (it != communicators_.end()) {
+    *out = it->second;
+    return Status::Ok();
   }
   std::vector<RankPlace> places;
   for (int64_t device : devices) {
@@ -156,7 +157,6 @@ Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
   std::shared_ptr<Communicator> made;
   Status s = Communicator::make(this, devices, lane, places, rails, &made);
   if (!s.ok()) return error(s.code(), label, ": ", s.message());
-  std::lock_guard<std::mutex> lock(mutex_);
   *out = communicators_.emplace(std::make_pair(devices, lane), std::move(made)).first->second;
   return Status::Ok();
 }

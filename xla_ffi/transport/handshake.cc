@@ -50,10 +50,19 @@ Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
                               const Deadline& deadline, bool* closed_unread) {
   random_bytes(hello.nonce, kNonceBytes);
   Challenge challenge;
+  // A busy listener may have sent its one byte and closed before the hello is written.
   Status sent = write_all(fd, &hello, sizeof(hello), deadline);
-  if (sent.ok()) sent = read_all(fd, &challenge, sizeof(challenge), deadline);
-  if (!sent.ok()) {  // before the listener answered: it closed the connection, or time ran out
-    if (closed_unread != nullptr) *closed_unread = true;
+  char first = 0;
+  if (sent.ok() || recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+    sent = read_all(fd, &challenge, 1, deadline);
+    if (sent.ok()) {
+      first = reinterpret_cast<const char*>(&challenge)[0];
+      sent = read_all(fd, reinterpret_cast<char*>(&challenge) + 1, sizeof(challenge) - 1, deadline);
+    }
+  }
+  if (!sent.ok()) {
+    // One byte, the busy mark, then the end: the listener had no place for us now.
+    if (closed_unread != nullptr) *closed_unread = first == kHandshakeBusy;
     return sent;
   }
   if (!digests_equal(challenge.proof,

@@ -31,6 +31,9 @@ constexpr uint32_t kProtocolVersion = 3;
 constexpr size_t kSecretBytes = 32;
 constexpr size_t kNonceBytes = 16;
 constexpr char kHandshakeAccepted = 'K';
+// What a busy acceptor sends, alone, before it closes a connection it will not read:
+// try again (a refusal closes with nothing, a challenge is 48 bytes).
+constexpr char kHandshakeBusy = 'B';
 
 struct Hello {
   uint32_t magic = kHandshakeMagic;
@@ -65,8 +68,8 @@ Digest handshake_proof(const std::string& secret, const char* role, const Hello&
 void random_bytes(void* out, size_t bytes);  // from the kernel's generator
 
 // The connector's side of the exchange on `fd` (hello's nonce is filled in here).
-// *closed_unread (if given) tells that the listener closed the connection before it
-// answered the hello (a busy acceptor does so): worth another try.
+// *closed_unread (if given) tells that the listener was busy (it sent kHandshakeBusy
+// alone and closed): worth another try.
 Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
                               const Deadline& deadline, bool* closed_unread = nullptr);
 

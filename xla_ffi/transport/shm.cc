@@ -51,7 +51,10 @@ void sleep_a_little() { std::this_thread::sleep_for(std::chrono::microseconds(50
 // Marks a channel space failed: an empty file of this user's alone (no page is written).
 void mark_failed(const std::string& failed_marker) {
   int fd = shm_open(failed_marker.c_str(), O_CREAT | O_RDWR, 0600);
-  if (fd >= 0) close(fd);
+  if (fd < 0) return;
+  close(fd);
+  std::lock_guard<std::mutex> lock(names_mutex());
+  pending_names().insert(failed_marker);  // unlinked at exit if the space outlives us
 }
 
 bool marked_failed(const std::string& failed_marker) {

@@ -178,6 +178,9 @@ bool TcpTransport::accept_round(std::vector<Pending>* pending, Clock::time_point
     const bool known = known_peer(address);
     if (!has_place(*pending, address, known)) {
       refused_.fetch_add(1);
+      // Into the empty send buffer of a fresh connection: never waits.
+      ssize_t ignored = send(fd, &kHandshakeBusy, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)ignored;
       close(fd);
       continue;
     }
@@ -258,7 +261,12 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
             return error(s.code(), label, ": ", s.message(),
                          attempt > 0 ? str_cat(" (after ", attempt, " retries)") : "");
           }
-          std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20 << attempt, 500)));
+          // Backing off from 20 ms to 500 ms, never past the deadline (abort() ends it).
+          const auto pause = std::chrono::milliseconds(attempt < 5 ? 20 << attempt : 500);
+          const auto until = std::min(Clock::now() + pause, deadline.at);
+          while (Clock::now() < until && !deadline.expired()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
         }
       } else {
         std::unique_lock<std::mutex> lock(mutex_);
