@@ -112,17 +112,9 @@ def worker_main(args) -> int:
     """One process of a multi-process run: measure over the global mesh; process 0 reports."""
     import jax
 
-    jax.config.update("jax_num_cpu_devices", args.devices)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
+    launch.join_job(
+        args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
     )
-    if args.gloo_interface:
-        from jax_accl import _compat
-
-        _compat.use_gloo_on_interface(args.gloo_interface)
     n = args.devices * args.num_processes
     import jax_accl
 

@@ -247,18 +247,14 @@ def breakdown(mesh, batch_per_device: int, reps: int) -> dict:
 def worker_main(args) -> int:
     import jax
 
-    jax.config.update("jax_num_cpu_devices", args.devices)
     if args.num_processes > 1:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(
-            coordinator_address=args.coordinator,
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-        )
-        if args.gloo_interface:
-            from jax_accl import _compat
+        from jax_accl.testing import launch
 
-            _compat.use_gloo_on_interface(args.gloo_interface)
+        launch.join_job(
+            args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
+        )
+    else:
+        jax.config.update("jax_num_cpu_devices", args.devices)
     from jax.sharding import Mesh
 
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))

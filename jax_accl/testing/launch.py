@@ -134,3 +134,22 @@ def run_job(
         )
         raise RuntimeError(f"multi-process job {' '.join(worker)} failed:\n{report}")
     return results
+
+
+def join_job(
+    devices: int, coordinator: str, num_processes: int, process_id: int, gloo_interface=""
+):
+    """What a process that run_job launched does first: `devices` CPU devices, jax.lax's
+    collectives over gloo (bound to `gloo_interface` on namespaced hosts), and
+    jax.distributed joined."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", devices)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+    )
+    if gloo_interface:
+        from jax_accl import _compat
+
+        _compat.use_gloo_on_interface(gloo_interface)

@@ -15,6 +15,52 @@ from pathlib import Path
 from jax_accl.testing import launch, netns
 
 WORKER = str(Path(__file__).with_name("worker.py"))
+
+
+class BackgroundJob:
+    """A 2-process job (one device each) on namespaced hosts `hosts`, running `scenario`
+    of the worker in a thread, so that the test can act on the network meanwhile."""
+
+    def __init__(self, scenario, hosts, tmp_path, env=None):
+        self.results, self.failure, self.signals = [], [], tmp_path
+        command = [WORKER, "--scenario", scenario, "--reference", "numpy"]
+        command += ["--signal-dir", str(tmp_path)]
+        environment = [
+            {"JAX_ACCL_HOST_ID": n, "JAX_ACCL_RAILS": "rail0,rail1", **(env or {})} for n in hosts
+        ]
+
+        def run():
+            try:
+                self.results.extend(
+                    launch.run_job(
+                        command,
+                        2,
+                        1,
+                        env=environment,
+                        namespaces=hosts,
+                        coordinator_ip=netns.rail_ip(0, 0),
+                        timeout=400,
+                    )
+                )
+            except Exception as e:  # reported by the test, after the network is put back
+                self.failure.append(e)
+
+        self.thread = threading.Thread(target=run)
+        self.thread.start()
+
+    def ports(self):
+        """The listeners process 0 announced (ports.json), once the job runs."""
+        path = self.signals / "ports.json"
+        deadline = time.time() + 120
+        while not path.exists() and self.thread.is_alive() and time.time() < deadline:
+            time.sleep(0.1)
+        assert path.exists(), self.failure
+        return path
+
+    def join(self):
+        self.thread.join(timeout=300)
+
+
 CONNECTIONS = 2000
 
 # Runs inside the stranger's namespace: argv[1] is the listeners' JSON [[ip, port], ...].
@@ -67,40 +113,9 @@ def test_two_thousand_stranger_connections_are_refused_while_the_job_runs_exact(
     root_required, tmp_path
 ):
     with netns.virtual_hosts(3, 2) as names:
-        job, stranger = names[:2], names[2]
-        results, failure = [], []
-
-        def run_job():
-            try:
-                results.extend(
-                    launch.run_job(
-                        [
-                            WORKER,
-                            "--scenario",
-                            "siege",
-                            "--reference",
-                            "numpy",
-                            "--signal-dir",
-                            str(tmp_path),
-                        ],
-                        2,
-                        1,
-                        env=[{"JAX_ACCL_HOST_ID": n, "JAX_ACCL_RAILS": "rail0,rail1"} for n in job],
-                        namespaces=job,
-                        coordinator_ip=netns.rail_ip(0, 0),
-                        timeout=400,
-                    )
-                )
-            except Exception as e:  # reported below, after the stranger is done
-                failure.append(e)
-
-        thread = threading.Thread(target=run_job)
-        thread.start()
-        ports = tmp_path / "ports.json"
-        deadline = time.time() + 120
-        while not ports.exists() and thread.is_alive() and time.time() < deadline:
-            time.sleep(0.1)
-        assert ports.exists(), failure
+        stranger = names[2]
+        job = BackgroundJob("siege", names[:2], tmp_path)
+        ports = job.ports()
         start = time.time()
         flood = subprocess.run(
             [
@@ -122,11 +137,11 @@ def test_two_thousand_stranger_connections_are_refused_while_the_job_runs_exact(
         flood_seconds = time.time() - start
         time.sleep(6)  # the silent ones time out (5 s) and are counted
         (tmp_path / "done").touch()
-        thread.join(timeout=300)
-    assert not failure, failure
+        job.join()
+    assert not job.failure, job.failure
     assert flood.returncode == 0, flood.stderr[-2000:]
     assert int(flood.stdout.split()[-1]) == CONNECTIONS  # the stranger got every one made
-    target, other = results
+    target, other = job.results
     print(
         f"\n{CONNECTIONS} stranger connections in {flood_seconds:.1f} s: {target['refused']} "
         f"refused; {target['calls']} exact all-reduces of 1 MiB meanwhile"
@@ -139,45 +154,15 @@ def test_two_thousand_stranger_connections_are_refused_while_the_job_runs_exact(
 
 def test_a_cut_cable_is_noticed_within_seconds_not_at_the_deadline(root_required, tmp_path):
     with netns.virtual_hosts(2, 2) as names:
-        results, failure = [], []
-
-        def run_job():
-            try:
-                results.extend(
-                    launch.run_job(
-                        [WORKER, "--scenario", "until_error", "--reference", "numpy"]
-                        + ["--signal-dir", str(tmp_path)],
-                        2,
-                        1,
-                        env=[
-                            {
-                                "JAX_ACCL_HOST_ID": n,
-                                "JAX_ACCL_RAILS": "rail0,rail1",
-                                "JAX_ACCL_TIMEOUT_S": "120",
-                            }
-                            for n in names
-                        ],
-                        namespaces=names,
-                        coordinator_ip=netns.rail_ip(0, 0),
-                        timeout=400,
-                    )
-                )
-            except Exception as e:
-                failure.append(e)
-
-        thread = threading.Thread(target=run_job)
-        thread.start()
-        deadline = time.time() + 120
-        while not (tmp_path / "ports.json").exists() and thread.is_alive():
-            assert time.time() < deadline
-            time.sleep(0.1)
+        job = BackgroundJob("until_error", names, tmp_path, env={"JAX_ACCL_TIMEOUT_S": "120"})
+        job.ports()
         time.sleep(1.0)
         # Rail 1 only: the coordination service lives on rail 0 and must stay reachable.
         netns.cut_cable(names, 1, 1)
         cut_at = time.time()
-        thread.join(timeout=300)
-    assert not failure, failure
-    for r in results:
+        job.join()
+    assert not job.failure, job.failure
+    for r in job.results:
         assert r["error"] is not None and "jax_accl" in r["error"], r
         noticed = r["error_at"] - cut_at
         print(
@@ -244,33 +229,9 @@ def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_requ
     again as soon as it loses it: the job's first connections and, after a failed call,
     its recovery's new ones are admitted all the same, every call exact."""
     with netns.virtual_hosts(3, 2) as names:
-        job, stranger = names[:2], names[2]
-        results, failure = [], []
-
-        def run_job():
-            try:
-                results.extend(
-                    launch.run_job(
-                        [WORKER, "--scenario", "lockout", "--reference", "numpy"]
-                        + ["--signal-dir", str(tmp_path)],
-                        2,
-                        1,
-                        env=[{"JAX_ACCL_HOST_ID": n, "JAX_ACCL_RAILS": "rail0,rail1"} for n in job],
-                        namespaces=job,
-                        coordinator_ip=netns.rail_ip(0, 0),
-                        timeout=300,
-                    )
-                )
-            except Exception as e:  # reported below, after the stranger is done
-                failure.append(e)
-
-        thread = threading.Thread(target=run_job)
-        thread.start()
-        ports = tmp_path / "ports.json"
-        deadline = time.time() + 120
-        while not ports.exists() and thread.is_alive() and time.time() < deadline:
-            time.sleep(0.1)
-        assert ports.exists(), failure
+        stranger = names[2]
+        job = BackgroundJob("lockout", names[:2], tmp_path)
+        ports = job.ports()
         holder = subprocess.Popen(
             ["ip", "netns", "exec", stranger, sys.executable, "-c", HOLDER]
             + [ports.read_text(), "80", str(tmp_path)],
@@ -278,13 +239,13 @@ def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_requ
             text=True,
             cwd="/",
         )
-        thread.join(timeout=300)
+        job.join()
         (tmp_path / "done").touch()
         out, _ = holder.communicate(timeout=60)
-    assert not failure, failure
+    assert not job.failure, job.failure
     held, reopened = map(int, out.split())
     assert held == 160 and reopened > 0, out  # it held on, and lost places it took again
-    assert len(results) == 2
-    for r in results:
+    assert len(job.results) == 2
+    for r in job.results:
         assert r["error"] is not None and "jax_accl" in r["error"], r
         assert r["recoveries"] == 1, r
