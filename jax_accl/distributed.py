@@ -47,7 +47,36 @@ def ensure_started() -> list[dict]:
     with _lock:
         if _table is None:
             _table = _start()
+            _stop_with_jax_distributed()
         return _table
+
+
+def stop() -> None:
+    """Stops jax_accl's side of the job: its listeners and channels close, its segments
+    go, and the ptrace permission cross-memory attach needed is revoked. Called when
+    jax.distributed shuts down, and at exit."""
+    global _table
+    with _lock:
+        _table = None
+        _accl.world_stop()
+
+
+_original_shutdown = None
+
+
+def _stop_with_jax_distributed() -> None:
+    """Makes jax.distributed.shutdown() stop jax_accl first (its store goes with it)."""
+    global _original_shutdown
+    if _original_shutdown is not None:
+        return
+    _original_shutdown = jax.distributed.shutdown
+
+    def shutdown(*args, **kwargs):
+        stop()
+        return _original_shutdown(*args, **kwargs)
+
+    shutdown.__doc__ = _original_shutdown.__doc__
+    jax.distributed.shutdown = shutdown
 
 
 def _start() -> list[dict]:
@@ -76,7 +105,7 @@ def _start() -> list[dict]:
         config.value("JAX_ACCL_STRIPES_PER_RAIL"),
         config.value("JAX_ACCL_CMA"),
     )
-    atexit.register(_accl.world_stop)
+    atexit.register(stop)
     recovery.set_secret(secret)
     _accl.set_epoch_agreement(recovery.agree_on_epoch)
     entry = {

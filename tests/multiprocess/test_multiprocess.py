@@ -108,6 +108,7 @@ def test_one_host_matches_gloo_psum(processes, devices, cma, tmp_path):
         assert (transports.get("cma", {}).get("bytes_sent", 0) > 0) == (cma == "1")
         # Peers may ptrace this process only once a group tried cross-memory attach.
         assert r["ptracer"] == [False, cma == "1"]
+        assert r["ptracer_after_shutdown"] is False  # revoked by jax.distributed.shutdown()
         assert not any(k.startswith("tcp:") for k in transports)
         assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
         assert r["stats"]["algorithms"]["ring"]["calls"] > 0

@@ -639,7 +639,10 @@ if __name__ == "__main__":
     result["process"] = jax.process_index()
     result.setdefault("stats", jax_accl.stats())
     result["topology"] = jax_accl.distributed.topology()
-    print("RESULT " + json.dumps(result), flush=True)
     if args.scenario in ("survive_kill", "mismatch"):
+        print("RESULT " + json.dumps(result), flush=True)
         os._exit(0)  # a peer is gone: jax.distributed's shutdown barrier would wait for it
     jax.distributed.shutdown()
+    # jax.distributed's shutdown stops jax_accl too: the ptrace permission goes with it.
+    result["ptracer_after_shutdown"] = _accl.cross_memory_attach_allowed()
+    print("RESULT " + json.dumps(result), flush=True)

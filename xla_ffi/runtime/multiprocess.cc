@@ -18,6 +18,7 @@
 // on one host): the algorithm runs over all devices of the group at once, with memory
 // rings between device threads of one process, shared memory between processes of a
 // host and TCP between hosts.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -135,6 +136,11 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members, u
   if (!known) {
     std::lock_guard<std::mutex> lock(mutex);
     usable_by_group[{members, lane}] = usable;
+    // No group of this process can use it: take back the ptrace permission it needed.
+    if (std::none_of(usable_by_group.begin(), usable_by_group.end(),
+                     [](const auto& entry) { return entry.second; })) {
+      revoke_cross_memory_attach();
+    }
   }
   *done = usable;
   if (usable) {
