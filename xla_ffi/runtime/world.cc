@@ -73,6 +73,7 @@ void World::stop() {
 World::~World() = default;
 
 Status World::set_processes(std::vector<ProcessEntry> processes) {
+  if (ready()) return error(Code::kInvalidArgument, "the process table is set already");
   if (static_cast<int>(processes.size()) != process_count_) {
     return error(Code::kInvalidArgument, "expected ", process_count_, " processes, got ",
                  processes.size());
@@ -84,7 +85,7 @@ Status World::set_processes(std::vector<ProcessEntry> processes) {
     for (const Rail& r : p.rails) peers.push_back(r.ip);
   }
   if (tcp_ != nullptr) tcp_->set_known_peers(peers);
-  ready_ = true;
+  ready_.store(true, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -110,7 +111,7 @@ Status World::connect(int64_t me, int64_t peer, uint64_t space, const Deadline& 
                       std::vector<std::unique_ptr<Channel>>* out,
                       std::vector<std::unique_ptr<Channel>>* reverse) {
   const int peer_process = process_of(peer);
-  if (!ready_ || process_of(me) != process_index_ || peer_process < 0) {
+  if (!ready() || process_of(me) != process_index_ || peer_process < 0) {
     return error(Code::kInvalidArgument, "device ", peer, " or ", me,
                  " is unknown to jax_accl's process table");
   }

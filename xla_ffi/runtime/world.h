@@ -8,6 +8,7 @@
 // (jax_accl/distributed.py); this file never talks to a coordinator itself.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,7 +42,7 @@ class World {
   // Owner process of global device `device`, or -1.
   int process_of(int64_t device) const;
   const ProcessEntry& process(int index) const { return processes_[index]; }
-  bool ready() const { return ready_; }
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
 
   // New channels from device `me` (of this process) to device `peer` for channel space
   // `space` (runtime/channel_space.h); *reverse: the peer's ends, if made here (memory).
@@ -69,7 +70,9 @@ class World {
   int process_count_ = 1;
   std::string host_;
   bool cross_memory_attach_ = true;
-  bool ready_ = false;
+  // Set once the process table is written (release): a thread that sees it set reads a
+  // complete table, which nothing writes again.
+  std::atomic<bool> ready_{false};
   std::vector<ProcessEntry> processes_;
   std::map<int64_t, int> device_process_;
   std::vector<std::unique_ptr<Transport>> transports_;
