@@ -43,6 +43,9 @@ def fuse_jaxpr(jaxpr):
     groups: dict = {}  # key -> _Group, in the order the groups opened
     owner: dict = {}  # var defined by a held-back equation -> its group's key
 
+    def target(key):  # the size at which the key's next bucket is full
+        return bucket if flushed.get(key) else first_bucket
+
     def release(key):
         group = groups.pop(key)
         flushed[key] = flushed.get(key, 0) + 1
@@ -59,14 +62,12 @@ def fuse_jaxpr(jaxpr):
                 release(key)
             key = tuple(_hashable(eqn.params[k]) for k in _KEY)
             nbytes = sum(_nbytes(v.aval) for v in eqn.invars)
-            target = bucket if flushed.get(key) else first_bucket
-            if key in groups and groups[key].nbytes + nbytes > target:
+            if key in groups and groups[key].nbytes + nbytes > target(key):
                 release(key)  # a full bucket: reduce it now, while earlier layers compute
-                target = bucket
             group = groups.setdefault(key, _Group())
             group.hold(eqn, eqn.outvars, owner, key, call=True)
             group.nbytes += nbytes
-            if group.nbytes >= target:
+            if group.nbytes >= target(key):
                 release(key)
         elif len(hit) == 1 and _movable(eqn):  # depends on one group only: wait with it
             groups[hit[0]].hold(eqn, eqn.outvars, owner, hit[0], call=False)

@@ -12,7 +12,6 @@ beside it cannot have)."""
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import jax
@@ -22,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_accl
 from jax_accl.bench.sweep import mesh_of, sharded_rows
-from jax_accl.bench.timing import call_seconds
+from jax_accl.bench.timing import median_seconds_in_step
 
 MATMUL = 256
 MAX_MATMULS = 400
@@ -53,23 +52,8 @@ def _programs(mesh, reduce, matmuls: int):
     )
 
 
-def _barrier() -> None:
-    """Every process here before the next timed call (else a process's time includes
-    waiting for a peer still busy with the previous one)."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices("jax_accl.bench.overlap")
-
-
 def _median(fn, args, reps: int) -> float:
-    for _ in range(2):  # compile, warm up
-        jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        _barrier()
-        times.append(call_seconds(lambda a: fn(*a), args))
-    return statistics.median(times)
+    return median_seconds_in_step(lambda: fn(*args), reps, 2, "jax_accl.bench.overlap")
 
 
 def _cpu_share(fn, args, reps: int) -> float:

@@ -25,6 +25,29 @@ def median_call_seconds(fn, arg, reps: int) -> float:
     return statistics.median(call_seconds(fn, arg) for _ in range(reps))
 
 
+def barrier(name: str) -> None:
+    """Every process of the job here before the next timed call (else a process's time
+    includes waiting for a peer still busy with the previous one)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def median_seconds_in_step(call, reps: int, warm_ups: int, name: str) -> float:
+    """The median time of `call()` (its results waited for) over `reps` calls, each
+    started by every process together (barrier `name`), after `warm_ups` untimed ones."""
+    for _ in range(warm_ups):  # compile, warm up
+        jax.block_until_ready(call())
+    times = []
+    for _ in range(reps):
+        barrier(name)
+        start = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def warm_up_calls(size_bytes: int, loop: int) -> int:
     """(short, long) pairs to run before timing: about 1,500 all-reduces for small sizes
     and 512 MiB of them for large ones. The first thousand or so calls of a process run

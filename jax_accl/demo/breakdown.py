@@ -5,33 +5,13 @@ calls that all processes start together (after a barrier)."""
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
-
-def _barrier() -> None:
-    import jax
-
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices("jax_accl.demo.breakdown")
+from jax_accl.bench.timing import median_seconds_in_step
 
 
 def _median_seconds(call, reps: int) -> float:
-    import jax
-
-    for _ in range(3):  # compile, warm up
-        jax.block_until_ready(call())
-    times = []
-    for _ in range(reps):
-        _barrier()
-        start = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds_in_step(call, reps, 3, "jax_accl.demo.breakdown")
 
 
 def _compute_only_step(mesh, optimizer, loss_fn):
@@ -56,20 +36,17 @@ def _compute_only_step(mesh, optimizer, loss_fn):
     )
 
 
-def _communication_only(mesh, library):
+def _communication_only(mesh, psum, shard_map):
     """The all-reduce of a pytree shaped like the gradients, last layer first (the order
-    autodiff produces them in), as `library`'s psum per leaf."""
+    autodiff produces them in), `psum` per leaf under `shard_map`."""
     import jax
     from jax.sharding import PartitionSpec as P
 
     def reduce(tree):
         leaves, treedef = jax.tree.flatten(tree)
-        out = [library.psum(leaf, "data") for leaf in reversed(leaves)]
+        out = [psum(leaf, "data") for leaf in reversed(leaves)]
         return jax.tree.unflatten(treedef, list(reversed(out)))
 
-    shard_map = jax.shard_map
-    if library.__name__ == "jax_accl":
-        shard_map = library.shard_map
     return jax.jit(shard_map(reduce, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False))
 
 
@@ -89,8 +66,12 @@ def measure(mesh, build_step, loss_fn, optimizer, params, opt_state, x, y, reps:
     for variant, step in steps.items():
         out[f"step {variant}"] = _median_seconds(lambda s=step: s(params, opt_state, x, y), reps)
     out["compute alone"] = _median_seconds(lambda: compute(params, opt_state, x, y), reps)
-    for name, library in (("jax_accl", jax_accl), ("jax.lax", jax.lax)):
-        program = _communication_only(mesh, library)
+    libraries = (
+        ("jax_accl", jax_accl.psum, jax_accl.shard_map),
+        ("jax.lax", jax.lax.psum, jax.shard_map),
+    )
+    for name, psum, shard_map in libraries:
+        program = _communication_only(mesh, psum, shard_map)
         out[f"communication {name}"] = _median_seconds(lambda p=program: p(zeros), reps)
     return out
 

@@ -8,9 +8,9 @@ touch, so a call XLA can overlap with the compute around it has no other operand
 result (a 4-byte partition id or token would share a slice with later compute and make
 that compute wait for the call). Calls are matched natively by (group, lane, sequence):
 the lane names the call within its module (its place in the lowering order and its
-groups, the same in every process), so calls that XLA
-runs in different orders on different devices never pair up wrongly, and several calls
-of one device can be in flight at once.
+groups, the same in every process), so calls that XLA runs in different orders on
+different devices never pair up wrongly, and several calls of one device can be in
+flight at once.
 
 Two contexts:
 

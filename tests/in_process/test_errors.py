@@ -13,11 +13,6 @@ from accl_testing import P, put, values
 import jax_accl
 
 
-@pytest.fixture(scope="module")
-def mesh8():
-    return jax.make_mesh((8,), ("i",))
-
-
 def shard(mesh, fn, spec=P("i"), out=P(), check_vma=True):
     return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out, check_vma=check_vma))
 

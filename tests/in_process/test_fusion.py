@@ -19,11 +19,6 @@ def model_like_tree(n_leaves=100):
     } | {"step": rng.integers(0, 9, (8, 3)).astype(np.int32)}
 
 
-@pytest.fixture(scope="module")
-def mesh8():
-    return jax.make_mesh((8,), ("i",))
-
-
 def test_many_leaf_pytree_is_one_call_per_dtype(mesh8):
     tree = model_like_tree()
     specs = jax.tree.map(lambda _: P("i"), tree)

@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import pytest
 from accl_testing import P, assert_same, put, run
 
 import jax_accl
@@ -19,11 +18,6 @@ from jax_accl.fusion import bucket_bytes
 ACCL_CALL = re.compile(
     r"= (\(.*?\)|\S+) custom-call\(([^)]*)\), custom_call_target=\"accl_allreduce\""
 )
-
-
-@pytest.fixture(scope="module")
-def mesh8():
-    return jax.make_mesh((8,), ("i",))
 
 
 def accl_calls(text: str) -> list[tuple[str, str]]:

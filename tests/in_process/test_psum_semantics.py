@@ -25,11 +25,6 @@ DTYPES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def mesh8():
-    return jax.make_mesh((8,), ("i",))
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fn", ["psum", "pmax", "pmin"])
 def test_every_dtype(mesh8, dtype, fn):

@@ -11,11 +11,6 @@ import jax_accl
 
 
 @pytest.fixture(scope="module")
-def mesh8():
-    return jax.make_mesh((8,), ("i",))
-
-
-@pytest.fixture(scope="module")
 def mesh42():
     return jax.make_mesh((4, 2), ("i", "j"))
 

@@ -121,12 +121,11 @@ class Communicator {
   uint64_t epoch_start_ = 0;             // the index of the current epoch's first call
   uint64_t failed_call_ = kNoCall;       // the current epoch's first failed call
   std::map<int64_t, uint64_t> next_call_;  // per device of this process
-  std::atomic<uint64_t> recoveries_{0};
-  std::mutex turn_mutex_;  // never held across a wait for anything but a turn
+  std::atomic<uint64_t> recoveries_{0};    // read without mutex_ (stats() during a recovery)
+  std::mutex turn_mutex_;                  // never held across a wait for anything but a turn
   std::condition_variable turn_changed_;
   std::map<int64_t, uint64_t> turn_;                // per device: the next call to run
-  std::map<int64_t, std::set<uint64_t>> finished_;  // per device: ended out of turn    // read
-                                                    // without the mutex (stats() during recovery)
+  std::map<int64_t, std::set<uint64_t>> finished_;  // per device: ended out of turn
 };
 
 }  // namespace accl
