@@ -72,6 +72,7 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs arg
                       int64_t timeout_ms, std::string_view name, ffi::Span<const int64_t> devices,
                       int64_t processes) {
   CallSpec spec;
+  spec.issued = Clock::now();
   std::vector<const void*> ins;
   std::vector<void*> outs;
   std::vector<uint64_t> counts;

@@ -54,7 +54,7 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   if (spec.rank < 0 || spec.rank >= spec.size) {
     return error(Code::kInvalidArgument, "rank ", spec.rank, " outside group of ", spec.size);
   }
-  const auto start = Clock::now();
+  const auto start = spec.start();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
   const Algorithm algorithm = plan_in_process(spec.size, sig.count * elem, sig.algorithm);

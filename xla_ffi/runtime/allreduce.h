@@ -21,6 +21,11 @@ struct CallSpec {
   std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
   Signature signature;
   double timeout_s = 120.0;
+  // When XLA issued the call (the FFI handler ran): the call's trace event and time
+  // start there, waiting for a call thread included. Unset (the native tests): when the
+  // call starts running.
+  Clock::time_point issued{};
+  Clock::time_point start() const { return issued == Clock::time_point{} ? Clock::now() : issued; }
 };
 
 // The reduce kernel of spec.signature, or an error naming the rank and the call.

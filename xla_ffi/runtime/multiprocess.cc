@@ -186,7 +186,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
   const size_t elem = reduction.elem_size;
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
-  const auto start = Clock::now();
+  const auto start = spec.start();
   const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
                                     devices[spec.rank], ", process ", world->process_index(), ")");
   const size_t bytes = sig.count * elem;
