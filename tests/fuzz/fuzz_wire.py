@@ -34,6 +34,7 @@ HELLO = struct.Struct("<IIqqIIdQ16s")  # magic, version, src, dst, rail, stripe,
 # nonce
 FRAME = struct.Struct("<IIQQQ")  # magic, epoch, tag, seq, bytes
 HANDSHAKE_MAGIC, FRAME_MAGIC, TAG = 0x4C434341, 0x46434341, 42
+PROTOCOL_VERSION = 4  # transport/handshake.h
 
 
 @atheris.instrument_func
@@ -41,7 +42,7 @@ def check_hello(raw: bytes):
     message = _accl.parse_hello(raw)
     valid = (
         len(raw) >= HELLO.size
-        and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, 3)
+        and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, PROTOCOL_VERSION)
         and 0 < HELLO.unpack(raw[: HELLO.size])[6] <= 1e6  # the rail's weight
     )
     assert (message == "") == valid, (raw[:48], message)
@@ -88,7 +89,7 @@ def test_one_input(data: bytes):
     if mode == 0:
         check_hello(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 100)))
     elif mode == 1:  # a near-valid handshake with one field changed
-        fields = [HANDSHAKE_MAGIC, 3, 1, 2, 0, 0, 1.0, 0, b"\0" * 16]
+        fields = [HANDSHAKE_MAGIC, PROTOCOL_VERSION, 1, 2, 0, 0, 1.0, 0, b"\0" * 16]
         k = fdp.ConsumeIntInRange(0, 3)
         if k == 3:  # the channel space: any value is well-formed
             fields[7] = fdp.ConsumeIntInRange(0, 2**64 - 1)
@@ -100,7 +101,7 @@ def test_one_input(data: bytes):
             fields[k] = fdp.ConsumeIntInRange(0, 2**32 - 1)
         check_hello(HELLO.pack(*fields)[: fdp.ConsumeIntInRange(0, HELLO.size)])
     elif mode == 4:  # a valid hello (or a mutated one), then whatever follows
-        fields = [HANDSHAKE_MAGIC, 3, 1, 2, 0, 0, 1.0, 0, b"\0" * 16]
+        fields = [HANDSHAKE_MAGIC, PROTOCOL_VERSION, 1, 2, 0, 0, 1.0, 0, b"\0" * 16]
         if fdp.ConsumeBool():
             fields[fdp.ConsumeIntInRange(0, 5)] = fdp.ConsumeIntInRange(0, 2**31 - 1)
         check_acceptor(HELLO.pack(*fields) + fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 80)))

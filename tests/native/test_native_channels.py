@@ -73,16 +73,26 @@ def test_mismatched_lengths_are_an_error_on_every_rank(algorithm):
 
 HELLO = struct.Struct("<IIqqIIdQ16s")  # transport/handshake.h: magic .. weight, space, nonce
 CHALLENGE_BYTES = 48  # the acceptor's nonce and its proof
-MAGIC, VERSION = 0x4C434341, 3
+MAGIC, VERSION = 0x4C434341, 4
 
 
 def hello(dst=7, *, src=1, rail=0, stripe=0, weight=1.0, version=VERSION, space=0):
     return HELLO.pack(MAGIC, version, src, dst, rail, stripe, weight, space, os.urandom(16))
 
 
-def proof(secret: bytes, role: str, hello_bytes: bytes, nonce: bytes) -> bytes:
+def endpoint(address) -> bytes:
+    """handshake.h's encoding of one end: an IPv4 address mapped into IPv6, the port."""
+    ip, port = address[:2]
+    return socket.inet_pton(socket.AF_INET6, "::ffff:" + ip) + struct.pack(">H", port)
+
+
+def endpoints(connector_end, acceptor_end) -> bytes:
+    return endpoint(connector_end) + endpoint(acceptor_end)
+
+
+def proof(secret: bytes, role: str, hello_bytes: bytes, nonce: bytes, ends: bytes) -> bytes:
     """What handshake.h says each side proves, computed by Python's own hmac."""
-    message = b"jax_accl " + role.encode() + hello_bytes + nonce
+    message = b"jax_accl " + role.encode() + hello_bytes + nonce + ends
     return hmac.new(secret, message, hashlib.sha256).digest()
 
 
@@ -103,27 +113,31 @@ def talk(port, payload: bytes) -> bytes:
         return s.recv(64)
 
 
-def exchange(port, secret, hello_bytes, respond=None):
+def exchange(port, secret, hello_bytes, respond=None, ends=None):
     """Plays the connector: hello, the listener's challenge, our response (the right
-    proof unless `respond(challenge)` gives another); returns (challenge, verdict, the
-    response sent); a connection the listener closed or reset gives the verdict b""."""
+    proof, for this connection's endpoints or `ends`, unless `respond(challenge)` gives
+    another); returns (challenge, verdict, the response sent, the endpoints); a
+    connection the listener closed or reset gives the verdict b""."""
     challenge = b""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            ends = ends or endpoints(s.getsockname(), s.getpeername())
             s.sendall(hello_bytes)
             while len(challenge) < CHALLENGE_BYTES:
                 chunk = s.recv(CHALLENGE_BYTES - len(challenge))
                 if not chunk:
-                    return challenge, b"", b""
+                    return challenge, b"", b"", ends
                 challenge += chunk
             nonce = challenge[:16]
             response = (
-                respond(challenge) if respond else proof(secret, "connector", hello_bytes, nonce)
+                respond(challenge)
+                if respond
+                else proof(secret, "connector", hello_bytes, nonce, ends)
             )
             s.sendall(response)
-            return challenge, s.recv(1), response
+            return challenge, s.recv(1), response, ends
     except (ConnectionResetError, BrokenPipeError):
-        return challenge, b"", b""
+        return challenge, b"", b"", ends
 
 
 def wait_for_refused(before, count):
@@ -136,11 +150,32 @@ def wait_for_refused(before, count):
 def test_the_job_is_admitted_both_ways_without_the_secret_on_the_wire(listener):
     secret, port = listener
     h = hello()
-    challenge, verdict, response = exchange(port, secret, h)
+    challenge, verdict, response, ends = exchange(port, secret, h)
     assert verdict == b"K"
-    # The listener proved that it knows the secret, for this hello and its own nonce.
-    assert challenge[16:] == proof(secret, "acceptor", h, challenge[:16])
+    # The listener proved that it knows the secret, for this hello, its own nonce and
+    # this connection's endpoints.
+    assert challenge[16:] == proof(secret, "acceptor", h, challenge[:16], ends)
     assert secret not in h + challenge + response
+
+
+def test_proofs_bind_the_endpoints_so_a_relay_gets_nowhere(listener):
+    """A relay in the middle holds two connections: the connector's to it, its own to the
+    listener. Proofs computed for the connector's connection fail on the relay's, both
+    ways: the listener refuses the response, and its challenge is no proof to the
+    connector."""
+    secret, port = listener
+    relay = socket.socket()
+    relay.bind(("127.0.0.3", 0))
+    victim_ends = endpoints(("127.0.0.2", 40000), relay.getsockname())  # what the victim sees
+    relay.close()
+    before = _accl.stats()["refused_connections"]
+    h = hello(stripe=3)
+    challenge, verdict, _, _ = exchange(port, secret, h, ends=victim_ends)
+    assert verdict == b"" and len(challenge) == CHALLENGE_BYTES
+    assert challenge[16:] != proof(secret, "acceptor", h, challenge[:16], victim_ends)
+    assert wait_for_refused(before, 1) == 1
+    # The same hello, proved for the connection it travels on, gets in.
+    assert exchange(port, secret, h)[1] == b"K"
 
 
 def test_strangers_are_refused_and_the_listener_keeps_serving(listener):
@@ -151,6 +186,7 @@ def test_strangers_are_refused_and_the_listener_keeps_serving(listener):
         os.urandom(HELLO.size),  # random bytes
         hello(version=1),  # the old protocol, which sent the secret itself
         hello(version=2),  # the protocol before channel spaces
+        hello(version=3),  # the protocol before proofs bound the endpoints
         hello(weight=float("nan")),  # a senseless rail weight
         hello()[:60],  # truncated
     ]
@@ -158,26 +194,25 @@ def test_strangers_are_refused_and_the_listener_keeps_serving(listener):
     for payload in strangers:
         assert talk(port, payload) == b"", payload[:20]
     # A well-formed hello gets a challenge, but without the secret no response passes.
-    _, verdict, _ = exchange(port, secret, hello(), respond=lambda c: os.urandom(32))
+    verdict = exchange(port, secret, hello(), respond=lambda c: os.urandom(32))[1]
     assert verdict == b""
     # With the secret but for a device that does not live here: refused before the
     # listener proves anything (no challenge comes back).
-    challenge, verdict, _ = exchange(port, secret, hello(dst=99))
+    challenge, verdict, _, _ = exchange(port, secret, hello(dst=99))
     assert challenge == b"" and verdict == b""
     assert wait_for_refused(before, len(strangers) + 2) == len(strangers) + 2
-    _, verdict, _ = exchange(port, secret, hello())
-    assert verdict == b"K"
+    assert exchange(port, secret, hello())[1] == b"K"
 
 
 def test_a_recorded_exchange_cannot_be_replayed(listener):
     secret, port = listener
     h = hello(stripe=1)
-    _, verdict, response = exchange(port, secret, h)
+    _, verdict, response, _ = exchange(port, secret, h)
     assert verdict == b"K"
     before = _accl.stats()["refused_connections"]
     # The same hello and the recorded response: the listener's nonce is new, so the
     # old response proves nothing.
-    _, verdict, _ = exchange(port, secret, h, respond=lambda challenge: response)
+    verdict = exchange(port, secret, h, respond=lambda challenge: response)[1]
     assert verdict == b""
     assert wait_for_refused(before, 1) == 1
 

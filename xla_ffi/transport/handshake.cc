@@ -1,5 +1,6 @@
 #include "transport/handshake.h"
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -23,11 +24,50 @@ Status check_hello(const Hello& h) {
   return Status::Ok();
 }
 
+namespace {
+
+// 16 address bytes (an IPv4 address mapped into IPv6) and the port, big-endian.
+bool put_address(const sockaddr_storage& a, uint8_t* out) {
+  if (a.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
+    out[10] = out[11] = 0xff;
+    std::memcpy(out + 12, &v4.sin_addr, 4);
+    std::memcpy(out + 16, &v4.sin_port, 2);
+    return true;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+    std::memcpy(out, &v6.sin6_addr, 16);
+    std::memcpy(out + 16, &v6.sin6_port, 2);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status endpoints_of(int fd, bool connector, Endpoints* out) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t mine_len = sizeof(mine), theirs_len = sizeof(theirs);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) != 0) {
+    return error(Code::kAborted, "handshake: the connection's endpoints: ", std::strerror(errno));
+  }
+  *out = Endpoints{};
+  const sockaddr_storage& connector_end = connector ? mine : theirs;
+  const sockaddr_storage& acceptor_end = connector ? theirs : mine;
+  if (!put_address(connector_end, out->bytes) || !put_address(acceptor_end, out->bytes + 18)) {
+    return error(Code::kAborted, "handshake: not an IP connection");
+  }
+  return Status::Ok();
+}
+
 Digest handshake_proof(const std::string& secret, const char* role, const Hello& hello,
-                       const uint8_t* acceptor_nonce) {
+                       const uint8_t* acceptor_nonce, const Endpoints& endpoints) {
   std::string message = str_cat("jax_accl ", role);
   message.append(reinterpret_cast<const char*>(&hello), sizeof(hello));
   message.append(reinterpret_cast<const char*>(acceptor_nonce), kNonceBytes);
+  message.append(reinterpret_cast<const char*>(endpoints.bytes), sizeof(endpoints.bytes));
   return hmac_sha256(secret, message);
 }
 
@@ -49,6 +89,8 @@ void random_bytes(void* out, size_t bytes) {
 Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
                               const Deadline& deadline, bool* closed_unread) {
   random_bytes(hello.nonce, kNonceBytes);
+  Endpoints endpoints;
+  ACCL_RETURN_IF_ERROR(endpoints_of(fd, /*connector=*/true, &endpoints));
   Challenge challenge;
   // A busy listener may have sent its one byte and closed before the hello is written.
   Status sent = write_all(fd, &hello, sizeof(hello), deadline);
@@ -66,10 +108,11 @@ Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
     return sent;
   }
   if (!digests_equal(challenge.proof,
-                     handshake_proof(secret, "acceptor", hello, challenge.nonce))) {
-    return error(Code::kAborted, "the listener does not know the job's secret");
+                     handshake_proof(secret, "acceptor", hello, challenge.nonce, endpoints))) {
+    return error(Code::kAborted,
+                 "the listener does not know the job's secret (or a relay stands between)");
   }
-  const Digest response = handshake_proof(secret, "connector", hello, challenge.nonce);
+  const Digest response = handshake_proof(secret, "connector", hello, challenge.nonce, endpoints);
   ACCL_RETURN_IF_ERROR(write_all(fd, response.data(), response.size(), deadline));
   char ack = 0;
   ACCL_RETURN_IF_ERROR(read_all(fd, &ack, 1, deadline));
@@ -114,8 +157,11 @@ AcceptorHandshake::State AcceptorHandshake::step() {
         if (wanted_ && !wanted_(hello_)) {
           return refuse(error(Code::kAborted, "device ", hello_.dst_device, " does not live here"));
         }
+        s = endpoints_of(fd_, /*connector=*/false, &endpoints_);
+        if (!s.ok()) return refuse(s);
         random_bytes(challenge_.nonce, kNonceBytes);
-        challenge_.proof = handshake_proof(secret_, "acceptor", hello_, challenge_.nonce);
+        challenge_.proof =
+            handshake_proof(secret_, "acceptor", hello_, challenge_.nonce, endpoints_);
         state_ = State::kWriteChallenge;
         break;
       }
@@ -125,8 +171,8 @@ AcceptorHandshake::State AcceptorHandshake::step() {
         break;
       case State::kReadResponse:
         if (!transfer(response_.data(), response_.size(), /*write=*/false)) return state_;
-        if (!digests_equal(response_,
-                           handshake_proof(secret_, "connector", hello_, challenge_.nonce))) {
+        if (!digests_equal(response_, handshake_proof(secret_, "connector", hello_,
+                                                      challenge_.nonce, endpoints_))) {
           return refuse(error(Code::kAborted, "wrong proof of the job's secret"));
         }
         return state_ = State::kAdmitted;

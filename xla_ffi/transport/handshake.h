@@ -6,15 +6,19 @@
 //                                      a fresh nonce of the connector's
 //   acceptor  -> connector  Challenge  a fresh nonce of the acceptor's, and its proof:
 //                                      HMAC-SHA256(secret, "jax_accl acceptor" | hello |
-//                                      acceptor nonce); the connector checks it (the
-//                                      acceptor knows the secret, and answers this hello)
+//                                      acceptor nonce | endpoints); the connector checks
+//                                      it (the acceptor knows the secret, and answers this
+//                                      hello on this connection)
 //   connector -> acceptor   Response   HMAC-SHA256(secret, "jax_accl connector" | hello |
-//                                      acceptor nonce); the acceptor checks it
+//                                      acceptor nonce | endpoints); the acceptor checks it
 //   acceptor  -> connector  'K'        admitted
 //
 // An observer learns no secret and cannot replay an exchange (the acceptor's nonce is
 // new every time); distinct role labels keep one side's proof from serving as the
-// other's. Every step has a deadline.
+// other's. Both proofs bind the connection's endpoints (the connector's address and
+// port, then the acceptor's, as each side's socket sees them): a relay between the two
+// holds two connections with different endpoints, so neither side accepts the other's
+// proof through it. Every step has a deadline.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +31,7 @@
 namespace accl {
 
 constexpr uint32_t kHandshakeMagic = 0x4c434341;  // "ACCL" little-endian
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = 4;
 constexpr size_t kSecretBytes = 32;
 constexpr size_t kNonceBytes = 16;
 constexpr char kHandshakeAccepted = 'K';
@@ -61,9 +65,19 @@ inline bool valid_rail_weight(double w) { return w > 0 && w <= 1e6; }
 // Magic, version and weight of a hello; the reason when refused.
 Status check_hello(const Hello& h);
 
-// The proof of `role` ("acceptor" or "connector") for `hello` and the acceptor's nonce.
+// A connection's two ends as both sides see them: the connector's address and port,
+// then the acceptor's, each as 16 address bytes (IPv4 mapped into IPv6) and the port in
+// network order.
+struct Endpoints {
+  uint8_t bytes[36] = {};
+};
+// From a connected socket; `connector` says which side of the handshake `fd` is.
+Status endpoints_of(int fd, bool connector, Endpoints* out);
+
+// The proof of `role` ("acceptor" or "connector") for `hello`, the acceptor's nonce and
+// the connection's endpoints.
 Digest handshake_proof(const std::string& secret, const char* role, const Hello& hello,
-                       const uint8_t* acceptor_nonce);
+                       const uint8_t* acceptor_nonce, const Endpoints& endpoints);
 
 void random_bytes(void* out, size_t bytes);  // from the kernel's generator
 
@@ -106,6 +120,7 @@ class AcceptorHandshake {
   Hello hello_;
   Challenge challenge_{};
   Digest response_{};
+  Endpoints endpoints_;
   Status reason_;
 };
 
