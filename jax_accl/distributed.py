@@ -58,7 +58,12 @@ def stop() -> None:
     global _table
     with _lock:
         _table = None
-        _accl.world_stop()
+        # Calls still in flight end first (their errors say jax_accl stopped).
+        if not _accl.world_stop(config.current().timeout_s):
+            log.logger.warning(
+                "jax_accl: a call was still running when jax_accl stopped; its "
+                "connections stay open until it ends"
+            )
 
 
 _original_shutdown = None

@@ -96,3 +96,18 @@ def test_a_peer_late_for_the_recovery_never_pairs_different_steps():
         assert r["outcomes"][0] == "raised", r
         assert r["outcomes"][2:] == ["exact"] * 4, r
         assert r["slowest_stats_s"] < 1.0, r
+
+
+@pytest.mark.parametrize("how", ["shutdown", "interpreter"])
+def test_exit_with_a_call_in_flight_ends_it_and_exits_cleanly(how):
+    """Process 0 leaves (jax.distributed.shutdown(), or the interpreter's exit alone)
+    while its call waits for a peer 3 s late: the call is ended and waited for before
+    jax_accl's listeners, channels and segments go, so the process exits with status 0
+    (run_job checks it: no crash, no abort, no hang); the late peer's call raises within
+    seconds (deadline 20 s)."""
+    leaving, late = run("exit_in_flight", 2, 2, extra=["--exit", how])
+    assert leaving["calls_in_flight"] >= 1, leaving
+    if how == "shutdown":
+        assert leaving["shutdown_s"] < 10, leaving
+    assert late["error"] is not None and "jax_accl" in late["error"], late
+    assert late["seconds_to_error"] < 10, late

@@ -41,6 +41,12 @@ parser.add_argument(
     help="afterwards, trace one 1 MiB all-reduce with jax_accl.profiler",
 )
 parser.add_argument(
+    "--exit",
+    choices=["shutdown", "interpreter"],
+    default="shutdown",
+    help="exit_in_flight: how process 0 leaves",
+)
+parser.add_argument(
     "--signal-dir",
     default="",
     help="siege: process 0 writes its listeners to ports.json here; runs until 'done' appears",
@@ -524,6 +530,37 @@ def scenario_late_peer():
     return {"waited_s": waited}
 
 
+def scenario_exit_in_flight():
+    """Process 0 leaves (--exit: jax.distributed.shutdown(), or the interpreter's exit
+    alone) while its call waits for the last process, which comes 3 s later. Process 0
+    must exit cleanly and promptly (its call ended, never a World destroyed under it);
+    the late process's call must raise, naming jax_accl, not wait out its deadline."""
+    import sys
+
+    exact, step, placed = checked_psum(1 << 18, seed=17)
+    exact("warm-up")
+    if jax.process_index() == 0:
+        pending = step(placed)  # dispatched; its call waits for the late peer
+        time.sleep(0.5)
+        waiting = jax_accl.stats()["calls_in_flight"]
+        del pending
+        result = {"calls_in_flight": waiting, "process": 0}
+        if args.exit == "shutdown":
+            start = time.perf_counter()
+            jax.distributed.shutdown()
+            result["shutdown_s"] = time.perf_counter() - start
+        print("RESULT " + json.dumps(result), flush=True)
+        sys.exit(0)  # atexit stops jax_accl (if still running), then jax.distributed
+    time.sleep(3.0)
+    start = time.perf_counter()
+    try:
+        exact("the late call")
+        error = None
+    except Exception as e:
+        error = str(e)
+    return {"error": error, "seconds_to_error": time.perf_counter() - start}
+
+
 def scenario_siege():
     """All-reduces, each checked exact (int32, 1 MiB), while a stranger floods process 0's
     listeners; process 0 first writes its rails' addresses to <signal-dir>/ports.json,
@@ -602,6 +639,7 @@ def scenario_until_error():
 
 
 SCENARIOS = {
+    "exit_in_flight": scenario_exit_in_flight,
     "lockout": scenario_lockout,
     "concurrent": scenario_concurrent,
     "late_after_failure": scenario_late_after_failure,

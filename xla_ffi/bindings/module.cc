@@ -134,7 +134,7 @@ void world_set_processes(
         std::tuple<std::string, std::vector<std::tuple<std::string, std::string, int, double>>,
                    std::vector<int64_t>>>
         processes) {
-  World* w = World::get();
+  const std::shared_ptr<World> w = World::get();
   if (w == nullptr) throw std::runtime_error("world_start() first");
   std::vector<ProcessEntry> entries;
   for (size_t i = 0; i < processes.size(); ++i) {
@@ -205,7 +205,8 @@ nb::dict stats() {
   }
   out["phase_seconds"] = phases;
   out["max_calls_in_flight"] = max_calls_in_flight();
-  World* w = World::get();
+  out["calls_in_flight"] = calls_in_flight();
+  const std::shared_ptr<World> w = World::get();
   out["refused_connections"] = w ? w->refused_connections() : 0;
   out["recoveries"] = w ? w->recoveries() : 0;
   return out;
@@ -240,10 +241,15 @@ NB_MODULE(_accl, m) {
     op_codes[reduce_op_name(static_cast<ReduceOp>(op))] = op;
   m.attr("OP_CODES") = op_codes;
   m.def("world_set_processes", &world_set_processes, nb::arg("processes"));
-  m.def("world_stop", [] {
-    nb::gil_scoped_release release;
-    World::stop();
-  });
+  m.def(
+      "world_stop",
+      [](double wait_s) {
+        nb::gil_scoped_release release;
+        return World::stop(wait_s);
+      },
+      nb::arg("wait_s") = 10.0,
+      "ends the calls in flight, waits for them (up to wait_s), then closes the transports; "
+      "False if a call was still running (the World is then left to it)");
   m.def("world_started", [] { return World::get() != nullptr; });
   m.def("set_epoch_agreement", &install_epoch_agreement, nb::arg("agree"));
   m.def("abort", &abort_pending_waits,

@@ -19,6 +19,9 @@ using Clock = std::chrono::steady_clock;
 inline std::atomic<uint64_t> g_abort_generation{0};
 inline uint64_t abort_generation() { return g_abort_generation.load(std::memory_order_acquire); }
 inline void abort_pending_waits() { g_abort_generation.fetch_add(1, std::memory_order_acq_rel); }
+// Set while jax_accl stops (World::stop: jax.distributed.shutdown() or exit), which ends
+// the pending waits as abort() does: their errors say why.
+inline std::atomic<bool> g_stopping{false};
 
 struct Deadline {
   static constexpr uint64_t kNotAbortable = ~uint64_t{0};
@@ -36,7 +39,10 @@ struct Deadline {
   // naming jax_accl.abort(), or kTimeout naming JAX_ACCL_TIMEOUT_S.
   Status ended(const std::string& where, const std::string& waiting) const {
     if (aborted()) {
-      return Status(Code::kAborted, where + ": aborted by jax_accl.abort() while " + waiting);
+      const char* by = g_stopping.load(std::memory_order_acquire)
+                           ? ": jax_accl stopped (jax.distributed.shutdown() or exit) while "
+                           : ": aborted by jax_accl.abort() while ";
+      return Status(Code::kAborted, where + by + waiting);
     }
     return Status(Code::kTimeout, where + ": timed out " + waiting + " (JAX_ACCL_TIMEOUT_S)");
   }

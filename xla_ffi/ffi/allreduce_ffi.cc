@@ -1,6 +1,7 @@
 // Thin FFI handler: decode operands, attributes and context, find this device's group
 // and rank from its device ordinal, the device assignment and the replica groups
 // computed at lowering, then run the native all-reduce. Errors become ffi::Error.
+#include <cxxabi.h>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -176,6 +177,9 @@ ffi::Future allreduce(ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs arg
                        : allreduce_across_processes(spec, member_devices, ins, outs, counts);
       } catch (const std::exception& e) {
         s = error(Code::kInternal, spec.label, ": ", e.what());
+      } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
+        complete(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
+        throw;
       } catch (...) {
         s = error(Code::kInternal, spec.label, ": an unknown exception");
       }

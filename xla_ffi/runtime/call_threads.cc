@@ -1,5 +1,6 @@
 #include "runtime/call_threads.h"
 
+#include <cxxabi.h>
 #include <sys/prctl.h>
 
 #include <chrono>
@@ -47,6 +48,10 @@ struct Pool {
       lock.unlock();
       try {
         job();  // jobs catch their own exceptions; this only keeps the thread alive
+      } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+        lock.lock();
+        --threads;
+        throw;
       } catch (...) {
       }
       job = nullptr;  // release what the job holds before waiting again

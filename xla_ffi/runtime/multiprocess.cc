@@ -168,12 +168,13 @@ std::vector<int64_t> devices_of(const std::vector<int64_t>& devices,
 Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
                                   const std::vector<const void*>& in, const std::vector<void*>& out,
                                   const std::vector<uint64_t>& counts) {
-  World* world = World::get();
+  const std::shared_ptr<World> world = World::get();  // held to the end of the call
   if (world == nullptr || !world->ready()) {
     return error(Code::kInvalidArgument, spec.label,
                  ": the group spans processes but jax_accl's process table is not set up "
                  "(jax_accl bootstraps it when a multi-process program is lowered after "
-                 "jax.distributed.initialize())");
+                 "jax.distributed.initialize()), or jax_accl has stopped "
+                 "(jax.distributed.shutdown() or exit)");
   }
   std::shared_ptr<Communicator> group;
   ACCL_RETURN_IF_ERROR(world->communicator(devices, spec.lane, spec.label, &group));

@@ -1,5 +1,6 @@
 #include "runtime/one_shot.h"
 
+#include <cxxabi.h>
 #include <sched.h>
 
 #include <chrono>
@@ -90,6 +91,8 @@ void ensure_watchdog() {
       for (;;) {  // nothing may escape a thread: an allocation that failed restarts it
         try {
           watchdog();
+        } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+          throw;
         } catch (...) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }

@@ -65,6 +65,7 @@ void call_began() {
 void call_ended() { g_in_flight.fetch_sub(1, std::memory_order_relaxed); }
 
 int64_t max_calls_in_flight() { return g_max_in_flight.load(std::memory_order_relaxed); }
+int64_t calls_in_flight() { return g_in_flight.load(std::memory_order_relaxed); }
 
 void reset_stats() {
   g_max_in_flight = g_in_flight.load();

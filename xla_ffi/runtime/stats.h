@@ -38,6 +38,7 @@ std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds();
 void call_began();
 void call_ended();
 int64_t max_calls_in_flight();
+int64_t calls_in_flight();  // now
 
 void reset_stats();
 

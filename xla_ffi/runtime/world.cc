@@ -1,7 +1,9 @@
 #include "runtime/world.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "runtime/communicator.h"
 #include "runtime/stats.h"
@@ -17,9 +19,9 @@ std::mutex& world_mutex() {
   static std::mutex m;
   return m;
 }
-std::unique_ptr<World>& world_slot() {
-  static std::unique_ptr<World> w;
-  return w;
+std::shared_ptr<World>& world_slot() {
+  static auto* w = new std::shared_ptr<World>;  // never destroyed: calls may outlive exit
+  return *w;
 }
 
 }  // namespace
@@ -38,7 +40,7 @@ Status World::start(int process_index, int process_count, const std::string& sec
                    " is not a positive finite number (at most 1e6)");
     }
   }
-  std::unique_ptr<World> w(new World());
+  std::shared_ptr<World> w(new World());
   w->process_index_ = process_index;
   w->process_count_ = process_count;
   w->host_ = host;
@@ -57,17 +59,35 @@ Status World::start(int process_index, int process_count, const std::string& sec
   return Status::Ok();
 }
 
-World* World::get() { return world_slot().get(); }
+std::shared_ptr<World> World::get() {
+  std::lock_guard<std::mutex> lock(world_mutex());
+  return world_slot();
+}
 
-void World::stop() {
-  std::unique_ptr<World> w;
+bool World::stop(double wait_s) {
+  std::shared_ptr<World> w;
   {
     std::lock_guard<std::mutex> lock(world_mutex());
     w = std::move(world_slot());
   }
-  w.reset();  // the transports stop accepting; channels close
+  bool stopped = true;
+  if (w != nullptr) {
+    g_stopping.store(true, std::memory_order_release);
+    abort_pending_waits();
+    const Deadline deadline = Deadline::unabortable_after(wait_s);
+    while (w.use_count() > 1 && !deadline.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (w.use_count() > 1) {
+      new std::shared_ptr<World>(std::move(w));  // left to the calls that still hold it
+      stopped = false;
+    }
+    w.reset();  // the transports stop accepting; channels close
+    g_stopping.store(false, std::memory_order_release);
+  }
   shm_cleanup();
   revoke_cross_memory_attach();
+  return stopped;
 }
 
 World::~World() = default;

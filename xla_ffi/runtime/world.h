@@ -33,8 +33,15 @@ class World {
   static Status start(int process_index, int process_count, const std::string& secret,
                       const std::string& host, std::vector<Rail>* rails, int stripes_per_rail,
                       bool cross_memory_attach);
-  static World* get();  // nullptr before start()
-  static void stop();
+  // The World, held for as long as the caller uses it (a call holds it to its end);
+  // nullptr before start() and after stop().
+  static std::shared_ptr<World> get();
+  // Shutdown order: nobody gets the World any more; the calls in flight are ended (as
+  // by abort(), their errors saying that jax_accl stopped) and waited for, up to
+  // `wait_s`; then the transports close and the segments go. A call still running
+  // then (stuck outside any wait of jax_accl's) keeps the World alive: it is never
+  // destroyed under a call. False in that case.
+  static bool stop(double wait_s = 10.0);
 
   Status set_processes(std::vector<ProcessEntry> processes);
   int process_index() const { return process_index_; }

@@ -1,6 +1,7 @@
 #include "transport/tcp_transport.h"
 
 #include <arpa/inet.h>
+#include <cxxabi.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -110,6 +111,9 @@ void TcpTransport::accept_loop() {
   for (;;) {
     try {
       if (!accept_round(&pending, &backoff_until)) break;
+    } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+      for (auto& p : pending) close(p.handshake->fd());
+      throw;
     } catch (...) {  // nothing may escape a thread: drop what was pending, go on
       for (auto& p : pending) close(p.handshake->fd());
       refused_.fetch_add(pending.size());
