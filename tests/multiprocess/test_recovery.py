@@ -33,7 +33,11 @@ def assert_recovered(results, rounds):
     for k in range(rounds):
         errors = [r["errors"][k] for r in results]
         assert all(e is not None and "jax_accl" in e for e in errors), errors
-        assert any("different call" in e for e in errors), errors
+        # The ranks that saw the mismatch name it; the others say a peer failed this
+        # call. A process raises one of its devices' errors (XLA's pick), so on two
+        # hosts each process may show the second kind.
+        named = any("different call" in e for e in errors)
+        assert named or all("failed this call" in e for e in errors), errors
     for r in results:
         assert len(r["errors"]) == rounds
         assert r["recoveries"] == rounds, r

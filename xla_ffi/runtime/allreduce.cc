@@ -68,7 +68,13 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
       join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments, &exchange);
   if (s.ok()) {
     LocalLink link(exchange, spec.rank, deadline);
-    s = run_allreduce(algorithm, link, segments, reduction);
+    // An exception (an allocation that failed) fails the call like any error: the
+    // other ranks learn it at once instead of at their deadline.
+    try {
+      s = run_allreduce(algorithm, link, segments, reduction);
+    } catch (const std::exception& e) {
+      s = error(Code::kInternal, spec.label, ": ", e.what());
+    }
     if (!s.ok()) link.fail(s);
   }
   if (!s.ok()) {

@@ -207,17 +207,25 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   // partial frame on a live channel: the guard then poisons the space's channels, so
   // the peers fail at once, and marks the call failed, so the next call recovers on
   // fresh ones. finish() is the ordinary end, either way.
+  // Siblings that would meet this rank in the process's rendezvous (hierarchical
+  // schedule) are told too, unless it got that far (run_hierarchy then tells them).
   struct Unwound {
     Communicator& group;
     ChannelSpace& space;
     uint64_t call;
+    const CallSpec& spec;
+    int thread = 0, siblings = 0;  // set once the schedule meets them
     bool finished = false;
     ~Unwound() {
       if (finished) return;
       space.poison_all(Code::kInternal);
+      if (siblings > 1) {
+        leave_call(spec.key, thread, siblings, spec.label,
+                   error(Code::kInternal, spec.label, ": an exception ended the call"));
+      }
       group.call_failed(call, space);
     }
-  } unwound{*group, *space, call_index};
+  } unwound{*group, *space, call_index, spec};
   CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
   Algorithm& schedule = plan.schedule;
   // The choice is on the wire: a process whose model chose otherwise (another
@@ -230,7 +238,10 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       record_call(schedule, spec, start, Clock::now(), bytes);
     } else {
       record_error(schedule);
-      group->call_failed(call_index, *space);  // the next call recovers first
+      // Every channel of the call, links opened or not: the peers fail at once. The
+      // next call recovers first, on fresh channels.
+      space->poison_all(s.code());
+      group->call_failed(call_index, *space);
     }
     return s;
   };
@@ -273,6 +284,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
 
   // Hierarchical: the threads of this process, the processes of this host, then (if
   // this rank owns a slice at both) its peers of the same position on the other hosts.
+  unwound.thread = layout.device_position(spec.rank);
+  unwound.siblings = static_cast<int>(layout.process_ranks(spec.rank).size());
   const HierarchyCall hierarchy{&layout,    spec.rank, spec.key,     sig,
                                 spec.label, deadline,  plan.between, plan.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
@@ -280,6 +293,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     return open_link(*space, devices_of(devices, ranks), index, tag, where, deadline, link);
   };
   HierarchyResult result;
+  unwound.siblings = 0;  // from here on run_hierarchy tells them
   Status s = run_hierarchy(hierarchy, segments, reduction, connect, &result);
   if (!s.ok()) return finish(s);
 

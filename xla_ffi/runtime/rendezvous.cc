@@ -18,12 +18,23 @@ struct PendingCall {
   std::vector<Signature> signatures;  // written under g_mutex before `arrived` is bumped
   std::vector<uint8_t> present;
   Flag arrived;
-  int joined = 0;          // ranks that registered, under g_mutex
+  int joined = 0;          // ranks that registered (or left), under g_mutex
   bool abandoned = false;  // a rank timed out waiting; late arrivals fail at once
+  Status left;             // why a rank left without joining (leave_call), under g_mutex
 };
 
 std::mutex g_mutex;
 std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> g_calls;
+
+// Added to `arrived` by a rank that leaves: every wait for the whole group ends.
+constexpr uint32_t kLeftMark = 1u << 30;
+
+std::shared_ptr<PendingCall>& slot_of(const CallKey& key, int size, const std::string& label,
+                                      size_t bytes) {
+  auto& slot = g_calls[key];
+  if (!slot) slot = std::make_shared<PendingCall>(size, label, bytes);
+  return slot;
+}
 
 }  // namespace
 
@@ -68,10 +79,23 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
   for (const Buffers& b : segments) bytes += b.count * b.elem_size;
   std::shared_ptr<PendingCall> call;
   {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto& slot = g_calls[key];
-    if (!slot) slot = std::make_shared<PendingCall>(size, label, bytes);
-    call = slot;
+    std::unique_lock<std::mutex> lock(g_mutex);
+    try {
+      call = slot_of(key, size, label, bytes);
+    } catch (const std::exception& e) {  // never registered: leave, so nobody waits
+      lock.unlock();
+      leave_call(key, rank, size, label, error(Code::kInternal, e.what()));
+      throw;
+    }
+    if (!call->left.ok()) {
+      const Status left = call->left;
+      if (rank >= 0 && rank < static_cast<int>(call->present.size()) && !call->present[rank]) {
+        call->present[rank] = 1;
+        if (++call->joined == static_cast<int>(call->present.size())) g_calls.erase(key);
+      }
+      return error(Code::kAborted, "rank ", rank, " of ", label,
+                   ": a sibling left the call: ", left.message());
+    }
     if (call->abandoned) {
       return error(Code::kTimeout, "rank ", rank, " of ", label,
                    ": arrived after its peers had given up waiting (timeout)");
@@ -88,10 +112,24 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
     call->signatures[rank] = signature;
     if (++call->joined == size) g_calls.erase(key);
   }
-  call->exchange->publish(rank, segments);
+  try {
+    call->exchange->publish(rank, segments);
+  } catch (const std::exception& e) {  // registered, never to arrive: the others go
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (call->left.ok()) call->left = error(Code::kInternal, "rank ", rank, ": ", e.what());
+    }
+    call->arrived.fetch_add_and_wake(kLeftMark);
+    throw;
+  }
   call->arrived.fetch_add_and_wake(1);
   Status s = call->arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
                                 deadline, nullptr);
+  if (call->arrived.load() >= kLeftMark) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return error(Code::kAborted, "rank ", rank, " of ", label,
+                 ": a sibling left the call: ", call->left.message());
+  }
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (call->arrived.load() < static_cast<uint32_t>(size)) {
@@ -112,6 +150,20 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
   }
   *exchange = call->exchange;
   return Status::Ok();
+}
+
+void leave_call(const CallKey& key, int rank, int size, const std::string& label,
+                const Status& why) {
+  std::shared_ptr<PendingCall> call;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    call = slot_of(key, size, label, 0);
+    if (rank < 0 || rank >= static_cast<int>(call->present.size()) || call->present[rank]) return;
+    call->present[rank] = 1;
+    if (call->left.ok()) call->left = error(why.code(), "rank ", rank, ": ", why.message());
+    if (++call->joined == size) g_calls.erase(key);
+  }
+  call->arrived.fetch_add_and_wake(kLeftMark);
 }
 
 size_t pending_calls() {

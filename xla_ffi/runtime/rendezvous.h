@@ -59,6 +59,12 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
                  const std::string& label, const Deadline& deadline,
                  const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange);
 
+// Rank `rank` will not join call `key` (it failed before it could: a link it could not
+// open, an allocation): the ranks waiting in join_call fail at once naming `why`, and
+// so do ranks that arrive later.
+void leave_call(const CallKey& key, int rank, int size, const std::string& label,
+                const Status& why);
+
 // Number of calls waiting for ranks (for tests: must return to zero).
 size_t pending_calls();
 

@@ -1,5 +1,6 @@
 #include "testing/simulated_hosts.h"
 
+#include <algorithm>
 #include <map>
 #include <thread>
 
@@ -63,39 +64,63 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
     const int first = layout.process_ranks(r)[0];
     if (!process_keys.count(first)) process_keys[first] = CallKey{0, fresh_op_id(), first, 0};
   }
+  auto run_rank = [&](int r) {
+    const std::vector<Buffers> segments = segments_of(call, r);
+    std::vector<uint64_t> lengths;
+    for (const Buffers& b : segments) lengths.push_back(b.count);
+    // The runtime's plan for the hierarchy, with the call's forced choices.
+    const size_t elem = dtype_size(call.dtype);
+    const CallPlan plan = group->plan(r, call.counts[r] * elem, Algorithm::kHierarchical, false);
+    HierarchyCall hc{&layout,
+                     r,
+                     process_keys.at(layout.process_ranks(r)[0]),
+                     Signature{},
+                     str_cat("simulated rank ", r),
+                     Deadline::after_seconds(call.timeout_s),
+                     call.between != Algorithm::kAuto && plan.between != Algorithm::kAuto
+                         ? call.between
+                         : plan.between,
+                     call.chunks > 0 ? call.chunks : plan.chunks};
+    hc.signature.dtype = call.dtype;
+    hc.signature.op = call.op;
+    describe_layout(lengths, &hc.signature);
+    ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
+                               std::unique_ptr<ChannelLink>* link) {
+      *link = std::make_unique<ChannelLink>(index, channels_of(meshes.at(ranks), index), 42,
+                                            hc.label, hc.deadline);
+      return Status::Ok();
+    };
+    HierarchyResult result;
+    return run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
+                         connect, &result);
+  };
   std::vector<Status> status(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      const std::vector<Buffers> segments = segments_of(call, r);
-      std::vector<uint64_t> lengths;
-      for (const Buffers& b : segments) lengths.push_back(b.count);
-      // The runtime's plan for the hierarchy, with the call's forced choices.
-      const size_t elem = dtype_size(call.dtype);
-      const CallPlan plan = group->plan(r, call.counts[r] * elem, Algorithm::kHierarchical, false);
-      HierarchyCall hc{&layout,
-                       r,
-                       process_keys.at(layout.process_ranks(r)[0]),
-                       Signature{},
-                       str_cat("simulated rank ", r),
-                       Deadline::after_seconds(call.timeout_s),
-                       call.between != Algorithm::kAuto && plan.between != Algorithm::kAuto
-                           ? call.between
-                           : plan.between,
-                       call.chunks > 0 ? call.chunks : plan.chunks};
-      hc.signature.dtype = call.dtype;
-      hc.signature.op = call.op;
-      describe_layout(lengths, &hc.signature);
-      ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
-                                 std::unique_ptr<ChannelLink>* link) {
-        *link = std::make_unique<ChannelLink>(index, channels_of(meshes.at(ranks), index), 42,
-                                              hc.label, hc.deadline);
-        return Status::Ok();
-      };
-      HierarchyResult result;
-      status[r] =
-          run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
-                        connect, &result);
+      try {
+        if (call.before_rank) call.before_rank(r);
+        status[r] = run_rank(r);
+      } catch (const std::exception& e) {
+        // Before run_hierarchy (which tells its siblings itself): as the runtime's guard.
+        const std::vector<int>& process = layout.process_ranks(r);
+        if (process.size() > 1) {
+          leave_call(process_keys.at(process[0]), layout.device_position(r),
+                     static_cast<int>(process.size()), "simulated", Status(Code::kInternal, ""));
+        }
+        status[r] = error(Code::kInternal, "simulated rank ", r, ": ", e.what());
+      }
+      // A failed rank poisons all its channels, links opened or not, as the runtime
+      // poisons the call's channel space: its peers fail at once.
+      if (!status[r].ok()) {
+        for (auto& [ranks, mesh] : meshes) {
+          const auto it = std::find(ranks.begin(), ranks.end(), r);
+          if (it == ranks.end()) continue;
+          for (auto& peer : channels_of(mesh, static_cast<int>(it - ranks.begin()))) {
+            for (Channel* c : peer) c->poison(status[r].code());
+          }
+        }
+      }
     });
   }
   for (auto& t : threads) t.join();

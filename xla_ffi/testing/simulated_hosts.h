@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,14 @@ struct SimulatedCall {
   Algorithm between = Algorithm::kAuto;  // kAuto: the cost model's choice
   int chunks = 0;                        // pipeline chunks; 0: as the runtime chooses
   double timeout_s = 30.0;
+  // Runs on rank r's thread before its call (the self-test arms allocation failures).
+  std::function<void(int rank)> before_rank;
 };
 
-// One status per rank; a malformed call (bad layout, no kernel) fails every rank.
+// One status per rank; a malformed call (bad layout, no kernel) fails every rank. An
+// exception that unwinds a rank's call (an allocation that failed) is its error; a rank
+// that fails poisons all its channels, as the runtime poisons the call's channel space
+// (runtime/multiprocess.cc), so that its peers fail at once.
 std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const PairMaker& make_pair);
 
 }  // namespace accl
