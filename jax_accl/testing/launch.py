@@ -18,6 +18,9 @@ import threading
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+# The worker of jax_accl's own multi-process tests (jax_accl.testing.worker): run_job's
+# `worker` is this and the scenario's arguments.
+WORKER = ["-m", "jax_accl.testing.worker"]
 
 
 def free_port() -> int:

@@ -10,11 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 from jax_accl.testing import launch, netns
 
-WORKER = str(Path(__file__).with_name("worker.py"))
+WORKER = launch.WORKER
 
 
 class BackgroundJob:
@@ -23,7 +22,7 @@ class BackgroundJob:
 
     def __init__(self, scenario, hosts, tmp_path, env=None):
         self.results, self.failure, self.signals = [], [], tmp_path
-        command = [WORKER, "--scenario", scenario, "--reference", "numpy"]
+        command = [*WORKER, "--scenario", scenario, "--reference", "numpy"]
         command += ["--signal-dir", str(tmp_path)]
         environment = [
             {"JAX_ACCL_HOST_ID": n, "JAX_ACCL_RAILS": "rail0,rail1", **(env or {})} for n in hosts
@@ -178,7 +177,7 @@ def test_a_peer_late_by_25_s_is_waited_for_not_failed(root_required):
     its full receive window meanwhile. The call succeeds on both (deadline 120 s)."""
     with netns.virtual_hosts(2, 2) as names:
         results = launch.run_job(
-            [WORKER, "--scenario", "late_peer", "--reference", "numpy"],
+            [*WORKER, "--scenario", "late_peer", "--reference", "numpy"],
             2,
             2,
             env=[

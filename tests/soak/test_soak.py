@@ -7,7 +7,6 @@ failure every 200 calls)."""
 import ctypes
 import os
 import resource
-from pathlib import Path
 
 import jax
 import ml_dtypes
@@ -123,10 +122,9 @@ def test_jax_soak():
 
 
 def test_multi_process_soak():
-    worker = str(Path(__file__).parents[1] / "multiprocess" / "worker.py")
     results = launch.run_job(
         [
-            worker,
+            *launch.WORKER,
             "--scenario",
             "soak",
             "--reps",
