@@ -119,6 +119,11 @@ def run_job(
             else:
                 out, _ = p.communicate()
             out += f"\n[launcher: process {i} killed after {timeout}s]"
+        except BaseException:  # a test's timeout (pytest-timeout), ^C: no process outlives it
+            for q in procs:
+                q.kill()
+                q.wait()
+            raise
         outputs.append(out)
         failed |= p.returncode != (-9 if i in killed else 0)
     results = []
