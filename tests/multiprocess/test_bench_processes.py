@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from jax_accl.testing import launch
 
 
@@ -65,6 +67,7 @@ def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
     assert progress[3].startswith("[jax_accl.bench] done: 3 pieces in ")
 
 
+@pytest.mark.netns
 def test_hosts_table_has_each_tier_and_progress(tmp_path):
     """`bench --hosts` on two namespaced hosts (root; CI runs it): the table, the time per
     tier, the bytes per rail, the plot and the progress of every size."""

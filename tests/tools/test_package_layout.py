@@ -107,6 +107,7 @@ def test_both_modules_share_one_core():
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.multiprocess  # a fresh process
 def test_importing_and_running_jax_accl_loads_no_tooling():
     script = (
         "import sys, jax, jax_accl\n"
@@ -167,6 +168,7 @@ def test_the_readme_knob_table_is_configs():
     assert config.markdown_table() in (REPO / "README.md").read_text()
 
 
+@pytest.mark.multiprocess  # a fresh process each
 @pytest.mark.parametrize("tool", ["bench", "plan", "demo"])
 def test_each_tool_has_help_from_the_installed_package(tool):
     done = subprocess.run(
@@ -180,6 +182,7 @@ def test_each_tool_has_help_from_the_installed_package(tool):
     assert done.stdout.startswith(f"usage: python -m jax_accl.{tool}")
 
 
+@pytest.mark.multiprocess  # a fresh process
 def test_a_source_tree_without_the_compiled_module_says_what_to_do(tmp_path):
     shutil.copytree(
         PACKAGE,
