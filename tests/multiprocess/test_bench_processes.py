@@ -27,6 +27,7 @@ def bench(*args, timeout):
     return done
 
 
+@pytest.mark.timeout(900)  # past the bench's own 600 s, which reports its output
 def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
     rows_path = tmp_path / "rows.jsonl"
     done = bench(
@@ -106,6 +107,7 @@ def test_hosts_table_has_each_tier_and_progress(tmp_path):
     assert progress[2].startswith("[jax_accl.bench] done: 2 pieces in ")
 
 
+@pytest.mark.timeout(1200)  # past the demo's own 900 s
 def test_demo_on_namespaced_hosts_breaks_the_step_down(root_required):
     """The training demo on 2 namespaced hosts x 1 process x 2 devices, two shaped rails:
     it trains (jax_accl equal to jax.lax), its compiled step holds no XLA all-reduce, and
@@ -135,6 +137,7 @@ def test_demo_on_namespaced_hosts_breaks_the_step_down(root_required):
         assert longest == max(compute, comm)
 
 
+@pytest.mark.timeout(900)  # past the bench's own 600 s
 def test_overlap_benchmark_across_processes():
     """bench --overlap on 2 processes x 2 devices: a row per library and process, times
     positive, the hidden share and the cores printed (every result checked in the run)."""

@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from jax_accl.testing import launch, netns
 
 WORKER = launch.WORKER
@@ -108,6 +110,7 @@ print(made)
 """
 
 
+@pytest.mark.timeout(900)  # the flood's 300 s and the job's join, 300 s, past the default
 def test_two_thousand_stranger_connections_are_refused_while_the_job_runs_exact(
     root_required, tmp_path
 ):
