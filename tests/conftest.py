@@ -8,7 +8,7 @@ kind of every test (the markers pyproject.toml registers):
   marked so. Where namespaces cannot be made such a test is skipped, but in CI (CI set),
   which runs as root, it fails: it must run there;
 - soak: every test of tests/soak/;
-- fast: none of these (`pytest -m fast`).
+- fast: none of these; `scripts/test.sh --fast` runs them (`pytest -m fast`).
 """
 
 import os
