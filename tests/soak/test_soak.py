@@ -124,6 +124,7 @@ def test_jax_soak():
     assert rss_mib() - baseline < 64, (baseline, rss_mib())
 
 
+@pytest.mark.multiprocess  # a job of 3 processes
 @pytest.mark.timeout(1200)  # past the job's own 900 s
 def test_multi_process_soak():
     results = launch.run_job(
