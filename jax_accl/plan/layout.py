@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 def group_layout(places: Sequence[tuple[str, int]]) -> dict:
     """places[r] = (host, process) of rank r -> the tiers, in the native binding's form
-    (jax_accl._accl.group_layout)."""
+    (jax_accl._accl_testing.group_layout)."""
     if not places:
         raise ValueError("a group needs at least one rank")
     at: list[list[list[int]]] = []

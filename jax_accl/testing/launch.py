@@ -18,6 +18,9 @@ import threading
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+# The worker of jax_accl's own multi-process tests (jax_accl.testing.worker): run_job's
+# `worker` is this and the scenario's arguments.
+WORKER = ["-m", "jax_accl.testing.worker"]
 
 
 def free_port() -> int:
@@ -116,6 +119,11 @@ def run_job(
             else:
                 out, _ = p.communicate()
             out += f"\n[launcher: process {i} killed after {timeout}s]"
+        except BaseException:  # a test's timeout (pytest-timeout), ^C: no process outlives it
+            for q in procs:
+                q.kill()
+                q.wait()
+            raise
         outputs.append(out)
         failed |= p.returncode != (-9 if i in killed else 0)
     results = []

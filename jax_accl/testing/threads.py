@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jax_accl import _accl
+from jax_accl import _accl_testing
 from jax_accl.errors import AcclError
 
 
@@ -29,7 +29,7 @@ def allreduce_threads(
     inputs = [np.ascontiguousarray(x) for x in inputs]
     outputs = [np.empty_like(x) for x in inputs]
     n = len(inputs)
-    errors = _accl.allreduce_threads(
+    errors = _accl_testing.allreduce_threads(
         [x.ctypes.data for x in inputs],
         [y.ctypes.data for y in outputs],
         [x.size for x in inputs],

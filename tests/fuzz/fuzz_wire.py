@@ -19,16 +19,17 @@ import atheris
 
 
 def load_native():
-    """jax_accl._accl alone: importing the package would import (and instrument) jax."""
+    """jax_accl._accl_testing alone: importing the package would import (and instrument)
+    jax."""
     package = os.path.dirname(importlib.util.find_spec("jax_accl").origin)
-    path = glob.glob(os.path.join(package, "_accl*.so"))[0]
-    spec = importlib.util.spec_from_file_location("jax_accl._accl", path)
+    path = glob.glob(os.path.join(package, "_accl_testing.*.so"))[0]
+    spec = importlib.util.spec_from_file_location("jax_accl._accl_testing", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_accl = load_native()
+_accl_testing = load_native()
 
 HELLO = struct.Struct("<IIqqIIdQ16s")  # magic, version, src, dst, rail, stripe, weight, space,
 # nonce
@@ -39,7 +40,7 @@ PROTOCOL_VERSION = 4  # transport/handshake.h
 
 @atheris.instrument_func
 def check_hello(raw: bytes):
-    message = _accl.parse_hello(raw)
+    message = _accl_testing.parse_hello(raw)
     valid = (
         len(raw) >= HELLO.size
         and raw[:8] == struct.pack("<II", HANDSHAKE_MAGIC, PROTOCOL_VERSION)
@@ -50,7 +51,7 @@ def check_hello(raw: bytes):
 
 @atheris.instrument_func
 def check_frames(raw: bytes, expected: int, tcp: bool = False):
-    error, payload = _accl.receive_frames(raw, expected, 2.0 if tcp else 0.002, tcp)
+    error, payload = _accl_testing.receive_frames(raw, expected, 2.0 if tcp else 0.002, tcp)
     valid = len(raw) >= FRAME.size + expected
     if valid:
         magic, epoch, tag, seq, nbytes = FRAME.unpack(raw[: FRAME.size])
@@ -69,7 +70,7 @@ SECRET = b"fuzzing secret of thirty-two b.."
 def check_acceptor(raw: bytes):
     """The acceptor's state machine fed a connector's bytes: a response nobody computed
     from this run's nonce never gets in, whatever came before it."""
-    verdict = _accl.accept_handshake(raw, SECRET)
+    verdict = _accl_testing.accept_handshake(raw, SECRET)
     assert verdict != "", raw[:80]
     if len(raw) < HELLO.size:
         assert "closed" in verdict, (raw[:80], verdict)
@@ -79,7 +80,7 @@ def check_acceptor(raw: bytes):
 def check_connector(reply: bytes):
     """The connector against a listener answering `reply` (challenge, verdict): without a
     proof computed from the connector's own nonce it never goes on."""
-    assert _accl.connect_handshake(reply, SECRET) != "", reply[:60]
+    assert _accl_testing.connect_handshake(reply, SECRET) != "", reply[:60]
 
 
 @atheris.instrument_func

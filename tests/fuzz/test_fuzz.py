@@ -4,7 +4,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.multiprocess  # the fuzzer runs in a process of its own
 def test_wire_parsers_survive_fuzzing():
     done = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("fuzz_wire.py")), "-runs=20000", "-seed=7"],

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def bench(*args, env=None):
     done = subprocess.run(
@@ -21,6 +23,7 @@ def bench(*args, env=None):
     return done.stdout, done.stderr
 
 
+@pytest.mark.multiprocess  # python -m jax_accl.bench
 def test_sweep_writes_json_lines_and_a_plot(tmp_path):
     out, progress = bench(
         "--devices",
@@ -78,6 +81,7 @@ def test_the_plot_draws_the_limits_the_rows_carry(tmp_path):
     assert ticks == ["1KiB", "1MiB"]
 
 
+@pytest.mark.multiprocess  # bench --calibrate: one process, then a job of two
 def test_calibrate_stores_what_it_measured_and_a_fresh_process_goes_by_it(tmp_path):
     env = {"JAX_ACCL_CACHE": str(tmp_path)}
     out, progress = bench("--devices", "2", "--calibrate", "--reps", "3", env=env)
@@ -130,6 +134,7 @@ def test_calibrate_stores_what_it_measured_and_a_fresh_process_goes_by_it(tmp_pa
     assert choices == best
 
 
+@pytest.mark.multiprocess  # bench --profiler-cost: fresh processes
 def test_profiler_cost_compares_the_plugin_with_xla_alone():
     out, _ = bench("--profiler-cost", "--devices", "2", "--reps", "1")
     labels = [

@@ -102,6 +102,7 @@ def test_a_file_that_cannot_be_applied_is_named_in_a_warning(model, tmp_path, mo
         assert cost_model.load() is None
 
 
+@pytest.mark.multiprocess  # a fresh process
 def test_the_first_lowered_call_loads_the_stored_constants_not_the_import(tmp_path):
     (tmp_path / "cost_model.json").write_text(json.dumps({"alpha": 1.25e-3}))
     script = (

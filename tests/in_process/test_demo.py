@@ -1,6 +1,6 @@
 """The demo's training loop, short: the loss falls, the compiled step holds no XLA
 collective, its gradient is the global batch's mean gradient, and the parameters match
-the same step under jax.shard_map; also as 2 processes."""
+the same step under jax.shard_map (as 2 processes: tests/multiprocess/test_bench_processes.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,6 @@ import optax
 from jax.sharding import Mesh
 
 from jax_accl.demo import training as demo
-from jax_accl.testing import launch
 
 
 def _mesh():
@@ -64,22 +63,3 @@ def test_gradient_is_the_global_batch_mean():
     np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-5)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-6)
-
-
-def test_training_as_two_processes():
-    results = launch.run_job(
-        ["-m", "jax_accl.demo", "--json", "--quiet"],
-        2,
-        4,
-        extra=["--steps", "12", "--batch", "32"],
-        env=[{"JAX_ACCL_TIMEOUT_S": "60"}] * 2,
-    )
-    for r in results:
-        assert r["last_loss"] < 0.5 * r["first_loss"]
-        assert r["max_param_difference"] < 1e-5
-        # Across processes the gradients go in buckets (the first small, fusion.py), one
-        # call each, the loss fused into the last: every call compiled is made, once.
-        calls = r["compiled_step"]["jax_accl"]["jax_accl calls"]
-        assert r["accl_calls_per_step_per_device"] == calls > 1
-        assert r["compiled_step"]["jax_accl"]["xla all-reduce"] == 0
-        assert r["compiled_step"]["jax.lax"]["jax_accl calls"] == 0

@@ -5,6 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.multiprocess  # each runs a fresh process
+
 PROGRAM = """
 import jax, numpy as np, jax_accl
 from jax.sharding import NamedSharding, PartitionSpec as P

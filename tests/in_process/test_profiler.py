@@ -13,6 +13,7 @@ import textwrap
 import time
 
 import jax
+import pytest
 from accl_testing import P, put, values
 from xprof.convert import raw_to_tool_data
 
@@ -136,6 +137,7 @@ def test_the_wrapper_names_its_files_and_counts_the_events(tmp_path):
     assert empty.native_events == 0
 
 
+@pytest.mark.multiprocess  # the profiled process
 def test_a_capture_through_the_profiler_server_has_the_native_events(tmp_path):
     """What TensorBoard's capture button does: a process serves its profiler
     (jax.profiler.start_server) while it trains; another asks it for a trace over gRPC

@@ -6,7 +6,6 @@ across namespaces too (gloo bound to rail 0)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,13 +13,13 @@ from jax_accl.plan.schedule import slice_parts
 from jax_accl.plan.topology import Topology
 from jax_accl.testing import launch, netns
 
-WORKER = str(Path(__file__).with_name("worker.py"))
+WORKER = launch.WORKER
 
 
 def run(processes, devices, scenario, *, extra=(), env=None, **kw):
     env = [{"JAX_ACCL_TIMEOUT_S": "60", **(env[i] if env else {})} for i in range(processes)]
     return launch.run_job(
-        [WORKER, "--scenario", scenario], processes, devices, extra=extra, env=env, **kw
+        [*WORKER, "--scenario", scenario], processes, devices, extra=extra, env=env, **kw
     )
 
 
@@ -263,7 +262,7 @@ def test_a_small_dev_shm_is_a_clear_error_on_every_rank_not_a_crash(root_require
     launcher = (
         "import json, sys\n"
         "from jax_accl.testing import launch\n"
-        f"results = launch.run_job([{WORKER!r}, '--scenario', 'large_call'], 2, 2,\n"
+        "results = launch.run_job(launch.WORKER + ['--scenario', 'large_call'], 2, 2,\n"
         "    env=[{'JAX_ACCL_CMA': '0', 'JAX_ACCL_TIMEOUT_S': '30'}] * 2, timeout=120)\n"
         "print('RESULTS ' + json.dumps(results))\n"
     )

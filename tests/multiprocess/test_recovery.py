@@ -4,20 +4,18 @@ key-value store (xla_ffi/runtime/communicator.h, jax_accl/recovery.py). On one h
 (shared memory) and across namespaced hosts (TCP on two rails); jax_accl.abort() from
 another thread."""
 
-from pathlib import Path
-
 import pytest
 
 from jax_accl.testing import launch, netns
 
-WORKER = str(Path(__file__).with_name("worker.py"))
+WORKER = launch.WORKER
 ROUNDS = 6
 
 
 def run(scenario, processes, devices, *, reps=ROUNDS, env=None, **kw):
     env = env or [{} for _ in range(processes)]
     return launch.run_job(
-        [WORKER, "--scenario", scenario, "--reference", "numpy", "--reps", str(reps)],
+        [*WORKER, "--scenario", scenario, "--reference", "numpy", "--reps", str(reps)],
         processes,
         devices,
         env=[{"JAX_ACCL_TIMEOUT_S": "20", **e} for e in env],

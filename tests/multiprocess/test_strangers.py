@@ -10,11 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
+
+import pytest
 
 from jax_accl.testing import launch, netns
 
-WORKER = str(Path(__file__).with_name("worker.py"))
+WORKER = launch.WORKER
 
 
 class BackgroundJob:
@@ -23,7 +24,7 @@ class BackgroundJob:
 
     def __init__(self, scenario, hosts, tmp_path, env=None):
         self.results, self.failure, self.signals = [], [], tmp_path
-        command = [WORKER, "--scenario", scenario, "--reference", "numpy"]
+        command = [*WORKER, "--scenario", scenario, "--reference", "numpy"]
         command += ["--signal-dir", str(tmp_path)]
         environment = [
             {"JAX_ACCL_HOST_ID": n, "JAX_ACCL_RAILS": "rail0,rail1", **(env or {})} for n in hosts
@@ -109,6 +110,7 @@ print(made)
 """
 
 
+@pytest.mark.timeout(900)  # the flood's 300 s and the job's join, 300 s, past the default
 def test_two_thousand_stranger_connections_are_refused_while_the_job_runs_exact(
     root_required, tmp_path
 ):
@@ -178,7 +180,7 @@ def test_a_peer_late_by_25_s_is_waited_for_not_failed(root_required):
     its full receive window meanwhile. The call succeeds on both (deadline 120 s)."""
     with netns.virtual_hosts(2, 2) as names:
         results = launch.run_job(
-            [WORKER, "--scenario", "late_peer", "--reference", "numpy"],
+            [*WORKER, "--scenario", "late_peer", "--reference", "numpy"],
             2,
             2,
             env=[

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from jax_accl import _accl
+from jax_accl import _accl, _accl_testing
 
 
 def run_channels(
@@ -20,7 +20,7 @@ def run_channels(
 ):
     outputs = inputs if in_place else [np.empty_like(x) for x in inputs]
     counts = counts or [x.size for x in inputs]
-    errors = _accl.allreduce_threads_channels(
+    errors = _accl_testing.allreduce_threads_channels(
         [x.ctypes.data for x in inputs],
         [o.ctypes.data for o in outputs],
         counts,
@@ -274,8 +274,8 @@ def test_strangers_get_a_few_short_places_and_never_the_jobs(listener):
 
 @pytest.mark.parametrize("weight", [float("nan"), float("inf"), 0.0, -1.0, 1e7])
 def test_a_hello_with_a_senseless_rail_weight_is_refused(weight):
-    assert _accl.parse_hello(hello()) == ""
-    assert "rail weight" in _accl.parse_hello(hello(weight=weight))
+    assert _accl_testing.parse_hello(hello()) == ""
+    assert "rail weight" in _accl_testing.parse_hello(hello(weight=weight))
 
 
 @pytest.mark.parametrize("weight", [float("nan"), float("inf"), 0.0, -2.0])
@@ -300,7 +300,7 @@ def test_tcp_channels_detect_a_vanished_peer_without_waiting_for_the_deadline():
     2 s apart) ends an idle connection; data in flight is watched through TCP_INFO. No
     TCP_USER_TIMEOUT (0, the kernel's default): it would also end the connection to a
     peer that is alive but late (a zero window), long before the call's deadline."""
-    options = _accl.tcp_channel_options()
+    options = _accl_testing.tcp_channel_options()
     assert options == {
         "SO_KEEPALIVE": 1,
         "TCP_KEEPIDLE": 5,

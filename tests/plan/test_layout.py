@@ -3,7 +3,7 @@ through the binding): the same groups and owners for every layout."""
 
 import pytest
 
-from jax_accl import _accl
+from jax_accl import _accl_testing
 from jax_accl.plan import layout
 
 LAYOUTS = [
@@ -23,7 +23,7 @@ LAYOUTS = [
 @pytest.mark.parametrize("per_host", LAYOUTS, ids=str)
 def test_group_layout_equals_the_runtime(per_host):
     places = layout.places_of(per_host)
-    native = _accl.group_layout(places)
+    native = _accl_testing.group_layout(places)
     native.pop("describe")
     assert layout.group_layout(places) == native
 
@@ -31,9 +31,9 @@ def test_group_layout_equals_the_runtime(per_host):
 def test_interleaved_ranks_and_one_process_on_two_hosts():
     places = [("a", 0), ("b", 1), ("a", 0), ("b", 1)]
     assert layout.group_layout(places) == {
-        k: v for k, v in _accl.group_layout(places).items() if k != "describe"
+        k: v for k, v in _accl_testing.group_layout(places).items() if k != "describe"
     }
     with pytest.raises(ValueError, match="placed on hosts"):
         layout.group_layout([("a", 0), ("b", 0)])
     with pytest.raises(ValueError, match="placed on hosts"):
-        _accl.group_layout([("a", 0), ("b", 0)])
+        _accl_testing.group_layout([("a", 0), ("b", 0)])

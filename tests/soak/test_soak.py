@@ -7,11 +7,11 @@ failure every 200 calls)."""
 import ctypes
 import os
 import resource
-from pathlib import Path
 
 import jax
 import ml_dtypes
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -27,6 +27,8 @@ FAIL_EVERY = 200 if FULL else 25
 MAX_BYTES = 4 << 20
 DTYPES = ["int32", "int64", "uint8", "float32", "float64", "float16", "bfloat16"]
 OPS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+# The documented counts take long: an hour each at most (the short ones: the default).
+pytestmark = [pytest.mark.timeout(3600)] if FULL else []
 
 
 def rss_mib() -> float:
@@ -122,11 +124,12 @@ def test_jax_soak():
     assert rss_mib() - baseline < 64, (baseline, rss_mib())
 
 
+@pytest.mark.multiprocess  # a job of 3 processes
+@pytest.mark.timeout(1200)  # past the job's own 900 s
 def test_multi_process_soak():
-    worker = str(Path(__file__).parents[1] / "multiprocess" / "worker.py")
     results = launch.run_job(
         [
-            worker,
+            *launch.WORKER,
             "--scenario",
             "soak",
             "--reps",

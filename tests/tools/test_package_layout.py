@@ -1,7 +1,8 @@
 """The package's layers: the library never imports its tooling (bench/, testing/, demo/),
-config.py is the only reader of JAX_ACCL_* (the native core reads none), the README's
-knob table is config's, each tool's --help works from the installed package, and an
-import from a source tree without the compiled module says what to do."""
+nor the tests' native harness (_accl_testing, a module of its own beside _accl, sharing
+its core), config.py is the only reader of JAX_ACCL_* (the native core reads none), the
+README's knob table is config's, each tool's --help works from the installed package, and
+an import from a source tree without the compiled module says what to do."""
 
 import ast
 import os
@@ -9,12 +10,17 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import jax_accl
-from jax_accl import config
+from jax_accl import _accl, _accl_testing, config
+from jax_accl.errors import AcclError
+from jax_accl.testing.threads import allreduce_threads
 
 PACKAGE = Path(jax_accl.__file__).resolve().parent
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +62,52 @@ def test_the_library_imports_no_tooling():
     assert len(list(library_modules())) > 20  # the walk saw the library
 
 
+HARNESS = {
+    "allreduce_threads",
+    "allreduce_threads_channels",
+    "hierarchical_threads",
+    "group_layout",
+    "parse_hello",
+    "accept_handshake",
+    "connect_handshake",
+    "tcp_channel_options",
+    "receive_frames",
+}
+
+
+def test_the_test_harness_is_not_in_the_module_users_import():
+    """xla_ffi/bindings/testing.cc and xla_ffi/testing/ are jax_accl._accl_testing, which
+    no library module imports; jax_accl._accl (what jax_accl loads) has none of them."""
+    public = {name for name in vars(_accl_testing) if not name.startswith("_")}
+    assert public == HARNESS
+    assert not HARNESS & set(vars(_accl))
+    library = Path(_accl.__file__).read_bytes()
+    for marker in (b"hierarchical_threads", b"simulated_hosts", b"run_on_simulated_hosts"):
+        assert marker not in library, marker
+    assert b"run_on_simulated_hosts" in Path(_accl_testing.__file__).read_bytes()
+    offending = {
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in library_modules()
+        for name in imported_modules(path)
+        if name.startswith("jax_accl._accl_testing")
+    }
+    assert not offending
+
+
+def test_both_modules_share_one_core():
+    """A call through the harness is counted in jax_accl.stats() and ended by
+    jax_accl.abort(): one native core (libjax_accl_core.so), not a copy per module."""
+    before = jax_accl.stats()["algorithms"]["ring"]["calls"]
+    allreduce_threads([np.ones(8, np.float32)] * 2, "sum", "ring")
+    assert jax_accl.stats()["algorithms"]["ring"]["calls"] == before + 2
+    threading.Timer(0.3, jax_accl.abort).start()
+    start = time.monotonic()
+    with pytest.raises(AcclError, match="aborted by jax_accl.abort"):
+        allreduce_threads([np.ones(8, np.float32)] * 2, "sum", "ring", timeout_s=30, present=[0])
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.multiprocess  # a fresh process
 def test_importing_and_running_jax_accl_loads_no_tooling():
     script = (
         "import sys, jax, jax_accl\n"
@@ -64,7 +116,7 @@ def test_importing_and_running_jax_accl_loads_no_tooling():
         "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
         "assert float(f(jax.numpy.ones(4))[0]) == 2.0\n"
         "print(sorted(m for m in sys.modules if m.split('.')[:2] in\n"
-        f"      [['jax_accl', t] for t in {TOOLING!r}]))\n"
+        f"      [['jax_accl', t] for t in {TOOLING + ('_accl_testing',)!r}]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd="/"
@@ -116,6 +168,7 @@ def test_the_readme_knob_table_is_configs():
     assert config.markdown_table() in (REPO / "README.md").read_text()
 
 
+@pytest.mark.multiprocess  # a fresh process each
 @pytest.mark.parametrize("tool", ["bench", "plan", "demo"])
 def test_each_tool_has_help_from_the_installed_package(tool):
     done = subprocess.run(
@@ -129,6 +182,7 @@ def test_each_tool_has_help_from_the_installed_package(tool):
     assert done.stdout.startswith(f"usage: python -m jax_accl.{tool}")
 
 
+@pytest.mark.multiprocess  # a fresh process
 def test_a_source_tree_without_the_compiled_module_says_what_to_do(tmp_path):
     shutil.copytree(
         PACKAGE,

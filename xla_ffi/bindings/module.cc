@@ -1,5 +1,5 @@
-// The nanobind module jax_accl._accl: FFI handler capsules for XLA, the native test
-// entry point (threads as ranks), stats and the cost model. Only this file sees nanobind.
+// The nanobind module jax_accl._accl: FFI handler capsules for XLA, the bootstrap, stats
+// and the cost model. The tests' entry points are jax_accl._accl_testing (testing.cc).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -15,7 +15,6 @@
 #include <map>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -35,10 +34,6 @@
 #include "transport/ring_channel.h"
 
 namespace nb = nanobind;
-
-namespace accl {
-void register_testing(nb::module_& m);  // testing.cc
-}
 
 namespace accl {
 namespace {
@@ -64,51 +59,6 @@ nb::dict registrations() {
   nb::dict targets;
   targets["accl_allreduce"] = nb::capsule(reinterpret_cast<void*>(AcclAllreduceHandler));
   return targets;
-}
-
-// Runs one all-reduce with a thread per rank over the in-process transport. Rank r
-// reads count[r] elements at ins[r] and writes outs[r]; the per-rank signature lists
-// exist so that tests can make ranks disagree. Ranks not in `present` never arrive.
-// Returns one error message per rank ("" where the rank succeeded).
-std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vector<uintptr_t> outs,
-                                           std::vector<uint64_t> counts,
-                                           std::vector<std::string> dtypes,
-                                           std::vector<std::string> ops,
-                                           std::vector<std::string> algorithms,
-                                           std::vector<int> present, double timeout_s) {
-  const int n = static_cast<int>(ins.size());
-  if (outs.size() != ins.size() || counts.size() != ins.size() || dtypes.size() != ins.size() ||
-      ops.size() != ins.size() || algorithms.size() != ins.size()) {
-    throw nb::value_error("allreduce_threads: every per-rank list needs one entry per rank");
-  }
-  std::vector<CallSpec> specs(n);
-  const int64_t op_id = fresh_op_id();
-  for (int r = 0; r < n; ++r) {
-    specs[r].key = CallKey{0, op_id, 0, 0};
-    specs[r].rank = r;
-    specs[r].size = n;
-    specs[r].label = str_cat("native test group of ", n, " (op ", op_id, ")");
-    specs[r].signature.dtype = parse_or_throw<DType>(dtypes[r], parse_dtype, "dtype");
-    specs[r].signature.op = parse_or_throw<ReduceOp>(ops[r], parse_reduce_op, "reduce op");
-    specs[r].signature.algorithm =
-        parse_or_throw<Algorithm>(algorithms[r], parse_algorithm, "algorithm");
-    specs[r].timeout_s = timeout_s;
-  }
-  std::vector<std::string> errors(n);
-  {
-    nb::gil_scoped_release release;
-    std::vector<std::thread> threads;
-    for (int r : present) {
-      if (r < 0 || r >= n) continue;
-      threads.emplace_back([&, r] {
-        Status s = allreduce_local(specs[r], {reinterpret_cast<const void*>(ins[r])},
-                                   {reinterpret_cast<void*>(outs[r])}, {counts[r]});
-        if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-  return errors;
 }
 
 // Multi-process bootstrap (driven by jax_accl/distributed.py).
@@ -219,10 +169,6 @@ NB_MODULE(_accl, m) {
   using namespace accl;
   m.doc() = "jax_accl native core: hierarchical all-reduce algorithms and XLA FFI handlers";
   m.def("registrations", &registrations, "FFI handler capsules by target name");
-  m.def("allreduce_threads", &allreduce_threads, nb::arg("ins"), nb::arg("outs"), nb::arg("counts"),
-        nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"), nb::arg("present"),
-        nb::arg("timeout_s"));
-  register_testing(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),
         nb::arg("cross_memory_attach"));

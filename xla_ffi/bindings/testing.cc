@@ -1,5 +1,8 @@
-// Test-only entry points of jax_accl._accl: the message path of the algorithms over
-// memory channels (no processes), and the wire parsers on arbitrary bytes (fuzzing).
+// The nanobind module jax_accl._accl_testing, the tests' harness (jax_accl imports it
+// never): all-reduces with a thread per rank over the in-process transport and over
+// memory channels, the hierarchy on simulated hosts (no processes), the wire parsers on
+// arbitrary bytes (fuzzing). It links the same core library as jax_accl._accl, so both
+// see one World, one set of stats and one abort flag.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
@@ -24,6 +27,8 @@
 #include "bindings/parse.h"
 #include "common/dtype.h"
 #include "reduce/reduce.h"
+#include "runtime/allreduce.h"
+#include "runtime/rendezvous.h"
 #include "testing/simulated_hosts.h"
 #include "topology/group_layout.h"
 #include "transport/channel_link.h"
@@ -35,6 +40,51 @@ namespace nb = nanobind;
 
 namespace accl {
 namespace {
+
+// Runs one all-reduce with a thread per rank over the in-process transport. Rank r
+// reads count[r] elements at ins[r] and writes outs[r]; the per-rank signature lists
+// exist so that tests can make ranks disagree. Ranks not in `present` never arrive.
+// Returns one error message per rank ("" where the rank succeeded).
+std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vector<uintptr_t> outs,
+                                           std::vector<uint64_t> counts,
+                                           std::vector<std::string> dtypes,
+                                           std::vector<std::string> ops,
+                                           std::vector<std::string> algorithms,
+                                           std::vector<int> present, double timeout_s) {
+  const int n = static_cast<int>(ins.size());
+  if (outs.size() != ins.size() || counts.size() != ins.size() || dtypes.size() != ins.size() ||
+      ops.size() != ins.size() || algorithms.size() != ins.size()) {
+    throw nb::value_error("allreduce_threads: every per-rank list needs one entry per rank");
+  }
+  std::vector<CallSpec> specs(n);
+  const int64_t op_id = fresh_op_id();
+  for (int r = 0; r < n; ++r) {
+    specs[r].key = CallKey{0, op_id, 0, 0};
+    specs[r].rank = r;
+    specs[r].size = n;
+    specs[r].label = str_cat("native test group of ", n, " (op ", op_id, ")");
+    specs[r].signature.dtype = parse_or_throw<DType>(dtypes[r], parse_dtype, "dtype");
+    specs[r].signature.op = parse_or_throw<ReduceOp>(ops[r], parse_reduce_op, "reduce op");
+    specs[r].signature.algorithm =
+        parse_or_throw<Algorithm>(algorithms[r], parse_algorithm, "algorithm");
+    specs[r].timeout_s = timeout_s;
+  }
+  std::vector<std::string> errors(n);
+  {
+    nb::gil_scoped_release release;
+    std::vector<std::thread> threads;
+    for (int r : present) {
+      if (r < 0 || r >= n) continue;
+      threads.emplace_back([&, r] {
+        Status s = allreduce_local(specs[r], {reinterpret_cast<const void*>(ins[r])},
+                                   {reinterpret_cast<void*>(outs[r])}, {counts[r]});
+        if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  return errors;
+}
 
 // Runs one all-reduce with a thread per rank over message channels (memory rings, the
 // same framing and progress engine as the cross-process transports): the message path
@@ -285,8 +335,14 @@ nb::tuple receive_frames(nb::bytes data, size_t expected, double timeout_s, bool
 }
 
 }  // namespace
+}  // namespace accl
 
-void register_testing(nb::module_& m) {
+NB_MODULE(_accl_testing, m) {
+  using namespace accl;
+  m.doc() = "jax_accl's test harness: the native core without XLA (jax_accl never imports it)";
+  m.def("allreduce_threads", &allreduce_threads, nb::arg("ins"), nb::arg("outs"), nb::arg("counts"),
+        nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"), nb::arg("present"),
+        nb::arg("timeout_s"));
   m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"), nb::arg("outs"),
         nb::arg("counts"), nb::arg("dtype"), nb::arg("op"), nb::arg("algorithm"),
         nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
@@ -302,5 +358,3 @@ void register_testing(nb::module_& m) {
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002, nb::arg("tcp") = false);
 }
-
-}  // namespace accl

@@ -8,6 +8,9 @@
 #include <climits>
 
 namespace accl {
+
+std::atomic<uint64_t> g_abort_generation{0};
+
 namespace {
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);

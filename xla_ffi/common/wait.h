@@ -15,8 +15,10 @@ namespace accl {
 using Clock = std::chrono::steady_clock;
 
 // jax_accl.abort(): bumps the process's abort generation, which ends every abortable
-// wait that began before it (they notice within one sleep slice).
-inline std::atomic<uint64_t> g_abort_generation{0};
+// wait that began before it (they notice within one sleep slice). Defined in wait.cc, not
+// inline here: the Python modules, built with hidden visibility, would each keep a copy
+// of their own instead of the shared core's (libaccl_core.so).
+extern std::atomic<uint64_t> g_abort_generation;
 inline uint64_t abort_generation() { return g_abort_generation.load(std::memory_order_acquire); }
 inline void abort_pending_waits() { g_abort_generation.fetch_add(1, std::memory_order_acq_rel); }
 // Set while jax_accl stops (World::stop: jax.distributed.shutdown() or exit), which ends

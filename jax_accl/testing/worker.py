@@ -1,9 +1,11 @@
-"""One process of a multi-process test job (launched through jax_accl.testing.launch).
+"""One process of a multi-process test job of jax_accl's tests, as
+``launch.run_job(["-m", "jax_accl.testing.worker", "--scenario", name, ...], ...)``.
 
 Joins the job through jax.distributed, runs the scenario named on the command line over
 a global mesh of every process's devices, checks jax_accl against jax.lax.psum over
 JAX's gloo collectives (bound to a rail across network namespaces) or against NumPy, and
-prints one line "RESULT <json>" with what it measured.
+prints one line "RESULT <json>" with what it measured. Importing it joins no job: main() does
+(python -m runs it).
 """
 
 import argparse
@@ -14,6 +16,10 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax_accl
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--process-id", type=int, required=True)
@@ -51,31 +57,36 @@ parser.add_argument(
     default="",
     help="siege: process 0 writes its listeners to ports.json here; runs until 'done' appears",
 )
-args = parser.parse_args()
-
-jax.config.update("jax_num_cpu_devices", args.devices)
-if args.reference == "gloo":
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(
-    coordinator_address=args.coordinator,
-    num_processes=args.num_processes,
-    process_id=args.process_id,
-    initialization_timeout=60,
-)
-if args.gloo_interface:
-    from jax_accl import _compat
-
-    _compat.use_gloo_on_interface(args.gloo_interface)
-
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-import jax_accl  # noqa: E402
-
-NP, ND = args.num_processes, args.devices
-DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
-MESH_2D = Mesh(np.array(DEVICES).reshape(NP, ND), ("p", "d"))  # p spans processes
+# Set by join(): the command line, the job's processes and devices per process, every
+# device of the job (by process), and the mesh over them.
+args = None
+NP = ND = 0
+DEVICES: list = []
+MESH_2D = None
 ALL = ("p", "d")
+
+
+def join(argv=None):
+    """Parses the command line and joins the job: this process's devices, jax.distributed
+    and, for the gloo reference, gloo bound to its interface."""
+    global args, NP, ND, DEVICES, MESH_2D
+    args = parser.parse_args(argv)
+    jax.config.update("jax_num_cpu_devices", args.devices)
+    if args.reference == "gloo":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        initialization_timeout=60,
+    )
+    if args.gloo_interface:
+        from jax_accl import _compat
+
+        _compat.use_gloo_on_interface(args.gloo_interface)
+    NP, ND = args.num_processes, args.devices
+    DEVICES = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    MESH_2D = Mesh(np.array(DEVICES).reshape(NP, ND), ("p", "d"))  # p spans processes
 
 
 def global_input(shape_per_device, dtype, seed):
@@ -657,9 +668,11 @@ SCENARIOS = {
     "large_call": scenario_large_call,
 }
 
-if __name__ == "__main__":
+
+def main(argv=None):
     from jax_accl import _accl, _compat
 
+    join(argv)
     ptracer_before = _accl.cross_memory_attach_allowed()
     result = SCENARIOS[args.scenario]()
     # Whether this process let its peers ptrace it: before any call, and after them.
@@ -684,3 +697,7 @@ if __name__ == "__main__":
     # jax.distributed's shutdown stops jax_accl too: the ptrace permission goes with it.
     result["ptracer_after_shutdown"] = _accl.cross_memory_attach_allowed()
     print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
