@@ -10,6 +10,7 @@
 namespace accl {
 
 std::atomic<uint64_t> g_abort_generation{0};
+std::atomic<bool> g_stopping{false};
 
 namespace {
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {

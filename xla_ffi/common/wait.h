@@ -23,7 +23,7 @@ inline uint64_t abort_generation() { return g_abort_generation.load(std::memory_
 inline void abort_pending_waits() { g_abort_generation.fetch_add(1, std::memory_order_acq_rel); }
 // Set while jax_accl stops (World::stop: jax.distributed.shutdown() or exit), which ends
 // the pending waits as abort() does: their errors say why.
-inline std::atomic<bool> g_stopping{false};
+extern std::atomic<bool> g_stopping;
 
 struct Deadline {
   static constexpr uint64_t kNotAbortable = ~uint64_t{0};
