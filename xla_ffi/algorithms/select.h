@@ -71,6 +71,21 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
 // between hosts with a processes tier on each: a chunk per 80 KiB of a slice, at most 16.
 int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
                            const CostModel& model);
+// The predicted time of the hierarchy over `hosts` hosts of `processes` x `k` slices each
+// (as choose_pipeline_chunks), `between` between hosts, in `chunks` chunks. With local
+// tiers taking L = Lf + Lv (fixed + per byte) and the step between hosts N = Nf + Nv:
+// C chunks overlap the two, max(Lv, Nv) + min(Lv, Nv)/C, and pay the fixed costs once
+// per chunk, C·(Lf + Nf); `streamed` chunks follow each other on the wire without a
+// round trip between them, so the step between hosts pays Nf once.
+double predict_hierarchy_seconds(int hosts, int processes, int k, int rails, size_t bytes,
+                                 Algorithm between, int chunks, bool streamed,
+                                 const CostModel& model);
+// The predicted time of a flat algorithm over n ranks spread over several hosts, at most
+// `per_host` on one: every step over messages at the network's alpha; a ring, its ranks
+// numbered host by host, has one flow per host crossing the host's `rails` rails, the
+// other algorithms `per_host` flows at once there.
+double predict_flat_across_hosts_seconds(Algorithm algorithm, int n, int per_host, int rails,
+                                         size_t bytes, const CostModel& model);
 
 CostModel& cost_model();  // the process-wide model used by kAuto
 // `peer_memory`: the ranks can read each other's buffers (threads of one process).
@@ -89,6 +104,10 @@ double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k
 // four candidates' times on this shape (algorithms/measured.h), those decide, not the model.
 Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model);
+// The time choose_one_host gives `algorithm` on that group: its calibrated line where
+// choose_one_host goes by the lines, else the model's (predict_one_host_seconds).
+double one_host_seconds(Algorithm algorithm, int n, int processes, int k, size_t bytes, bool cma,
+                        const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model);
 // Between `hosts` hosts, for a slice of `bytes`: direct for two (every algorithm sends
