@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jax_accl import _accl
-from jax_accl.plan.layout import places_of
+from jax_accl.plan import places_of
 
 LAYOUTS = {
     "2x1x2": [[2], [2]],
