@@ -20,7 +20,7 @@ from jax_accl.plan.runtime import (
 )
 from jax_accl.plan.schedule import network_steps
 from jax_accl.plan.simulate import contention
-from jax_accl.plan.topology import FABRICS, Topology
+from jax_accl.plan.topology import FABRICS, Topology, payload_share
 from jax_accl.units import human, parse_size
 
 # Flow patterns larger than this are not walked link by link (direct among many hosts).
@@ -55,6 +55,9 @@ def parse_args(argv):
         default=None,
         help="per rail (default: the rate the runtime's cost model assumes); the runtime "
         "chooses without it, unless --constant sets net_beta",
+    )
+    parser.add_argument(
+        "--mtu", type=int, default=1500, help="of every rail: the payload share of its rate"
     )
     parser.add_argument("--fabric", choices=FABRICS, default="fat_tree")
     parser.add_argument("--hosts-per-leaf", type=int, default=32)
@@ -195,7 +198,7 @@ def main(argv=None) -> int:
     )
     size = parse_size(args.size)
     model = model_of(args)
-    common = dict(rails=args.rails, link_gbps=args.link_gbps, model=model)
+    common = dict(rails=args.rails, link_gbps=args.link_gbps, model=model, mtu=args.mtu)
     if args.no_cma:
         common["cma"] = False
     own = plan_for(places, args.algorithm, size, **common)
@@ -224,7 +227,7 @@ def main(argv=None) -> int:
         return 0
     constants = {**cost_model(), **model}
     rate = (
-        f"{args.link_gbps:g} Gbit/s"
+        f"{args.link_gbps:g} Gbit/s (MTU {args.mtu}: {payload_share(args.mtu):.1%} payload)"
         if args.link_gbps
         else f"{8 / constants['net_beta'] / 1e9:g} Gbit/s (the model's)"
     )

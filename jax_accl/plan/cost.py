@@ -3,8 +3,9 @@ runtime's plan (jax_accl.plan.runtime) of the topology's layout, forced to that 
 ("flat X": algorithm X over all devices; "hierarchical X": the hierarchy with X between
 hosts, which the runtime would choose itself only where its model prefers X), timed by the
 runtime's cost model with the topology's rails at their rate. What Python adds is the
-fabric: ``slowdown`` (how many flows share the busiest link of a step, from
-jax_accl.plan.simulate.contention) makes every byte between hosts that many times slower.
+fabric: the payload a rail carries at its line rate (payload_share), and ``slowdown``
+(how many flows share the busiest link of a step, from jax_accl.plan.simulate.contention),
+which makes every byte between hosts that many times slower.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from jax_accl.plan.runtime import Plan, cost_model, link_constants, places_of, runtime_plan
-from jax_accl.plan.topology import Topology
+from jax_accl.plan.topology import Topology, payload_share
 
 ALGORITHMS = (
     "flat ring",
@@ -33,13 +34,15 @@ def plan_for(
     model: Mapping[str, float] | None = None,
     slowdown: float = 1.0,
     cma: bool | None = None,
+    mtu: int = 1500,
 ) -> Plan:
     """The runtime's plan of `algorithm` (a name jax_accl.allreduce takes, "flat X" or
     "hierarchical X") for `size` bytes per device on the group at `places`, its time
-    predicted with rails of `link_gbps` Gbit/s (None: the rate the runtime's model
-    assumes) slowed by `slowdown`; `cma` as jax_accl.plan.runtime.runtime_plan takes it."""
+    predicted with rails of `link_gbps` Gbit/s line rate (None: the payload rate the
+    runtime's model assumes), frames of `mtu` bytes, slowed by `slowdown`; `cma` as
+    jax_accl.plan.runtime.runtime_plan takes it."""
     net_beta = (
-        link_constants(link_gbps)["net_beta"]
+        link_constants(link_gbps * payload_share(mtu))["net_beta"]
         if link_gbps is not None
         else {**cost_model(), **(model or {})}["net_beta"]
     )

@@ -153,6 +153,7 @@ def cost_model() -> dict:
     return _accl.get_cost_model()
 
 
-def link_constants(link_gbps: float) -> dict:
-    """The constants of a rail of `link_gbps` Gbit/s, as the cost model names them."""
-    return {"net_beta": 8.0 / (link_gbps * 1e9)}
+def link_constants(payload_gbps: float) -> dict:
+    """The constants of a rail that carries `payload_gbps` Gbit/s of payload, as the cost
+    model names them."""
+    return {"net_beta": 8.0 / (payload_gbps * 1e9)}

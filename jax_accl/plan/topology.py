@@ -22,6 +22,13 @@ import dataclasses
 FABRICS = ("fat_tree", "bigraph")
 
 
+def payload_share(mtu: int = 1500) -> float:
+    """The share of a rail's line rate that carries payload: TCP over IPv4 with
+    timestamps in Ethernet frames of `mtu` bytes, each carrying mtu - 52 bytes of payload
+    and taking mtu + 38 bytes of the wire (header 14, FCS 4, preamble 8, gap 12)."""
+    return (mtu - 52) / (mtu + 38)
+
+
 @dataclasses.dataclass(frozen=True)
 class Topology:
     hosts: int

@@ -15,6 +15,8 @@ import pytest
 from jax_accl import _accl
 from jax_accl.plan import parse_layout, places_of, runtime_plan
 from jax_accl.plan.__main__ import main
+from jax_accl.plan.runtime import link_constants
+from jax_accl.plan.topology import payload_share
 
 # The native tests' layouts (tests/native/test_native_hierarchical.py), as --layout takes them.
 LAYOUTS = {
@@ -32,6 +34,8 @@ LAYOUTS = {
 }
 RAILS = 2
 LINK_GBPS = 0.3  # the namespaced hosts' shaped rails
+# The prediction's constants for them: their payload rate with frames of 1500 bytes.
+FABRIC = link_constants(LINK_GBPS * payload_share(1500))
 
 
 def planner(*args) -> tuple[dict, str]:
@@ -107,7 +111,7 @@ def test_the_printed_plan_is_the_one_every_rank_runs(name, nbytes):
         algorithm="hierarchical" if one_host else "auto",
         rails=RAILS,
         chunks=0,
-        fabric={"net_beta": 8 / (LINK_GBPS * 1e9)},
+        fabric=FABRIC,
     )
     assert plan["predicted_s"] == native["predicted_s"] > 0
     assert {k: plan[k] for k in ("between", "chunks", "protocol")} == {
@@ -115,7 +119,7 @@ def test_the_printed_plan_is_the_one_every_rank_runs(name, nbytes):
     }
     summary = runtime_plan(
         places, nbytes, algorithm=native["schedule"], rails=RAILS, cma=False, chunks=0,
-        fabric={"net_beta": 8 / (LINK_GBPS * 1e9)},
+        fabric=FABRIC,
     ).summary()  # fmt: skip
     assert f"the runtime's plan: {summary}" in text
 

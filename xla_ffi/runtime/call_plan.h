@@ -1,8 +1,9 @@
 // The runtime's plan of one all-reduce: the one place where a call's schedule is chosen.
-// Every path of the runtime asks it (the FFI handler for the one-shot path, allreduce_local
-// for a group of one process, the Communicator for a group that spans processes), and so
-// do the simulated hosts of the native tests and jax_accl.plan (bindings/plan.cc), which
-// therefore print the plan the runtime runs.
+// Every path of the runtime decides here: the FFI handler by plan_one_shot, allreduce_local
+// (a group of one process) by plan_in_process, the Communicator of a group that spans
+// processes by plan_call, whose one-process branch is those two functions. The simulated
+// hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call too, so
+// what they report is the plan the runtime runs.
 //
 // The choice, for a group laid out as topology/group_layout.h says:
 //   one process      small, direct or automatic, in a program of one process: the one-shot
