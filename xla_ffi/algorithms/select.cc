@@ -78,16 +78,26 @@ double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
 
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
                                              const CostModel& model) {
-  // The threads' tier: three sync points and ~3 copies per byte through memory; the
-  // processes' tier on S/k: a reduce-scatter and an all-gather, one round of P - 1
-  // concurrent messages of S/(kP) each, through the shared-memory rings.
-  const double local = k > 1 ? 3 * model.alpha_s + 1.5 * bytes * model.shm_beta_s_per_byte : 0.0;
-  const int P = processes;
+  return predict_local_tiers_seconds(k, k, processes, processes, bytes, model);
+}
+
+double predict_local_tiers_seconds(int devices, int device_owners, int processes,
+                                   int process_owners, size_t bytes, const CostModel& model) {
+  // The threads' tier: three sync points and ~3 copies per byte through memory, each
+  // owner folding devices/owners times its share. The processes' tier on a slice S/k: a
+  // reduce-scatter and an all-gather, one round of P - 1 concurrent messages each through
+  // the shared-memory rings: an owner receives and reduces P - 1 sub-slices of S/(kO), a
+  // rank that owns none receives all O of them back.
+  const int k = std::max(1, device_owners), P = processes, O = std::max(1, process_owners);
+  const double local =
+      devices > 1 ? 3 * model.alpha_s + 1.5 * bytes * model.shm_beta_s_per_byte * devices / k : 0.0;
   if (P <= 1) return local;
   const CostModel shm = shared_memory_model(model, 1.0);
-  const double slice = static_cast<double>(bytes) / std::max(1, k);
-  return local + (P - 1) * shm.alpha_s + 2.0 * (P - 1) / P * slice * shm.beta_s_per_byte +
-         double(P - 1) / P * slice * shm.gamma_s_per_byte;
+  const double slice = static_cast<double>(bytes) / k;
+  const double gathered = O < P ? slice : double(P - 1) / P * slice;
+  return local + (P - 1) * shm.alpha_s +
+         double(P - 1) / O * slice * (shm.beta_s_per_byte + shm.gamma_s_per_byte) +
+         gathered * shm.beta_s_per_byte;
 }
 
 Algorithm choose_between_hosts(int hosts, size_t bytes, const CostModel& net) {
@@ -109,21 +119,25 @@ CostModel slice_network_model(const CostModel& model, int slices, int rails) {
 }
 
 // The hierarchy's two parts, each with its fixed cost (the same at 0 bytes): the local
-// tiers (the one-host hierarchy on the whole buffer) and the step between hosts (every
+// tiers (on the whole buffer, as on the busiest host) and the step between hosts (every
 // slice at once, each over its share of the rails).
 struct HierarchyParts {
   double local, local_fixed, network, network_fixed;
 };
 
-HierarchyParts hierarchy_parts(int hosts, int processes, int k, int rails, size_t bytes,
+HierarchyParts hierarchy_parts(const HierarchyShape& shape, int rails, size_t bytes,
                                Algorithm between, const CostModel& model) {
-  const int slices = std::max(1, processes * k);
+  const int slices = std::max(1, shape.processes * shape.k);
   const CostModel net = slice_network_model(model, slices, rails);
-  HierarchyParts parts{predict_one_host_hierarchical_seconds(processes, k, bytes, model),
-                       predict_one_host_hierarchical_seconds(processes, k, 0, model), 0.0, 0.0};
-  if (hosts > 1) {
-    parts.network = predict_seconds(between, hosts, bytes / slices, false, net);
-    parts.network_fixed = predict_seconds(between, hosts, 0, false, net);
+  auto local = [&](size_t b) {
+    return predict_local_tiers_seconds(std::max(shape.k, shape.most_devices), shape.k,
+                                       std::max(shape.processes, shape.most_processes),
+                                       shape.processes, b, model);
+  };
+  HierarchyParts parts{local(bytes), local(0), 0.0, 0.0};
+  if (shape.hosts > 1) {
+    parts.network = predict_seconds(between, shape.hosts, bytes / slices, false, net);
+    parts.network_fixed = predict_seconds(between, shape.hosts, 0, false, net);
   }
   return parts;
 }
@@ -151,17 +165,18 @@ int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t by
     return static_cast<int>(std::clamp<size_t>(slice / kMinStreamedSliceBytes, 1, kMaxChunks));
   }
   // The C that minimises predict_hierarchy_seconds unstreamed: min(Lv, Nv)/C + C·fixed.
-  const HierarchyParts p = hierarchy_parts(hosts, processes, k, rails, bytes, between, model);
+  const HierarchyShape even{hosts, processes, k, processes, k};
+  const HierarchyParts p = hierarchy_parts(even, rails, bytes, between, model);
   const double hidden = std::min(p.local - p.local_fixed, p.network - p.network_fixed);
   const double fixed = std::max(1e-9, p.local_fixed + p.network_fixed);
   const int best = static_cast<int>(std::lround(std::sqrt(std::max(0.0, hidden) / fixed)));
   return std::max(1, std::min({best, kMaxChunks, static_cast<int>(bytes / kMinChunkBytes)}));
 }
 
-double predict_hierarchy_seconds(int hosts, int processes, int k, int rails, size_t bytes,
+double predict_hierarchy_seconds(const HierarchyShape& shape, int rails, size_t bytes,
                                  Algorithm between, int chunks, bool streamed,
                                  const CostModel& model) {
-  const HierarchyParts p = hierarchy_parts(hosts, processes, k, rails, bytes, between, model);
+  const HierarchyParts p = hierarchy_parts(shape, rails, bytes, between, model);
   const double c = std::max(1, chunks);
   const double local = std::max(0.0, p.local - p.local_fixed);
   const double network = std::max(0.0, p.network - p.network_fixed);

@@ -93,8 +93,16 @@ double predict_call_seconds(const GroupLayout& g, const CallPlan& plan, const Pl
   }
   const int hosts = g.host_count();
   if (plan.schedule == Algorithm::kHierarchical && (hosts > 1 || plan.chunks > 1)) {
-    return predict_hierarchy_seconds(hosts, g.process_owners(), g.thread_owners(), request.rails,
-                                     bytes, plan.between, plan.chunks,
+    HierarchyShape shape{hosts, g.process_owners(), g.thread_owners(), 1, 1};
+    for (int r = 0; r < n; ++r) {
+      shape.most_devices =
+          std::max(shape.most_devices, static_cast<int>(g.process_ranks(r).size()));
+      if (g.device_position(r) == 0) {
+        shape.most_processes =
+            std::max(shape.most_processes, static_cast<int>(g.process_peers(r).size()));
+      }
+    }
+    return predict_hierarchy_seconds(shape, request.rails, bytes, plan.between, plan.chunks,
                                      plan.protocol == Protocol::kStreamed, model);
   }
   if (hosts == 1) {
