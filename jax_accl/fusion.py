@@ -27,8 +27,8 @@ import jax
 
 from jax_accl import _accl, config, cost_model
 from jax_accl import _compat as c
-from jax_accl.api import fusion_buckets
 from jax_accl.primitives.allreduce import accl_allreduce_p, fresh
+from jax_accl.reduction import fusion_buckets
 
 _KEY = ("axes", "axis_index_groups", "op", "algorithm", "invariant")
 

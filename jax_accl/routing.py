@@ -24,7 +24,8 @@ import functools
 import threading
 
 from jax_accl import _compat as c
-from jax_accl import config
+from jax_accl import config, reduction
+from jax_accl.primitives import pvary as accl_pvary
 
 # A JAX config state: thread-local when entered as a context, global when set with
 # jax.config.update; part of the jit and trace cache keys.
@@ -74,8 +75,6 @@ def install() -> None:
     with _install_lock:
         if _installed:
             return
-        from jax_accl.primitives import pvary as accl_pvary
-
         c.hook_bind(c.pvary_p, lambda bind: _routed_pvary(bind, accl_pvary.bind))
         c.hook_bind(c.psum_invariant_p, lambda bind: _routed_reduction(bind, "sum", True))
         c.hook_bind(c.psum_p, lambda bind: _routed_reduction(bind, "sum", False))
@@ -100,9 +99,7 @@ def _routed_reduction(jax_bind, op: str, invariant):
     def bind(x, *, axes, **params):
         if not active():
             return jax_bind(x, axes=axes, **params)
-        from jax_accl import api
-
-        return api.reduce_leaves(
+        return reduction.reduce_leaves(
             [x], tuple(axes), op=op, groups=params.get("axis_index_groups"), invariant=invariant
         )[0]
 
@@ -118,8 +115,6 @@ def _routed_bind_psum_invariant(jax_fn):
             return jax_fn(leaf, axes=axes, axis_index_groups=axis_index_groups, is_async=is_async)
         if axis_index_groups is not None:
             raise NotImplementedError("axis_index_groups needs check_vma=False (as jax.lax.psum)")
-        from jax_accl import api
-
-        return api.reduce_leaves([leaf], tuple(axes), op="sum", groups=None)[0]
+        return reduction.reduce_leaves([leaf], tuple(axes), op="sum", groups=None)[0]
 
     return bind

@@ -6,6 +6,7 @@ ranks; rank r lives on host r // devices_per_host, as local device r % devices_p
   ring(ranks)                 reduce-scatter then all-gather around the ring, 2(n-1) steps
   halving_doubling(ranks)     fold to a power of two p, recursive halving, recursive
                               doubling, unfold; 2·log2(p) (+2) steps
+  direct(ranks)               every rank sends its buffer to every other: one step
   hierarchical(topology, inner)
                               1. local reduce-scatter: device i of every host gathers
                                  slice i from the host's other devices (memory);
@@ -145,7 +146,29 @@ def hd_chunks(n: int) -> int:
     return power_below(n)
 
 
-INNER = {"ring": (ring, ring_chunks), "halving_doubling": (halving_doubling, hd_chunks)}
+def direct(
+    ranks: list[int], *, chunk_base: int = 0, rail: int = -1, host_of=lambda r: r
+) -> list[list[Transfer]]:
+    """One step: every rank sends its one chunk to every other, which reduces them all."""
+    return [
+        [
+            Transfer(a, b, chunk_base, True, rail if host_of(a) != host_of(b) else -1)
+            for a in ranks
+            for b in ranks
+            if a != b
+        ]
+    ]
+
+
+def direct_chunks(n: int) -> int:
+    return 1
+
+
+INNER = {
+    "ring": (ring, ring_chunks),
+    "halving_doubling": (halving_doubling, hd_chunks),
+    "direct": (direct, direct_chunks),
+}
 
 
 def flat(topology: Topology, inner: str) -> Schedule:
@@ -200,11 +223,17 @@ def hierarchical(topology: Topology, inner: str) -> Schedule:
 def network_steps(topology: Topology, algorithm: str):
     """The distinct patterns of flows between hosts, (src_host, dst_host, rail) per flow,
     at any scale: one step per halving-doubling level, and one representative step for
-    a ring (every ring step has the same pattern)."""
+    a ring (every ring step has the same pattern) and for direct (every pair at once)."""
     h, d = topology.hosts, topology.devices_per_host
     kind, inner = algorithm.split(" ")
     if kind == "flat":
         n = topology.ranks
+        if inner == "direct":
+            return [
+                sorted(
+                    {(a // d, b // d, 0) for a in range(n) for b in range(n) if a // d != b // d}
+                )
+            ]
         if inner == "ring":
             return [[(r // d, (r + 1) % n // d, 0) for r in range(n) if r // d != (r + 1) % n // d]]
         pairs = _hd_pairs(n)
@@ -212,6 +241,8 @@ def network_steps(topology: Topology, algorithm: str):
     # The parts of all slices between one pair of hosts on one rail share its path: one
     # flow of that host pair (the same bytes per link as one slice per rail would be).
     rails = range(topology.rails)
+    if inner == "direct":
+        return [sorted({(a, b, r) for r in rails for a in range(h) for b in range(h) if a != b})]
     if inner == "ring":
         return [
             sorted({(host, (host + 1) % h, rail) for rail in rails for host in range(h) if h > 1})

@@ -1,5 +1,5 @@
-"""Cluster topologies as data: hosts x devices per host x rails, and the switch fabric
-that joins the hosts' rails. Pure: no I/O.
+"""Cluster topologies as data: hosts x devices per host (in one process or several) x
+rails, and the switch fabric that joins the hosts' rails. Pure: no I/O.
 
 Fabrics (every rail has its own copy of the fabric, as on rail-optimised clusters, so
 flows on different rails never share a link):
@@ -22,6 +22,13 @@ import dataclasses
 FABRICS = ("fat_tree", "bigraph")
 
 
+def payload_share(mtu: int = 1500) -> float:
+    """The share of a rail's line rate that carries payload: TCP over IPv4 with
+    timestamps in Ethernet frames of `mtu` bytes, each carrying mtu - 52 bytes of payload
+    and taking mtu + 38 bytes of the wire (header 14, FCS 4, preamble 8, gap 12)."""
+    return (mtu - 52) / (mtu + 38)
+
+
 @dataclasses.dataclass(frozen=True)
 class Topology:
     hosts: int
@@ -30,12 +37,21 @@ class Topology:
     link_gbps: float = 100.0  # per rail and direction
     fabric: str = "fat_tree"
     hosts_per_leaf: int = 32  # hosts under one switch
+    processes_per_host: int = 1  # the host's devices split evenly among them
 
     def __post_init__(self):
-        if min(self.hosts, self.devices_per_host, self.rails, self.hosts_per_leaf) < 1:
+        counts = (self.hosts, self.devices_per_host, self.rails, self.hosts_per_leaf)
+        if min(counts + (self.processes_per_host,)) < 1:
             raise ValueError(f"every count of {self} must be >= 1")
+        if self.devices_per_host % self.processes_per_host:
+            raise ValueError(f"{self}: the processes of a host must hold its devices evenly")
         if self.fabric not in FABRICS:
             raise ValueError(f"fabric must be one of {FABRICS}, got {self.fabric!r}")
+
+    def layout(self) -> list[list[int]]:
+        """Per host, the devices of each of its processes (jax_accl.plan.runtime)."""
+        per_process = self.devices_per_host // self.processes_per_host
+        return [[per_process] * self.processes_per_host for _ in range(self.hosts)]
 
     @property
     def ranks(self) -> int:

@@ -104,7 +104,7 @@ def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op
     return outs, effects
 
 
-def _repeat_reduce(v, size: int, op: str):
+def repeat_reduce(v, size: int, op: str):
     """The reduction of `size` copies of v (a value that is the same along the axis)."""
     if op == "sum":
         return lax.convert_element_type(size, v.dtype) * v if v.dtype != np.bool_ else v
@@ -150,9 +150,7 @@ def _batcher(
     vals = [v if d is None else positional_reduce(v, [d], op) for v, d in zip(vals_in, dims_in)]
     if rest:
         vals = accl_allreduce_p.bind(*vals, axes=rest, **params)
-    outs = [
-        _repeat_reduce(v, axis_data.size, op) if d is None else v for v, d in zip(vals, dims_in)
-    ]
+    outs = [repeat_reduce(v, axis_data.size, op) if d is None else v for v, d in zip(vals, dims_in)]
     return outs, [None] * len(outs)
 
 

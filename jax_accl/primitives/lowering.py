@@ -2,15 +2,16 @@
 
 Each call gets the replica groups of its axes (as jax.lax.psum computes them), the
 global device id of every partition (the handler finds its own partition from the FFI
-context's device ordinal), a lane and its attributes. Its operands and results are the
-data alone, every result aliasing its operand: XLA:CPU orders thunks by the buffers they
-touch, so a call XLA can overlap with the compute around it has no other operand or
-result (a 4-byte partition id or token would share a slice with later compute and make
-that compute wait for the call). Calls are matched natively by (group, lane, sequence):
-the lane names the call within its module (its place in the lowering order and its
-groups, the same in every process), so calls that XLA runs in different orders on
-different devices never pair up wrongly, and several calls of one device can be in
-flight at once.
+context's device ordinal), a lane and its attributes; its name (what profilers show) is
+the schedule of the runtime's own plan for it (jax_accl.plan.runtime). Its operands and
+results are the data alone, every result aliasing its operand: XLA:CPU orders thunks by
+the buffers they touch, so a call XLA can overlap with the compute around it has no
+other operand or result (a 4-byte partition id or token would share a slice with later
+compute and make that compute wait for the call). Calls are matched natively by (group,
+lane, sequence): the lane names the call within its module (its place in the lowering
+order and its groups, the same in every process), so calls that XLA runs in different
+orders on different devices never pair up wrongly, and several calls of one device can
+be in flight at once.
 
 Two contexts:
 
@@ -29,9 +30,10 @@ import zlib
 import jax
 import numpy as np
 
-from jax_accl import _accl, config, cost_model, distributed, log
 from jax_accl import _compat as c
+from jax_accl import config, cost_model, distributed, log
 from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
+from jax_accl.plan.runtime import runtime_plan
 from jax_accl.primitives.allreduce import accl_allreduce_p
 from jax_accl.units import human
 
@@ -47,14 +49,27 @@ def _padded_groups(groups) -> tuple[np.ndarray, int]:
     return np.asarray(rows, dtype=np.int64).reshape(-1), size
 
 
-def _profile_name(algorithm: str, avals, groups) -> str:
+def _places(group, devices) -> tuple[list[tuple[str, int]], int]:
+    """Where each member of `group` (partition ids) lives, (host, process), and this
+    process's rails: in one process, all in it; across processes, as the process table
+    jax_accl's bootstrap published says (the runtime's communicator reads the same)."""
+    if jax.process_count() == 1:
+        return [("local", 0)] * len(group), 1
+    table = distributed.topology()
+    where = {d: (e["host"], i) for i, e in enumerate(table) for d in e["devices"]}
+    return [where[devices[p]] for p in group], max(1, len(table[jax.process_index()]["rails"]))
+
+
+def _profile_name(algorithm: str, avals, groups, devices) -> str:
     """The HLO name of the call, which is what profilers show: e.g. "accl_allreduce
-    reduce_broadcast 16MiB" (for "auto" within one process, the cost model's pick for the
-    whole call; across processes the pick depends on where they run and stays "auto")."""
+    reduce_broadcast 16MiB", the schedule of the runtime's own plan for the call
+    (jax_accl.plan.runtime, for its largest group), so a profile names what runs."""
     nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in avals)
-    if algorithm == "auto" and jax.process_count() == 1:
-        algorithm = _accl.choose_algorithm(max(len(g) for g in groups), nbytes)
-    return f"accl_allreduce {algorithm} {human(nbytes)}"
+    places, rails = _places(max(groups, key=len), devices)
+    plan = runtime_plan(
+        places, nbytes, algorithm=algorithm, rails=rails, one_shot=jax.process_count() == 1
+    )
+    return f"accl_allreduce {plan.schedule} {human(nbytes)}"
 
 
 def _lane(ctx, groups) -> int:
@@ -101,7 +116,7 @@ def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op
     call = jax.ffi.ffi_lowering(
         "accl_allreduce", has_side_effect=True, operand_output_aliases=aliases
     )
-    profile_name = _profile_name(chosen, ctx.avals_in, groups)
+    profile_name = _profile_name(chosen, ctx.avals_in, groups, devices)
     log.once(
         (profile_name, len(groups), group_size),
         "jax_accl.%s over %s: %d group(s) of %d devices, %s -> %s",

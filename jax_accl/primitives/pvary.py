@@ -10,6 +10,7 @@ transpose is traced. Every other rule is pvary's.
 from __future__ import annotations
 
 from jax_accl import _compat as c
+from jax_accl import reduction
 
 accl_pvary_p = c.core.Primitive("accl_pvary")
 
@@ -19,9 +20,7 @@ def bind(x, *, axes: tuple):
 
 
 def _transpose(ct, x, *, axes):
-    from jax_accl import api
-
-    return (api.reduce_leaves([ct], tuple(axes), op="sum", invariant=True)[0],)
+    return (reduction.reduce_leaves([ct], tuple(axes), op="sum", invariant=True)[0],)
 
 
 def _batcher(vals_in, dims_in, *, axes):

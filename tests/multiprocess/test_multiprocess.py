@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from jax_accl import cost_model
+from jax_accl.plan import places_of, runtime_plan
 from jax_accl.plan.schedule import slice_parts
 from jax_accl.plan.topology import Topology
 from jax_accl.testing import launch, netns
@@ -199,7 +201,9 @@ def test_three_shaped_hosts_stripe_over_both_rails(root_required, tmp_path):
 )
 def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host, devices, tmp_path):
     """The hierarchy by host: between hosts each host sends its share once, over both
-    rails, however many processes it runs; results equal jax.lax.psum over gloo."""
+    rails, however many processes it runs; results equal jax.lax.psum over gloo. The
+    profiled call (1 MiB) runs the plan jax_accl.plan prints for the layout: its schedule,
+    its algorithm between hosts and its chunks."""
     with netns.virtual_hosts(len(per_host), 2) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
         results = run(
@@ -211,6 +215,9 @@ def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host,
             namespaces=spaces,
             coordinator_ip=netns.rail_ip(0, 0),
         )
+    cost_model.ensure_loaded()  # the constants the workers planned with
+    layout = [[devices] * count for count in per_host]
+    plan = runtime_plan(places_of(layout), 1 << 20, rails=2)
     for r in results:
         assert r["checks"] == 15
         assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
@@ -231,6 +238,14 @@ def test_layouts_on_namespaced_hosts_match_gloo_bitwise(root_required, per_host,
             )
             # Each device's slice on the rails the planner sends it on (striped over both).
             assert_hierarchical_phases(r["trace"], local_tiers, planned_rails(r["trace"]))
+            for events in phases_by_device(r["trace"]).values():
+                names = [e["name"] for e in events]
+                inter = [n for n in names if n.startswith("inter-host")]
+                assert f"accl_allreduce {plan.schedule} 1MiB" in names, names
+                assert {n.split(" rail ")[0] for n in inter} == {f"inter-host {plan.between}"}, (
+                    names
+                )
+                assert len(inter) == plan.chunks * 2, names  # every chunk on both rails
 
 
 @pytest.mark.parametrize("processes,devices", [(3, 2), (4, 1)])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jax_accl import _accl, _accl_testing
-from jax_accl.plan.layout import places_of
+from jax_accl.plan import places_of
 
 LAYOUTS = {
     "2x1x2": [[2], [2]],
@@ -176,7 +176,7 @@ def test_cost_model_pipelines_large_calls_between_hosts_only():
 
 
 def test_group_layout_tiers():
-    layout = _accl_testing.group_layout(places_of([[2, 1], [2], [1]]))
+    layout = _accl.group_layout(places_of([[2, 1], [2], [1]]))
     assert layout["hosts"] == [[0, 1, 2], [3, 4], [5]]
     # The fewest devices of any process is 1, the fewest processes of any host 1: only
     # device 0 of process 0 of each host goes between hosts.
@@ -185,11 +185,11 @@ def test_group_layout_tiers():
     assert layout["host_peers"][0] == [0, 3, 5]
     assert layout["host_peers"][2] == [] and layout["host_peers"][4] == []
 
-    layout = _accl_testing.group_layout(places_of([[2, 2], [2, 2]]))
+    layout = _accl.group_layout(places_of([[2, 2], [2, 2]]))
     assert layout["thread_owners"] == 2 and layout["process_owners"] == 2
     assert layout["process_peers"][1] == [1, 3]  # device 1 of both processes of host 0
     assert layout["host_peers"][3] == [3, 7]  # device 1 of process 1 of every host
     # Ranks interleaved across hosts: a host is where a rank lives, not a rank range.
-    layout = _accl_testing.group_layout([("a", 0), ("b", 1), ("a", 0), ("b", 1)])
+    layout = _accl.group_layout([("a", 0), ("b", 1), ("a", 0), ("b", 1)])
     assert layout["hosts"] == [[0, 2], [1, 3]]
     assert layout["host_peers"] == [[0, 1], [0, 1], [2, 3], [2, 3]]

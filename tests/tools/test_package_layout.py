@@ -66,7 +66,7 @@ HARNESS = {
     "allreduce_threads",
     "allreduce_threads_channels",
     "hierarchical_threads",
-    "group_layout",
+    "hierarchical_threads_report",
     "parse_hello",
     "accept_handshake",
     "connect_handshake",

@@ -254,7 +254,7 @@ class BetweenHosts {
     }
   }
   void run() {
-    if (algorithm_ == Algorithm::kDirect) return run_streamed();
+    if (streams_between_hosts(algorithm_, chunks_)) return run_streamed();
     for (int c = 0; c < chunks_; ++c) {
       Status s =
           ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
@@ -288,6 +288,10 @@ class BetweenHosts {
 };
 
 }  // namespace
+
+bool streams_between_hosts(Algorithm between, int chunks) {
+  return between == Algorithm::kDirect && chunks > 1;
+}
 
 Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
                               Algorithm between_algorithm, const std::vector<Buffers>& segments,

@@ -45,6 +45,13 @@ struct PhaseRecord {
 };
 using HierarchicalTimes = std::vector<PhaseRecord>;
 
+// Whether the step between hosts streams the pipeline's `chunks` chunks (each chunk's
+// slice posted to the peers as soon as it is ready, without waiting for the previous
+// chunk's to arrive): direct does, over two chunks or more; every other algorithm runs
+// each chunk's step whole, one after another. The runtime's plan (runtime/call_plan.h)
+// reports its protocol from this.
+bool streams_between_hosts(Algorithm between, int chunks);
+
 // `tiers`: the local tiers, innermost first; only tier 0 may have peer memory.
 // `between`: the link among the ranks of this rank's position on every host, nullptr
 // when it owns no slice or the group has one host.

@@ -78,16 +78,26 @@ double predict_cma_seconds(int n, size_t bytes, double cross_process_share,
 
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
                                              const CostModel& model) {
-  // The threads' tier: three sync points and ~3 copies per byte through memory; the
-  // processes' tier on S/k: a reduce-scatter and an all-gather, one round of P - 1
-  // concurrent messages of S/(kP) each, through the shared-memory rings.
-  const double local = k > 1 ? 3 * model.alpha_s + 1.5 * bytes * model.shm_beta_s_per_byte : 0.0;
-  const int P = processes;
+  return predict_local_tiers_seconds(k, k, processes, processes, bytes, model);
+}
+
+double predict_local_tiers_seconds(int devices, int device_owners, int processes,
+                                   int process_owners, size_t bytes, const CostModel& model) {
+  // The threads' tier: three sync points and ~3 copies per byte through memory, each
+  // owner folding devices/owners times its share. The processes' tier on a slice S/k: a
+  // reduce-scatter and an all-gather, one round of P - 1 concurrent messages each through
+  // the shared-memory rings: an owner receives and reduces P - 1 sub-slices of S/(kO), a
+  // rank that owns none receives all O of them back.
+  const int k = std::max(1, device_owners), P = processes, O = std::max(1, process_owners);
+  const double local =
+      devices > 1 ? 3 * model.alpha_s + 1.5 * bytes * model.shm_beta_s_per_byte * devices / k : 0.0;
   if (P <= 1) return local;
   const CostModel shm = shared_memory_model(model, 1.0);
-  const double slice = static_cast<double>(bytes) / std::max(1, k);
-  return local + (P - 1) * shm.alpha_s + 2.0 * (P - 1) / P * slice * shm.beta_s_per_byte +
-         double(P - 1) / P * slice * shm.gamma_s_per_byte;
+  const double slice = static_cast<double>(bytes) / k;
+  const double gathered = O < P ? slice : double(P - 1) / P * slice;
+  return local + (P - 1) * shm.alpha_s +
+         double(P - 1) / O * slice * (shm.beta_s_per_byte + shm.gamma_s_per_byte) +
+         gathered * shm.beta_s_per_byte;
 }
 
 Algorithm choose_between_hosts(int hosts, size_t bytes, const CostModel& net) {
@@ -95,21 +105,52 @@ Algorithm choose_between_hosts(int hosts, size_t bytes, const CostModel& net) {
   return choose_algorithm(hosts, bytes, /*peer_memory=*/false, net);
 }
 
-int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
-                           const CostModel& model) {
-  constexpr size_t kMinChunkBytes = 256 << 10;
-  constexpr int kMaxChunks = 16;
-  if (hosts < 2 || bytes < 2 * kMinChunkBytes) return 1;
-  const int slices = std::max(1, processes * k);
-  // A slice's share of the rails: `slices` slices cross over `rails` rails at once.
+namespace {
+
+constexpr size_t kMinChunkBytes = 256 << 10;
+constexpr int kMaxChunks = 16;
+
+// Between hosts, a slice's share of the rails: `slices` slices cross over `rails` rails
+// at once.
+CostModel slice_network_model(const CostModel& model, int slices, int rails) {
   CostModel net = network_model(model, 1);
   net.beta_s_per_byte = model.net_beta_s_per_byte * slices / std::max(1, rails);
+  return net;
+}
+
+// The hierarchy's two parts, each with its fixed cost (the same at 0 bytes): the local
+// tiers (on the whole buffer, as on the busiest host) and the step between hosts (every
+// slice at once, each over its share of the rails).
+struct HierarchyParts {
+  double local, local_fixed, network, network_fixed;
+};
+
+HierarchyParts hierarchy_parts(const HierarchyShape& shape, int rails, size_t bytes,
+                               Algorithm between, const CostModel& model) {
+  const int slices = std::max(1, shape.processes * shape.k);
+  const CostModel net = slice_network_model(model, slices, rails);
+  auto local = [&](size_t b) {
+    return predict_local_tiers_seconds(std::max(shape.k, shape.most_devices), shape.k,
+                                       std::max(shape.processes, shape.most_processes),
+                                       shape.processes, b, model);
+  };
+  HierarchyParts parts{local(bytes), local(0), 0.0, 0.0};
+  if (shape.hosts > 1) {
+    parts.network = predict_seconds(between, shape.hosts, bytes / slices, false, net);
+    parts.network_fixed = predict_seconds(between, shape.hosts, 0, false, net);
+  }
+  return parts;
+}
+
+}  // namespace
+
+int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
+                           const CostModel& model) {
+  if (hosts < 2 || bytes < 2 * kMinChunkBytes) return 1;
+  const int slices = std::max(1, processes * k);
   const size_t slice = bytes / slices;
-  const Algorithm between = choose_between_hosts(hosts, slice, net);
-  const double local = predict_one_host_hierarchical_seconds(processes, k, bytes, model);
-  const double local_fixed = predict_one_host_hierarchical_seconds(processes, k, 0, model);
-  const double network = predict_seconds(between, hosts, slice, false, net);
-  const double network_fixed = predict_seconds(between, hosts, 0, false, net);
+  const Algorithm between =
+      choose_between_hosts(hosts, slice, slice_network_model(model, slices, rails));
   if (between == Algorithm::kDirect && processes > 1) {
     // Direct between hosts is streamed (algorithms/hierarchical.cc): the chunks follow
     // each other on the wire without a round trip between them, so a chunk costs little
@@ -123,10 +164,31 @@ int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t by
     constexpr size_t kMinStreamedSliceBytes = 80 << 10;
     return static_cast<int>(std::clamp<size_t>(slice / kMinStreamedSliceBytes, 1, kMaxChunks));
   }
-  const double hidden = std::min(local - local_fixed, network - network_fixed);
-  const double fixed = std::max(1e-9, local_fixed + network_fixed);
+  // The C that minimises predict_hierarchy_seconds unstreamed: min(Lv, Nv)/C + C·fixed.
+  const HierarchyShape even{hosts, processes, k, processes, k};
+  const HierarchyParts p = hierarchy_parts(even, rails, bytes, between, model);
+  const double hidden = std::min(p.local - p.local_fixed, p.network - p.network_fixed);
+  const double fixed = std::max(1e-9, p.local_fixed + p.network_fixed);
   const int best = static_cast<int>(std::lround(std::sqrt(std::max(0.0, hidden) / fixed)));
   return std::max(1, std::min({best, kMaxChunks, static_cast<int>(bytes / kMinChunkBytes)}));
+}
+
+double predict_hierarchy_seconds(const HierarchyShape& shape, int rails, size_t bytes,
+                                 Algorithm between, int chunks, bool streamed,
+                                 const CostModel& model) {
+  const HierarchyParts p = hierarchy_parts(shape, rails, bytes, between, model);
+  const double c = std::max(1, chunks);
+  const double local = std::max(0.0, p.local - p.local_fixed);
+  const double network = std::max(0.0, p.network - p.network_fixed);
+  return std::max(local, network) + std::min(local, network) / c + c * p.local_fixed +
+         (streamed ? 1.0 : c) * p.network_fixed;
+}
+
+double predict_flat_across_hosts_seconds(Algorithm algorithm, int n, int per_host, int rails,
+                                         size_t bytes, const CostModel& model) {
+  CostModel net = network_model(model, rails);
+  if (algorithm != Algorithm::kRing) net.beta_s_per_byte *= std::max(1, per_host);
+  return predict_seconds(algorithm, n, bytes, /*peer_memory=*/false, net);
 }
 
 // The share of an algorithm's message steps that cross processes, ranks numbered
@@ -161,30 +223,55 @@ double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k
   return INFINITY;
 }
 
+namespace {
+
+// choose_one_host's candidates and the times it compares: this shape's calibrated lines
+// (bench --calibrate) where all four have one, else the model's.
+struct OneHostCandidates {
+  Algorithm algorithm[4];
+  double seconds[4];
+};
+
+OneHostCandidates one_host_candidates(int n, int processes, int k, size_t bytes, bool cma,
+                                      const CostModel& model) {
+  OneHostCandidates c{{Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
+                       cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical},
+                      {}};
+  bool measured = n == processes * k;
+  for (int i = 0; i < 4 && measured; ++i) {
+    const std::optional<double> t = measured_one_host_seconds(processes, k, c.algorithm[i], bytes);
+    measured = t.has_value();
+    c.seconds[i] = t.value_or(0.0);
+  }
+  for (int i = 0; i < 4 && !measured; ++i) {
+    c.seconds[i] = predict_one_host_seconds(c.algorithm[i], n, processes, k, bytes, model);
+  }
+  return c;
+}
+
+}  // namespace
+
 // Measured with 8 ranks on 2 cores (benchmarks/, 2x4, 4x2, 8x1): flat halving-doubling
 // is fastest up to ~64-128 KiB (2x4 at 4 KiB: 75 us, the hierarchy 258 us), cross-memory
 // attach from ~256 KiB, where the hierarchy only ties it at 2x4 and is 2.5x slower at
 // 4x2 (4 MiB); so with cross-memory attach the hierarchy is not a candidate.
 Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model) {
-  const Algorithm candidates[] = {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
-                                  cma ? Algorithm::kReduceBroadcast : Algorithm::kHierarchical};
-  // This shape's calibrated lines (bench --calibrate) where all four have one.
-  double seconds[4];
-  bool measured = n == processes * k;
-  for (int i = 0; i < 4 && measured; ++i) {
-    const std::optional<double> t = measured_one_host_seconds(processes, k, candidates[i], bytes);
-    measured = t.has_value();
-    seconds[i] = t.value_or(0.0);
-  }
-  for (int i = 0; i < 4 && !measured; ++i) {
-    seconds[i] = predict_one_host_seconds(candidates[i], n, processes, k, bytes, model);
-  }
+  const OneHostCandidates c = one_host_candidates(n, processes, k, bytes, cma, model);
   int best = 0;
   for (int i = 1; i < 4; ++i) {
-    if (seconds[i] < seconds[best]) best = i;
+    if (c.seconds[i] < c.seconds[best]) best = i;
   }
-  return candidates[best];
+  return c.algorithm[best];
+}
+
+double one_host_seconds(Algorithm algorithm, int n, int processes, int k, size_t bytes, bool cma,
+                        const CostModel& model) {
+  const OneHostCandidates c = one_host_candidates(n, processes, k, bytes, cma, model);
+  for (int i = 0; i < 4; ++i) {
+    if (c.algorithm[i] == algorithm) return c.seconds[i];
+  }
+  return predict_one_host_seconds(algorithm, n, processes, k, bytes, model);
 }
 
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model) {

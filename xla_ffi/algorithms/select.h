@@ -62,6 +62,12 @@ double predict_cma_seconds(int n, size_t bytes, double cross_process_share, cons
 // processes, one round of messages each through the shared-memory rings.
 double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
                                              const CostModel& model);
+// The same for a host whose tiers have more ranks than owners (an uneven layout): a
+// process of `devices` devices, `device_owners` of which own a slice, and `processes`
+// processes, `process_owners` of which own a sub-slice. A rank that owns nothing sends
+// its whole part to the owners and receives all of the result.
+double predict_local_tiers_seconds(int devices, int device_owners, int processes,
+                                   int process_owners, size_t bytes, const CostModel& model);
 
 // How many chunks the hierarchy pipelines a call of `bytes` into: `hosts` hosts, each
 // of whose `slices` slices (k devices x P processes owning one) crosses over a share of
@@ -71,6 +77,32 @@ double predict_one_host_hierarchical_seconds(int processes, int k, size_t bytes,
 // between hosts with a processes tier on each: a chunk per 80 KiB of a slice, at most 16.
 int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
                            const CostModel& model);
+// A hierarchy's shape: `hosts` hosts of `processes` x `k` slices each (the fewest processes
+// any host has x the fewest devices any process has: the owners, as choose_pipeline_chunks
+// takes them), the busiest host's tiers having up to `most_processes` processes of up to
+// `most_devices` devices.
+struct HierarchyShape {
+  int hosts = 1;
+  int processes = 1;
+  int k = 1;
+  int most_processes = 1;
+  int most_devices = 1;
+};
+// The predicted time of the hierarchy, `between` between hosts, in `chunks` chunks. With
+// the local tiers (predict_local_tiers_seconds, on the busiest host) taking L = Lf + Lv
+// (fixed + per byte) and the step between hosts N = Nf + Nv: C chunks overlap the two,
+// max(Lv, Nv) + min(Lv, Nv)/C, and pay the fixed costs once per chunk, C·(Lf + Nf);
+// `streamed` chunks follow each other on the wire without a round trip between them, so
+// the step between hosts pays Nf once.
+double predict_hierarchy_seconds(const HierarchyShape& shape, int rails, size_t bytes,
+                                 Algorithm between, int chunks, bool streamed,
+                                 const CostModel& model);
+// The predicted time of a flat algorithm over n ranks spread over several hosts, at most
+// `per_host` on one: every step over messages at the network's alpha; a ring, its ranks
+// numbered host by host, has one flow per host crossing the host's `rails` rails, the
+// other algorithms `per_host` flows at once there.
+double predict_flat_across_hosts_seconds(Algorithm algorithm, int n, int per_host, int rails,
+                                         size_t bytes, const CostModel& model);
 
 CostModel& cost_model();  // the process-wide model used by kAuto
 // `peer_memory`: the ranks can read each other's buffers (threads of one process).
@@ -89,6 +121,10 @@ double predict_one_host_seconds(Algorithm algorithm, int n, int processes, int k
 // four candidates' times on this shape (algorithms/measured.h), those decide, not the model.
 Algorithm choose_one_host(int n, int processes, int k, size_t bytes, bool cma,
                           const CostModel& model);
+// The time choose_one_host gives `algorithm` on that group: its calibrated line where
+// choose_one_host goes by the lines, else the model's (predict_one_host_seconds).
+double one_host_seconds(Algorithm algorithm, int n, int processes, int k, size_t bytes, bool cma,
+                        const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model);
 // Between `hosts` hosts, for a slice of `bytes`: direct for two (every algorithm sends

@@ -1,5 +1,6 @@
 // The nanobind module jax_accl._accl: FFI handler capsules for XLA, the bootstrap, stats
-// and the cost model. The tests' entry points are jax_accl._accl_testing (testing.cc).
+// and the cost model; the runtime's layout and plan are bound in plan.cc. The tests'
+// entry points are jax_accl._accl_testing (testing.cc). Only bindings/ sees nanobind.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -36,24 +37,11 @@
 namespace nb = nanobind;
 
 namespace accl {
-namespace {
+void register_plan(nb::module_& m);  // plan.cc
+}  // namespace accl
 
-// The cost model's constants as Python sees them (calibrate.py stores these names).
-struct CostModelField {
-  const char* name;
-  double CostModel::* member;
-};
-constexpr CostModelField kCostModelFields[] = {
-    {"alpha", &CostModel::alpha_s},
-    {"beta", &CostModel::beta_s_per_byte},
-    {"gamma", &CostModel::gamma_s_per_byte},
-    {"net_alpha", &CostModel::net_alpha_s},
-    {"net_beta", &CostModel::net_beta_s_per_byte},
-    {"shm_alpha", &CostModel::shm_alpha_s},
-    {"shm_process_alpha", &CostModel::shm_process_alpha_s},
-    {"shm_beta", &CostModel::shm_beta_s_per_byte},
-    {"cma_beta", &CostModel::cma_beta_s_per_byte},
-};
+namespace accl {
+namespace {
 
 nb::dict registrations() {
   nb::dict targets;
@@ -169,6 +157,7 @@ NB_MODULE(_accl, m) {
   using namespace accl;
   m.doc() = "jax_accl native core: hierarchical all-reduce algorithms and XLA FFI handlers";
   m.def("registrations", &registrations, "FFI handler capsules by target name");
+  register_plan(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),
         nb::arg("cross_memory_attach"));
@@ -303,23 +292,10 @@ NB_MODULE(_accl, m) {
   m.def(
       "set_cost_model",
       [](nb::kwargs values) {
-        CostModel model = cost_model();
-        for (auto [key, value] : values) {
-          const std::string name = nb::cast<std::string>(key);
-          const CostModelField* field = nullptr;
-          for (const CostModelField& f : kCostModelFields) {
-            if (name == f.name) field = &f;
-          }
-          if (field == nullptr)
-            throw nb::value_error(("unknown cost-model constant: " + name).c_str());
-          const double v = nb::cast<double>(value);
-          if (!(v >= 0) || std::isinf(v)) {
-            throw nb::value_error(
-                ("cost-model constant " + name + " must be finite and >= 0").c_str());
-          }
-          model.*field->member = v;
-        }
-        cost_model() = model;
+        std::map<std::string, double> named;
+        for (auto [key, value] : values)
+          named[nb::cast<std::string>(key)] = nb::cast<double>(value);
+        cost_model() = with_constants(cost_model(), named);
       },
       "Sets the named constants (see get_cost_model); the others keep their values.");
 }

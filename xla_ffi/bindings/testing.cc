@@ -28,9 +28,9 @@
 #include "common/dtype.h"
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
+#include "runtime/call_plan.h"
 #include "runtime/rendezvous.h"
 #include "testing/simulated_hosts.h"
-#include "topology/group_layout.h"
 #include "transport/channel_link.h"
 #include "transport/handshake.h"
 #include "transport/ring_channel.h"
@@ -133,12 +133,15 @@ std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
 // Runs one hierarchical all-reduce on simulated hosts over memory rings:
 // places[r] = (host, process) of rank r (testing/simulated_hosts.h). Each rank's buffer
 // is cut into segments of `segment_counts` elements (or one segment when empty).
-// Returns one error message per rank.
-std::vector<std::string> hierarchical_threads(
-    std::vector<std::pair<std::string, int>> places, std::vector<uintptr_t> ins,
-    std::vector<uintptr_t> outs, std::vector<uint64_t> counts, std::vector<uint64_t> segment_counts,
-    const std::string& dtype, const std::string& op, const std::string& between_algorithm,
-    int chunks, double timeout_s) {
+// Returns one error message per rank ("" where it succeeded) and what each rank ran:
+// {"schedule", "between", "chunks", "protocol"} of the plan it was given, and the phases
+// its run recorded ("reduce_scatters", "between_hosts", "all_gathers").
+nb::dict hierarchical_threads_report(std::vector<std::pair<std::string, int>> places,
+                                     std::vector<uintptr_t> ins, std::vector<uintptr_t> outs,
+                                     std::vector<uint64_t> counts,
+                                     std::vector<uint64_t> segment_counts, const std::string& dtype,
+                                     const std::string& op, const std::string& between_algorithm,
+                                     int chunks, double timeout_s, int rails) {
   if (ins.size() != places.size() || outs.size() != places.size() ||
       counts.size() != places.size()) {
     throw nb::value_error("hierarchical_threads: one place, in, out and count per rank");
@@ -156,46 +159,50 @@ std::vector<std::string> hierarchical_threads(
   call.between = parse_or_throw<Algorithm>(between_algorithm, parse_algorithm, "algorithm");
   call.timeout_s = timeout_s;
   call.chunks = chunks;
+  call.rails = rails;
   std::vector<Status> status;
+  std::vector<SimulatedRun> runs;
   {
     nb::gil_scoped_release release;
     status = run_on_simulated_hosts(
-        call, [](int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
+        call,
+        [](int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
           make_memory_channels(x, y);
-        });
+        },
+        &runs);
   }
   std::vector<std::string> errors;
   for (const Status& s : status) {
     errors.push_back(s.ok() ? "" : str_cat(code_name(s.code()), ": ", s.message()));
   }
-  return errors;
-}
-
-// The tiers of a group whose ranks live at `places` (host, process), as the runtime
-// derives them: {"hosts": ranks of every host, "thread_owners", "process_owners",
-// "process_peers": tier-1 group of every rank (empty where it owns no slice of tier 0),
-// "host_peers": tier-2 group of every rank (empty where it owns no slice), "describe"}.
-nb::dict group_layout(std::vector<std::pair<std::string, int>> places) {
-  std::vector<RankPlace> rank_places;
-  for (const auto& [host, process] : places) rank_places.push_back(RankPlace{process, host});
-  GroupLayout layout;
-  Status made = GroupLayout::make(rank_places, &layout);
-  if (!made.ok()) throw nb::value_error(made.message().c_str());
-  std::vector<std::vector<int>> hosts, process_peers, host_peers;
-  for (int h = 0; h < layout.host_count(); ++h) hosts.push_back(layout.host_ranks(h));
-  for (int r = 0; r < layout.size(); ++r) {
-    const bool t_owner = layout.device_position(r) < layout.thread_owners();
-    process_peers.push_back(t_owner ? layout.process_peers(r) : std::vector<int>{});
-    host_peers.push_back(layout.owns_slice(r) ? layout.host_peers(r) : std::vector<int>{});
+  nb::list ran;
+  for (const SimulatedRun& run : runs) {
+    nb::dict entry;
+    entry["schedule"] = algorithm_name(run.plan.schedule);
+    entry["between"] = algorithm_name(run.plan.between);
+    entry["chunks"] = run.plan.chunks;
+    entry["protocol"] = protocol_name(run.plan.protocol);
+    entry["reduce_scatters"] = run.reduce_scatters;
+    entry["between_hosts"] = run.between_hosts;
+    entry["all_gathers"] = run.all_gathers;
+    ran.append(entry);
   }
   nb::dict out;
-  out["hosts"] = hosts;
-  out["thread_owners"] = layout.thread_owners();
-  out["process_owners"] = layout.process_owners();
-  out["process_peers"] = process_peers;
-  out["host_peers"] = host_peers;
-  out["describe"] = layout.describe();
+  out["errors"] = errors;
+  out["ran"] = ran;
   return out;
+}
+
+// hierarchical_threads_report's errors alone.
+std::vector<std::string> hierarchical_threads(
+    std::vector<std::pair<std::string, int>> places, std::vector<uintptr_t> ins,
+    std::vector<uintptr_t> outs, std::vector<uint64_t> counts, std::vector<uint64_t> segment_counts,
+    const std::string& dtype, const std::string& op, const std::string& between_algorithm,
+    int chunks, double timeout_s) {
+  nb::dict report = hierarchical_threads_report(std::move(places), std::move(ins), std::move(outs),
+                                                std::move(counts), std::move(segment_counts), dtype,
+                                                op, between_algorithm, chunks, timeout_s, 1);
+  return nb::cast<std::vector<std::string>>(report["errors"]);
 }
 
 // Checks `data` as a connection's hello: "" if it may go on to the challenge.
@@ -350,7 +357,10 @@ NB_MODULE(_accl_testing, m) {
         nb::arg("outs"), nb::arg("counts"), nb::arg("segment_counts"), nb::arg("dtype"),
         nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("chunks") = 0,
         nb::arg("timeout_s") = 30.0);
-  m.def("group_layout", &group_layout, nb::arg("places"));
+  m.def("hierarchical_threads_report", &hierarchical_threads_report, nb::arg("places"),
+        nb::arg("ins"), nb::arg("outs"), nb::arg("counts"), nb::arg("segment_counts"),
+        nb::arg("dtype"), nb::arg("op"), nb::arg("between_algorithm") = "auto",
+        nb::arg("chunks") = 0, nb::arg("timeout_s") = 30.0, nb::arg("rails") = 1);
   m.def("parse_hello", &parse_hello, nb::arg("data"));
   m.def("accept_handshake", &accept_handshake, nb::arg("data"), nb::arg("secret"));
   m.def("connect_handshake", &connect_handshake, nb::arg("reply"), nb::arg("secret"));

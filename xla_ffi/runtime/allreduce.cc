@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "runtime/communicator.h"
+#include "runtime/call_plan.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 

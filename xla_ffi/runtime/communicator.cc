@@ -4,25 +4,9 @@
 #include <chrono>
 #include <mutex>
 
-#include "algorithms/select.h"
-#include "runtime/one_shot.h"
 #include "runtime/world.h"
 
 namespace accl {
-
-int& pipeline_chunks_setting() {
-  static int chunks = 0;
-  return chunks;
-}
-
-bool plan_one_shot(size_t bytes, Algorithm forced) {
-  return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
-}
-
-Algorithm plan_in_process(int n, size_t bytes, Algorithm forced) {
-  if (forced != Algorithm::kAuto && forced != Algorithm::kHierarchical) return forced;
-  return choose_algorithm(n, bytes, /*peer_memory=*/true, cost_model());
-}
 
 namespace {
 std::mutex& agreement_mutex() {
@@ -132,42 +116,13 @@ void Communicator::call_failed(uint64_t call, const ChannelSpace& space) {
 uint64_t Communicator::recoveries() const { return recoveries_.load(); }
 
 CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) const {
-  const GroupLayout& g = layout_;
-  CallPlan plan;
-  if (g.process_count() == 1) {
-    plan.schedule = plan_in_process(g.size(), bytes, forced);
-    return plan;
-  }
-  // Forced ring, halving-doubling or direct run flat over all devices; a forced
-  // reduce_broadcast is the cross-memory-attach one on one host. The automatic choice on
-  // one host is choose_one_host's (small messages: flat, a few sync points; large ones:
-  // cross-memory attach, one kernel copy per byte each way); between hosts it is the
-  // hierarchy, which sends a host's share once and keeps every rail busy.
-  const bool one_host = g.host_count() == 1;
-  cma = cma && one_host;
-  plan.schedule = forced;
-  if (forced == Algorithm::kAuto) {
-    plan.schedule = one_host ? choose_one_host(g.size(), g.process_count(), g.thread_owners(),
-                                               bytes, cma, cost_model())
-                             : Algorithm::kHierarchical;
-  }
-  if (plan.schedule == Algorithm::kReduceBroadcast && !cma)
-    plan.schedule = Algorithm::kHierarchical;
-  if (plan.schedule != Algorithm::kHierarchical) return plan;
-
-  if (g.owns_slice(rank) && g.host_count() > 1) {
-    // This rank's share after both local tiers: slice t of the threads', then sub-slice
-    // j of that among the host's processes.
-    const size_t slice = Blocks{bytes, g.thread_owners()}.length(g.device_position(rank));
-    const size_t owned = Blocks{slice, g.process_owners()}.length(g.process_position(rank));
-    plan.between = choose_between_hosts(g.host_count(), owned, network_model(cost_model(), rails_));
-  }
-  const int forced_chunks = pipeline_chunks_setting();
-  plan.chunks = forced_chunks > 0
-                    ? forced_chunks
-                    : choose_pipeline_chunks(g.host_count(), g.process_owners(), g.thread_owners(),
-                                             rails_, bytes, cost_model());
-  return plan;
+  PlanRequest request;
+  request.bytes = bytes;
+  request.forced = forced;
+  request.cma = cma;
+  request.rails = rails_;
+  request.chunks = pipeline_chunks_setting();
+  return plan_call(layout_, rank, request, cost_model());
 }
 
 }  // namespace accl

@@ -1,7 +1,8 @@
 // A group of devices as jax_accl runs its all-reduces on it: where its ranks live (the
-// layout, derived once per group), the one place where a call's schedule is chosen
-// (which algorithm runs, and for the hierarchy the algorithm between hosts and the
-// pipeline's chunks), and the group's channels, epoch by epoch.
+// layout, derived once per group), a call's schedule (the runtime's plan,
+// runtime/call_plan.h, on this layout: which algorithm runs, and for the hierarchy the
+// algorithm between hosts and the pipeline's chunks), and the group's channels, epoch by
+// epoch.
 //
 // Recovery. Every rank of the group makes the same calls of a lane in the same order, so
 // a call has the same index c on every rank. When call f fails, the first later call of this
@@ -32,32 +33,13 @@
 
 #include "algorithms/algorithm.h"
 #include "common/wait.h"
+#include "runtime/call_plan.h"
 #include "runtime/channel_space.h"
 #include "topology/group_layout.h"
 
 namespace accl {
 
 class World;
-
-struct CallPlan {
-  // A flat algorithm over all ranks, kReduceBroadcast (cross-memory attach, one host) or
-  // kHierarchical.
-  Algorithm schedule = Algorithm::kAuto;
-  Algorithm between = Algorithm::kAuto;  // hierarchical, between hosts (kAuto: not this rank)
-  int chunks = 1;                        // hierarchical: pipeline chunks
-};
-
-// JAX_ACCL_PIPELINE_CHUNKS, as jax_accl's configuration sets it: 0 lets the cost model
-// choose (choose_pipeline_chunks), 1 turns pipelining off, n > 1 forces n chunks.
-int& pipeline_chunks_setting();
-
-// Whether an all-reduce among the device threads of this process runs as the one-shot
-// asynchronous reduce (runtime/one_shot.h): small, and direct or the automatic choice.
-bool plan_one_shot(size_t bytes, Algorithm forced);
-
-// The schedule of an all-reduce among `n` device threads of one process: `forced`, or
-// where that is kAuto (or kHierarchical, which has one level here) the cost model's.
-Algorithm plan_in_process(int n, size_t bytes, Algorithm forced);
 
 // How the processes of a group agree to start epoch `epoch` (installed by jax_accl's
 // bootstrap: jax_accl/distributed.py, over jax.distributed's key-value store).
@@ -86,9 +68,8 @@ class Communicator {
   const GroupLayout& layout() const { return layout_; }
   int rails() const { return rails_; }
   // The schedule of rank `rank`'s call of `bytes`: `forced` as the caller asked (kAuto:
-  // the cost model's choice); `cma`: cross-memory attach is usable (one host). The same
-  // on every rank of the group for the same arguments, except `between`, which is
-  // kAuto on ranks that take no part between hosts.
+  // the cost model's choice); `cma`: cross-memory attach is usable (one host). The
+  // runtime's plan (runtime/call_plan.h) on this group's layout and rails.
   CallPlan plan(int rank, size_t bytes, Algorithm forced, bool cma) const;
 
   // Begins the next call of this process's rank on global device `device`: *call is its

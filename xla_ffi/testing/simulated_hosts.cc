@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "reduce/reduce.h"
-#include "runtime/communicator.h"
 #include "runtime/hierarchy.h"
 
 namespace accl {
@@ -31,15 +30,13 @@ std::vector<Buffers> segments_of(const SimulatedCall& call, int r) {
 
 }  // namespace
 
-std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const PairMaker& make_pair) {
+std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const PairMaker& make_pair,
+                                           std::vector<SimulatedRun>* ran) {
   const int n = static_cast<int>(call.places.size());
-  std::vector<int64_t> devices(n);
-  for (int r = 0; r < n; ++r) devices[r] = r;
-  std::shared_ptr<Communicator> group;  // planning only: its channels are the meshes below
-  Status made =
-      Communicator::make(/*world=*/nullptr, devices, /*lane=*/0, call.places, /*rails=*/1, &group);
+  GroupLayout layout;
+  Status made = GroupLayout::make(call.places, &layout);
   if (!made.ok()) return std::vector<Status>(n, made);
-  const GroupLayout& layout = group->layout();
+  std::vector<SimulatedRun> runs(n);
   const ReduceFn fn = reduce_kernel(call.dtype, call.op);
   if (fn == nullptr) {
     return std::vector<Status>(n, error(Code::kInvalidArgument, "no kernel for this op and dtype"));
@@ -70,17 +67,21 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
     for (const Buffers& b : segments) lengths.push_back(b.count);
     // The runtime's plan for the hierarchy, with the call's forced choices.
     const size_t elem = dtype_size(call.dtype);
-    const CallPlan plan = group->plan(r, call.counts[r] * elem, Algorithm::kHierarchical, false);
+    PlanRequest request;
+    request.bytes = call.counts[r] * elem;
+    request.forced = Algorithm::kHierarchical;
+    request.rails = call.rails;
+    request.chunks = call.chunks > 0 ? call.chunks : pipeline_chunks_setting();
+    request.between = call.between;
+    const CallPlan plan = runs[r].plan = plan_call(layout, r, request, cost_model());
     HierarchyCall hc{&layout,
                      r,
                      process_keys.at(layout.process_ranks(r)[0]),
                      Signature{},
                      str_cat("simulated rank ", r),
                      Deadline::after_seconds(call.timeout_s),
-                     call.between != Algorithm::kAuto && plan.between != Algorithm::kAuto
-                         ? call.between
-                         : plan.between,
-                     call.chunks > 0 ? call.chunks : plan.chunks};
+                     plan.between,
+                     plan.chunks};
     hc.signature.dtype = call.dtype;
     hc.signature.op = call.op;
     describe_layout(lengths, &hc.signature);
@@ -91,8 +92,15 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
       return Status::Ok();
     };
     HierarchyResult result;
-    return run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
-                         connect, &result);
+    Status s =
+        run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
+                      connect, &result);
+    for (const PhaseRecord& p : result.times) {
+      (p.kind == PhaseRecord::kReduceScatter  ? runs[r].reduce_scatters
+       : p.kind == PhaseRecord::kBetweenHosts ? runs[r].between_hosts
+                                              : runs[r].all_gathers) += 1;
+    }
+    return s;
   };
   std::vector<Status> status(n);
   std::vector<std::thread> threads;
@@ -124,6 +132,7 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
     });
   }
   for (auto& t : threads) t.join();
+  if (ran != nullptr) *ran = std::move(runs);
   return status;
 }
 

@@ -18,7 +18,8 @@
 // A rank that owns no slice of a tier only contributes to that tier's reduce-scatter
 // and receives in its all-gather: every layout, even or not, runs the same schedule.
 //
-// jax_accl.plan.layout mirrors this file; tests compare the two.
+// jax_accl.plan reads it through the binding (bindings/plan.cc), and tests/plan checks it
+// against these rules written out independently.
 #pragma once
 
 #include <string>

@@ -1,0 +1,82 @@
+// The runtime's plan of one all-reduce: the one place where a call's schedule is chosen.
+// Every path of the runtime decides here: the FFI handler by plan_one_shot, allreduce_local
+// (a group of one process) by plan_in_process, the Communicator of a group that spans
+// processes by plan_call, whose one-process branch is those two functions. The simulated
+// hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call too, so
+// what they report is the plan the runtime runs.
+//
+// The choice, for a group laid out as topology/group_layout.h says:
+//   one process      small, direct or automatic, in a program of one process: the one-shot
+//                    asynchronous reduce (runtime/one_shot.h); else `forced`, or for kAuto
+//                    (and kHierarchical, which has one level there) the model's pick among
+//                    the flat algorithms over peer memory;
+//   one host         `forced` flat algorithms run over all devices; the automatic choice is
+//                    choose_one_host's (flat, cross-memory attach, or the hierarchy);
+//   several hosts    flat when forced, else the hierarchy: between hosts the owners of a
+//                    slice run choose_between_hosts' algorithm on their sub-slice, and the
+//                    buffer is pipelined in choose_pipeline_chunks' chunks (or
+//                    JAX_ACCL_PIPELINE_CHUNKS'), streamed where the step between hosts
+//                    streams them (algorithms/hierarchical.h).
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/select.h"
+#include "topology/group_layout.h"
+
+namespace accl {
+
+// How a call's data moves through its schedule.
+enum class Protocol : int {
+  kOneShot = 0,   // the last rank to arrive reduces every rank's input (runtime/one_shot.h)
+  kWhole = 1,     // the schedule runs once over the whole buffer
+  kChunked = 2,   // the hierarchy's pipeline, each chunk's step between hosts run whole
+  kStreamed = 3,  // the hierarchy's pipeline, the chunks streamed between hosts
+};
+const char* protocol_name(Protocol protocol);
+
+struct CallPlan {
+  // A flat algorithm over all ranks, kReduceBroadcast (peer memory in one process, or
+  // cross-memory attach on one host) or kHierarchical.
+  Algorithm schedule = Algorithm::kAuto;
+  Algorithm between = Algorithm::kAuto;  // hierarchical, between hosts (kAuto: not this rank)
+  int chunks = 1;                        // hierarchical: pipeline chunks
+  Protocol protocol = Protocol::kWhole;
+};
+
+// What a call asks for, besides its group.
+struct PlanRequest {
+  size_t bytes = 0;                      // per rank, every segment
+  Algorithm forced = Algorithm::kAuto;   // as the caller asked (kAuto: the model's choice)
+  bool cma = false;                      // cross-memory attach is usable (one host)
+  int rails = 1;                         // this process's rails between hosts
+  int chunks = 0;                        // pipeline chunks: 0 the model's, n forced
+  Algorithm between = Algorithm::kAuto;  // forced between hosts (the native tests only)
+  bool one_shot = false;                 // the program runs in one process (FFI handler)
+};
+
+// JAX_ACCL_PIPELINE_CHUNKS, as jax_accl's configuration sets it: 0 lets the cost model
+// choose (choose_pipeline_chunks), 1 turns pipelining off, n > 1 forces n chunks.
+int& pipeline_chunks_setting();
+
+// Whether an all-reduce among the device threads of this process runs as the one-shot
+// asynchronous reduce (runtime/one_shot.h): small, and direct or the automatic choice.
+bool plan_one_shot(size_t bytes, Algorithm forced);
+
+// The schedule of an all-reduce among `n` device threads of one process: `forced`, or
+// where that is kAuto (or kHierarchical, which has one level here) the cost model's.
+Algorithm plan_in_process(int n, size_t bytes, Algorithm forced,
+                          const CostModel& model = cost_model());
+
+// The plan of rank `rank`'s call: the same on every rank of the group for the same
+// request, except `between`, which is kAuto on ranks that take no part between hosts
+// (rank 0 always does).
+CallPlan plan_call(const GroupLayout& layout, int rank, const PlanRequest& request,
+                   const CostModel& model);
+
+// The model's time of a call that runs `plan` (an owner's: rank 0's), per rank.
+double predict_call_seconds(const GroupLayout& layout, const CallPlan& plan,
+                            const PlanRequest& request, const CostModel& model);
+
+}  // namespace accl
