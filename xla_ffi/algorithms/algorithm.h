@@ -24,22 +24,6 @@ inline constexpr int kNumAlgorithms = 6;
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);
 
-// One rank's buffers: `count` elements of `elem_size` bytes; in and out are either the
-// same buffer (an in-place all-reduce: every algorithm handles it) or do not overlap.
-// A call may all-reduce several such segments (fused leaves of a pytree); `segment` is
-// the index under which peers published theirs (PeerMemory), `offset` how far into it
-// this piece starts (a chunk of a pipelined call).
-struct Buffers {
-  const void* in;
-  void* out;
-  size_t count;
-  size_t elem_size;
-  int segment = 0;
-  size_t offset = 0;  // where `in` and `out` start in the published segment, in elements
-  const char* in_at(size_t elem) const { return static_cast<const char*>(in) + elem * elem_size; }
-  char* out_at(size_t elem) const { return static_cast<char*>(out) + elem * elem_size; }
-};
-
 // `count` elements cut into `parts` contiguous blocks whose sizes differ by at most one.
 struct Blocks {
   size_t count;

@@ -1,17 +1,14 @@
 #include "runtime/channel_space.h"
 
+#include "common/hash.h"
 #include "runtime/world.h"
 
 namespace accl {
 
 uint64_t channel_space_id(const std::vector<int64_t>& devices, uint64_t lane, uint32_t epoch) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  for (int64_t d : devices) mix(static_cast<uint64_t>(d));
-  mix(devices.size());
-  mix(lane);
-  mix(epoch);
-  return h;
+  Fnv64 h;
+  for (int64_t d : devices) h.mix(static_cast<uint64_t>(d));
+  return h.mix(devices.size()).mix(lane).mix(epoch).value();
 }
 
 ChannelSpace::~ChannelSpace() {

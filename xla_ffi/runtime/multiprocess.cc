@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/hash.h"
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
 #include "runtime/communicator.h"
@@ -44,21 +45,20 @@ namespace {
 // recovery that one process left, say) fails with a tag mismatch instead of reducing
 // one step's data with another's.
 uint64_t call_tag(const Signature& sig, int group_size, uint64_t call_index) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  mix(static_cast<uint64_t>(sig.dtype));
-  mix(static_cast<uint64_t>(sig.op));
-  mix(sig.count);
-  mix(sig.segments);
-  mix(sig.layout_hash);
-  mix(static_cast<uint64_t>(sig.algorithm));
-  mix(static_cast<uint64_t>(group_size));
-  mix(call_index);
-  return h;
+  return Fnv64()
+      .mix(static_cast<uint64_t>(sig.dtype))
+      .mix(static_cast<uint64_t>(sig.op))
+      .mix(sig.count)
+      .mix(sig.segments)
+      .mix(sig.layout_hash)
+      .mix(static_cast<uint64_t>(sig.algorithm))
+      .mix(static_cast<uint64_t>(group_size))
+      .mix(call_index)
+      .value();
 }
 
 uint64_t schedule_tag(uint64_t call, Algorithm schedule) {
-  return (call ^ static_cast<uint64_t>(schedule)) * 1099511628211ull;
+  return Fnv64(call).mix(static_cast<uint64_t>(schedule)).value();
 }
 
 uint64_t ns_between(Clock::time_point from, Clock::time_point to) {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+#include "common/hash.h"
 
 namespace accl {
 namespace {
@@ -39,12 +40,12 @@ std::shared_ptr<PendingCall>& slot_of(const CallKey& key, int size, const std::s
 }  // namespace
 
 size_t CallKeyHash::operator()(const CallKey& k) const {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {static_cast<uint64_t>(k.run_id), static_cast<uint64_t>(k.op_id),
-                     static_cast<uint64_t>(k.group), k.seq}) {
-    h = (h ^ v) * 1099511628211ull;
-  }
-  return h;
+  return Fnv64()
+      .mix(static_cast<uint64_t>(k.run_id))
+      .mix(static_cast<uint64_t>(k.op_id))
+      .mix(static_cast<uint64_t>(k.group))
+      .mix(k.seq)
+      .value();
 }
 
 std::string missing_ranks(const std::vector<uint8_t>& present) {
@@ -64,12 +65,12 @@ std::string describe(const Signature& s) {
 void describe_layout(const std::vector<uint64_t>& counts, Signature* s) {
   s->count = 0;
   s->segments = static_cast<uint32_t>(counts.size());
-  uint64_t h = 1469598103934665603ull;
+  Fnv64 h;
   for (uint64_t c : counts) {
     s->count += c;
-    h = (h ^ c) * 1099511628211ull;
+    h.mix(c);
   }
-  s->layout_hash = h;
+  s->layout_hash = h.value();
 }
 
 Status join_call(const CallKey& key, int rank, int size, const Signature& signature,

@@ -17,6 +17,22 @@
 
 namespace accl {
 
+// One rank's buffers: `count` elements of `elem_size` bytes; in and out are either the
+// same buffer (an in-place all-reduce: every algorithm handles it) or do not overlap.
+// A call may all-reduce several such segments (fused leaves of a pytree); `segment` is
+// the index under which peers published theirs (PeerMemory), `offset` how far into it
+// this piece starts (a chunk of a pipelined call).
+struct Buffers {
+  const void* in;
+  void* out;
+  size_t count;
+  size_t elem_size;
+  int segment = 0;
+  size_t offset = 0;  // where `in` and `out` start in the published segment, in elements
+  const char* in_at(size_t elem) const { return static_cast<const char*>(in) + elem * elem_size; }
+  char* out_at(size_t elem) const { return static_cast<char*>(out) + elem * elem_size; }
+};
+
 // How to combine two runs of elements.
 struct Reduction {
   ReduceFn fn = nullptr;

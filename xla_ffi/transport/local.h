@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/algorithm.h"
 #include "common/wait.h"
 #include "transport/link.h"
 
