@@ -48,12 +48,13 @@ Status allreduce_ring(Link& link, const Buffers& buf, const Reduction& reduction
 Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reduction& reduction);
 
-// Reduce-broadcast between processes of one host through cross-memory attach, over all
-// segments at once; `link` carries only addresses and the closing barrier. With `probe`,
+// Reduce-broadcast between processes of one host through `memory` (cross-memory
+// attach), over all segments at once; `link` carries only addresses and the closing
+// barrier. With `probe`,
 // the ranks first check that each can read every peer's memory and all set *usable to
 // the same answer (false: nothing was done, use another algorithm).
-Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Reduction& reduction,
-                     bool probe, bool* usable);
+Status allreduce_cma(Link& link, ProcessMemory& memory, const std::vector<Buffers>& segments,
+                     const Reduction& reduction, bool probe, bool* usable);
 
 // Runs `algorithm` (not kAuto) on this rank over every segment, in order. Algorithms
 // that read peers' memory in place leave the closing barrier to this function, so a

@@ -1,9 +1,9 @@
 // Reduce-broadcast between processes of one host by cross-memory attach, for large
 // messages: the cross-process counterpart of reduce_broadcast.
-//   1. Every rank sends every other rank its pid and the addresses of its buffers (and,
-//      when asked to probe, whether it could read each peer's token through the peer's
-//      pid: all ranks then agree to go on, or all report CMA unusable before any data
-//      moves).
+//   1. Every rank sends every other rank its process handle (ProcessMemory, a pid) and
+//      the addresses of its buffers (and, when asked to probe, whether it could read
+//      each peer's token through the peer's handle: all ranks then agree to go on, or
+//      all report CMA unusable before any data moves).
 //   2. Each segment is cut into n blocks; rank r owns block r. Tile by tile it reads
 //      block r of every peer's input straight from the peer's memory into a local tile,
 //      folds the n tiles in rank order and writes the result into block r of every
@@ -15,15 +15,12 @@
 //   a peer-access phase of the link (Link::begin_peer_access): a rank looks for a failed
 //   peer before every tile, and a peer that fails waits until every rank has left the
 //   phase before it returns, so nobody writes into buffers that XLA may have freed.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "algorithms/algorithm.h"
-#include "transport/cma.h"
 
 namespace accl {
 namespace {
@@ -45,14 +42,14 @@ Status exchange(Link& link, const void* mine, size_t bytes, std::vector<std::vec
 
 }  // namespace
 
-Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Reduction& reduction,
-                     bool probe, bool* usable) {
+Status allreduce_cma(Link& link, ProcessMemory& memory, const std::vector<Buffers>& segments,
+                     const Reduction& reduction, bool probe, bool* usable) {
   const int n = link.size(), me = link.rank();
   // 1. Addresses: a random token, where it lives, the pid, then (in, out) per segment.
-  //    The probe reads each peer's token through its pid: a pid that names another
-  //    process (another pid namespace, a host id shared by mistake) cannot pass it.
+  //    The probe reads each peer's token through its handle (a pid): one that names
+  //    another process (another pid namespace, a host id shared by mistake) cannot pass.
   static thread_local std::mt19937_64 random{std::random_device{}()};
-  std::vector<uint64_t> mine{random(), 0, static_cast<uint64_t>(getpid())};
+  std::vector<uint64_t> mine{random(), 0, memory.handle()};
   for (const Buffers& b : segments) {
     mine.push_back(reinterpret_cast<uint64_t>(b.in));
     mine.push_back(reinterpret_cast<uint64_t>(b.out));
@@ -68,7 +65,7 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
       std::memcpy(peer[r].data(), raw[r].data(), mine.size() * 8);
     }
   }
-  auto pid_of = [&](int r) { return static_cast<pid_t>(peer[r][2]); };
+  auto process_of = [&](int r) { return peer[r][2]; };
   auto in_of = [&](int r, size_t s) { return peer[r][3 + 2 * s]; };
   auto out_of = [&](int r, size_t s) { return peer[r][4 + 2 * s]; };
 
@@ -78,7 +75,7 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
     for (int r = 0; r < n; ++r) {
       uint64_t token = 0;
       if (r != me &&
-          (!probe_remote(pid_of(r), peer[r][1], &token, 8).ok() || token != peer[r][0])) {
+          (!memory.probe(process_of(r), peer[r][1], &token, 8).ok() || token != peer[r][0])) {
         can = 0;
       }
     }
@@ -111,7 +108,7 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
           continue;
         }
         char* local = tiles.data() + static_cast<size_t>(r) * kTileBytes;
-        Status got = read_remote(pid_of(r), in_of(r, s) + offset, local, m * elem);
+        Status got = memory.read(process_of(r), in_of(r, s) + offset, local, m * elem);
         if (!got.ok()) return error(got.code(), link.where(), ": ", got.message());
         sources[r] = local;
       }
@@ -122,7 +119,7 @@ Status allreduce_cma(Link& link, const std::vector<Buffers>& segments, const Red
           std::memcpy(seg.out_at(first + done), result, m * elem);
           continue;
         }
-        Status put = write_remote(pid_of(r), out_of(r, s) + offset, result, m * elem);
+        Status put = memory.write(process_of(r), out_of(r, s) + offset, result, m * elem);
         if (!put.ok()) return error(put.code(), link.where(), ": ", put.message());
       }
     }

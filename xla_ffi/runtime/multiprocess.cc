@@ -132,7 +132,8 @@ Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members, u
   // Before this rank publishes its buffers (inside allreduce_cma), so that peers
   // probing it find it allowed.
   allow_cross_memory_attach();
-  ACCL_RETURN_IF_ERROR(allreduce_cma(link, mine, reduction, /*probe=*/!known, &usable));
+  ACCL_RETURN_IF_ERROR(
+      allreduce_cma(link, cross_memory(), mine, reduction, /*probe=*/!known, &usable));
   if (!known) {
     std::lock_guard<std::mutex> lock(mutex);
     usable_by_group[{members, lane}] = usable;

@@ -151,10 +151,11 @@ void test_cma(int n, size_t count, bool in_place) {
   auto status = on_threads(n, [&](int r) {
     ChannelLink link(r, channels_of(mesh, r), 9, "selftest cma", Deadline::after_seconds(30));
     bool usable = false;
-    Status s = allreduce_cma(link, {Buffers{in[r].data(), out[r].data(), count, 4, 0}},
-                             Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4,
-                                       reduce_many_kernel(DType::kI32, ReduceOp::kSum)},
-                             /*probe=*/true, &usable);
+    Status s =
+        allreduce_cma(link, cross_memory(), {Buffers{in[r].data(), out[r].data(), count, 4, 0}},
+                      Reduction{reduce_kernel(DType::kI32, ReduceOp::kSum), 4,
+                                reduce_many_kernel(DType::kI32, ReduceOp::kSum)},
+                      /*probe=*/true, &usable);
     if (s.ok() && !usable) s = error(Code::kInternal, "cross-memory attach unusable");
     return s;
   });
@@ -539,7 +540,8 @@ void test_killed_peer(bool cma) {
                       reduce_many_kernel(DType::kI32, ReduceOp::kSum)};
   auto run = [&](int side, Link& link, std::vector<int32_t>& data) {
     bool usable = false;
-    return cma ? allreduce_cma(link, {Buffers{data.data(), data.data(), count, 4, 0}}, sum,
+    return cma ? allreduce_cma(link, cross_memory(),
+                               {Buffers{data.data(), data.data(), count, 4, 0}}, sum,
                                /*probe=*/false, &usable)
                : run_allreduce(Algorithm::kRing, link,
                                {Buffers{data.data(), data.data(), count, 4, 0}}, sum);

@@ -66,6 +66,24 @@ Status probe_remote(pid_t pid, uint64_t remote, void* local, size_t bytes) {
   return transfer(true, pid, remote, local, bytes, /*through_kernel=*/true);
 }
 
+ProcessMemory& cross_memory() {
+  class Cma final : public ProcessMemory {
+   public:
+    uint64_t handle() const override { return static_cast<uint64_t>(getpid()); }
+    Status read(uint64_t peer, uint64_t remote, void* local, size_t bytes) override {
+      return read_remote(static_cast<pid_t>(peer), remote, local, bytes);
+    }
+    Status write(uint64_t peer, uint64_t remote, const void* local, size_t bytes) override {
+      return write_remote(static_cast<pid_t>(peer), remote, local, bytes);
+    }
+    Status probe(uint64_t peer, uint64_t remote, void* local, size_t bytes) override {
+      return probe_remote(static_cast<pid_t>(peer), remote, local, bytes);
+    }
+  };
+  static Cma cma;
+  return cma;
+}
+
 Status write_remote(pid_t pid, uint64_t remote, const void* local, size_t bytes) {
   return transfer(false, pid, remote, const_cast<void*>(local), bytes);
 }

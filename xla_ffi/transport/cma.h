@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "transport/link.h"
 
 namespace accl {
 
@@ -32,5 +33,8 @@ Status write_remote(pid_t pid, uint64_t remote, const void* local, size_t bytes)
 // pid namespace may equal ours, and its address must then fail cleanly (EFAULT) or
 // yield the wrong token, never be dereferenced here.
 Status probe_remote(pid_t pid, uint64_t remote, void* local, size_t bytes);
+
+// The above as algorithms see it (transport/link.h): handles are pids.
+ProcessMemory& cross_memory();
 
 }  // namespace accl

@@ -65,6 +65,21 @@ class PeerMemory {
   virtual Status barrier() = 0;
 };
 
+// Another process's memory, read and written directly (cross-memory attach, transport/
+// cma.h), for the processes of one host. An algorithm names a process by the handle
+// its peer sent it over the link, and an address in that process.
+class ProcessMemory {
+ public:
+  virtual ~ProcessMemory() = default;
+  virtual uint64_t handle() const = 0;  // this process, as its peers name it
+  // Copies `bytes` from `remote` in process `peer` into `local`, or from `local` there.
+  virtual Status read(uint64_t peer, uint64_t remote, void* local, size_t bytes) = 0;
+  virtual Status write(uint64_t peer, uint64_t remote, const void* local, size_t bytes) = 0;
+  // read, never short-cut for this process (a handle from another namespace may equal
+  // ours): whether `peer` can be read at all.
+  virtual Status probe(uint64_t peer, uint64_t remote, void* local, size_t bytes) = 0;
+};
+
 class Link {
  public:
   virtual ~Link() = default;
