@@ -67,7 +67,7 @@ nb::dict tier(const char* name, int ranks, int owners, const char* via) {
   return t;
 }
 
-// The tiers a hierarchical call runs (runtime/hierarchy.cc skips a tier where every rank
+// The tiers a hierarchical call runs (runtime/hierarchical_call.cc skips a tier where every rank
 // is alone).
 nb::list tiers_of(const GroupLayout& g, const CallPlan& plan) {
   int per_process = 1, per_host = 1;

@@ -1,7 +1,7 @@
 // All-reduce of a group that spans processes (and hosts): which schedule runs, over
 // which links.
 //
-// Hierarchical (algorithms/hierarchical.cc, joined and connected by runtime/hierarchy.cc),
+// Hierarchical (algorithms/hierarchical.cc, joined and connected by runtime/hierarchical_call.cc),
 // the automatic choice between hosts: three tiers by host (topology/group_layout.h), the
 // device threads of this process (peer memory), device t of every process of this host
 // (shared memory), and the owners of the same position on every host (TCP, every slice
@@ -28,7 +28,7 @@
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
 #include "runtime/communicator.h"
-#include "runtime/hierarchy.h"
+#include "runtime/hierarchical_call.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "reduce/reduce.h"
-#include "runtime/hierarchy.h"
+#include "runtime/hierarchical_call.h"
 
 namespace accl {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/hierarchy.h"
+#include "runtime/hierarchical_call.h"
 
 #include "transport/local.h"
 
