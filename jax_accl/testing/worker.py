@@ -554,12 +554,17 @@ def scenario_exit_in_flight():
         pending = step(placed)  # dispatched; its call waits for the late peer
         time.sleep(0.5)
         waiting = jax_accl.stats()["calls_in_flight"]
-        del pending
         result = {"calls_in_flight": waiting, "process": 0}
         if args.exit == "shutdown":
             start = time.perf_counter()
             jax.distributed.shutdown()
             result["shutdown_s"] = time.perf_counter() - start
+            try:  # the call that was in flight: ended by the shutdown
+                pending.block_until_ready()
+                result["pending_error"] = None
+            except Exception as e:
+                result["pending_error"] = str(e)
+        del pending
         print("RESULT " + json.dumps(result), flush=True)
         sys.exit(0)  # atexit stops jax_accl (if still running), then jax.distributed
     time.sleep(3.0)

@@ -59,23 +59,36 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   const size_t elem = reduction.elem_size;
   const Algorithm algorithm = plan_in_process(spec.size, sig.count * elem, sig.algorithm);
 
+  // An exception (an allocation that failed) fails the call like any error: the other
+  // ranks learn it at once instead of at their deadline (before the join, by leaving
+  // it; join_call handles its own).
   std::vector<Buffers> segments;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
+  try {
+    for (size_t k = 0; k < counts.size(); ++k) {
+      segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
+    }
+  } catch (const std::exception& e) {
+    leave_call(spec.key, spec.rank, spec.size, spec.label, error(Code::kInternal, e.what()));
+    throw;
   }
   std::shared_ptr<LocalExchange> exchange;
   Status s =
       join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments, &exchange);
   if (s.ok()) {
-    LocalLink link(exchange, spec.rank, deadline);
-    // An exception (an allocation that failed) fails the call like any error: the
-    // other ranks learn it at once instead of at their deadline.
+    std::unique_ptr<LocalLink> link;
     try {
-      s = run_allreduce(algorithm, link, segments, reduction);
+      link = std::make_unique<LocalLink>(exchange, spec.rank, deadline);
+      s = run_allreduce(algorithm, *link, segments, reduction);
     } catch (const std::exception& e) {
       s = error(Code::kInternal, spec.label, ": ", e.what());
     }
-    if (!s.ok()) link.fail(s);
+    if (!s.ok()) {
+      if (link) {
+        link->fail(s);
+      } else {
+        exchange->abort(spec.rank, s.message());
+      }
+    }
   }
   if (!s.ok()) {
     record_error(algorithm);

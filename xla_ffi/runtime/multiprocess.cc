@@ -169,6 +169,9 @@ std::vector<int64_t> devices_of(const std::vector<int64_t>& devices,
 Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
                                   const std::vector<const void*>& in, const std::vector<void*>& out,
                                   const std::vector<uint64_t>& counts) {
+  // The deadline first: a World::stop() that takes the World after this call got it
+  // ends this deadline too (its abort comes later), so stop never waits for it in vain.
+  const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const std::shared_ptr<World> world = World::get();  // held to the end of the call
   if (world == nullptr || !world->ready()) {
     return error(Code::kInvalidArgument, spec.label,
@@ -187,7 +190,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   Reduction reduction;
   ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
   const size_t elem = reduction.elem_size;
-  const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const auto start = spec.start();
   const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
                                     devices[spec.rank], ", process ", world->process_index(), ")");
@@ -221,14 +223,24 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       if (finished) return;
       space.poison_all(Code::kInternal);
       if (siblings > 1) {
-        leave_call(spec.key, thread, siblings, spec.label,
-                   error(Code::kInternal, spec.label, ": an exception ended the call"));
+        try {  // (allocates: nothing may escape a destructor)
+          leave_call(spec.key, thread, siblings, spec.label,
+                     error(Code::kInternal, spec.label, ": an exception ended the call"));
+        } catch (...) {
+        }
       }
       group.call_failed(call, space);
     }
   } unwound{*group, *space, call_index, spec};
   CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
   Algorithm& schedule = plan.schedule;
+  // A hierarchical schedule meets this process's other devices in the rendezvous.
+  auto meets_siblings = [&] {
+    if (schedule != Algorithm::kHierarchical) return;
+    unwound.thread = layout.device_position(spec.rank);
+    unwound.siblings = static_cast<int>(layout.process_ranks(spec.rank).size());
+  };
+  meets_siblings();
   // The choice is on the wire: a process whose model chose otherwise (another
   // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
   const uint64_t call = call_tag(sig, spec.size, call_index);
@@ -240,8 +252,10 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     } else {
       record_error(schedule);
       // Every channel of the call, links opened or not: the peers fail at once. The
-      // next call recovers first, on fresh channels.
-      space->poison_all(s.code());
+      // next call recovers first, on fresh channels. Not for abort() or a stop, which
+      // end every call of this process themselves (each then says so, not that a
+      // sibling failed first); the links the call had opened tell the peers.
+      if (s.code() != Code::kAborted) space->poison_all(s.code());
       group->call_failed(call_index, *space);
     }
     return s;
@@ -273,6 +287,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     // Cross-memory attach refused (every rank learnt it alike): the next best schedule.
     plan = group->plan(spec.rank, bytes, sig.algorithm, /*cma=*/false);
     tag = schedule_tag(call, schedule);
+    meets_siblings();
   }
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
@@ -285,8 +300,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
 
   // Hierarchical: the threads of this process, the processes of this host, then (if
   // this rank owns a slice at both) its peers of the same position on the other hosts.
-  unwound.thread = layout.device_position(spec.rank);
-  unwound.siblings = static_cast<int>(layout.process_ranks(spec.rank).size());
   const HierarchyCall hierarchy{&layout,    spec.rank, spec.key,     sig,
                                 spec.label, deadline,  plan.between, plan.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index,

@@ -27,7 +27,8 @@ struct PendingCall {
 std::mutex g_mutex;
 std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> g_calls;
 
-// Added to `arrived` by a rank that leaves: every wait for the whole group ends.
+// Added to `arrived`, once, by the first rank that leaves (the one that sets `left`):
+// every wait for the whole group ends. Once only, so that the count cannot wrap.
 constexpr uint32_t kLeftMark = 1u << 30;
 
 std::shared_ptr<PendingCall>& slot_of(const CallKey& key, int size, const std::string& label,
@@ -116,11 +117,13 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
   try {
     call->exchange->publish(rank, segments);
   } catch (const std::exception& e) {  // registered, never to arrive: the others go
+    bool first = false;
     {
       std::lock_guard<std::mutex> lock(g_mutex);
-      if (call->left.ok()) call->left = error(Code::kInternal, "rank ", rank, ": ", e.what());
+      first = call->left.ok();
+      if (first) call->left = error(Code::kInternal, "rank ", rank, ": ", e.what());
     }
-    call->arrived.fetch_add_and_wake(kLeftMark);
+    if (first) call->arrived.fetch_add_and_wake(kLeftMark);
     throw;
   }
   call->arrived.fetch_add_and_wake(1);
@@ -156,15 +159,17 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
 void leave_call(const CallKey& key, int rank, int size, const std::string& label,
                 const Status& why) {
   std::shared_ptr<PendingCall> call;
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     call = slot_of(key, size, label, 0);
     if (rank < 0 || rank >= static_cast<int>(call->present.size()) || call->present[rank]) return;
     call->present[rank] = 1;
-    if (call->left.ok()) call->left = error(why.code(), "rank ", rank, ": ", why.message());
+    first = call->left.ok();
+    if (first) call->left = error(why.code(), "rank ", rank, ": ", why.message());
     if (++call->joined == size) g_calls.erase(key);
   }
-  call->arrived.fetch_add_and_wake(kLeftMark);
+  if (first) call->arrived.fetch_add_and_wake(kLeftMark);
 }
 
 size_t pending_calls() {

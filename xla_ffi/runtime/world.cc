@@ -79,14 +79,18 @@ bool World::stop(double wait_s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (w.use_count() > 1) {
-      new std::shared_ptr<World>(std::move(w));  // left to the calls that still hold it
+      // Left to the calls that still hold it: the last of them destroys it. Its
+      // segments and the ptrace permission stay until then (or exit).
       stopped = false;
     }
-    w.reset();  // the transports stop accepting; channels close
+    std::atomic_thread_fence(std::memory_order_acquire);  // the calls' last accesses first
+    w.reset();  // (if stopped) the transports stop accepting; channels close
     g_stopping.store(false, std::memory_order_release);
   }
-  shm_cleanup();
-  revoke_cross_memory_attach();
+  if (stopped) {
+    shm_cleanup();
+    revoke_cross_memory_attach();
+  }
   return stopped;
 }
 

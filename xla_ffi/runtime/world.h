@@ -39,8 +39,9 @@ class World {
   // Shutdown order: nobody gets the World any more; the calls in flight are ended (as
   // by abort(), their errors saying that jax_accl stopped) and waited for, up to
   // `wait_s`; then the transports close and the segments go. A call still running
-  // then (stuck outside any wait of jax_accl's) keeps the World alive: it is never
-  // destroyed under a call. False in that case.
+  // then (stuck outside any wait of jax_accl's) keeps the World alive, and the last
+  // such call destroys it when it ends: it is never destroyed under a call. False in
+  // that case.
   static bool stop(double wait_s = 10.0);
 
   Status set_processes(std::vector<ProcessEntry> processes);

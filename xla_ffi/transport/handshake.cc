@@ -110,7 +110,9 @@ Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
   if (!digests_equal(challenge.proof,
                      handshake_proof(secret, "acceptor", hello, challenge.nonce, endpoints))) {
     return error(Code::kAborted,
-                 "the listener does not know the job's secret (or a relay stands between)");
+                 "the listener does not know the job's secret, or something between "
+                 "rewrites addresses (a relay, NAT or a port mapping: the job's rails must "
+                 "reach each other directly)");
   }
   const Digest response = handshake_proof(secret, "connector", hello, challenge.nonce, endpoints);
   ACCL_RETURN_IF_ERROR(write_all(fd, response.data(), response.size(), deadline));
@@ -173,7 +175,8 @@ AcceptorHandshake::State AcceptorHandshake::step() {
         if (!transfer(response_.data(), response_.size(), /*write=*/false)) return state_;
         if (!digests_equal(response_, handshake_proof(secret_, "connector", hello_,
                                                       challenge_.nonce, endpoints_))) {
-          return refuse(error(Code::kAborted, "wrong proof of the job's secret"));
+          return refuse(error(Code::kAborted,
+                              "wrong proof of the job's secret (or rewritten addresses: NAT)"));
         }
         return state_ = State::kAdmitted;
       case State::kAdmitted:
