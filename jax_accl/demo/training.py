@@ -127,6 +127,7 @@ def progress(step: int, total: int, loss: float, width: int = 30) -> str:
 def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
     """Trains from the same initial parameters and batches; returns losses, params, step
     times and the compiled step's collectives."""
+    import jax
     import optax
 
     n = mesh.devices.size
@@ -152,6 +153,9 @@ def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
             )
         elif show and (i % max(1, steps // 10) == 0 or i == steps - 1):
             print(progress(i + 1, steps, loss), flush=True)
+    # The loss came back, but the parameters' all-reduces may still run (they overlap
+    # the step): done before the caller reads jax_accl.stats().
+    params, opt_state = jax.block_until_ready((params, opt_state))
     return losses, params, times, collectives
 
 
