@@ -38,6 +38,23 @@ std::shared_ptr<PendingCall>& slot_of(const CallKey& key, int size, const std::s
   return slot;
 }
 
+// Counts rank `rank` in (joined or left; under g_mutex), once; the call's entry goes
+// when every rank is counted. False if the rank is out of range or counted already.
+bool count_in(const CallKey& key, PendingCall& call, int rank) {
+  if (rank < 0 || rank >= static_cast<int>(call.present.size()) || call.present[rank]) return false;
+  call.present[rank] = 1;
+  if (++call.joined == static_cast<int>(call.present.size())) g_calls.erase(key);
+  return true;
+}
+
+// Records why rank `rank` left (under g_mutex); true for the first to leave, which then
+// adds kLeftMark to `arrived` (after unlocking).
+bool record_left(PendingCall& call, int rank, const Status& why) {
+  if (!call.left.ok()) return false;
+  call.left = error(why.code(), "rank ", rank, ": ", why.message());
+  return true;
+}
+
 }  // namespace
 
 size_t CallKeyHash::operator()(const CallKey& k) const {
@@ -91,10 +108,7 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
     }
     if (!call->left.ok()) {
       const Status left = call->left;
-      if (rank >= 0 && rank < static_cast<int>(call->present.size()) && !call->present[rank]) {
-        call->present[rank] = 1;
-        if (++call->joined == static_cast<int>(call->present.size())) g_calls.erase(key);
-      }
+      count_in(key, *call, rank);
       return error(Code::kAborted, "rank ", rank, " of ", label,
                    ": a sibling left the call: ", left.message());
     }
@@ -110,9 +124,8 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
       return error(Code::kInternal, "rank ", rank, " of ", label,
                    ": joined the same collective twice");
     }
-    call->present[rank] = 1;
     call->signatures[rank] = signature;
-    if (++call->joined == size) g_calls.erase(key);
+    count_in(key, *call, rank);
   }
   try {
     call->exchange->publish(rank, segments);
@@ -120,8 +133,7 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
     bool first = false;
     {
       std::lock_guard<std::mutex> lock(g_mutex);
-      first = call->left.ok();
-      if (first) call->left = error(Code::kInternal, "rank ", rank, ": ", e.what());
+      first = record_left(*call, rank, error(Code::kInternal, e.what()));
     }
     if (first) call->arrived.fetch_add_and_wake(kLeftMark);
     throw;
@@ -163,11 +175,8 @@ void leave_call(const CallKey& key, int rank, int size, const std::string& label
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     call = slot_of(key, size, label, 0);
-    if (rank < 0 || rank >= static_cast<int>(call->present.size()) || call->present[rank]) return;
-    call->present[rank] = 1;
-    first = call->left.ok();
-    if (first) call->left = error(why.code(), "rank ", rank, ": ", why.message());
-    if (++call->joined == size) g_calls.erase(key);
+    if (!count_in(key, *call, rank)) return;  // (our pointer outlives a dropped entry)
+    first = record_left(*call, rank, why);
   }
   if (first) call->arrived.fetch_add_and_wake(kLeftMark);
 }
