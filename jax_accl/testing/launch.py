@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -23,8 +25,34 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 WORKER = ["-m", "jax_accl.testing.worker"]
 
 
-def free_port() -> int:
-    return random.randint(20000, 60000)
+# How long the other processes of a job may go on once one has failed (to report what
+# they saw) before the launcher ends them: a worker whose coordinator died waits for it
+# until jax.distributed's initialization timeout (300 s by default) otherwise.
+FAILED_PEER_GRACE_S = 30.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port for the job's coordinator: below the kernel's ephemeral range (where no
+    outgoing connection or port-0 listener takes one behind our back) and free now. gRPC
+    binds with SO_REUSEPORT, so a port another coordinator holds would be shared, and a
+    port held otherwise makes process 0 die at start-up while the rest wait for it."""
+    low = ephemeral_range_start()
+    for _ in range(200):
+        port = random.randint(20000, low - 1)
+        with socket.socket() as probe:
+            try:
+                probe.bind((host if host == "127.0.0.1" else "", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in 20000..{low - 1} for the job's coordinator")
+
+
+def ephemeral_range_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def worker_env(extra=None) -> dict:
@@ -60,8 +88,10 @@ def run_job(
     to process i's environment and `namespaces[i]` (optional) is its network namespace.
     Processes in `killed` are expected to die by SIGKILL and return no result. Process
     `echo`'s output is copied to our stdout as it comes (without its RESULT line).
-    Process 0's lines "PROGRESS <json>" go to `on_progress(fields)` as they come."""
-    coordinator = f"{coordinator_ip}:{free_port()}"
+    Process 0's lines "PROGRESS <json>" go to `on_progress(fields)` as they come.
+    Once a process fails the others have FAILED_PEER_GRACE_S to end before they are
+    killed."""
+    coordinator = f"{coordinator_ip}:{free_port(coordinator_ip)}"
     procs = []
     for i in range(num_processes):
         cmd = [
@@ -85,47 +115,28 @@ def run_job(
                 cmd, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/"
             )
         )
-    echoed: list[str] = []
-    watched = echo if echo is not None else (0 if on_progress is not None else None)
-    if watched is not None:
+    outputs = [[] for _ in procs]
 
-        def copy_lines(stream=procs[watched].stdout):
-            for line in stream:
-                if line.startswith("PROGRESS ") and on_progress is not None and watched == 0:
-                    on_progress(json.loads(line[len("PROGRESS ") :]))
-                    continue
-                echoed.append(line)
-                if echo is not None and not line.startswith("RESULT "):
-                    print(line, end="", flush=True)
+    def collect(i, stream):
+        for line in stream:
+            if i == 0 and on_progress is not None and line.startswith("PROGRESS "):
+                on_progress(json.loads(line[len("PROGRESS ") :]))
+                continue
+            outputs[i].append(line)
+            if i == echo and not line.startswith("RESULT "):
+                print(line, end="", flush=True)
 
-        copier = threading.Thread(target=copy_lines, daemon=True)
-        copier.start()
-    outputs, failed = [], False
-    for i, p in enumerate(procs):
-        try:
-            if i == watched:
-                p.wait(timeout=timeout)
-                copier.join(timeout=10)
-                out = "".join(echoed)
-            else:
-                out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            if i == watched:
-                p.wait()
-                copier.join(timeout=10)
-                out = "".join(echoed)
-            else:
-                out, _ = p.communicate()
-            out += f"\n[launcher: process {i} killed after {timeout}s]"
-        except BaseException:  # a test's timeout (pytest-timeout), ^C: no process outlives it
-            for q in procs:
-                q.kill()
-                q.wait()
-            raise
-        outputs.append(out)
-        failed |= p.returncode != (-9 if i in killed else 0)
+    readers = [
+        threading.Thread(target=collect, args=(i, p.stdout), daemon=True)
+        for i, p in enumerate(procs)
+    ]
+    for reader in readers:
+        reader.start()
+    notes = wait_for(procs, timeout, killed)
+    for reader in readers:
+        reader.join(timeout=10)
+    outputs = ["".join(lines) + notes.get(i, "") for i, lines in enumerate(outputs)]
+    failed = any(p.returncode != (-9 if i in killed else 0) for i, p in enumerate(procs))
     results = []
     for i, out in enumerate(outputs):
         if i in killed:
@@ -142,6 +153,38 @@ def run_job(
         )
         raise RuntimeError(f"multi-process job {' '.join(worker)} failed:\n{report}")
     return results
+
+
+def wait_for(procs, timeout: float, killed=()) -> dict[int, str]:
+    """Waits for every process of the job, up to `timeout`; once one fails unexpectedly
+    the rest get FAILED_PEER_GRACE_S more. Kills what is left then (and on an interrupt,
+    e.g. a test's timeout, at once: no process outlives the launcher). Returns a note for
+    each process it killed."""
+    deadline = time.monotonic() + timeout
+    reason = f"after {timeout}s"
+    notes: dict[int, str] = {}
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [
+                i for i, p in enumerate(procs) if p.poll() not in (None, 0) and i not in killed
+            ]
+            if failed and deadline > time.monotonic() + FAILED_PEER_GRACE_S:
+                deadline = time.monotonic() + FAILED_PEER_GRACE_S
+                reason = f"process {failed[0]} failed (exit {procs[failed[0]].returncode})"
+            if time.monotonic() > deadline:
+                for i, p in enumerate(procs):
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                        notes[i] = f"\n[launcher: process {i} killed: {reason}]"
+                break
+            time.sleep(0.05)
+    except BaseException:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
+    return notes
 
 
 def join_job(
