@@ -3,6 +3,7 @@
 tests/in_process/test_profiler_and_compat.py checks that each of them is still there.
 """
 
+import jax.ffi as jax_ffi
 from jax._src import config as _config
 from jax._src import core, dispatch
 from jax._src import distributed as _distributed
@@ -149,6 +150,18 @@ def register_plugin_profiler(capsule) -> None:
     from jax._src.lib import _profiler
 
     _profiler.register_plugin_profiler(capsule)
+
+
+def register_ffi_type(name: str, registration: dict) -> None:
+    """jax.ffi.register_ffi_type, in effect at once. Until the CPU backend starts, JAX
+    keeps both targets and types pending and (jaxlib 0.10) registers the targets first,
+    which XLA refuses for a handler whose state has a type ("Types used by FFI handlers
+    must be registered before the handler registration"): installing jaxlib's own type
+    handler now (what make_cpu_client does) registers the type before any target."""
+    from jax._src.lib import _jax, xla_client
+
+    xla_client.register_custom_type_handler("cpu", _jax.register_custom_type)
+    jax_ffi.register_ffi_type(name, registration, platform="cpu")
 
 
 def distributed_client():

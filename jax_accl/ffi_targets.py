@@ -39,11 +39,14 @@ def register() -> None:
         if glob.glob(os.path.join(PACKAGE, "_accl*.so")):
             raise  # the module is there and fails to load: its own error says why
         raise _missing_module_error(e) from None
-    for name, capsule in _accl.registrations().items():
-        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    # Every profiling session of the process asks the native core for its events
-    # (xla_ffi/profiler/plugin_profiler.h).
     from jax_accl import _compat
 
+    # The state types first: XLA checks a handler's state type when the handler registers.
+    for name, registration in _accl.state_types().items():
+        _compat.register_ffi_type(name, registration)
+    for name, stages in _accl.registrations().items():
+        jax.ffi.register_ffi_target(name, stages, platform="cpu")
+    # Every profiling session of the process asks the native core for its events
+    # (xla_ffi/profiler/plugin_profiler.h).
     _compat.register_plugin_profiler(_accl.profiler_capsule())
     _registered = True

@@ -13,6 +13,10 @@ def stats() -> dict:
     * ``refused_connections``: connections refused for a wrong secret or protocol;
     * ``recoveries``: epochs the groups of this process started after a failed call
       (``jax_accl.recovery``); not reset by ``reset_stats()``;
+    * ``calls_in_flight``, ``max_calls_in_flight``: calls begun and not completed,
+      now and the most at once;
+    * ``call_sites``: jax_accl calls of the executables alive now, each made when XLA
+      instantiates its executable and freed with it; not reset by ``reset_stats()``;
     * ``reduce_isa``: the instruction set of the reduce kernels.
     """
     return {**_accl.stats(), "reduce_isa": _accl.reduce_isa()}

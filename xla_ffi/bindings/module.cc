@@ -43,10 +43,22 @@ void register_plan(nb::module_& m);  // plan.cc
 namespace accl {
 namespace {
 
+// Each target's handlers by FFI stage, as jax.ffi.register_ffi_target takes them.
 nb::dict registrations() {
-  nb::dict targets;
-  targets["accl_allreduce"] = nb::capsule(reinterpret_cast<void*>(AcclAllreduceHandler));
+  nb::dict stages, targets;
+  stages["instantiate"] = nb::capsule(reinterpret_cast<void*>(AcclAllreduceInstantiate));
+  stages["execute"] = nb::capsule(reinterpret_cast<void*>(AcclAllreduceHandler));
+  targets["accl_allreduce"] = stages;
   return targets;
+}
+
+// The types of the handlers' state, as jax.ffi.register_ffi_type takes them.
+nb::dict state_types() {
+  nb::dict site, types;
+  site["type_id"] = nb::capsule(reinterpret_cast<void*>(AcclSiteTypeId()));
+  site["type_info"] = nb::capsule(reinterpret_cast<void*>(AcclSiteTypeInfo()));
+  types["accl_collective_site"] = site;
+  return types;
 }
 
 // Multi-process bootstrap (driven by jax_accl/distributed.py).
@@ -144,6 +156,7 @@ nb::dict stats() {
   out["phase_seconds"] = phases;
   out["max_calls_in_flight"] = max_calls_in_flight();
   out["calls_in_flight"] = calls_in_flight();
+  out["call_sites"] = call_sites();
   const std::shared_ptr<World> w = World::get();
   out["refused_connections"] = w ? w->refused_connections() : 0;
   out["recoveries"] = w ? w->recoveries() : 0;
@@ -156,7 +169,8 @@ nb::dict stats() {
 NB_MODULE(_accl, m) {
   using namespace accl;
   m.doc() = "jax_accl native core: hierarchical all-reduce algorithms and XLA FFI handlers";
-  m.def("registrations", &registrations, "FFI handler capsules by target name");
+  m.def("registrations", &registrations, "FFI handler capsules by target name and stage");
+  m.def("state_types", &state_types, "FFI state types (type id and info capsules) by name");
   register_plan(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),

@@ -4,4 +4,10 @@
 #include "xla/ffi/api/c_api.h"
 
 // accl_allreduce: operands x_1..x_N, results y_k = all-reduce of x_k (aliasing x_k).
+// Instantiate makes the executable's call site (its state, of the type below).
+extern "C" XLA_FFI_Error* AcclAllreduceInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclAllreduceHandler(XLA_FFI_CallFrame* call_frame);
+
+// The type of that state, which must be registered with XLA before the handlers.
+XLA_FFI_TypeId* AcclSiteTypeId();
+XLA_FFI_TypeInfo* AcclSiteTypeInfo();

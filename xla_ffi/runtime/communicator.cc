@@ -115,6 +115,14 @@ void Communicator::call_failed(uint64_t call, const ChannelSpace& space) {
 
 uint64_t Communicator::recoveries() const { return recoveries_.load(); }
 
+std::optional<bool> Communicator::cross_memory_usable() const {
+  const int known = cross_memory_.load();
+  if (known < 0) return std::nullopt;
+  return known == 1;
+}
+
+void Communicator::set_cross_memory_usable(bool usable) { cross_memory_.store(usable ? 1 : 0); }
+
 CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) const {
   PlanRequest request;
   request.bytes = bytes;

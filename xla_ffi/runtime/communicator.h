@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -85,6 +86,13 @@ class Communicator {
   Status wait_turn(int64_t device, uint64_t call, const std::string& where,
                    const Deadline& deadline);
   void end_turn(int64_t device, uint64_t call);
+  // Whether cross-memory attach works between this group's processes (one host): unknown
+  // (nullopt) until the group's first call that would use it probes it, then what every
+  // member learnt alike. A lane's calls run one after another on every member, so the
+  // members of one call never disagree on whether it probes.
+  std::optional<bool> cross_memory_usable() const;
+  void set_cross_memory_usable(bool usable);
+
   // Call `call`, run in `space`, failed: the group's next call recovers first.
   void call_failed(uint64_t call, const ChannelSpace& space);
   uint64_t recoveries() const;
@@ -103,6 +111,7 @@ class Communicator {
   uint64_t failed_call_ = kNoCall;       // the current epoch's first failed call
   std::map<int64_t, uint64_t> next_call_;  // per device of this process
   std::atomic<uint64_t> recoveries_{0};    // read without mutex_ (stats() during a recovery)
+  std::atomic<int> cross_memory_{-1};      // -1 unknown, 0 refused, 1 usable
   std::mutex turn_mutex_;                  // never held across a wait for anything but a turn
   std::condition_variable turn_changed_;
   std::map<int64_t, uint64_t> turn_;                // per device: the next call to run

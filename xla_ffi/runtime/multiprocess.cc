@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "common/hash.h"
 #include "reduce/reduce.h"
@@ -110,38 +111,25 @@ void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_
   }
 }
 
-// Runs allreduce_cma over `link` (the group `members`, all on this host); *done tells
-// whether it ran. Whether the group can use cross-memory attach is probed on the first
-// call of each lane and remembered per lane, by every member alike: a lane's calls run
-// one after another on every member, while another lane's first call may run at the
-// same time (so a cache per group would let the members of that call disagree on
-// whether it probes).
-Status allreduce_cross_memory(Link& link, const std::vector<int64_t>& members, uint64_t lane,
+// Runs allreduce_cma over `link` (the group of `communicator`, all on this host); *done
+// tells whether it ran. The group's first such call probes whether cross-memory attach
+// works; the communicator remembers the answer, and the World whether any group of
+// this process still needs the ptrace permission it takes.
+Status allreduce_cross_memory(World& world, Link& link, Communicator& communicator,
                               const std::vector<Buffers>& mine, const Reduction& reduction,
                               bool* done) {
-  static std::mutex mutex;
-  static std::map<std::pair<std::vector<int64_t>, uint64_t>, bool> usable_by_group;
-  bool known = false, usable = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = usable_by_group.find({members, lane});
-    if (it != usable_by_group.end()) known = true, usable = it->second;
-  }
+  const std::optional<bool> known = communicator.cross_memory_usable();
   *done = false;
-  if (known && !usable) return Status::Ok();
+  if (known.has_value() && !*known) return Status::Ok();
   // Before this rank publishes its buffers (inside allreduce_cma), so that peers
   // probing it find it allowed.
   allow_cross_memory_attach();
-  ACCL_RETURN_IF_ERROR(
-      allreduce_cma(link, cross_memory(), mine, reduction, /*probe=*/!known, &usable));
-  if (!known) {
-    std::lock_guard<std::mutex> lock(mutex);
-    usable_by_group[{members, lane}] = usable;
-    // No group of this process can use it: take back the ptrace permission it needed.
-    if (std::none_of(usable_by_group.begin(), usable_by_group.end(),
-                     [](const auto& entry) { return entry.second; })) {
-      revoke_cross_memory_attach();
-    }
+  bool usable = known.value_or(false);
+  ACCL_RETURN_IF_ERROR(allreduce_cma(link, cross_memory(), mine, reduction,
+                                     /*probe=*/!known.has_value(), &usable));
+  if (!known.has_value()) {
+    communicator.set_cross_memory_usable(usable);
+    world.cross_memory_probed(usable);
   }
   *done = usable;
   if (usable) {
@@ -275,7 +263,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     std::unique_ptr<ChannelLink> link;
     Status s = open_link(*space, devices, spec.rank, tag, where, deadline, &link);
     bool done = false;
-    if (s.ok()) s = allreduce_cross_memory(*link, devices, spec.lane, segments, reduction, &done);
+    if (s.ok()) s = allreduce_cross_memory(*world, *link, *group, segments, reduction, &done);
     if (!s.ok()) {
       if (link) link->fail(s.code());
       return finish(s);

@@ -188,47 +188,6 @@ size_t pending_calls() {
   return n;
 }
 
-namespace {
-struct SeqKey {
-  int64_t device, run_id, op_id;
-  bool operator==(const SeqKey& o) const {
-    return device == o.device && run_id == o.run_id && op_id == o.op_id;
-  }
-};
-struct SeqKeyHash {
-  size_t operator()(const SeqKey& k) const {
-    return CallKeyHash()(CallKey{k.device, k.run_id, k.op_id, 0});
-  }
-};
-std::mutex g_seq_mutex;
-struct Counter {
-  uint64_t next = 0;
-  Clock::time_point used;
-};
-std::unordered_map<SeqKey, Counter, SeqKeyHash> g_sequences;
-double g_longest_timeout_s = 0;
-Clock::time_point g_last_sweep;
-// Run ids are not ordered (JAX starts each executable's launch ids at a hash of it), so
-// finished launches are recognised by their counters' idleness, not by their ids.
-constexpr size_t kSweepAbove = 4096;
-}  // namespace
-
-uint64_t next_sequence(int64_t device, int64_t run_id, int64_t op_id, double timeout_s) {
-  std::lock_guard<std::mutex> lock(g_seq_mutex);
-  const auto now = Clock::now();
-  g_longest_timeout_s = std::max(g_longest_timeout_s, timeout_s);
-  const auto idle = std::chrono::duration<double>(std::max(60.0, 2 * g_longest_timeout_s));
-  if (g_sequences.size() > kSweepAbove && now - g_last_sweep > std::chrono::seconds(1)) {
-    g_last_sweep = now;
-    for (auto it = g_sequences.begin(); it != g_sequences.end();) {
-      it = (now - it->second.used > idle) ? g_sequences.erase(it) : std::next(it);
-    }
-  }
-  Counter& counter = g_sequences[SeqKey{device, run_id, op_id}];
-  counter.used = now;
-  return counter.next++;
-}
-
 int64_t fresh_op_id() {
   static std::atomic<int64_t> next{int64_t{1} << 40};
   return next.fetch_add(1);

@@ -68,12 +68,6 @@ void leave_call(const CallKey& key, int rank, int size, const std::string& label
 // Number of calls waiting for ranks (for tests: must return to zero).
 size_t pending_calls();
 
-// The k-th execution of op `op_id` by (logical) device `device` within launch `run_id`:
-// every device of a group runs the same ops the same number of times per launch.
-// Counters idle for more than twice the longest timeout seen (and a minute) are
-// dropped: by then every member of the group is done with that launch, or has failed.
-uint64_t next_sequence(int64_t device, int64_t run_id, int64_t op_id, double timeout_s);
-
 // A process-unique key space for callers without XLA run ids (the native test tier).
 int64_t fresh_op_id();
 

@@ -53,7 +53,12 @@ std::array<std::atomic<uint64_t>, kNumPhases>& phase_nanoseconds() {
 namespace {
 std::atomic<int64_t> g_in_flight{0};
 std::atomic<int64_t> g_max_in_flight{0};
+std::atomic<int64_t> g_call_sites{0};
 }  // namespace
+
+void call_site_made() { g_call_sites.fetch_add(1, std::memory_order_relaxed); }
+void call_site_freed() { g_call_sites.fetch_sub(1, std::memory_order_relaxed); }
+int64_t call_sites() { return g_call_sites.load(std::memory_order_relaxed); }
 
 void call_began() {
   const int64_t now = g_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;

@@ -40,6 +40,12 @@ void call_ended();
 int64_t max_calls_in_flight();
 int64_t calls_in_flight();  // now
 
+// jax_accl call sites alive in this process: one per lowered call of each executable,
+// made when XLA instantiates the executable and freed with it (runtime/collective_site.h).
+void call_site_made();
+void call_site_freed();
+int64_t call_sites();
+
 void reset_stats();
 
 }  // namespace accl

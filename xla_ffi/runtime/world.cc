@@ -125,6 +125,14 @@ uint64_t World::recoveries() {
   return n;
 }
 
+void World::cross_memory_probed(bool usable) {
+  if (usable) {
+    cross_memory_groups_.fetch_add(1);
+  } else if (cross_memory_groups_.load() == 0) {
+    revoke_cross_memory_attach();
+  }
+}
+
 uint64_t World::refused_connections() const { return tcp_ != nullptr ? tcp_->refused() : 0; }
 
 void World::forget(uint64_t space) {

@@ -30,6 +30,7 @@
 
 #include "algorithms/algorithm.h"
 #include "runtime/allreduce.h"
+#include "runtime/call_sequences.h"
 #include "runtime/one_shot.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
@@ -173,12 +174,14 @@ void test_cma(int n, size_t count, bool in_place) {
 // Launch ids are not ordered: a launch with a small id still running while thousands of
 // launches with large ids come and go keeps its counters.
 void test_sequence_counters() {
-  const int64_t op = fresh_op_id(), running = 5;
-  expect(next_sequence(0, running, op, 120) == 0, "first call of a launch is call 0");
+  CallSequences sequences;
+  const int64_t running = 5;
+  expect(sequences.next(0, running, 120) == 0, "first call of a launch is call 0");
+  expect(sequences.next(1, running, 120) == 0, "each device counts its own calls");
   for (int64_t run = int64_t{3} << 30; run < (int64_t{3} << 30) + 5000; ++run) {
-    next_sequence(0, run, op, 120);
+    sequences.next(0, run, 120);
   }
-  expect(next_sequence(0, running, op, 120) == 1,
+  expect(sequences.next(0, running, 120) == 1,
          "a running launch keeps its call count while others come and go");
 }
 

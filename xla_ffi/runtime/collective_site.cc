@@ -1,0 +1,129 @@
+#include "runtime/collective_site.h"
+
+#include <cxxabi.h>
+
+#include <exception>
+#include <set>
+
+#include "common/health.h"
+#include "runtime/call_plan.h"
+#include "runtime/call_threads.h"
+#include "runtime/one_shot.h"
+#include "runtime/stats.h"
+
+namespace accl {
+
+CollectiveSite::CollectiveSite() { call_site_made(); }
+CollectiveSite::~CollectiveSite() { call_site_freed(); }
+
+Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* out) {
+  if (a.op < 0 || a.op >= kNumReduceOps || a.algorithm < 0 || a.algorithm >= kNumAlgorithms ||
+      a.group_size <= 0 || a.groups.size() % a.group_size != 0) {
+    return error(Code::kInvalidArgument, "bad attributes in ", a.name);
+  }
+  auto site = std::unique_ptr<CollectiveSite>(new CollectiveSite());
+  site->name_ = a.name;
+  site->signature_.op = static_cast<ReduceOp>(a.op);
+  site->signature_.algorithm = static_cast<Algorithm>(a.algorithm);
+  // The op id and the lane: identical equations (an unrolled scan, a remat) share an op
+  // id, but each emitted call has a lane of its own.
+  site->op_key_ = a.op_id ^ a.lane;
+  site->lane_ = static_cast<uint64_t>(a.lane);
+  site->timeout_s_ = a.timeout_ms / 1000.0;
+  site->in_process_ = a.processes <= 1;
+  std::set<int64_t> seen;
+  const auto n = static_cast<int64_t>(a.devices.size());
+  for (int64_t group = 0; group * a.group_size < static_cast<int64_t>(a.groups.size()); ++group) {
+    std::vector<int64_t> partitions;
+    for (int64_t j = group * a.group_size; j < (group + 1) * a.group_size; ++j) {
+      if (a.groups[j] < 0) continue;
+      if (a.groups[j] >= n) {
+        return error(Code::kInvalidArgument, "partition id ", a.groups[j], " of ", a.name,
+                     " is outside the device list (", n, " partitions)");
+      }
+      if (!seen.insert(a.groups[j]).second) {
+        return error(Code::kInvalidArgument, "partition ", a.groups[j], " is in two groups of ",
+                     a.name);
+      }
+      partitions.push_back(a.groups[j]);
+    }
+    Member member;
+    member.group = group;
+    std::string ids;
+    for (int64_t p : partitions) {
+      member.devices.push_back(a.devices[p]);
+      ids += str_cat(ids.empty() ? "" : " ", p);
+    }
+    member.label = str_cat(a.name, " group [", ids, "]");
+    for (size_t r = 0; r < partitions.size(); ++r) {
+      member.rank = static_cast<int>(r);
+      site->members_[a.devices[partitions[r]]] = member;
+    }
+  }
+  // A device that runs a partition outside every group learns it when it calls.
+  for (int64_t p = 0; p < n; ++p) {
+    if (!seen.count(p)) site->members_.erase(a.devices[p]);
+  }
+  site->devices_ = std::move(a.devices);
+  *out = std::move(site);
+  return Status::Ok();
+}
+
+void CollectiveSite::allreduce(int64_t device, int64_t run_id, CallBuffers buffers,
+                               Clock::time_point issued, std::function<void(const Status&)> done) {
+  if (Status usable = process_usable(); !usable.ok()) return done(usable);
+  auto it = members_.find(device);
+  if (it == members_.end()) {
+    const bool runs_one = std::find(devices_.begin(), devices_.end(), device) != devices_.end();
+    return done(
+        runs_one
+            ? error(Code::kInvalidArgument, "device ", device, " is in no replica group of ", name_)
+            : error(Code::kInvalidArgument, "device ", device, " runs no partition of ", name_));
+  }
+  const Member& member = it->second;
+  CallSpec spec;
+  spec.issued = issued;
+  spec.signature = signature_;
+  spec.signature.dtype = buffers.dtype;
+  spec.rank = member.rank;
+  spec.size = static_cast<int>(member.devices.size());
+  spec.key = CallKey{run_id, op_key_, member.group, sequences_.next(device, run_id, timeout_s_)};
+  spec.label = str_cat(member.label, " call ", spec.key.seq);
+  spec.timeout_s = timeout_s_;
+  spec.device = device;
+  spec.lane = lane_;
+  call_began();
+  auto complete = [done = std::move(done)](const Status& s) {
+    call_ended();
+    done(s);
+  };
+  size_t bytes = 0;
+  for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
+  if (in_process_ && plan_one_shot(bytes, spec.signature.algorithm)) {
+    return allreduce_one_shot(spec, buffers.in, buffers.out, buffers.counts, std::move(complete));
+  }
+  // The buffers stay valid until `done` runs (XLA's contract for async calls). Each call
+  // gets a thread of its own, so that calls of one device that XLA runs concurrently
+  // never queue behind each other (their order may differ by device).
+  run_on_call_thread([spec, in_process = in_process_, devices = member.devices,
+                      buffers = std::move(buffers), complete = std::move(complete)]() {
+    // Nothing may escape a call thread (std::terminate), and `done` must run either way:
+    // an exception (an allocation that failed) becomes the call's error.
+    Status s;
+    try {
+      s = in_process
+              ? allreduce_local(spec, buffers.in, buffers.out, buffers.counts)
+              : allreduce_across_processes(spec, devices, buffers.in, buffers.out, buffers.counts);
+    } catch (const std::exception& e) {
+      s = error(Code::kInternal, spec.label, ": ", e.what());
+    } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
+      complete(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
+      throw;
+    } catch (...) {
+      s = error(Code::kInternal, spec.label, ": an unknown exception");
+    }
+    complete(s);
+  });
+}
+
+}  // namespace accl
