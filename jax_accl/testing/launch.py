@@ -35,24 +35,31 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port for the job's coordinator: below the kernel's ephemeral range (where no
     outgoing connection or port-0 listener takes one behind our back) and free now. gRPC
     binds with SO_REUSEPORT, so a port another coordinator holds would be shared, and a
-    port held otherwise makes process 0 die at start-up while the rest wait for it."""
-    low = ephemeral_range_start()
+    port held otherwise makes process 0 die at start-up while the rest wait for it.
+    Checked here, in the launcher's network namespace: a namespaced host's is fresh."""
+    low, high = ephemeral_range()
+    # Below the range where there is room (the usual 32768), else above it, else anywhere.
+    first, last = (20000, low - 1) if low > 21000 else (high + 1, 65535)
+    if last - first < 1000:
+        first, last = 1024, 65535
     for _ in range(200):
-        port = random.randint(20000, low - 1)
+        port = random.randint(first, last)
         with socket.socket() as probe:
             try:
                 probe.bind((host if host == "127.0.0.1" else "", port))
             except OSError:
                 continue
         return port
-    raise RuntimeError(f"no free port in 20000..{low - 1} for the job's coordinator")
+    raise RuntimeError(f"no free port in {first}..{last} for the job's coordinator")
 
 
-def ephemeral_range_start() -> int:
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections and port-0 listeners."""
     try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def worker_env(extra=None) -> dict:

@@ -68,6 +68,7 @@ def test_compat_names_exist():
         "device_assignment",
         "distributed_client",
         "register_plugin_profiler",
+        "register_ffi_type",
         "use_gloo_on_interface",
         "unreduced_axes",
         "hook_bind",
@@ -88,3 +89,8 @@ def test_compat_names_exist():
     for module in ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]:
         assert getattr(_compat, module) is not None
     assert np.asarray(_compat.const_like(np.float32(1), 3)).dtype == np.float32
+    # What register_ffi_type installs before JAX's CPU backend would.
+    from jax._src.lib import _jax, xla_client
+
+    assert callable(_jax.register_custom_type)
+    assert callable(xla_client.register_custom_type_handler)

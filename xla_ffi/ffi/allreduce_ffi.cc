@@ -1,4 +1,4 @@
-// Thin FFI handlers of accl_allreduce. Instantiate (once per executable): decode the
+// Thin FFI handlers of accl_allreduce. Instantiate (once per call in an executable): decode the
 // attributes fixed at lowering into the call site (runtime/collective_site.h), the
 // executable's state. Execute (each device's call): decode the buffers, hand them to the
 // site, return a future that the call completes. Errors become ffi::Error.

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "algorithms/hierarchical.h"
-#include "runtime/one_shot.h"
 
 namespace accl {
 

@@ -1,5 +1,5 @@
 // The runtime's plan of one all-reduce: the one place where a call's schedule is chosen.
-// Every path of the runtime decides here: the FFI handler by plan_one_shot, allreduce_local
+// Every path of the runtime decides here: the call site by plan_one_shot, allreduce_local
 // (a group of one process) by plan_in_process, the Communicator of a group that spans
 // processes by plan_call, whose one-process branch is those two functions. The simulated
 // hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call too, so
@@ -61,7 +61,9 @@ struct PlanRequest {
 int& pipeline_chunks_setting();
 
 // Whether an all-reduce among the device threads of this process runs as the one-shot
-// asynchronous reduce (runtime/one_shot.h): small, and direct or the automatic choice.
+// asynchronous reduce (runtime/one_shot.h): at most kOneShotBytes per rank (all
+// segments), and direct or the automatic choice.
+constexpr size_t kOneShotBytes = 64 << 10;
 bool plan_one_shot(size_t bytes, Algorithm forced);
 
 // The schedule of an all-reduce among `n` device threads of one process: `forced`, or

@@ -15,9 +15,6 @@
 
 namespace accl {
 
-// Calls at most this many bytes per rank (all segments) take the one-shot path.
-constexpr size_t kOneShotBytes = 64 << 10;
-
 // Joins call `spec`; `done` runs exactly once, on this or another thread, after every
 // rank's outputs are written (or with the error).
 void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,

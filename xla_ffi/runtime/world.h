@@ -68,8 +68,8 @@ class World {
   uint64_t recoveries();
   // Whether large transfers between processes of this host may use cross-memory attach.
   bool cross_memory_attach() const { return cross_memory_attach_; }
-  // A group's first probe of cross-memory attach found it `usable` or not: once probes
-  // were made and none found it usable, the ptrace permission it needs is taken back.
+  // A rank's first probe of cross-memory attach in its group found it `usable` or not:
+  // once probes were made and none found it usable, the ptrace permission is taken back.
   void cross_memory_probed(bool usable);
 
   ~World();
@@ -88,7 +88,7 @@ class World {
   std::map<int64_t, int> device_process_;
   std::vector<std::unique_ptr<Transport>> transports_;
   TcpTransport* tcp_ = nullptr;              // one of transports_
-  std::atomic<int> cross_memory_groups_{0};  // groups that probed it usable
+  std::atomic<int> cross_memory_groups_{0};  // probes (one per rank) that found it usable
 
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.

@@ -16,13 +16,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -31,6 +34,7 @@
 #include "algorithms/algorithm.h"
 #include "runtime/allreduce.h"
 #include "runtime/call_sequences.h"
+#include "runtime/collective_site.h"
 #include "runtime/one_shot.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
@@ -183,6 +187,75 @@ void test_sequence_counters() {
   }
   expect(sequences.next(0, running, 120) == 1,
          "a running launch keeps its call count while others come and go");
+}
+
+// A call site checks its attributes once (at instantiate), and a device outside its
+// groups learns it when it calls; a good site runs a call of its two-device group.
+void test_call_site() {
+  auto attributes = [] {
+    SiteAttributes a;
+    a.groups = {0, 1, 2, -1};  // partitions 0 and 1; partition 2 alone
+    a.group_size = 2;
+    a.timeout_ms = 5000;
+    a.name = "psum_site";
+    a.devices = {10, 11, 12, 13};  // partition 3 runs on device 13, in no group
+    return a;
+  };
+  std::unique_ptr<CollectiveSite> site;
+  auto refused = [&](SiteAttributes a, const std::string& want) {
+    Status s = CollectiveSite::make(std::move(a), &site);
+    expect(!s.ok() && s.message().find(want) != std::string::npos,
+           "site refused with '" + want + "': " + s.message());
+  };
+  SiteAttributes bad_op = attributes();
+  bad_op.op = kNumReduceOps;
+  refused(bad_op, "bad attributes in psum_site");
+  SiteAttributes outside = attributes();
+  outside.groups = {0, 4};
+  refused(outside, "partition id 4 of psum_site is outside the device list (4 partitions)");
+  SiteAttributes twice = attributes();
+  twice.groups = {0, 1, 1, -1};
+  refused(twice, "partition 1 is in two groups of psum_site");
+
+  expect(CollectiveSite::make(attributes(), &site).ok(), "a good site is made");
+  auto call_status = [&](int64_t device, std::vector<float>* in, std::vector<float>* out) {
+    CallBuffers buffers;
+    buffers.in = {in->data()};
+    buffers.out = {out->data()};
+    buffers.counts = {in->size()};
+    struct Ending {
+      std::mutex m;
+      std::condition_variable cv;
+      std::optional<Status> result;
+    };
+    auto ending = std::make_shared<Ending>();
+    site->allreduce(device, /*run_id=*/7, buffers, Clock::now(), [ending](const Status& s) {
+      std::lock_guard<std::mutex> lock(ending->m);
+      ending->result = s;
+      ending->cv.notify_all();
+    });
+    return [ending]() {  // waits for the call's end
+      std::unique_lock<std::mutex> lock(ending->m);
+      ending->cv.wait(lock, [&] { return ending->result.has_value(); });
+      return *ending->result;
+    };
+  };
+  std::vector<float> x{1, 2}, y{3, 4}, ox(2), oy(2), z{5};
+  std::vector<float> oz(1);
+  auto none = call_status(13, &z, &oz)();
+  expect(none.message().find("device 13 is in no replica group of psum_site") != std::string::npos,
+         "a device in no group: " + none.message());
+  auto stranger = call_status(99, &z, &oz)();
+  expect(stranger.message().find("device 99 runs no partition of psum_site") != std::string::npos,
+         "a device of no partition: " + stranger.message());
+  // Both waits are started before either is awaited: the call completes once both came.
+  auto first = call_status(10, &x, &ox);
+  auto second = call_status(11, &y, &oy);
+  Status a = first(), b = second();
+  expect(a.ok() && b.ok() && ox == std::vector<float>{4, 6} && oy == ox,
+         "a site's call of its group: " + a.message() + b.message());
+  auto alone = call_status(12, &z, &oz)();
+  expect(alone.ok() && oz[0] == 5, "a group of one: " + alone.message());
 }
 
 void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
@@ -619,6 +692,7 @@ int main() {
   }
   test_one_shot(4, 100, 3);
   test_sequence_counters();
+  test_call_site();
   for (int n : {2, 3, 5}) {
     for (size_t count : {size_t(0), size_t(1), size_t(1000), size_t(100003)}) {
       test_cma(n, count, false);
