@@ -17,12 +17,14 @@ from jax_accl.patch import patch_psum  # noqa: E402
 from jax_accl.primitives import lowering as _lowering  # noqa: E402,F401
 from jax_accl.recovery import abort  # noqa: E402
 from jax_accl.routing import routed  # noqa: E402
+from jax_accl.scatter_gather import all_gather, psum_scatter  # noqa: E402
 from jax_accl.stats import reset_stats, stats  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
     "AcclError",
     "abort",
+    "all_gather",
     "allreduce",
     "distributed",
     "patch_psum",
@@ -31,6 +33,7 @@ __all__ = [
     "pmin",
     "profiler",
     "psum",
+    "psum_scatter",
     "reset_stats",
     "routed",
     "shard_map",

@@ -54,8 +54,12 @@ SUPPORTED_DTYPES = frozenset(
 _op_ids = itertools.count(1)
 
 
+def next_op_id() -> int:
+    return next(_op_ids)
+
+
 def fresh(params: dict) -> dict:
-    return {**params, "op_id": next(_op_ids)}
+    return {**params, "op_id": next_op_id()}
 
 
 def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str, invariant=None) -> list:

@@ -26,15 +26,17 @@ Two contexts:
 from __future__ import annotations
 
 import zlib
+from functools import partial
 
 import jax
 import numpy as np
 
+from jax_accl import _accl, config, cost_model, distributed, log
 from jax_accl import _compat as c
-from jax_accl import config, cost_model, distributed, log
 from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
 from jax_accl.plan.runtime import runtime_plan
 from jax_accl.primitives.allreduce import accl_allreduce_p
+from jax_accl.primitives.scatter_gather import API as SCATTER_GATHER_API
 from jax_accl.units import human
 
 # The call inside the nested fully manual region, with accl_allreduce's parameters.
@@ -102,7 +104,7 @@ def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op
     """The custom call itself, in a fully manual context; returns its results."""
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
-    flat_groups, group_size = _padded_groups(groups)
+    group_size = max(len(g) for g in groups)
     cost_model.ensure_loaded()  # this machine's constants, if `bench --calibrate` stored them
     cfg = config.current()
     chosen = cfg.algorithm if algorithm == "auto" else algorithm
@@ -131,16 +133,69 @@ def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op
         return call(
             ctx,
             *xs,
-            groups=flat_groups,
-            group_size=np.int64(group_size),
-            op=np.int64(OP_CODES[op]),
-            algorithm=np.int64(ALGORITHM_CODES[chosen]),
-            op_id=np.int64(op_id),
-            lane=np.int64(lane),
-            timeout_ms=np.int64(cfg.timeout_s * 1000),
-            name=f"jax_accl.{API_NAMES[op]} over {axes}",
-            devices=np.asarray(devices, np.int64),
-            processes=np.int64(processes),
+            **_attributes(
+                groups, op, chosen, op_id, lane, f"jax_accl.{API_NAMES[op]} over {axes}", devices
+            ),
+        )
+
+
+def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: str, devices):
+    """The attributes every jax_accl target takes (xla_ffi/ffi/allreduce_ffi.cc)."""
+    flat_groups, group_size = _padded_groups(groups)
+    return dict(
+        groups=flat_groups,
+        group_size=np.int64(group_size),
+        op=np.int64(OP_CODES[op]),
+        algorithm=np.int64(ALGORITHM_CODES[algorithm]),
+        op_id=np.int64(op_id),
+        lane=np.int64(lane),
+        timeout_ms=np.int64(config.current().timeout_s * 1000),
+        name=name,
+        devices=np.asarray(devices, np.int64),
+        processes=np.int64(jax.process_count()),
+    )
+
+
+def _scatter_gather_lowering(ctx, x, *, primitive, axes, axis_index_groups, axis_size, op_id):
+    """accl_reduce_scatter / accl_all_gather: one operand and one result (of another size,
+    so no aliasing), fully manual contexts only."""
+    api = SCATTER_GATHER_API[primitive]
+    if c.is_partial_manual(ctx):
+        raise NotImplementedError(
+            f"{api} inside a shard_map that is manual over only some mesh axes "
+            "(axis_names=...) is not supported yet; use jax.lax's, or a shard_map over "
+            "every mesh axis"
+        )
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
+    devices = _device_ids(ctx, groups)
+    if jax.process_count() > 1:
+        distributed.ensure_started()
+    target = primitive.name
+    (aval,) = ctx.avals_in
+    nbytes = int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+    places, _ = _places(max(groups, key=len), devices)
+    algorithm = _accl.plan_scatter_gather(
+        max(len(g) for g in groups), nbytes, peer_memory=len({p for p in places}) == 1
+    )
+    profile_name = f"{target} {algorithm} {human(nbytes)}"
+    log.once(
+        (profile_name, len(groups)),
+        "%s over %s: %d group(s) of %d devices, %s -> %s",
+        api,
+        axes,
+        len(groups),
+        max(len(g) for g in groups),
+        human(nbytes),
+        algorithm,
+    )
+    call = jax.ffi.ffi_lowering(target, has_side_effect=True)
+    with c.ir.Location.name(profile_name):
+        return call(
+            ctx,
+            x,
+            **_attributes(
+                groups, "sum", "auto", op_id, _lane(ctx, groups), f"{api} over {axes}", devices
+            ),
         )
 
 
@@ -171,3 +226,7 @@ def _manual_lowering(ctx, *xs, **params):
 # one shared function, and their calls would share a lane.
 c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu", cacheable=False)
 c.mlir.register_lowering(accl_allreduce_manual_p, _manual_lowering, platform="cpu")
+for _p in SCATTER_GATHER_API:
+    c.mlir.register_lowering(
+        _p, partial(_scatter_gather_lowering, primitive=_p), platform="cpu", cacheable=False
+    )

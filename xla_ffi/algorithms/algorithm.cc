@@ -10,6 +10,12 @@ constexpr const char* kNames[kNumAlgorithms] = {
 
 const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>(algorithm)]; }
 
+const char* collective_name(Collective collective) {
+  constexpr const char* kCollectives[kNumCollectives] = {"all-reduce", "reduce-scatter",
+                                                         "all-gather"};
+  return kCollectives[static_cast<int>(collective)];
+}
+
 bool parse_algorithm(std::string_view name, Algorithm* out) {
   for (int i = 0; i < kNumAlgorithms; ++i) {
     if (name == kNames[i]) {

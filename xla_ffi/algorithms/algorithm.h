@@ -21,6 +21,11 @@ enum class Algorithm : int {
 };
 inline constexpr int kNumAlgorithms = 6;
 
+// What a call computes: an all-reduce, or one of its halves (algorithms/scatter_gather.h).
+enum class Collective : int { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
+inline constexpr int kNumCollectives = 3;
+const char* collective_name(Collective collective);  // "all-reduce", ...
+
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);
 

@@ -45,10 +45,16 @@ namespace {
 
 // Each target's handlers by FFI stage, as jax.ffi.register_ffi_target takes them.
 nb::dict registrations() {
-  nb::dict stages, targets;
-  stages["instantiate"] = nb::capsule(reinterpret_cast<void*>(AcclAllreduceInstantiate));
-  stages["execute"] = nb::capsule(reinterpret_cast<void*>(AcclAllreduceHandler));
-  targets["accl_allreduce"] = stages;
+  nb::dict targets;
+  auto stages = [](XLA_FFI_Error* (*instantiate)(XLA_FFI_CallFrame*)) {
+    nb::dict out;
+    out["instantiate"] = nb::capsule(reinterpret_cast<void*>(instantiate));
+    out["execute"] = nb::capsule(reinterpret_cast<void*>(AcclCollectiveHandler));
+    return out;
+  };
+  targets["accl_allreduce"] = stages(AcclAllreduceInstantiate);
+  targets["accl_reduce_scatter"] = stages(AcclReduceScatterInstantiate);
+  targets["accl_all_gather"] = stages(AcclAllGatherInstantiate);
   return targets;
 }
 

@@ -134,9 +134,20 @@ nb::dict plan(const std::vector<std::pair<std::string, int>>& places, size_t byt
   return out;
 }
 
+// The algorithm of a reduce-scatter or all-gather (runtime/call_plan.h).
+std::string plan_scatter_gather_algorithm(int n, size_t bytes, const std::string& forced,
+                                          bool peer_memory) {
+  const Algorithm a = parse_or_throw<Algorithm>(forced, parse_algorithm, "algorithm");
+  return algorithm_name(plan_scatter_gather(n, bytes, a, peer_memory));
+}
+
 }  // namespace
 
 void register_plan(nb::module_& m) {
+  m.def("plan_scatter_gather", &plan_scatter_gather_algorithm, nb::arg("n"), nb::arg("bytes"),
+        nb::arg("algorithm") = "auto", nb::arg("peer_memory") = false,
+        "The algorithm the runtime runs a reduce-scatter or all-gather of `bytes` of input "
+        "per rank among n ranks by (peer_memory: the threads of one process).");
   m.def("group_layout", &group_layout, nb::arg("places"));
   m.def("plan", &plan, nb::arg("places"), nb::arg("bytes"), nb::arg("algorithm") = "auto",
         nb::arg("cma") = false, nb::arg("rails") = 1, nb::arg("rank") = 0,

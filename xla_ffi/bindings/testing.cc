@@ -41,6 +41,12 @@ namespace nb = nanobind;
 namespace accl {
 namespace {
 
+// Where the ranks of the harness's in-process calls meet (for as long as the module).
+const std::shared_ptr<Rendezvous>& harness_rendezvous() {
+  static const auto* rendezvous = new std::shared_ptr<Rendezvous>(std::make_shared<Rendezvous>());
+  return *rendezvous;
+}
+
 // Runs one all-reduce with a thread per rank over the in-process transport. Rank r
 // reads count[r] elements at ins[r] and writes outs[r]; the per-rank signature lists
 // exist so that tests can make ranks disagree. Ranks not in `present` never arrive.
@@ -60,6 +66,7 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
   const int64_t op_id = fresh_op_id();
   for (int r = 0; r < n; ++r) {
     specs[r].key = CallKey{0, op_id, 0, 0};
+    specs[r].rendezvous = harness_rendezvous();
     specs[r].rank = r;
     specs[r].size = n;
     specs[r].label = str_cat("native test group of ", n, " (op ", op_id, ")");

@@ -1,7 +1,8 @@
-// Thin FFI handlers of accl_allreduce. Instantiate (once per call in an executable): decode the
-// attributes fixed at lowering into the call site (runtime/collective_site.h), the
-// executable's state. Execute (each device's call): decode the buffers, hand them to the
-// site, return a future that the call completes. Errors become ffi::Error.
+// Thin FFI handlers of accl_allreduce, accl_reduce_scatter and accl_all_gather. Instantiate (once
+// per call in an executable): decode the attributes fixed at lowering into the call site
+// (runtime/collective_site.h), the executable's state. Execute (each device's call): decode the
+// buffers, hand them to the site, return a future that the call completes. Errors become
+// ffi::Error.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -72,6 +73,7 @@ namespace {
 // groups: the replica groups of partition ids, flattened row by row, each padded with -1
 // to group_size. devices: the global device id of every partition id. lane: names the
 // op within its program, the same in every process (see lowering.py).
+template <Collective collective>
 ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(ffi::Span<const int64_t> groups,
                                                      int64_t group_size, int64_t op,
                                                      int64_t algorithm, int64_t op_id, int64_t lane,
@@ -79,8 +81,8 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(ffi::Span<const int64_t> gr
                                                      ffi::Span<const int64_t> devices,
                                                      int64_t processes) {
   SiteAttributes attributes{
-      to_vector(groups), group_size,         op,       algorithm, op_id, lane, timeout_ms,
-      std::string(name), to_vector(devices), processes};
+      collective, to_vector(groups), group_size,         op,       algorithm, op_id, lane,
+      timeout_ms, std::string(name), to_vector(devices), processes};
   auto state = std::make_unique<SiteState>();
   if (Status s = CollectiveSite::make(std::move(attributes), &state->site); !s.ok()) {
     return ffi::Unexpected(to_ffi(s));
@@ -88,10 +90,11 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(ffi::Span<const int64_t> gr
   return state;
 }
 
-// Operands: N buffers of one dtype (the fused leaves); results: N buffers shaped like the
-// operands (each aliasing its operand).
-ffi::Future allreduce(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
-                      ffi::RemainingRets rets) {
+// Operands: N buffers of one dtype (the fused leaves); results: N buffers, shaped like
+// the operands for an all-reduce (each aliasing its operand), 1/n or n times as large for
+// a reduce-scatter or all-gather over n devices.
+ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
+                    ffi::RemainingRets rets) {
   const auto issued = Clock::now();
   CollectiveSite& site = *state->site;
   if (args.size() != rets.size() || args.size() == 0) {
@@ -106,7 +109,7 @@ ffi::Future allreduce(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi:
       return failed(ffi::Error::InvalidArgument("jax_accl: bad buffer in " + site.name()));
     DType dtype;
     if (!to_dtype(x->element_type(), &dtype) || (*y)->element_type() != x->element_type() ||
-        (*y)->size_bytes() != x->size_bytes() || (k > 0 && dtype != buffers.dtype)) {
+        (k > 0 && dtype != buffers.dtype)) {
       return failed(ffi::Error::InvalidArgument(
           "jax_accl: unsupported or mismatched buffer types in " + site.name()));
     }
@@ -114,36 +117,45 @@ ffi::Future allreduce(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi:
     buffers.in.push_back(x->untyped_data());
     buffers.out.push_back((*y)->untyped_data());
     buffers.counts.push_back(x->element_count());
+    buffers.out_counts.push_back((*y)->element_count());
   }
   ffi::Promise promise;
   ffi::Future future(promise);
-  site.allreduce(ordinal, run_id.run_id, std::move(buffers), issued,
-                 [promise](const Status& s) mutable {
-                   if (s.ok()) {
-                     promise.SetAvailable();
-                   } else {
-                     promise.SetError(to_ffi(s));
-                   }
-                 });
+  site.run(ordinal, run_id.run_id, std::move(buffers), issued, [promise](const Status& s) mutable {
+    if (s.ok()) {
+      promise.SetAvailable();
+    } else {
+      promise.SetError(to_ffi(s));
+    }
+  });
   return future;
 }
 
 }  // namespace
 }  // namespace accl
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceInstantiate, accl::instantiate,
-                              ffi::Ffi::BindInstantiate()
-                                  .Attr<ffi::Span<const int64_t>>("groups")
-                                  .Attr<int64_t>("group_size")
-                                  .Attr<int64_t>("op")
-                                  .Attr<int64_t>("algorithm")
-                                  .Attr<int64_t>("op_id")
-                                  .Attr<int64_t>("lane")
-                                  .Attr<int64_t>("timeout_ms")
-                                  .Attr<std::string_view>("name")
-                                  .Attr<ffi::Span<const int64_t>>("devices")
-                                  .Attr<int64_t>("processes"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceHandler, accl::allreduce,
+// The attributes of every target (jax_accl/primitives/lowering.py).
+#define ACCL_SITE_ATTRIBUTES(binding)              \
+  binding.Attr<ffi::Span<const int64_t>>("groups") \
+      .Attr<int64_t>("group_size")                 \
+      .Attr<int64_t>("op")                         \
+      .Attr<int64_t>("algorithm")                  \
+      .Attr<int64_t>("op_id")                      \
+      .Attr<int64_t>("lane")                       \
+      .Attr<int64_t>("timeout_ms")                 \
+      .Attr<std::string_view>("name")              \
+      .Attr<ffi::Span<const int64_t>>("devices")   \
+      .Attr<int64_t>("processes")
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceInstantiate,
+                              accl::instantiate<accl::Collective::kAllReduce>,
+                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclReduceScatterInstantiate,
+                              accl::instantiate<accl::Collective::kReduceScatter>,
+                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllGatherInstantiate,
+                              accl::instantiate<accl::Collective::kAllGather>,
+                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::State<accl::SiteState>>()
                                   .Ctx<ffi::RunId>()

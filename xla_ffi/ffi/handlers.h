@@ -3,10 +3,15 @@
 
 #include "xla/ffi/api/c_api.h"
 
-// accl_allreduce: operands x_1..x_N, results y_k = all-reduce of x_k (aliasing x_k).
-// Instantiate makes the executable's call site (its state, of the type below).
+// accl_allreduce: operands x_1..x_N, results y_k = all-reduce of x_k (aliasing x_k);
+// accl_reduce_scatter: y_k = this rank's block of the reduction of x_k (n blocks);
+// accl_all_gather: y_k = every rank's x_k, in rank order. Each target's instantiate
+// handler makes the executable's call site (its state, of the type below); one execute
+// handler runs the call on it.
 extern "C" XLA_FFI_Error* AcclAllreduceInstantiate(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* AcclAllreduceHandler(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* AcclReduceScatterInstantiate(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* AcclAllGatherInstantiate(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* AcclCollectiveHandler(XLA_FFI_CallFrame* call_frame);
 
 // The type of that state, which must be registered with XLA before the handlers.
 XLA_FFI_TypeId* AcclSiteTypeId();

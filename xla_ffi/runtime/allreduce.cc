@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "algorithms/scatter_gather.h"
 #include "runtime/call_plan.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
@@ -30,7 +31,11 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
   stats.bytes.fetch_add(bytes, std::memory_order_relaxed);
   stats.nanoseconds.fetch_add(ns(end) - ns(start), std::memory_order_relaxed);
   if (trace_enabled() || debug_calls()) {
-    TraceEvent call{str_cat("accl_allreduce ", algorithm_name(algorithm), " ", human_bytes(bytes)),
+    const Collective collective = spec.signature.collective;
+    const char* target = collective == Collective::kReduceScatter ? "accl_reduce_scatter "
+                         : collective == Collective::kAllGather   ? "accl_all_gather "
+                                                                  : "accl_allreduce ";
+    TraceEvent call{str_cat(target, algorithm_name(algorithm), " ", human_bytes(bytes)),
                     spec.device,
                     ns(start),
                     ns(end),
@@ -45,6 +50,21 @@ void record_error(Algorithm algorithm) {
   algorithm_stats()[static_cast<int>(algorithm)].errors.fetch_add(1, std::memory_order_relaxed);
 }
 
+Status run_collective(Collective collective, Algorithm algorithm, Link& link,
+                      const std::vector<Buffers>& segments, int size, const Reduction& reduction) {
+  if (collective == Collective::kAllReduce) {
+    return run_allreduce(algorithm, link, segments, reduction);
+  }
+  std::vector<BlockBuffers> blocks;
+  for (const Buffers& b : segments) {
+    const size_t block = collective == Collective::kReduceScatter ? b.count / size : b.count;
+    blocks.push_back(BlockBuffers{b.in, b.out, block, b.elem_size, b.segment});
+  }
+  return collective == Collective::kReduceScatter
+             ? run_reduce_scatter(algorithm, link, blocks, reduction)
+             : run_all_gather(algorithm, link, blocks);
+}
+
 Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
                        const std::vector<void*>& out, const std::vector<uint64_t>& counts) {
   describe_layout(counts, &spec.signature);
@@ -54,10 +74,16 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   if (spec.rank < 0 || spec.rank >= spec.size) {
     return error(Code::kInvalidArgument, "rank ", spec.rank, " outside group of ", spec.size);
   }
+  if (spec.rendezvous == nullptr) {
+    return error(Code::kInternal, spec.label, ": the call has no rendezvous to meet in");
+  }
   const auto start = spec.start();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
-  const Algorithm algorithm = plan_in_process(spec.size, sig.count * elem, sig.algorithm);
+  const Algorithm algorithm =
+      sig.collective == Collective::kAllReduce
+          ? plan_in_process(spec.size, sig.count * elem, sig.algorithm)
+          : plan_scatter_gather(spec.size, sig.count * elem, sig.algorithm, /*peer_memory=*/true);
 
   // An exception (an allocation that failed) fails the call like any error: the other
   // ranks learn it at once instead of at their deadline (before the join, by leaving
@@ -68,17 +94,18 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
       segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
     }
   } catch (const std::exception& e) {
-    leave_call(spec.key, spec.rank, spec.size, spec.label, error(Code::kInternal, e.what()));
+    spec.rendezvous->leave(spec.key, spec.rank, spec.size, spec.label,
+                           error(Code::kInternal, e.what()));
     throw;
   }
   std::shared_ptr<LocalExchange> exchange;
-  Status s =
-      join_call(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments, &exchange);
+  Status s = spec.rendezvous->join(spec.key, spec.rank, spec.size, sig, spec.label, deadline,
+                                   segments, &exchange);
   if (s.ok()) {
     std::unique_ptr<LocalLink> link;
     try {
       link = std::make_unique<LocalLink>(exchange, spec.rank, deadline);
-      s = run_allreduce(algorithm, *link, segments, reduction);
+      s = run_collective(sig.collective, algorithm, *link, segments, spec.size, reduction);
     } catch (const std::exception& e) {
       s = error(Code::kInternal, spec.label, ": ", e.what());
     }

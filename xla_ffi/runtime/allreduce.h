@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ struct CallSpec {
   uint64_t lane = 0;  // the op within its program, the same in every process (a group's
                       // calls of one lane run in order; lanes run concurrently)
   std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
+  // Where this process's ranks of the call meet (every rank of the call the same one).
+  std::shared_ptr<Rendezvous> rendezvous;
   Signature signature;
   double timeout_s = 120.0;
   // When XLA issued the call (the FFI handler ran): the call's trace event and time
@@ -37,8 +40,16 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
                  Clock::time_point end, uint64_t bytes);
 void record_error(Algorithm algorithm);
 
-// One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements each.
-// spec.signature's count/segments/layout are filled from `counts`.
+// Runs spec.signature.collective by `algorithm` over `link`: an all-reduce of each
+// segment, or a reduce-scatter (a segment's `count` is its n blocks of input, n =
+// `size`) or an all-gather (`count` is its input, one block).
+Status run_collective(Collective collective, Algorithm algorithm, Link& link,
+                      const std::vector<Buffers>& segments, int size, const Reduction& reduction);
+
+// One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements of input
+// each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an
+// all-gather's size times). spec.signature's count/segments/layout are filled from
+// `counts`.
 Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
                        const std::vector<void*>& out, const std::vector<uint64_t>& counts);
 

@@ -21,6 +21,11 @@ int& pipeline_chunks_setting() {
   return chunks;
 }
 
+Algorithm plan_scatter_gather(int n, size_t bytes, Algorithm forced, bool peer_memory) {
+  if (forced == Algorithm::kDirect || forced == Algorithm::kRing) return forced;
+  return peer_memory || n <= 2 || bytes <= kOneShotBytes ? Algorithm::kDirect : Algorithm::kRing;
+}
+
 bool plan_one_shot(size_t bytes, Algorithm forced) {
   return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
 }

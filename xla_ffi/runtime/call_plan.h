@@ -66,6 +66,11 @@ int& pipeline_chunks_setting();
 constexpr size_t kOneShotBytes = 64 << 10;
 bool plan_one_shot(size_t bytes, Algorithm forced);
 
+// The algorithm of a reduce-scatter or all-gather of `bytes` of input per rank among `n`
+// ranks: `forced` (direct or ring), or direct where the ranks read each other's memory
+// in place (`peer_memory`: threads of one process) or the input is small, else ring.
+Algorithm plan_scatter_gather(int n, size_t bytes, Algorithm forced, bool peer_memory);
+
 // The schedule of an all-reduce among `n` device threads of one process: `forced`, or
 // where that is kAuto (or kHierarchical, which has one level here) the cost model's.
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced,

@@ -1,7 +1,6 @@
 #include "runtime/channel_space.h"
 
 #include "common/hash.h"
-#include "runtime/world.h"
 
 namespace accl {
 
@@ -13,7 +12,7 @@ uint64_t channel_space_id(const std::vector<int64_t>& devices, uint64_t lane, ui
 
 ChannelSpace::~ChannelSpace() {
   channels_.clear();
-  if (world_ != nullptr) world_->forget(id_);
+  if (maker_ != nullptr) maker_->forget(id_);
 }
 
 void ChannelSpace::poison_all(Code reason) {
@@ -35,9 +34,9 @@ Status ChannelSpace::channels(int64_t me, int64_t peer, const Deadline& deadline
       return Status::Ok();
     }
   }
-  if (world_ == nullptr) return error(Code::kInternal, "a planning communicator has no channels");
+  if (maker_ == nullptr) return error(Code::kInternal, "a planning communicator has no channels");
   std::vector<std::unique_ptr<Channel>> made, reverse;
-  ACCL_RETURN_IF_ERROR(world_->connect(me, peer, id_, deadline, &made, &reverse));
+  ACCL_RETURN_IF_ERROR(maker_->connect(me, peer, id_, deadline, &made, &reverse));
   std::lock_guard<std::mutex> lock(mutex_);
   auto& slot = channels_[key];
   if (slot.empty()) {  // else another thread connected the pair first (memory): use its

@@ -1,11 +1,11 @@
 // The channels of one group at one epoch: a communicator's connections (TCP
 // connections, shared-memory segments, memory rings), made on first use through the
-// World's transports and kept until the group moves to a newer epoch (it recovered from
-// a failed call, runtime/communicator.h). Then the space is dropped, and it closes its
-// channels once the last call that still runs in it has returned (calls hold it by
-// shared_ptr). A space's id is on the wire (in the TCP hello, in the shared-memory
-// segment's name) and its epoch in every frame, so nothing of an older epoch can be
-// taken for part of a newer one.
+// process's transports (a ChannelMaker: the World) and kept until the group moves to a
+// newer epoch (it recovered from a failed call, runtime/communicator.h). Then the
+// space is dropped, and it closes its channels once the last call that still runs in
+// it has returned (calls hold it by shared_ptr). A space's id is on the wire (in the
+// TCP hello, in the shared-memory segment's name) and its epoch in every frame, so
+// nothing of an older epoch can be taken for part of a newer one.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +19,27 @@
 
 namespace accl {
 
-class World;
+// What a channel space needs of the process it lives in, which the World
+// (runtime/world.h) provides: new channels between two devices through its transports,
+// and forgetting what they made for a space. An interface, so that the layers above the
+// World's transports (spaces, communicators) never include the World that owns them.
+class ChannelMaker {
+ public:
+  virtual ~ChannelMaker() = default;
+  // New channels from device `me` (of this process) to device `peer` for space `space`;
+  // *reverse: the peer's ends, if made here (memory).
+  virtual Status connect(int64_t me, int64_t peer, uint64_t space, const Deadline& deadline,
+                         std::vector<std::unique_ptr<Channel>>* out,
+                         std::vector<std::unique_ptr<Channel>>* reverse) = 0;
+  // Space `space` is gone: the transports drop what they made for it and nobody claimed.
+  virtual void forget(uint64_t space) = 0;
+};
 
 class ChannelSpace {
  public:
-  ChannelSpace(World* world, uint64_t id, uint32_t epoch) : world_(world), id_(id), epoch_(epoch) {}
+  // Without a `maker` (a communicator that only plans) the space has no channels.
+  ChannelSpace(ChannelMaker* maker, uint64_t id, uint32_t epoch)
+      : maker_(maker), id_(id), epoch_(epoch) {}
   ~ChannelSpace();  // closes the channels; the transports forget what was not claimed
   ChannelSpace(const ChannelSpace&) = delete;
   ChannelSpace& operator=(const ChannelSpace&) = delete;
@@ -36,7 +52,7 @@ class ChannelSpace {
   Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
 
  private:
-  World* world_;
+  ChannelMaker* maker_;
   uint64_t id_;
   uint32_t epoch_;
   std::mutex mutex_;

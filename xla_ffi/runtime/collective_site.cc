@@ -26,6 +26,7 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   site->name_ = a.name;
   site->signature_.op = static_cast<ReduceOp>(a.op);
   site->signature_.algorithm = static_cast<Algorithm>(a.algorithm);
+  site->signature_.collective = a.collective;
   // The op id and the lane: identical equations (an unrolled scan, a remat) share an op
   // id, but each emitted call has a lane of its own.
   site->op_key_ = a.op_id ^ a.lane;
@@ -66,12 +67,13 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
     if (!seen.count(p)) site->members_.erase(a.devices[p]);
   }
   site->devices_ = std::move(a.devices);
+  site->rendezvous_ = std::make_shared<Rendezvous>();
   *out = std::move(site);
   return Status::Ok();
 }
 
-void CollectiveSite::allreduce(int64_t device, int64_t run_id, CallBuffers buffers,
-                               Clock::time_point issued, std::function<void(const Status&)> done) {
+void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
+                         Clock::time_point issued, std::function<void(const Status&)> done) {
   if (Status usable = process_usable(); !usable.ok()) return done(usable);
   auto it = members_.find(device);
   if (it == members_.end()) {
@@ -82,6 +84,19 @@ void CollectiveSite::allreduce(int64_t device, int64_t run_id, CallBuffers buffe
             : error(Code::kInvalidArgument, "device ", device, " runs no partition of ", name_));
   }
   const Member& member = it->second;
+  const uint64_t n = member.devices.size();
+  for (size_t k = 0; k < buffers.counts.size(); ++k) {
+    const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
+    const bool fits = signature_.collective == Collective::kReduceScatter ? in == n * out
+                      : signature_.collective == Collective::kAllGather   ? out == n * in
+                                                                          : in == out;
+    if (!fits) {
+      return done(error(Code::kInvalidArgument, member.label, ": operand ", k, " has ", in,
+                        " elements and result ", out, ", which a ",
+                        collective_name(signature_.collective), " over ", n,
+                        " devices cannot have"));
+    }
+  }
   CallSpec spec;
   spec.issued = issued;
   spec.signature = signature_;
@@ -93,6 +108,7 @@ void CollectiveSite::allreduce(int64_t device, int64_t run_id, CallBuffers buffe
   spec.timeout_s = timeout_s_;
   spec.device = device;
   spec.lane = lane_;
+  spec.rendezvous = rendezvous_;
   call_began();
   auto complete = [done = std::move(done)](const Status& s) {
     call_ended();
@@ -100,7 +116,8 @@ void CollectiveSite::allreduce(int64_t device, int64_t run_id, CallBuffers buffe
   };
   size_t bytes = 0;
   for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
-  if (in_process_ && plan_one_shot(bytes, spec.signature.algorithm)) {
+  if (in_process_ && signature_.collective == Collective::kAllReduce &&
+      plan_one_shot(bytes, spec.signature.algorithm)) {
     return allreduce_one_shot(spec, buffers.in, buffers.out, buffers.counts, std::move(complete));
   }
   // The buffers stay valid until `done` runs (XLA's contract for async calls). Each call

@@ -1,4 +1,5 @@
-// One lowered jax_accl all-reduce in one executable (a call site), made once when XLA
+// One lowered jax_accl collective (all-reduce, reduce-scatter or all-gather) in one
+// executable (a call site), made once when XLA
 // instantiates the executable (the FFI instantiate stage) from the attributes fixed at
 // lowering, and shared by every device that runs the executable. Made once: the group
 // table (which group and rank each device is, the members' global ids, the labels that
@@ -27,6 +28,7 @@ namespace accl {
 // `devices`, the global device id of every partition id; `op_id ^ lane` names the op,
 // the same in every process; `processes`, how many processes the program spans.
 struct SiteAttributes {
+  Collective collective = Collective::kAllReduce;  // from the target's name
   std::vector<int64_t> groups;
   int64_t group_size = 0;
   int64_t op = 0;
@@ -39,12 +41,15 @@ struct SiteAttributes {
   int64_t processes = 1;
 };
 
-// One device's buffers of one call: in[k] -> out[k], counts[k] elements of `dtype`.
+// One device's buffers of one call: in[k] -> out[k], counts[k] elements of `dtype` in
+// and out_counts[k] out (the same for an all-reduce; 1/n of it for a reduce-scatter of
+// a group of n, n times for an all-gather).
 struct CallBuffers {
   DType dtype = DType::kF32;
   std::vector<const void*> in;
   std::vector<void*> out;
   std::vector<uint64_t> counts;
+  std::vector<uint64_t> out_counts;
 };
 
 class CollectiveSite {
@@ -60,8 +65,8 @@ class CollectiveSite {
   // Device `device`'s (its global id: XLA:CPU's device ordinal) call of launch `run_id`;
   // `done` runs exactly once, on this or another thread, when the outputs are written or
   // with the error. `issued`: when XLA issued it (its trace event starts there).
-  void allreduce(int64_t device, int64_t run_id, CallBuffers buffers, Clock::time_point issued,
-                 std::function<void(const Status&)> done);
+  void run(int64_t device, int64_t run_id, CallBuffers buffers, Clock::time_point issued,
+           std::function<void(const Status&)> done);
 
  private:
   CollectiveSite();
@@ -80,6 +85,8 @@ class CollectiveSite {
   std::map<int64_t, Member> members_;  // by global device id
   std::vector<int64_t> devices_;       // the global id of every partition id
   CallSequences sequences_;
+  // Where this process's ranks of its calls meet; calls hold it (CallSpec) to their end.
+  std::shared_ptr<Rendezvous> rendezvous_;
 };
 
 }  // namespace accl

@@ -4,8 +4,6 @@
 #include <chrono>
 #include <mutex>
 
-#include "runtime/world.h"
-
 namespace accl {
 
 namespace {
@@ -24,12 +22,13 @@ void set_epoch_agreement(AgreeOnEpoch agree) {
   agreement() = std::move(agree);
 }
 
-Status Communicator::make(World* world, const std::vector<int64_t>& devices, uint64_t lane,
-                          const std::vector<RankPlace>& places, int rails,
+Status Communicator::make(ChannelMaker* maker, int process, const std::vector<int64_t>& devices,
+                          uint64_t lane, const std::vector<RankPlace>& places, int rails,
                           std::shared_ptr<Communicator>* out) {
   auto made = std::make_shared<Communicator>();
   ACCL_RETURN_IF_ERROR(GroupLayout::make(places, &made->layout_));
-  made->world_ = world;
+  made->maker_ = maker;
+  made->process_ = process;
   made->devices_ = devices;
   made->lane_ = lane;
   for (const RankPlace& p : places) made->processes_.push_back(p.process);
@@ -37,7 +36,7 @@ Status Communicator::make(World* world, const std::vector<int64_t>& devices, uin
   made->processes_.erase(std::unique(made->processes_.begin(), made->processes_.end()),
                          made->processes_.end());
   made->rails_ = std::max(1, rails);
-  made->space_ = std::make_shared<ChannelSpace>(world, channel_space_id(devices, lane, 0), 0);
+  made->space_ = std::make_shared<ChannelSpace>(maker, channel_space_id(devices, lane, 0), 0);
   *out = std::move(made);
   return Status::Ok();
 }
@@ -63,7 +62,7 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
   const uint32_t next = space_->epoch() + 1;
   uint64_t start = c;
   Status s = agree ? agree(EpochAgreement{channel_space_id(devices_, lane_, 0), next, failed_call_,
-                                          c, processes_, world_->process_index(), deadline},
+                                          c, processes_, process_, deadline},
                            &start)
                    : error(Code::kAborted, "no way to agree on a new epoch is installed");
   if (!s.ok()) {
@@ -71,7 +70,7 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
                  " of this group failed, and recovering from it (epoch ", next,
                  ") failed: ", s.message());
   }
-  space_ = std::make_shared<ChannelSpace>(world_, channel_space_id(devices_, lane_, next), next);
+  space_ = std::make_shared<ChannelSpace>(maker_, channel_space_id(devices_, lane_, next), next);
   epoch_start_ = start;
   failed_call_ = kNoCall;
   ++recoveries_;

@@ -40,8 +40,6 @@
 
 namespace accl {
 
-class World;
-
 // How the processes of a group agree to start epoch `epoch` (installed by jax_accl's
 // bootstrap: jax_accl/distributed.py, over jax.distributed's key-value store).
 struct EpochAgreement {
@@ -61,9 +59,10 @@ void set_epoch_agreement(AgreeOnEpoch agree);
 class Communicator {
  public:
   // `devices`: the group's global ids in rank order; `places[r]`: where rank r lives;
-  // `rails`: this process's rails between hosts. Without a `world` it only plans.
-  static Status make(World* world, const std::vector<int64_t>& devices, uint64_t lane,
-                     const std::vector<RankPlace>& places, int rails,
+  // `rails`: this process's rails between hosts; `process`: this process's index;
+  // `maker`: the process's transports (the World). Without a `maker` it only plans.
+  static Status make(ChannelMaker* maker, int process, const std::vector<int64_t>& devices,
+                     uint64_t lane, const std::vector<RankPlace>& places, int rails,
                      std::shared_ptr<Communicator>* out);
 
   const GroupLayout& layout() const { return layout_; }
@@ -98,7 +97,8 @@ class Communicator {
   uint64_t recoveries() const;
 
  private:
-  World* world_ = nullptr;
+  ChannelMaker* maker_ = nullptr;
+  int process_ = 0;  // this process's index
   std::vector<int64_t> devices_;
   uint64_t lane_ = 0;
   std::vector<int> processes_;  // the group's, ascending

@@ -30,7 +30,7 @@ struct RankCall {
     if (threads) {
       threads->fail(s);
     } else if (process.size() > 1 && !met) {  // the siblings wait for this rank to join
-      leave_call(call.key, thread, static_cast<int>(process.size()), call.label, s);
+      call.rendezvous->leave(call.key, thread, static_cast<int>(process.size()), call.label, s);
     }
     if (processes) processes->fail(s.code());
     if (between) between->fail(s.code());
@@ -63,8 +63,9 @@ Status run_rank(RankCall& rc, const std::vector<Buffers>& segments, const Reduct
   }
   if (rc.process.size() > 1) {
     rc.met = true;
-    Status s = join_call(call.key, t, static_cast<int>(rc.process.size()), call.signature,
-                         call.label, call.deadline, segments, &rc.exchange);
+    Status s =
+        call.rendezvous->join(call.key, t, static_cast<int>(rc.process.size()), call.signature,
+                              call.label, call.deadline, segments, &rc.exchange);
     if (!s.ok()) return rc.fail(s);
     rc.threads = std::make_unique<LocalLink>(rc.exchange, t, call.deadline);
     tiers[0].link = rc.threads.get();

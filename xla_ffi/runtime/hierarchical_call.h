@@ -26,7 +26,8 @@ using ConnectGroup = std::function<Status(const std::vector<int>& ranks, int ind
 struct HierarchyCall {
   const GroupLayout* layout;
   int rank;
-  CallKey key;  // the call's key; the rank's process threads meet under it
+  CallKey key;             // the call's key; the rank's process threads meet under it,
+  Rendezvous* rendezvous;  // in this rendezvous
   Signature signature;
   std::string label;
   Deadline deadline;

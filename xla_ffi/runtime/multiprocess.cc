@@ -53,6 +53,7 @@ uint64_t call_tag(const Signature& sig, int group_size, uint64_t call_index) {
       .mix(sig.segments)
       .mix(sig.layout_hash)
       .mix(static_cast<uint64_t>(sig.algorithm))
+      .mix(static_cast<uint64_t>(sig.collective))
       .mix(static_cast<uint64_t>(group_size))
       .mix(call_index)
       .value();
@@ -82,14 +83,17 @@ Status open_link(ChannelSpace& space, const std::vector<int64_t>& members, int r
   return Status::Ok();
 }
 
-// Runs `algorithm` over channels to `members`; *sent_by_rail receives the bytes sent per rail.
+// Runs `collective` by `algorithm` over channels to `members`; *sent_by_rail receives
+// the bytes sent per rail.
 Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, int rank,
                      uint64_t tag, const std::string& where, const Deadline& deadline,
-                     Algorithm algorithm, const std::vector<Buffers>& segments,
-                     const Reduction& reduction, std::map<std::string, uint64_t>* sent_by_rail) {
+                     Collective collective, Algorithm algorithm,
+                     const std::vector<Buffers>& segments, const Reduction& reduction,
+                     std::map<std::string, uint64_t>* sent_by_rail) {
   std::unique_ptr<ChannelLink> link;
   ACCL_RETURN_IF_ERROR(open_link(space, members, rank, tag, where, deadline, &link));
-  Status s = run_allreduce(algorithm, *link, segments, reduction);
+  Status s = run_collective(collective, algorithm, *link, segments,
+                            static_cast<int>(members.size()), reduction);
   if (!s.ok()) link->fail(s.code());
   *sent_by_rail = link->bytes_sent_by_rail();
   return s;
@@ -212,15 +216,22 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       space.poison_all(Code::kInternal);
       if (siblings > 1) {
         try {  // (allocates: nothing may escape a destructor)
-          leave_call(spec.key, thread, siblings, spec.label,
-                     error(Code::kInternal, spec.label, ": an exception ended the call"));
+          spec.rendezvous->leave(
+              spec.key, thread, siblings, spec.label,
+              error(Code::kInternal, spec.label, ": an exception ended the call"));
         } catch (...) {
         }
       }
       group.call_failed(call, space);
     }
   } unwound{*group, *space, call_index, spec};
-  CallPlan plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
+  // A reduce-scatter or all-gather runs flat over every member, direct or ring.
+  CallPlan plan;
+  if (sig.collective == Collective::kAllReduce) {
+    plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
+  } else {
+    plan.schedule = plan_scatter_gather(spec.size, bytes, sig.algorithm, /*peer_memory=*/false);
+  }
   Algorithm& schedule = plan.schedule;
   // A hierarchical schedule meets this process's other devices in the rendezvous.
   auto meets_siblings = [&] {
@@ -279,17 +290,21 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   }
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*space, devices, spec.rank, tag, where, deadline, schedule, segments,
-                             reduction, &sent);
-    trace_rails(str_cat("flat ", algorithm_name(schedule)).c_str(), sent, spec.device, start,
+    Status s = run_over_link(*space, devices, spec.rank, tag, where, deadline, sig.collective,
+                             schedule, segments, reduction, &sent);
+    const std::string what = sig.collective == Collective::kAllReduce
+                                 ? std::string("flat")
+                                 : std::string(collective_name(sig.collective));
+    trace_rails(str_cat(what, " ", algorithm_name(schedule)).c_str(), sent, spec.device, start,
                 Clock::now(), spec.label);
     return finish(s);
   }
 
   // Hierarchical: the threads of this process, the processes of this host, then (if
   // this rank owns a slice at both) its peers of the same position on the other hosts.
-  const HierarchyCall hierarchy{&layout,    spec.rank, spec.key,     sig,
-                                spec.label, deadline,  plan.between, plan.chunks};
+  const HierarchyCall hierarchy{&layout,    spec.rank,  spec.key, spec.rendezvous.get(),
+                                sig,        spec.label, deadline, plan.between,
+                                plan.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
                              std::unique_ptr<ChannelLink>* link) {
     return open_link(*space, devices_of(devices, ranks), index, tag, where, deadline, link);

@@ -1,6 +1,7 @@
 #include "runtime/rendezvous.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <unordered_map>
@@ -8,54 +9,79 @@
 #include "common/hash.h"
 
 namespace accl {
-namespace {
 
-struct PendingCall {
+struct Rendezvous::PendingCall {
   PendingCall(int size, const std::string& label, size_t bytes)
       : exchange(std::make_shared<LocalExchange>(size, label, bytes)),
         signatures(size),
         present(size, 0) {}
   std::shared_ptr<LocalExchange> exchange;
-  std::vector<Signature> signatures;  // written under g_mutex before `arrived` is bumped
+  std::vector<Signature> signatures;  // written under mutex_ before `arrived` is bumped
   std::vector<uint8_t> present;
   Flag arrived;
-  int joined = 0;          // ranks that registered (or left), under g_mutex
+  int joined = 0;          // ranks that registered (or left), under mutex_
   bool abandoned = false;  // a rank timed out waiting; late arrivals fail at once
-  Status left;             // why a rank left without joining (leave_call), under g_mutex
+  Status left;             // why a rank left without joining (leave), under mutex_
 };
 
-std::mutex g_mutex;
-std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> g_calls;
+namespace {
+// Calls waiting for ranks in every rendezvous of the process, abandoned ones not counted.
+std::atomic<int64_t> g_pending{0};
 
 // Added to `arrived`, once, by the first rank that leaves (the one that sets `left`):
 // every wait for the whole group ends. Once only, so that the count cannot wrap.
 constexpr uint32_t kLeftMark = 1u << 30;
 
-std::shared_ptr<PendingCall>& slot_of(const CallKey& key, int size, const std::string& label,
-                                      size_t bytes) {
-  auto& slot = g_calls[key];
-  if (!slot) slot = std::make_shared<PendingCall>(size, label, bytes);
+}  // namespace
+
+std::shared_ptr<Rendezvous::PendingCall>& Rendezvous::slot_of(const CallKey& key, int size,
+                                                              const std::string& label,
+                                                              size_t bytes) {
+  auto& slot = calls_[key];
+  if (!slot) {
+    try {
+      slot = std::make_shared<PendingCall>(size, label, bytes);
+    } catch (...) {
+      calls_.erase(key);
+      throw;
+    }
+    g_pending.fetch_add(1, std::memory_order_relaxed);
+  }
   return slot;
 }
 
-// Counts rank `rank` in (joined or left; under g_mutex), once; the call's entry goes
-// when every rank is counted. False if the rank is out of range or counted already.
-bool count_in(const CallKey& key, PendingCall& call, int rank) {
+// The call's entry goes (under mutex_); it no longer counts as pending.
+void Rendezvous::drop(const CallKey& key, PendingCall& call) {
+  if (!call.abandoned) g_pending.fetch_sub(1, std::memory_order_relaxed);
+  calls_.erase(key);
+}
+
+void Rendezvous::abandon(PendingCall& call) {
+  if (call.abandoned) return;
+  call.abandoned = true;
+  g_pending.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool Rendezvous::count_in(const CallKey& key, PendingCall& call, int rank) {
   if (rank < 0 || rank >= static_cast<int>(call.present.size()) || call.present[rank]) return false;
   call.present[rank] = 1;
-  if (++call.joined == static_cast<int>(call.present.size())) g_calls.erase(key);
+  if (++call.joined == static_cast<int>(call.present.size())) drop(key, call);
   return true;
 }
 
-// Records why rank `rank` left (under g_mutex); true for the first to leave, which then
-// adds kLeftMark to `arrived` (after unlocking).
-bool record_left(PendingCall& call, int rank, const Status& why) {
+bool Rendezvous::record_left(PendingCall& call, int rank, const Status& why) {
   if (!call.left.ok()) return false;
   call.left = error(why.code(), "rank ", rank, ": ", why.message());
   return true;
 }
 
-}  // namespace
+Rendezvous::Rendezvous() = default;
+
+Rendezvous::~Rendezvous() {
+  for (auto& [key, call] : calls_) {
+    if (!call->abandoned) g_pending.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
 
 size_t CallKeyHash::operator()(const CallKey& k) const {
   return Fnv64()
@@ -75,7 +101,11 @@ std::string missing_ranks(const std::vector<uint8_t>& present) {
 }
 
 std::string describe(const Signature& s) {
-  return str_cat(reduce_op_name(s.op), " of ", s.count, " x ", dtype_name(s.dtype),
+  const std::string what = s.collective == Collective::kAllGather ? std::string("all-gather")
+                           : s.collective == Collective::kReduceScatter
+                               ? str_cat("reduce-scatter (", reduce_op_name(s.op), ")")
+                               : std::string(reduce_op_name(s.op));
+  return str_cat(what, " of ", s.count, " x ", dtype_name(s.dtype),
                  s.segments == 1 ? "" : str_cat(" in ", s.segments, " buffers"), " (",
                  algorithm_name(s.algorithm), ")");
 }
@@ -91,19 +121,20 @@ void describe_layout(const std::vector<uint64_t>& counts, Signature* s) {
   s->layout_hash = h.value();
 }
 
-Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
-                 const std::string& label, const Deadline& deadline,
-                 const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange) {
+Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature& signature,
+                        const std::string& label, const Deadline& deadline,
+                        const std::vector<Buffers>& segments,
+                        std::shared_ptr<LocalExchange>* exchange) {
   size_t bytes = 0;
   for (const Buffers& b : segments) bytes += b.count * b.elem_size;
   std::shared_ptr<PendingCall> call;
   {
-    std::unique_lock<std::mutex> lock(g_mutex);
+    std::unique_lock<std::mutex> lock(mutex_);
     try {
       call = slot_of(key, size, label, bytes);
     } catch (const std::exception& e) {  // never registered: leave, so nobody waits
       lock.unlock();
-      leave_call(key, rank, size, label, error(Code::kInternal, e.what()));
+      leave(key, rank, size, label, error(Code::kInternal, e.what()));
       throw;
     }
     if (!call->left.ok()) {
@@ -132,7 +163,7 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
   } catch (const std::exception& e) {  // registered, never to arrive: the others go
     bool first = false;
     {
-      std::lock_guard<std::mutex> lock(g_mutex);
+      std::lock_guard<std::mutex> lock(mutex_);
       first = record_left(*call, rank, error(Code::kInternal, e.what()));
     }
     if (first) call->arrived.fetch_add_and_wake(kLeftMark);
@@ -142,14 +173,14 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
   Status s = call->arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
                                 deadline, nullptr);
   if (call->arrived.load() >= kLeftMark) {
-    std::lock_guard<std::mutex> lock(g_mutex);
+    std::lock_guard<std::mutex> lock(mutex_);
     return error(Code::kAborted, "rank ", rank, " of ", label,
                  ": a sibling left the call: ", call->left.message());
   }
   if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(g_mutex);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (call->arrived.load() < static_cast<uint32_t>(size)) {
-      call->abandoned = true;
+      abandon(*call);
       return deadline.ended(
           str_cat("rank ", rank, " of ", label),
           str_cat("waiting for ranks [", missing_ranks(call->present), "] to join the all-reduce"));
@@ -168,12 +199,12 @@ Status join_call(const CallKey& key, int rank, int size, const Signature& signat
   return Status::Ok();
 }
 
-void leave_call(const CallKey& key, int rank, int size, const std::string& label,
-                const Status& why) {
+void Rendezvous::leave(const CallKey& key, int rank, int size, const std::string& label,
+                       const Status& why) {
   std::shared_ptr<PendingCall> call;
   bool first = false;
   {
-    std::lock_guard<std::mutex> lock(g_mutex);
+    std::lock_guard<std::mutex> lock(mutex_);
     call = slot_of(key, size, label, 0);
     if (!count_in(key, *call, rank)) return;  // (our pointer outlives a dropped entry)
     first = record_left(*call, rank, why);
@@ -181,12 +212,7 @@ void leave_call(const CallKey& key, int rank, int size, const std::string& label
   if (first) call->arrived.fetch_add_and_wake(kLeftMark);
 }
 
-size_t pending_calls() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  size_t n = 0;
-  for (const auto& entry : g_calls) n += entry.second->abandoned ? 0 : 1;
-  return n;
-}
+size_t pending_calls() { return static_cast<size_t>(g_pending.load(std::memory_order_relaxed)); }
 
 int64_t fresh_op_id() {
   static std::atomic<int64_t> next{int64_t{1} << 40};

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -43,29 +45,57 @@ struct Signature {
   uint32_t segments = 1;     // fused buffers
   uint64_t layout_hash = 0;  // hash of the segments' lengths
   Algorithm algorithm = Algorithm::kAuto;
+  Collective collective = Collective::kAllReduce;
   bool operator==(const Signature& o) const {
     return dtype == o.dtype && op == o.op && count == o.count && segments == o.segments &&
-           layout_hash == o.layout_hash && algorithm == o.algorithm;
+           layout_hash == o.layout_hash && algorithm == o.algorithm && collective == o.collective;
   }
 };
 // Fills count, segments and layout_hash from the segments' lengths.
 void describe_layout(const std::vector<uint64_t>& counts, Signature* signature);
 std::string describe(const Signature& signature);
 
-// Joins call `key` as `rank` of `size`, publishing this rank's segments. On success
-// *exchange is shared by all ranks, every rank's buffers are published and all
-// signatures agree.
-Status join_call(const CallKey& key, int rank, int size, const Signature& signature,
-                 const std::string& label, const Deadline& deadline,
-                 const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange);
+// Where the ranks of this process meet: each call site has one (runtime/collective_site.h)
+// for the calls of its groups, in one process or across processes (the hierarchy's
+// device threads); the native tests make their own. Ranks of one call use one.
+class Rendezvous {
+ public:
+  Rendezvous();
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
 
-// Rank `rank` will not join call `key` (it failed before it could: a link it could not
-// open, an allocation): the ranks waiting in join_call fail at once naming `why`, and
-// so do ranks that arrive later.
-void leave_call(const CallKey& key, int rank, int size, const std::string& label,
-                const Status& why);
+  // Joins call `key` as `rank` of `size`, publishing this rank's segments. On success
+  // *exchange is shared by all ranks, every rank's buffers are published and all
+  // signatures agree.
+  Status join(const CallKey& key, int rank, int size, const Signature& signature,
+              const std::string& label, const Deadline& deadline,
+              const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange);
 
-// Number of calls waiting for ranks (for tests: must return to zero).
+  // Rank `rank` will not join call `key` (it failed before it could: a link it could not
+  // open, an allocation): the ranks waiting in join fail at once naming `why`, and so do
+  // ranks that arrive later.
+  void leave(const CallKey& key, int rank, int size, const std::string& label, const Status& why);
+
+ private:
+  struct PendingCall;
+  std::shared_ptr<PendingCall>& slot_of(const CallKey& key, int size, const std::string& label,
+                                        size_t bytes);
+  // Counts rank `rank` in (joined or left; under mutex_), once; the call's entry goes
+  // when every rank is counted. False if the rank is out of range or counted already.
+  bool count_in(const CallKey& key, PendingCall& call, int rank);
+  // Records why rank `rank` left (under mutex_); true for the first to leave, which then
+  // adds kLeftMark to `arrived` (after unlocking).
+  bool record_left(PendingCall& call, int rank, const Status& why);
+  void drop(const CallKey& key, PendingCall& call);
+  void abandon(PendingCall& call);
+
+  std::mutex mutex_;
+  std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> calls_;
+};
+
+// Calls waiting for ranks in every rendezvous of the process (for tests: must return
+// to zero).
 size_t pending_calls();
 
 // A process-unique key space for callers without XLA run ids (the native test tier).

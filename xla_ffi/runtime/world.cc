@@ -188,7 +188,7 @@ Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
   }
   const int rails = static_cast<int>(processes_[process_index_].rails.size());
   std::shared_ptr<Communicator> made;
-  Status s = Communicator::make(this, devices, lane, places, rails, &made);
+  Status s = Communicator::make(this, process_index_, devices, lane, places, rails, &made);
   if (!s.ok()) return error(s.code(), label, ": ", s.message());
   *out = communicators_.emplace(std::make_pair(devices, lane), std::move(made)).first->second;
   return Status::Ok();

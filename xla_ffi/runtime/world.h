@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/wait.h"
+#include "runtime/channel_space.h"
 #include "transport/channel.h"
 #include "transport/tcp_transport.h"
 #include "transport/transport.h"
@@ -25,7 +26,7 @@ namespace accl {
 
 class Communicator;
 
-class World {
+class World : public ChannelMaker {
  public:
   // Opens one listener per rail and starts accepting. Fills rails[i].port. Without
   // `cross_memory_attach` (JAX_ACCL_CMA=0), large transfers between the processes of a
@@ -52,13 +53,11 @@ class World {
   const ProcessEntry& process(int index) const { return processes_[index]; }
   bool ready() const { return ready_.load(std::memory_order_acquire); }
 
-  // New channels from device `me` (of this process) to device `peer` for channel space
-  // `space` (runtime/channel_space.h); *reverse: the peer's ends, if made here (memory).
+  // ChannelMaker: channels through the first transport that can connect the pair.
   Status connect(int64_t me, int64_t peer, uint64_t space, const Deadline& deadline,
                  std::vector<std::unique_ptr<Channel>>* out,
-                 std::vector<std::unique_ptr<Channel>>* reverse);
-  // Space `space` is gone: the transports drop what they made for it and nobody claimed.
-  void forget(uint64_t space);
+                 std::vector<std::unique_ptr<Channel>>* reverse) override;
+  void forget(uint64_t space) override;
   // The communicator of lane `lane` of the group `devices` (global ids in rank order),
   // made on first use: each lane has channels of its own, so lanes run concurrently.
   Status communicator(const std::vector<int64_t>& devices, uint64_t lane, const std::string& label,
@@ -72,7 +71,7 @@ class World {
   // once probes were made and none found it usable, the ptrace permission is taken back.
   void cross_memory_probed(bool usable);
 
-  ~World();
+  ~World() override;
 
  private:
   World() = default;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/scatter_gather.h"
 #include "runtime/allreduce.h"
 #include "runtime/call_sequences.h"
 #include "runtime/collective_site.h"
@@ -65,6 +66,9 @@ namespace accl {
 namespace {
 
 int failures = 0, checks = 0;
+
+// Where the ranks of the self-test's in-process calls meet.
+const std::shared_ptr<Rendezvous> g_rendezvous = std::make_shared<Rendezvous>();
 
 void expect(bool ok, const std::string& what) {
   ++checks;
@@ -111,6 +115,7 @@ void test_in_process(Algorithm algorithm, int n, size_t count, bool in_place = f
   auto status = on_threads(n, [&](int r) {
     CallSpec spec;
     spec.key = CallKey{0, op_id, 0, 0};
+    spec.rendezvous = g_rendezvous;
     spec.rank = r;
     spec.size = n;
     spec.label = "selftest";
@@ -142,6 +147,78 @@ void test_channels(const char* transport, const PairMaker& make_pair, Algorithm 
     expect(status[r].ok() && out[r] == want,
            str_cat(transport, " ", algorithm_name(algorithm), in_place ? " in place" : "", " n=", n,
                    " count=", count, " stripes=", stripes, " rank ", r, ": ", status[r].message()));
+  }
+}
+
+// Reduce-scatter and all-gather of `block` int32 per rank, by `algorithm`, over the
+// links link_of(rank) makes: every rank's output checked against the reference.
+void check_scatter_gather(
+    const std::string& what, int n, size_t block, Algorithm algorithm,
+    const std::function<std::unique_ptr<Link>(int, const void* in, size_t in_bytes)>& link_of) {
+  auto in = random_inputs(n, n * block, n * 31 + block);
+  std::vector<std::vector<int32_t>> scattered(n, std::vector<int32_t>(block));
+  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
+  auto status = on_threads(n, [&](int r) {
+    auto link = link_of(r, in[r].data(), in[r].size() * 4);
+    return run_reduce_scatter(algorithm, *link,
+                              {BlockBuffers{in[r].data(), scattered[r].data(), block, 4, 0}}, sum);
+  });
+  const auto total = reference_sum(in);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<int32_t> want(total.begin() + r * block, total.begin() + (r + 1) * block);
+    expect(status[r].ok() && scattered[r] == want,
+           str_cat(what, " reduce-scatter ", algorithm_name(algorithm), " n=", n, " block=", block,
+                   " rank ", r, ": ", status[r].message()));
+  }
+  std::vector<std::vector<int32_t>> gathered(n, std::vector<int32_t>(n * block));
+  status = on_threads(n, [&](int r) {
+    auto link = link_of(r, scattered[r].data(), block * 4);
+    return run_all_gather(algorithm, *link,
+                          {BlockBuffers{scattered[r].data(), gathered[r].data(), block, 4, 0}});
+  });
+  std::vector<int32_t> want;
+  for (int r = 0; r < n; ++r) want.insert(want.end(), scattered[r].begin(), scattered[r].end());
+  for (int r = 0; r < n; ++r) {
+    expect(status[r].ok() && gathered[r] == want,
+           str_cat(what, " all-gather ", algorithm_name(algorithm), " n=", n, " block=", block,
+                   " rank ", r, ": ", status[r].message()));
+  }
+}
+
+// Over message channels (memory rings, shared memory, TCP).
+void test_scatter_gather_channels(const char* transport, const PairMaker& make_pair, int n,
+                                  size_t block) {
+  for (Algorithm algorithm : {Algorithm::kDirect, Algorithm::kRing}) {
+    const ChannelMesh mesh = make_channel_mesh(n, 1, make_pair);
+    check_scatter_gather(transport, n, block, algorithm, [&](int r, const void*, size_t) {
+      return std::make_unique<ChannelLink>(r, channels_of(mesh, r), 9, "selftest",
+                                           Deadline::after_seconds(30));
+    });
+  }
+}
+
+// Between device threads of one process (peer memory: direct reads in place), each
+// call in an exchange of its own.
+void test_scatter_gather_in_process(int n, size_t block) {
+  for (Algorithm algorithm : {Algorithm::kDirect, Algorithm::kRing}) {
+    std::shared_ptr<LocalExchange> exchange;
+    std::mutex m;
+    int published = 0;
+    std::condition_variable all_published;
+    check_scatter_gather("in-process", n, block, algorithm,
+                         [&](int r, const void* in, size_t bytes) -> std::unique_ptr<Link> {
+                           std::unique_lock<std::mutex> lock(m);
+                           if (published == 0 || published == n) {  // a new call
+                             exchange = std::make_shared<LocalExchange>(n, "selftest", bytes);
+                             published = 0;
+                           }
+                           auto mine = exchange;
+                           mine->publish(r, {Buffers{in, nullptr, bytes / 4, 4, 0}});
+                           ++published;
+                           all_published.notify_all();
+                           all_published.wait(lock, [&] { return published == n; });
+                           return std::make_unique<LocalLink>(mine, r, Deadline::after_seconds(30));
+                         });
   }
 }
 
@@ -223,13 +300,14 @@ void test_call_site() {
     buffers.in = {in->data()};
     buffers.out = {out->data()};
     buffers.counts = {in->size()};
+    buffers.out_counts = {out->size()};
     struct Ending {
       std::mutex m;
       std::condition_variable cv;
       std::optional<Status> result;
     };
     auto ending = std::make_shared<Ending>();
-    site->allreduce(device, /*run_id=*/7, buffers, Clock::now(), [ending](const Status& s) {
+    site->run(device, /*run_id=*/7, buffers, Clock::now(), [ending](const Status& s) {
       std::lock_guard<std::mutex> lock(ending->m);
       ending->result = s;
       ending->cv.notify_all();
@@ -256,6 +334,30 @@ void test_call_site() {
          "a site's call of its group: " + a.message() + b.message());
   auto alone = call_status(12, &z, &oz)();
   expect(alone.ok() && oz[0] == 5, "a group of one: " + alone.message());
+
+  // The same group's reduce-scatter and all-gather: each site of its own collective.
+  SiteAttributes scatter = attributes();
+  scatter.collective = Collective::kReduceScatter;
+  expect(CollectiveSite::make(scatter, &site).ok(), "a reduce-scatter site is made");
+  std::vector<float> p{1, 2, 3, 4}, q{10, 20, 30, 40}, op(2), oq(2), wrong(3);
+  auto p_done = call_status(10, &p, &op);
+  auto q_done = call_status(11, &q, &oq);
+  a = p_done(), b = q_done();
+  expect(a.ok() && b.ok() && op == std::vector<float>{11, 22} && oq == std::vector<float>{33, 44},
+         "a site's reduce-scatter: " + a.message() + b.message());
+  auto misfit = call_status(10, &p, &wrong)();
+  expect(misfit.message().find("operand 0 has 4 elements and result 3, which a reduce-scatter "
+                               "over 2 devices cannot have") != std::string::npos,
+         "a reduce-scatter's result of the wrong size: " + misfit.message());
+  SiteAttributes gather = attributes();
+  gather.collective = Collective::kAllGather;
+  expect(CollectiveSite::make(gather, &site).ok(), "an all-gather site is made");
+  std::vector<float> gp(4), gq(4);
+  auto gp_done = call_status(10, &op, &gp);
+  auto gq_done = call_status(11, &oq, &gq);
+  a = gp_done(), b = gq_done();
+  expect(a.ok() && b.ok() && gp == std::vector<float>{11, 22, 33, 44} && gq == gp,
+         "a site's all-gather: " + a.message() + b.message());
 }
 
 void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
@@ -332,6 +434,7 @@ void test_one_shot(int n, size_t count, int present) {
   on_threads(present, [&](int r) {
     CallSpec spec;
     spec.key = CallKey{0, op_id, 0, 0};
+    spec.rendezvous = g_rendezvous;
     spec.rank = r;
     spec.size = n;
     spec.label = "selftest one-shot";
@@ -442,6 +545,7 @@ void test_errors() {
   std::vector<int32_t> v(10, 1), o(10);
   CallSpec spec;
   spec.key = CallKey{0, op_id, 0, 0};
+  spec.rendezvous = g_rendezvous;
   spec.size = 3;
   spec.label = "selftest";
   spec.signature.dtype = DType::kI32;
@@ -685,6 +789,15 @@ int main() {
         if (n <= 3) test_channels("shm", shm_pair, a, n, count, 1);
         if (n <= 3) test_channels("tcp", tcp_pair, a, n, count, n == 2 ? 2 : 1);
       }
+    }
+  }
+  for (int n : {1, 2, 3, 5}) {
+    for (size_t block : {size_t(0), size_t(1), size_t(333), size_t(20001)}) {
+      test_scatter_gather_in_process(n, block);
+      if (n == 1) continue;
+      test_scatter_gather_channels("memory", memory_pair, n, block);
+      if (n <= 3) test_scatter_gather_channels("shm", shm_pair, n, block);
+      if (n <= 3) test_scatter_gather_channels("tcp", tcp_pair, n, block);
     }
   }
   for (int n : {1, 2, 5, 8}) {

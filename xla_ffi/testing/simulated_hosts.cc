@@ -56,6 +56,7 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
         meshes.emplace(group, make_channel_mesh(group.size(), 1, make_pair));
     }
   }
+  Rendezvous rendezvous;                // every simulated process's threads meet here
   std::map<int, CallKey> process_keys;  // by the process's first rank
   for (int r = 0; r < n; ++r) {
     const int first = layout.process_ranks(r)[0];
@@ -77,6 +78,7 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
     HierarchyCall hc{&layout,
                      r,
                      process_keys.at(layout.process_ranks(r)[0]),
+                     &rendezvous,
                      Signature{},
                      str_cat("simulated rank ", r),
                      Deadline::after_seconds(call.timeout_s),
@@ -113,8 +115,9 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
         // Before run_hierarchy (which tells its siblings itself): as the runtime's guard.
         const std::vector<int>& process = layout.process_ranks(r);
         if (process.size() > 1) {
-          leave_call(process_keys.at(process[0]), layout.device_position(r),
-                     static_cast<int>(process.size()), "simulated", Status(Code::kInternal, ""));
+          rendezvous.leave(process_keys.at(process[0]), layout.device_position(r),
+                           static_cast<int>(process.size()), "simulated",
+                           Status(Code::kInternal, ""));
         }
         status[r] = error(Code::kInternal, "simulated rank ", r, ": ", e.what());
       }

@@ -1,0 +1,78 @@
+"""Drop-ins for jax.lax.psum_scatter and jax.lax.all_gather, computed by jax_accl's
+native reduce-scatter and all-gather (one call per leaf). The scatter or gather
+dimension is moved to the front around the canonical primitives
+(jax_accl/primitives/scatter_gather.py), which act on dimension 0."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import tree_util
+
+from jax_accl import _compat as c
+from jax_accl.primitives import scatter_gather as prim
+
+
+def _axes_and_size(axis_name, axis_index_groups, api: str) -> tuple[tuple, int, object]:
+    axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    c.check_axis_names(axes, api)
+    groups = c.canonicalize_axis_index_groups(axis_index_groups)
+    if groups is not None:
+        if c.check_vma_enabled():
+            raise NotImplementedError(
+                f"jax_accl.{api}: axis_index_groups needs check_vma=False (as jax.lax.psum)"
+            )
+        size = len(groups[0])
+        if any(len(g) != size for g in groups):
+            raise ValueError(f"jax_accl.{api}: axis_index_groups must all have one size")
+    else:
+        size = jax.lax.axis_size(axes)
+    return axes, size, groups
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
+    """Drop-in for :func:`jax.lax.psum_scatter`: the sum over ``axis_name``, of which
+    each device keeps its block along ``scatter_dimension`` (tiled) or its index of it
+    (not tiled: that dimension's size must be the axes' size, and it is dropped)."""
+    axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "psum_scatter")
+
+    def one(leaf):
+        leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))
+        dim = scatter_dimension % max(leaf.ndim, 1)
+        if not tiled and leaf.shape[dim] != n:
+            raise ValueError(
+                f"jax_accl.psum_scatter: the scatter dimension's size {leaf.shape[dim]} must "
+                f"equal the size of {axes}, {n} (or pass tiled=True)"
+            )
+        front = jnp.moveaxis(leaf, dim, 0)
+        out = prim.bind(
+            prim.accl_reduce_scatter_p, front, axes=axes, axis_index_groups=groups, axis_size=n
+        )
+        return out[0] if not tiled else jnp.moveaxis(out, 0, dim)
+
+    return tree_util.tree_map(one, x)
+
+
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
+    """Drop-in for :func:`jax.lax.all_gather`: every device's ``x`` along ``axis_name``,
+    stacked in a new dimension ``axis`` (or concatenated along ``axis``, tiled)."""
+    axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "all_gather")
+
+    def one(leaf):
+        leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))
+        if tiled:
+            if leaf.ndim == 0:
+                raise ValueError("jax_accl.all_gather: tiled=True needs an operand of rank >= 1")
+            dim = axis % leaf.ndim
+            front = jnp.moveaxis(leaf, dim, 0)
+        else:
+            dim = axis % (leaf.ndim + 1)
+            front = leaf[None]
+        out = prim.bind(
+            prim.accl_all_gather_p, front, axes=axes, axis_index_groups=groups, axis_size=n
+        )
+        if not tiled:
+            out = out.reshape((n, *leaf.shape))
+        return jnp.moveaxis(out, 0, dim)
+
+    return tree_util.tree_map(one, x)

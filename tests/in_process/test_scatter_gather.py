@@ -1,0 +1,170 @@
+"""jax_accl.psum_scatter and jax_accl.all_gather against jax.lax's, in one process of 8
+CPU devices: dimensions, tiling, dtypes (integers bitwise), meshes of two axes, axis
+index groups, gradients, vmap, and the compiled HLO carrying jax_accl's calls only."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from accl_testing import P, put
+
+import jax_accl
+
+LIBS = {"lax": jax.lax, "accl": jax_accl}
+
+
+def run(lib, body, mesh, in_spec, out_spec, x, check_vma=True):
+    fn = jax.jit(
+        jax.shard_map(
+            lambda v: body(LIBS[lib], v),
+            mesh=mesh,
+            in_specs=(in_spec,),
+            out_specs=out_spec,
+            check_vma=check_vma,
+        )
+    )
+    return fn, np.asarray(fn(put(mesh, x, in_spec)))
+
+
+def same(body, mesh, in_spec, out_spec, x, check_vma=True, exact=False):
+    _, want = run("lax", body, mesh, in_spec, out_spec, x, check_vma)
+    fn, got = run("accl", body, mesh, in_spec, out_spec, x, check_vma)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if exact:
+        assert got.tobytes() == want.tobytes()
+    else:  # half precision: summed in another order (or accumulated in float32), an ulp
+        half = np.dtype(got.dtype).itemsize == 2
+        np.testing.assert_allclose(
+            got.astype(np.float64),
+            want.astype(np.float64),
+            rtol=1.6e-2 if half else 1e-5,
+            atol=1e-5,
+        )
+    return fn
+
+
+def hlo(fn, mesh, in_spec, x) -> str:
+    return fn.lower(put(mesh, x, in_spec)).compile().as_text()
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_psum_scatter(mesh8, tiled, dim):
+    size = 16 if tiled else 8  # per device along the scatter dimension
+    shard = {0: (size, 3, 2), 1: (2, size, 3), 2: (2, 3, size)}[dim]
+    x = jnp.arange(8 * np.prod(shard), dtype=jnp.float32).reshape(8 * shard[0], *shard[1:])
+
+    def body(lib, v):
+        return lib.psum_scatter(v, "i", scatter_dimension=dim, tiled=tiled)
+
+    fn = same(body, mesh8, P("i"), P("i"), x)
+    text = hlo(fn, mesh8, P("i"), x)
+    assert "reduce-scatter(" not in text and "all-reduce(" not in text
+    assert 'custom_call_target="accl_reduce_scatter"' in text
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_all_gather(mesh8, tiled, axis):
+    x = jnp.arange(8 * 4 * 5, dtype=jnp.float32).reshape(8 * 4, 5)
+
+    def body(lib, v):
+        return lib.all_gather(v, "i", axis=axis, tiled=tiled)
+
+    fn = same(body, mesh8, P("i"), P("i"), x)
+    text = hlo(fn, mesh8, P("i"), x)
+    assert "all-gather(" not in text and 'custom_call_target="accl_all_gather"' in text
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint16", "int64", "float16", "bfloat16"])
+def test_dtypes_integers_bitwise(mesh8, dtype):
+    x = (jnp.arange(8 * 16 * 2) % 97).astype(dtype).reshape(8 * 16, 2)
+
+    def body(lib, v):
+        return lib.all_gather(lib.psum_scatter(v, "i", tiled=True), "i", tiled=True)
+
+    same(body, mesh8, P("i"), P("i"), x, exact=np.issubdtype(np.dtype(dtype), np.integer))
+
+
+@pytest.mark.parametrize("axes", [("x", "y"), ("y", "x"), "y"])
+def test_two_axis_mesh(axes):
+    mesh = jax.make_mesh((2, 4), ("x", "y"))
+    x = jnp.arange(8 * 8 * 3, dtype=jnp.int32).reshape(64, 3)
+
+    def body(lib, v):
+        scattered = lib.psum_scatter(v, axes, tiled=True)
+        return lib.all_gather(scattered * 3, axes, tiled=True)
+
+    same(body, mesh, P(("x", "y")), P(("x", "y")), x, exact=True)
+
+
+def test_axis_index_groups_with_check_vma_off(mesh8):
+    groups = [[0, 2, 4, 6], [1, 3, 5, 7]]
+    x = jnp.arange(8 * 8, dtype=jnp.int32).reshape(64, 1)
+
+    def body(lib, v):
+        s = lib.psum_scatter(v, "i", axis_index_groups=groups, tiled=True)
+        return lib.all_gather(s, "i", axis_index_groups=groups, tiled=True)
+
+    same(body, mesh8, P("i"), P("i"), x, check_vma=False, exact=True)
+
+
+def test_gradients_flow_through_each_others_transpose(mesh8):
+    """FSDP's pattern: parameters all-gathered for use, their gradient reduce-scattered
+    (the transpose of the all-gather), all jax_accl's in the compiled step."""
+    w = jnp.linspace(-1.0, 1.0, 8 * 4 * 3, dtype=jnp.float32).reshape(32, 3)
+    data = jnp.linspace(0.0, 2.0, 8 * 5 * 32, dtype=jnp.float32).reshape(40, 32)
+
+    def step(lib):
+        def loss(w_shard, d):
+            full = lib.all_gather(w_shard, "i", tiled=True)  # (32, 3)
+            return jnp.sum(jnp.tanh(d @ full) ** 2)
+
+        def body(w_shard, d):
+            value, grad = jax.value_and_grad(loss)(w_shard, d)
+            return jax.lax.psum(value, "i"), grad
+
+        return jax.jit(
+            jax.shard_map(body, mesh=mesh8, in_specs=(P("i"), P("i")), out_specs=(P(), P("i")))
+        )
+
+    args = (put(mesh8, w, P("i")), put(mesh8, data, P("i")))
+    want = step(jax.lax)(*args)
+    got = step(jax_accl)(*args)
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-5, atol=1e-6)
+    text = step(jax_accl).lower(*args).compile().as_text()
+    assert "all-gather(" not in text and "reduce-scatter(" not in text
+    assert 'custom_call_target="accl_all_gather"' in text
+    assert 'custom_call_target="accl_reduce_scatter"' in text
+
+
+def test_vmap_inside_shard_map_and_over_the_vmapped_axis(mesh8):
+    x = jnp.arange(8 * 3 * 16, dtype=jnp.float32).reshape(8 * 3, 16)
+
+    def body(lib, v):  # v: (3, 16); vmapped over its last dimension
+        g = jax.vmap(lambda col: lib.all_gather(col, "i", tiled=True), in_axes=1, out_axes=1)(v)
+        return jax.vmap(lambda col: lib.psum_scatter(col, "i", tiled=True), 1, 1)(g)
+
+    same(body, mesh8, P("i"), P("i"), x)
+    # Over the vmapped axis itself (jax.vmap(axis_name=...)): no devices involved.
+    y = jnp.arange(4 * 8 * 2, dtype=jnp.float32).reshape(4, 8, 2)
+    for lib in LIBS.values():
+        got_s = jax.vmap(lambda v: lib.psum_scatter(v, "b", tiled=True), axis_name="b")(y)
+        got_g = jax.vmap(lambda v: lib.all_gather(v, "b", tiled=True), axis_name="b")(y)
+        if lib is jax.lax:
+            want_s, want_g = got_s, got_g
+    np.testing.assert_allclose(got_s, want_s)
+    np.testing.assert_allclose(got_g, want_g)
+
+
+def test_errors_name_what_is_wrong(mesh8):
+    x = jnp.zeros((8 * 3, 2), jnp.float32)
+    with pytest.raises(ValueError, match="divisible by the size of the axes"):
+        run("accl", lambda lib, v: lib.psum_scatter(v, "i", tiled=True), mesh8, P("i"), P("i"), x)
+    with pytest.raises(ValueError, match="must equal the size of"):
+        run("accl", lambda lib, v: lib.psum_scatter(v, "i"), mesh8, P("i"), P("i"), x)
+    with pytest.raises(NameError, match="unbound axis name: j"):
+        run("accl", lambda lib, v: lib.all_gather(v, "j"), mesh8, P("i"), P("i"), x)
+    with pytest.raises(TypeError, match="does not support dtype bool"):
+        run("accl", lambda lib, v: lib.all_gather(v > 0, "i"), mesh8, P("i"), P("i"), x)
