@@ -15,6 +15,8 @@ from jax_accl.primitives import scatter_gather as prim
 
 def _axes_and_size(axis_name, axis_index_groups, api: str) -> tuple[tuple, int, object]:
     axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    if not axes:
+        return axes, 1, None
     c.check_axis_names(axes, api)
     groups = c.canonicalize_axis_index_groups(axis_index_groups)
     if groups is not None:
@@ -30,15 +32,24 @@ def _axes_and_size(axis_name, axis_index_groups, api: str) -> tuple[tuple, int, 
     return axes, size, groups
 
 
+def _dimension(dim: int, ndim: int, api: str, what: str) -> int:
+    """`dim` in range(ndim), counting from the end if negative, or a clear error."""
+    if not -ndim <= dim < ndim:
+        raise ValueError(f"jax_accl.{api}: {what} {dim} is out of range for rank {ndim}")
+    return dim % ndim
+
+
 def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
     """Drop-in for :func:`jax.lax.psum_scatter`: the sum over ``axis_name``, of which
     each device keeps its block along ``scatter_dimension`` (tiled) or its index of it
     (not tiled: that dimension's size must be the axes' size, and it is dropped)."""
     axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "psum_scatter")
+    if not axes:
+        return x
 
     def one(leaf):
         leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))
-        dim = scatter_dimension % max(leaf.ndim, 1)
+        dim = _dimension(scatter_dimension, leaf.ndim, "psum_scatter", "scatter_dimension")
         if not tiled and leaf.shape[dim] != n:
             raise ValueError(
                 f"jax_accl.psum_scatter: the scatter dimension's size {leaf.shape[dim]} must "
@@ -57,22 +68,22 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
     """Drop-in for :func:`jax.lax.all_gather`: every device's ``x`` along ``axis_name``,
     stacked in a new dimension ``axis`` (or concatenated along ``axis``, tiled)."""
     axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "all_gather")
+    if not axes:
+        return x
 
     def one(leaf):
         leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))
         if tiled:
             if leaf.ndim == 0:
                 raise ValueError("jax_accl.all_gather: tiled=True needs an operand of rank >= 1")
-            dim = axis % leaf.ndim
+            dim = _dimension(axis, leaf.ndim, "all_gather", "axis")
             front = jnp.moveaxis(leaf, dim, 0)
         else:
-            dim = axis % (leaf.ndim + 1)
-            front = leaf[None]
+            dim = _dimension(axis, leaf.ndim + 1, "all_gather", "axis")
+            front = leaf[None]  # (1, ...): gathered to (n, ...)
         out = prim.bind(
             prim.accl_all_gather_p, front, axes=axes, axis_index_groups=groups, axis_size=n
         )
-        if not tiled:
-            out = out.reshape((n, *leaf.shape))
         return jnp.moveaxis(out, 0, dim)
 
     return tree_util.tree_map(one, x)

@@ -43,7 +43,8 @@ def _abstract_eval(primitive, aval, *, axes, axis_index_groups, axis_size, op_id
     api = API[primitive]
     c.check_axis_names(axes, api.split(".")[1])
     dtype = np.dtype(aval.dtype)
-    if dtype not in SUPPORTED_DTYPES or dtype == np.bool_:
+    # An all-gather moves any element type; a reduce-scatter sums (not bool, as jax.lax).
+    if dtype not in SUPPORTED_DTYPES or (dtype == np.bool_ and primitive is accl_reduce_scatter_p):
         raise TypeError(f"{api} does not support dtype {dtype}")
     if aval.ndim == 0:
         raise ValueError(f"{api}: the operand must have at least one dimension")
@@ -95,7 +96,7 @@ def _jvp(primitive, primals, tangents, *, axes, axis_index_groups, axis_size, op
     (x,), (t,) = primals, tangents
     out = bind(primitive, x, **params)
     if type(t) is c.ad.Zero:
-        return out, c.ad.Zero(c.ct_aval(c.core.get_aval(out)))
+        return out, c.ad.Zero(c.core.get_aval(out).to_tangent_aval())
     return out, bind(primitive, c.ad.instantiate_zeros(t), **params)
 
 

@@ -167,4 +167,59 @@ def test_errors_name_what_is_wrong(mesh8):
     with pytest.raises(NameError, match="unbound axis name: j"):
         run("accl", lambda lib, v: lib.all_gather(v, "j"), mesh8, P("i"), P("i"), x)
     with pytest.raises(TypeError, match="does not support dtype bool"):
-        run("accl", lambda lib, v: lib.all_gather(v > 0, "i"), mesh8, P("i"), P("i"), x)
+        run(
+            "accl",
+            lambda lib, v: lib.psum_scatter(v > 0, "i", tiled=True),
+            mesh8,
+            P("i"),
+            P("i"),
+            x,
+        )
+    with pytest.raises(ValueError, match="scatter_dimension 2 is out of range for rank 2"):
+        run(
+            "accl",
+            lambda lib, v: lib.psum_scatter(v, "i", scatter_dimension=2),
+            mesh8,
+            P("i"),
+            P("i"),
+            x,
+        )
+    with pytest.raises(ValueError, match="axis -3 is out of range for rank 2"):
+        run(
+            "accl",
+            lambda lib, v: lib.all_gather(v, "i", axis=-3, tiled=True),
+            mesh8,
+            P("i"),
+            P("i"),
+            x,
+        )
+
+
+def test_large_blocks_pytrees_bools_and_no_axes(mesh8):
+    """Large blocks (the unstaged path: devices read each other's buffers in place, then
+    meet at a barrier), a pytree of two leaves, bool all-gathered as jax.lax does, a
+    negative dimension, and no axes (the value itself)."""
+    x = jnp.arange(8 * 8 * 40_000, dtype=jnp.int32).reshape(8 * 8, 40_000) % 1013
+
+    def body(lib, v):
+        s = lib.psum_scatter({"a": v, "b": v * 2}, "i", scatter_dimension=0, tiled=False)
+        flags = lib.all_gather(v[0] > 500, "i")
+        g = lib.all_gather(s, "i", axis=-1, tiled=True)
+        return g["a"] + g["b"] + flags.sum() + lib.psum_scatter(v, ()).reshape(-1)
+
+    same(body, mesh8, P("i"), P("i"), x, exact=True)
+
+
+def test_jvp_and_grad_through_psum_scatter(mesh8):
+    x = jnp.linspace(-1.0, 1.0, 8 * 16, dtype=jnp.float32).reshape(8 * 16, 1)
+
+    def body(lib, v):
+        f = lambda u: jnp.sin(lib.psum_scatter(u * u, "i", tiled=True))  # noqa: E731
+        primal, tangent = jax.jvp(f, (v,), (jnp.ones_like(v),))
+        grad = jax.grad(lambda u: jnp.sum(f(u)))(v)
+        return primal.sum() + tangent.sum() + grad
+
+    fn = same(body, mesh8, P("i"), P("i"), x)
+    text = hlo(fn, mesh8, P("i"), x)
+    assert 'custom_call_target="accl_all_gather"' in text  # the transpose of the scatter
+    assert "all-gather(" not in text and "reduce-scatter(" not in text

@@ -25,7 +25,11 @@ Status reduce_scatter_ring(Link& link, const BlockBuffers& buf, const Reduction&
   }
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   auto mod = [n](int v) { return ((v % n) + n) % n; };
-  std::vector<char> scratch(n > 2 ? 2 * bytes : 0);
+  // Thread-local, not on this frame: a peer reading a partial sum we posted (peer memory
+  // reads the sender's buffer) must still find it after an error returns from here,
+  // until the caller's fail() has fenced the peers.
+  thread_local std::vector<char> scratch;
+  scratch.resize(n > 2 ? 2 * bytes : 0);
   const char* partial = nullptr;  // what the previous step reduced
   for (int s = 0; s < n - 1; ++s) {
     const int send_block = mod(me - s - 1), recv_block = mod(me - s - 2);

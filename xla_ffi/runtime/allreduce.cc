@@ -11,9 +11,10 @@ namespace accl {
 
 Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   const Signature& sig = spec.signature;
+  reduction->elem_size = dtype_size(sig.dtype);
+  if (sig.collective == Collective::kAllGather) return Status::Ok();  // moves, never reduces
   reduction->fn = reduce_kernel(sig.dtype, sig.op);
   reduction->many = reduce_many_kernel(sig.dtype, sig.op);
-  reduction->elem_size = dtype_size(sig.dtype);
   if (reduction->fn == nullptr) {
     return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label, ": ",
                  reduce_op_name(sig.op), " is not defined for ", dtype_name(sig.dtype));

@@ -189,8 +189,8 @@ Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature&
   // Every rank checks every signature, so a mismatch fails on all ranks alike.
   for (int r = 0; r < size; ++r) {
     if (!(call->signatures[r] == call->signatures[0])) {
-      return error(Code::kMismatch, "rank ", rank, " of ", label,
-                   ": ranks disagree on the all-reduce: rank 0 calls ",
+      return error(Code::kMismatch, "rank ", rank, " of ", label, ": ranks disagree on the ",
+                   collective_name(call->signatures[0].collective), ": rank 0 calls ",
                    describe(call->signatures[0]), " but rank ", r, " calls ",
                    describe(call->signatures[r]));
     }
