@@ -14,6 +14,7 @@ from jax_accl import routing as _routing  # noqa: E402
 from jax_accl.api import allreduce, pmax, pmean, pmin, psum, shard_map  # noqa: E402
 from jax_accl.errors import AcclError  # noqa: E402
 from jax_accl.patch import patch_psum  # noqa: E402
+from jax_accl.permute import ppermute  # noqa: E402
 from jax_accl.primitives import lowering as _lowering  # noqa: E402,F401
 from jax_accl.recovery import abort  # noqa: E402
 from jax_accl.routing import routed  # noqa: E402
@@ -31,6 +32,7 @@ __all__ = [
     "pmax",
     "pmean",
     "pmin",
+    "ppermute",
     "profiler",
     "psum",
     "psum_scatter",

@@ -36,6 +36,7 @@ from jax_accl import _compat as c
 from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
 from jax_accl.plan.runtime import runtime_plan
 from jax_accl.primitives.allreduce import accl_allreduce_p
+from jax_accl.primitives.permute import accl_ppermute_p
 from jax_accl.primitives.scatter_gather import API as SCATTER_GATHER_API
 from jax_accl.units import human
 
@@ -158,25 +159,62 @@ def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: st
 
 def _scatter_gather_lowering(ctx, x, *, primitive, axes, axis_index_groups, axis_size, op_id):
     """accl_reduce_scatter / accl_all_gather: one operand and one result (of another size,
-    so no aliasing), fully manual contexts only."""
+    so no aliasing); the algorithm is the runtime's (plan_scatter_gather)."""
     api = SCATTER_GATHER_API[primitive]
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
+    devices = _device_ids(ctx, groups)
+    (aval,) = ctx.avals_in
+    places, _ = _places(max(groups, key=len), devices)
+    algorithm = _accl.plan_scatter_gather(
+        max(len(g) for g in groups), _nbytes(aval), peer_memory=len(set(places)) == 1
+    )
+    return _emit_data_call(ctx, x, primitive.name, api, axes, groups, devices, op_id, algorithm)
+
+
+def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
+    """accl_ppermute: the partition each partition sends to, from `perm` as jax.lax
+    reads it (indices into each group in ascending order, modulo its size)."""
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
+    devices = _device_ids(ctx, groups)
+    send_to = np.full(len(devices), -1, np.int64)
+    for group in groups:
+        ordered, n = sorted(group), len(group)
+        pairs = [(src % n, dst % n) for src, dst in perm]
+        if len({s for s, _ in pairs}) != len(pairs) or len({d for _, d in pairs}) != len(pairs):
+            raise ValueError(
+                f"jax_accl.ppermute: sources and destinations must be unique, got {perm}"
+            )
+        for src, dst in pairs:
+            send_to[ordered[src]] = ordered[dst]
+    return _emit_data_call(
+        ctx,
+        x,
+        "accl_ppermute",
+        "jax_accl.ppermute",
+        axes,
+        groups,
+        devices,
+        op_id,
+        "direct",
+        send_to=send_to,
+    )
+
+
+def _nbytes(aval) -> int:
+    return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+
+
+def _emit_data_call(ctx, x, target, api, axes, groups, devices, op_id, algorithm, **extra):
+    """One operand, one result: a call that moves data (fully manual contexts only)."""
     if c.is_partial_manual(ctx):
         raise NotImplementedError(
             f"{api} inside a shard_map that is manual over only some mesh axes "
             "(axis_names=...) is not supported yet; use jax.lax's, or a shard_map over "
             "every mesh axis"
         )
-    groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
-    devices = _device_ids(ctx, groups)
     if jax.process_count() > 1:
         distributed.ensure_started()
-    target = primitive.name
-    (aval,) = ctx.avals_in
-    nbytes = int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
-    places, _ = _places(max(groups, key=len), devices)
-    algorithm = _accl.plan_scatter_gather(
-        max(len(g) for g in groups), nbytes, peer_memory=len({p for p in places}) == 1
-    )
+    nbytes = _nbytes(ctx.avals_in[0])
     profile_name = f"{target} {algorithm} {human(nbytes)}"
     log.once(
         (profile_name, len(groups)),
@@ -189,14 +227,11 @@ def _scatter_gather_lowering(ctx, x, *, primitive, axes, axis_index_groups, axis
         algorithm,
     )
     call = jax.ffi.ffi_lowering(target, has_side_effect=True)
+    attributes = _attributes(
+        groups, "sum", "auto", op_id, _lane(ctx, groups), f"{api} over {axes}", devices
+    )
     with c.ir.Location.name(profile_name):
-        return call(
-            ctx,
-            x,
-            **_attributes(
-                groups, "sum", "auto", op_id, _lane(ctx, groups), f"{api} over {axes}", devices
-            ),
-        )
+        return call(ctx, x, **attributes, **extra)
 
 
 def _lowering(ctx, *xs, **params):
@@ -230,3 +265,4 @@ for _p in SCATTER_GATHER_API:
     c.mlir.register_lowering(
         _p, partial(_scatter_gather_lowering, primitive=_p), platform="cpu", cacheable=False
     )
+c.mlir.register_lowering(accl_ppermute_p, _ppermute_lowering, platform="cpu", cacheable=False)

@@ -187,9 +187,10 @@ def scenario_correctness():
 
 
 def scenario_scatter_gather():
-    """psum_scatter then all_gather (tiled and not, along dimensions 0 and 1) over every
-    axes of the job's mesh, int32 (bitwise) and float32, small and large, against
-    jax.lax's over gloo; the compiled step holds jax_accl's calls and no XLA one."""
+    """psum_scatter then all_gather (tiled and not, along dimensions 0 and 1), and
+    ppermute (a shift, and one pair: zeros elsewhere), over every axes of the job's
+    mesh, int32 (bitwise) and float32, small and large, against jax.lax's over gloo;
+    the compiled steps hold jax_accl's calls and no XLA one."""
     checks = 0
     for dtype in (np.int32, np.float32):
         for rows in (NP * ND, NP * ND * 4096):
@@ -223,6 +224,27 @@ def scenario_scatter_gather():
                     text = ours.lower(placed).compile().as_text()
                     if "all-gather(" in text or "reduce-scatter(" in text:
                         raise AssertionError(f"{name}: XLA's collective is left in the step")
+                    checks += 1
+                n = NP * ND if axes == ALL else (NP if axes == "p" else ND)
+                shift = [(i, (i + 1) % n) for i in range(n)]
+                partial = [(0, n - 1)] if n > 1 else [(0, 0)]
+                for perm in (shift, partial):
+
+                    def permuted(lib, perm=perm, axes=axes):
+                        return jax.jit(
+                            jax.shard_map(
+                                lambda v: lib.ppermute(v * 3, axes, perm),
+                                mesh=MESH_2D,
+                                in_specs=P(ALL),
+                                out_specs=P(ALL),
+                            )
+                        )
+
+                    name = f"{dtype.__name__} x{rows} ppermute over {axes} {perm}"
+                    ours = permuted(jax_accl)
+                    check(name, ours(placed), local_blocks(permuted(jax.lax)(placed)))
+                    if "collective-permute" in ours.lower(placed).compile().as_text():
+                        raise AssertionError(f"{name}: XLA's collective-permute is left")
                     checks += 1
     return {"checks": checks}
 

@@ -144,17 +144,17 @@ def host_env(names, rails=RAILS, per_host=1):
 
 
 @pytest.mark.parametrize("processes,devices", [(2, 2), (4, 1)])
-def test_psum_scatter_and_all_gather_across_processes_match_gloo(processes, devices):
+def test_psum_scatter_all_gather_and_ppermute_across_processes_match_gloo(processes, devices):
     results = run(processes, devices, "scatter_gather")
     for r in results:
-        assert r["checks"] == 36
+        assert r["checks"] == 60
         algorithms = r["stats"]["algorithms"]
         # Between processes the small blocks go direct, the large ones around the ring.
         assert algorithms["direct"]["calls"] > 0 and algorithms["ring"]["calls"] > 0
         assert r["stats"]["transports"]["shm"]["bytes_sent"] > 0
 
 
-def test_psum_scatter_and_all_gather_between_hosts_over_both_rails(root_required):
+def test_psum_scatter_all_gather_and_ppermute_between_hosts_over_both_rails(root_required):
     with netns.virtual_hosts(2, 2) as names:
         results = run(
             2,
@@ -166,7 +166,7 @@ def test_psum_scatter_and_all_gather_between_hosts_over_both_rails(root_required
             coordinator_ip=netns.rail_ip(0, 0),
         )
     for r in results:
-        assert r["checks"] == 36
+        assert r["checks"] == 60
         assert set(rail_shares(r["stats"])) == {"tcp:rail0", "tcp:rail1"}
 
 

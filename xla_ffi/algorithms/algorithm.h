@@ -21,9 +21,10 @@ enum class Algorithm : int {
 };
 inline constexpr int kNumAlgorithms = 6;
 
-// What a call computes: an all-reduce, or one of its halves (algorithms/scatter_gather.h).
-enum class Collective : int { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
-inline constexpr int kNumCollectives = 3;
+// What a call computes: an all-reduce, one of its halves (algorithms/scatter_gather.h),
+// or a permutation (each rank sends its buffer to at most one rank, algorithms/permute.h).
+enum class Collective : int { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2, kPermute = 3 };
+inline constexpr int kNumCollectives = 4;
 const char* collective_name(Collective collective);  // "all-reduce", ...
 
 const char* algorithm_name(Algorithm algorithm);

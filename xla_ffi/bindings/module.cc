@@ -55,6 +55,7 @@ nb::dict registrations() {
   targets["accl_allreduce"] = stages(AcclAllreduceInstantiate);
   targets["accl_reduce_scatter"] = stages(AcclReduceScatterInstantiate);
   targets["accl_all_gather"] = stages(AcclAllGatherInstantiate);
+  targets["accl_ppermute"] = stages(AcclPermuteInstantiate);
   return targets;
 }
 

@@ -73,6 +73,14 @@ namespace {
 // groups: the replica groups of partition ids, flattened row by row, each padded with -1
 // to group_size. devices: the global device id of every partition id. lane: names the
 // op within its program, the same in every process (see lowering.py).
+ffi::ErrorOr<std::unique_ptr<SiteState>> site_state(SiteAttributes attributes) {
+  auto state = std::make_unique<SiteState>();
+  if (Status s = CollectiveSite::make(std::move(attributes), &state->site); !s.ok()) {
+    return ffi::Unexpected(to_ffi(s));
+  }
+  return state;
+}
+
 template <Collective collective>
 ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(ffi::Span<const int64_t> groups,
                                                      int64_t group_size, int64_t op,
@@ -83,11 +91,28 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(ffi::Span<const int64_t> gr
   SiteAttributes attributes{
       collective, to_vector(groups), group_size,         op,       algorithm, op_id, lane,
       timeout_ms, std::string(name), to_vector(devices), processes};
-  auto state = std::make_unique<SiteState>();
-  if (Status s = CollectiveSite::make(std::move(attributes), &state->site); !s.ok()) {
-    return ffi::Unexpected(to_ffi(s));
-  }
-  return state;
+  return site_state(std::move(attributes));
+}
+
+// A permutation's site: the attributes of every target and the partition each
+// partition sends to.
+ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_permute(
+    ffi::Span<const int64_t> groups, int64_t group_size, int64_t op, int64_t algorithm,
+    int64_t op_id, int64_t lane, int64_t timeout_ms, std::string_view name,
+    ffi::Span<const int64_t> devices, int64_t processes, ffi::Span<const int64_t> send_to) {
+  SiteAttributes attributes{Collective::kPermute,
+                            to_vector(groups),
+                            group_size,
+                            op,
+                            algorithm,
+                            op_id,
+                            lane,
+                            timeout_ms,
+                            std::string(name),
+                            to_vector(devices),
+                            processes,
+                            to_vector(send_to)};
+  return site_state(std::move(attributes));
 }
 
 // Operands: N buffers of one dtype (the fused leaves); results: N buffers, shaped like
@@ -155,6 +180,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclReduceScatterInstantiate,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllGatherInstantiate,
                               accl::instantiate<accl::Collective::kAllGather>,
                               ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    AcclPermuteInstantiate, accl::instantiate_permute,
+    ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<ffi::Span<const int64_t>>("send_to"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::State<accl::SiteState>>()

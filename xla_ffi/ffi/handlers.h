@@ -11,6 +11,8 @@
 extern "C" XLA_FFI_Error* AcclAllreduceInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclReduceScatterInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclAllGatherInstantiate(XLA_FFI_CallFrame* call_frame);
+// accl_ppermute: y_k = x_k of the rank that sends to this one (zeros where none does).
+extern "C" XLA_FFI_Error* AcclPermuteInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclCollectiveHandler(XLA_FFI_CallFrame* call_frame);
 
 // The type of that state, which must be registered with XLA before the handlers.

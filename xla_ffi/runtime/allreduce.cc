@@ -12,7 +12,10 @@ namespace accl {
 Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   const Signature& sig = spec.signature;
   reduction->elem_size = dtype_size(sig.dtype);
-  if (sig.collective == Collective::kAllGather) return Status::Ok();  // moves, never reduces
+  // An all-gather or a permutation moves data and never reduces it.
+  if (sig.collective == Collective::kAllGather || sig.collective == Collective::kPermute) {
+    return Status::Ok();
+  }
   reduction->fn = reduce_kernel(sig.dtype, sig.op);
   reduction->many = reduce_many_kernel(sig.dtype, sig.op);
   if (reduction->fn == nullptr) {
@@ -35,6 +38,7 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
     const Collective collective = spec.signature.collective;
     const char* target = collective == Collective::kReduceScatter ? "accl_reduce_scatter "
                          : collective == Collective::kAllGather   ? "accl_all_gather "
+                         : collective == Collective::kPermute     ? "accl_ppermute "
                                                                   : "accl_allreduce ";
     TraceEvent call{str_cat(target, algorithm_name(algorithm), " ", human_bytes(bytes)),
                     spec.device,
@@ -52,10 +56,12 @@ void record_error(Algorithm algorithm) {
 }
 
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
-                      const std::vector<Buffers>& segments, int size, const Reduction& reduction) {
+                      const std::vector<Buffers>& segments, int size, const Reduction& reduction,
+                      const PermutePeers& peers) {
   if (collective == Collective::kAllReduce) {
     return run_allreduce(algorithm, link, segments, reduction);
   }
+  if (collective == Collective::kPermute) return run_permute(link, segments, peers);
   std::vector<BlockBuffers> blocks;
   for (const Buffers& b : segments) {
     const size_t block = collective == Collective::kReduceScatter ? b.count / size : b.count;
@@ -84,6 +90,8 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   const Algorithm algorithm =
       sig.collective == Collective::kAllReduce
           ? plan_in_process(spec.size, sig.count * elem, sig.algorithm)
+      : sig.collective == Collective::kPermute
+          ? Algorithm::kDirect
           : plan_scatter_gather(spec.size, sig.count * elem, sig.algorithm, /*peer_memory=*/true);
 
   // An exception (an allocation that failed) fails the call like any error: the other
@@ -106,7 +114,8 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
     std::unique_ptr<LocalLink> link;
     try {
       link = std::make_unique<LocalLink>(exchange, spec.rank, deadline);
-      s = run_collective(sig.collective, algorithm, *link, segments, spec.size, reduction);
+      s = run_collective(sig.collective, algorithm, *link, segments, spec.size, reduction,
+                         spec.peers);
     } catch (const std::exception& e) {
       s = error(Code::kInternal, spec.label, ": ", e.what());
     }

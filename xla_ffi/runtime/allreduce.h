@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/permute.h"
 #include "runtime/rendezvous.h"
 
 namespace accl {
@@ -22,6 +23,7 @@ struct CallSpec {
   std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
   // Where this process's ranks of the call meet (every rank of the call the same one).
   std::shared_ptr<Rendezvous> rendezvous;
+  PermutePeers peers;  // a permutation's: where this rank sends and receives from
   Signature signature;
   double timeout_s = 120.0;
   // When XLA issued the call (the FFI handler ran): the call's trace event and time
@@ -40,11 +42,12 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
                  Clock::time_point end, uint64_t bytes);
 void record_error(Algorithm algorithm);
 
-// Runs spec.signature.collective by `algorithm` over `link`: an all-reduce of each
-// segment, or a reduce-scatter (a segment's `count` is its n blocks of input, n =
-// `size`) or an all-gather (`count` is its input, one block).
+// Runs `collective` by `algorithm` over `link`: an all-reduce of each segment, a
+// reduce-scatter (a segment's `count` is its n blocks of input, n = `size`), an
+// all-gather (`count` is its input, one block) or a permutation among `peers`.
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
-                      const std::vector<Buffers>& segments, int size, const Reduction& reduction);
+                      const std::vector<Buffers>& segments, int size, const Reduction& reduction,
+                      const PermutePeers& peers = {});
 
 // One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements of input
 // each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an

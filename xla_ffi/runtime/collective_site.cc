@@ -17,6 +17,42 @@ namespace accl {
 CollectiveSite::CollectiveSite() { call_site_made(); }
 CollectiveSite::~CollectiveSite() { call_site_freed(); }
 
+namespace {
+
+// Rank r's peers in a permutation of the group `partitions` (partition ids in rank
+// order), from the partition each partition sends to: a destination outside the group,
+// or two sources for one destination, is an error.
+Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partitions, size_t r,
+                     PermutePeers* peers) {
+  if (a.send_to.size() != a.devices.size()) {
+    return error(Code::kInvalidArgument, a.name, ": the permutation names ", a.send_to.size(),
+                 " partitions, the program runs ", a.devices.size());
+  }
+  auto rank_of = [&](int64_t partition) {
+    auto it = std::find(partitions.begin(), partitions.end(), partition);
+    return it == partitions.end() ? -1 : static_cast<int>(it - partitions.begin());
+  };
+  *peers = PermutePeers{};
+  if (a.send_to[partitions[r]] >= 0) {
+    peers->send_to = rank_of(a.send_to[partitions[r]]);
+    if (peers->send_to < 0) {
+      return error(Code::kInvalidArgument, a.name, ": partition ", partitions[r], " sends to ",
+                   a.send_to[partitions[r]], ", outside its group");
+    }
+  }
+  for (size_t q = 0; q < partitions.size(); ++q) {
+    if (a.send_to[partitions[q]] != partitions[r]) continue;
+    if (peers->recv_from >= 0) {
+      return error(Code::kInvalidArgument, a.name, ": two partitions send to partition ",
+                   partitions[r]);
+    }
+    peers->recv_from = static_cast<int>(q);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* out) {
   if (a.op < 0 || a.op >= kNumReduceOps || a.algorithm < 0 || a.algorithm >= kNumAlgorithms ||
       a.group_size <= 0 || a.groups.size() % a.group_size != 0) {
@@ -59,6 +95,9 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
     member.label = str_cat(a.name, " group [", ids, "]");
     for (size_t r = 0; r < partitions.size(); ++r) {
       member.rank = static_cast<int>(r);
+      if (a.collective == Collective::kPermute) {
+        ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &member.peers));
+      }
       site->members_[a.devices[partitions[r]]] = member;
     }
   }
@@ -88,8 +127,9 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
   for (size_t k = 0; k < buffers.counts.size(); ++k) {
     const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
     const bool fits = signature_.collective == Collective::kReduceScatter ? in == n * out
-                      : signature_.collective == Collective::kAllGather   ? out == n * in
-                                                                          : in == out;
+                      : signature_.collective == Collective::kAllGather
+                          ? out == n * in
+                          : in == out;  // also a permutation
     if (!fits) {
       return done(error(Code::kInvalidArgument, member.label, ": operand ", k, " has ", in,
                         " elements and result ", out, ", which a ",
@@ -109,6 +149,7 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
   spec.device = device;
   spec.lane = lane_;
   spec.rendezvous = rendezvous_;
+  spec.peers = member.peers;
   call_began();
   auto complete = [done = std::move(done)](const Status& s) {
     call_ended();

@@ -39,6 +39,8 @@ struct SiteAttributes {
   std::string name;
   std::vector<int64_t> devices;
   int64_t processes = 1;
+  // A permutation's: the partition id each partition sends to (-1: none).
+  std::vector<int64_t> send_to;
 };
 
 // One device's buffers of one call: in[k] -> out[k], counts[k] elements of `dtype` in
@@ -75,6 +77,7 @@ class CollectiveSite {
     int rank = 0;
     std::vector<int64_t> devices;  // the group's global ids, in rank order
     std::string label;             // "<name> group [0 1 2 3]"
+    PermutePeers peers;            // a permutation's, as ranks of the group
   };
   std::string name_;
   Signature signature_;  // op and algorithm; the rest comes from each call's buffers

@@ -89,11 +89,11 @@ Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, i
                      uint64_t tag, const std::string& where, const Deadline& deadline,
                      Collective collective, Algorithm algorithm,
                      const std::vector<Buffers>& segments, const Reduction& reduction,
-                     std::map<std::string, uint64_t>* sent_by_rail) {
+                     const PermutePeers& peers, std::map<std::string, uint64_t>* sent_by_rail) {
   std::unique_ptr<ChannelLink> link;
   ACCL_RETURN_IF_ERROR(open_link(space, members, rank, tag, where, deadline, &link));
   Status s = run_collective(collective, algorithm, *link, segments,
-                            static_cast<int>(members.size()), reduction);
+                            static_cast<int>(members.size()), reduction, peers);
   if (!s.ok()) link->fail(s.code());
   *sent_by_rail = link->bytes_sent_by_rail();
   return s;
@@ -225,10 +225,13 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       group.call_failed(call, space);
     }
   } unwound{*group, *space, call_index, spec};
-  // A reduce-scatter or all-gather runs flat over every member, direct or ring.
+  // A reduce-scatter or all-gather runs flat over every member, direct or ring; a
+  // permutation one message each way.
   CallPlan plan;
   if (sig.collective == Collective::kAllReduce) {
     plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
+  } else if (sig.collective == Collective::kPermute) {
+    plan.schedule = Algorithm::kDirect;
   } else {
     plan.schedule = plan_scatter_gather(spec.size, bytes, sig.algorithm, /*peer_memory=*/false);
   }
@@ -291,7 +294,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
     Status s = run_over_link(*space, devices, spec.rank, tag, where, deadline, sig.collective,
-                             schedule, segments, reduction, &sent);
+                             schedule, segments, reduction, spec.peers, &sent);
     const std::string what = sig.collective == Collective::kAllReduce
                                  ? std::string("flat")
                                  : std::string(collective_name(sig.collective));

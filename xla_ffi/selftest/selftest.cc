@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/permute.h"
 #include "algorithms/scatter_gather.h"
 #include "runtime/allreduce.h"
 #include "runtime/call_sequences.h"
@@ -185,6 +186,25 @@ void check_scatter_gather(
   }
 }
 
+// A permutation r -> r + 1 of all but the last rank (so rank 0 receives nothing: zeros)
+// over links link_of(rank) makes.
+void check_permute(
+    const std::string& what, int n, size_t count,
+    const std::function<std::unique_ptr<Link>(int, const void* in, size_t in_bytes)>& link_of) {
+  auto in = random_inputs(n, count, n * 17 + count);
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count, 7));
+  auto status = on_threads(n, [&](int r) {
+    auto link = link_of(r, in[r].data(), count * 4);
+    const PermutePeers peers{r < n - 1 ? r + 1 : -1, r > 0 ? r - 1 : -1};
+    return run_permute(*link, {Buffers{in[r].data(), out[r].data(), count, 4, 0}}, peers);
+  });
+  for (int r = 0; r < n; ++r) {
+    const std::vector<int32_t> want = r > 0 ? in[r - 1] : std::vector<int32_t>(count, 0);
+    expect(status[r].ok() && out[r] == want, str_cat(what, " permute n=", n, " count=", count,
+                                                     " rank ", r, ": ", status[r].message()));
+  }
+}
+
 // Over message channels (memory rings, shared memory, TCP).
 void test_scatter_gather_channels(const char* transport, const PairMaker& make_pair, int n,
                                   size_t block) {
@@ -195,31 +215,43 @@ void test_scatter_gather_channels(const char* transport, const PairMaker& make_p
                                            Deadline::after_seconds(30));
     });
   }
+  const ChannelMesh mesh = make_channel_mesh(n, 1, make_pair);
+  check_permute(transport, n, block, [&](int r, const void*, size_t) {
+    return std::make_unique<ChannelLink>(r, channels_of(mesh, r), 11, "selftest",
+                                         Deadline::after_seconds(30));
+  });
 }
 
-// Between device threads of one process (peer memory: direct reads in place), each
-// call in an exchange of its own.
+// Links between device threads of one process (peer memory: direct reads in place):
+// each call's n ranks publish their input into an exchange of its own.
+std::function<std::unique_ptr<Link>(int, const void*, size_t)> in_process_links(int n) {
+  struct Calls {
+    std::mutex m;
+    std::condition_variable all_published;
+    std::shared_ptr<LocalExchange> exchange;
+    int published = 0;
+  };
+  auto calls = std::make_shared<Calls>();
+  return [calls, n](int r, const void* in, size_t bytes) -> std::unique_ptr<Link> {
+    std::unique_lock<std::mutex> lock(calls->m);
+    if (calls->published == 0 || calls->published == n) {  // a new call
+      calls->exchange = std::make_shared<LocalExchange>(n, "selftest", bytes);
+      calls->published = 0;
+    }
+    auto mine = calls->exchange;
+    mine->publish(r, {Buffers{in, nullptr, bytes / 4, 4, 0}});
+    ++calls->published;
+    calls->all_published.notify_all();
+    calls->all_published.wait(lock, [&] { return calls->published == n; });
+    return std::make_unique<LocalLink>(mine, r, Deadline::after_seconds(30));
+  };
+}
+
 void test_scatter_gather_in_process(int n, size_t block) {
   for (Algorithm algorithm : {Algorithm::kDirect, Algorithm::kRing}) {
-    std::shared_ptr<LocalExchange> exchange;
-    std::mutex m;
-    int published = 0;
-    std::condition_variable all_published;
-    check_scatter_gather("in-process", n, block, algorithm,
-                         [&](int r, const void* in, size_t bytes) -> std::unique_ptr<Link> {
-                           std::unique_lock<std::mutex> lock(m);
-                           if (published == 0 || published == n) {  // a new call
-                             exchange = std::make_shared<LocalExchange>(n, "selftest", bytes);
-                             published = 0;
-                           }
-                           auto mine = exchange;
-                           mine->publish(r, {Buffers{in, nullptr, bytes / 4, 4, 0}});
-                           ++published;
-                           all_published.notify_all();
-                           all_published.wait(lock, [&] { return published == n; });
-                           return std::make_unique<LocalLink>(mine, r, Deadline::after_seconds(30));
-                         });
+    check_scatter_gather("in-process", n, block, algorithm, in_process_links(n));
   }
+  check_permute("in-process", n, block, in_process_links(n));
 }
 
 // The cross-memory-attach reduce-broadcast between threads of this process (where its

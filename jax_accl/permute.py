@@ -1,0 +1,29 @@
+"""Drop-in for jax.lax.ppermute, computed by jax_accl's native permutation (one call
+per leaf: one message each way, or in one process a copy read in place)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import tree_util
+
+from jax_accl import _compat as c
+from jax_accl.primitives import permute as prim
+
+
+def ppermute(x, axis_name, perm):
+    """Drop-in for :func:`jax.lax.ppermute`: each ``(source, destination)`` pair of
+    ``perm`` (indices along ``axis_name``) sends the source's ``x`` to the destination;
+    a device that no pair sends to gets zeros. Sources and destinations are unique."""
+    axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    perm = tuple((int(src), int(dst)) for src, dst in perm)
+    if not axes:
+        return x
+    c.check_axis_names(axes, "ppermute")
+    srcs, dsts = [s for s, _ in perm], [d for _, d in perm]
+    if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
+        raise ValueError(f"jax_accl.ppermute: sources and destinations must be unique, got {perm}")
+
+    def one(leaf):
+        return prim.bind(c.insert_collective_pvary(axes, jnp.asarray(leaf)), axes=axes, perm=perm)
+
+    return tree_util.tree_map(one, x)
