@@ -88,11 +88,7 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
   const Algorithm algorithm =
-      sig.collective == Collective::kAllReduce
-          ? plan_in_process(spec.size, sig.count * elem, sig.algorithm)
-      : sig.collective == Collective::kPermute
-          ? Algorithm::kDirect
-          : plan_scatter_gather(spec.size, sig.count * elem, sig.algorithm, /*peer_memory=*/true);
+      plan_local(spec.size, sig.count * elem, sig.collective, sig.algorithm);
 
   // An exception (an allocation that failed) fails the call like any error: the other
   // ranks learn it at once instead of at their deadline (before the join, by leaving

@@ -30,6 +30,14 @@ bool plan_one_shot(size_t bytes, Algorithm forced) {
   return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
 }
 
+Algorithm plan_local(int n, size_t bytes, Collective collective, Algorithm forced) {
+  switch (collective) {
+    case Collective::kAllReduce: return plan_in_process(n, bytes, forced);
+    case Collective::kPermute: return Algorithm::kDirect;
+    default: return plan_scatter_gather(n, bytes, forced, /*peer_memory=*/true);
+  }
+}
+
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced, const CostModel& model) {
   if (forced != Algorithm::kAuto && forced != Algorithm::kHierarchical) return forced;
   return choose_algorithm(n, bytes, /*peer_memory=*/true, model);
@@ -40,6 +48,15 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
   const size_t bytes = request.bytes;
   const Algorithm forced = request.forced;
   CallPlan plan;
+  // A reduce-scatter or all-gather runs flat (direct or ring), a permutation direct.
+  if (request.collective == Collective::kPermute) {
+    plan.schedule = Algorithm::kDirect;
+    return plan;
+  }
+  if (request.collective != Collective::kAllReduce) {
+    plan.schedule = plan_scatter_gather(g.size(), bytes, forced, g.process_count() == 1);
+    return plan;
+  }
   if (g.process_count() == 1) {
     if (request.one_shot && plan_one_shot(bytes, forced)) {
       plan.schedule = Algorithm::kDirect;

@@ -54,6 +54,7 @@ struct PlanRequest {
   int chunks = 0;                        // pipeline chunks: 0 the model's, n forced
   Algorithm between = Algorithm::kAuto;  // forced between hosts (the native tests only)
   bool one_shot = false;                 // the program runs in one process (FFI handler)
+  Collective collective = Collective::kAllReduce;  // what the call computes
 };
 
 // JAX_ACCL_PIPELINE_CHUNKS, as jax_accl's configuration sets it: 0 lets the cost model
@@ -70,6 +71,10 @@ bool plan_one_shot(size_t bytes, Algorithm forced);
 // ranks: `forced` (direct or ring), or direct where the ranks read each other's memory
 // in place (`peer_memory`: threads of one process) or the input is small, else ring.
 Algorithm plan_scatter_gather(int n, size_t bytes, Algorithm forced, bool peer_memory);
+
+// The algorithm of a call of `collective` among `n` device threads of one process
+// (allreduce_local): plan_in_process's for an all-reduce.
+Algorithm plan_local(int n, size_t bytes, Collective collective, Algorithm forced);
 
 // The schedule of an all-reduce among `n` device threads of one process: `forced`, or
 // where that is kAuto (or kHierarchical, which has one level here) the cost model's.

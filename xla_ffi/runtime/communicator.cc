@@ -122,8 +122,10 @@ std::optional<bool> Communicator::cross_memory_usable() const {
 
 void Communicator::set_cross_memory_usable(bool usable) { cross_memory_.store(usable ? 1 : 0); }
 
-CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma) const {
+CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma,
+                            Collective collective) const {
   PlanRequest request;
+  request.collective = collective;
   request.bytes = bytes;
   request.forced = forced;
   request.cma = cma;

@@ -225,16 +225,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       group.call_failed(call, space);
     }
   } unwound{*group, *space, call_index, spec};
-  // A reduce-scatter or all-gather runs flat over every member, direct or ring; a
-  // permutation one message each way.
-  CallPlan plan;
-  if (sig.collective == Collective::kAllReduce) {
-    plan = group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach());
-  } else if (sig.collective == Collective::kPermute) {
-    plan.schedule = Algorithm::kDirect;
-  } else {
-    plan.schedule = plan_scatter_gather(spec.size, bytes, sig.algorithm, /*peer_memory=*/false);
-  }
+  CallPlan plan =
+      group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach(), sig.collective);
   Algorithm& schedule = plan.schedule;
   // A hierarchical schedule meets this process's other devices in the rendezvous.
   auto meets_siblings = [&] {
