@@ -20,10 +20,6 @@ def _axes_and_size(axis_name, axis_index_groups, api: str) -> tuple[tuple, int, 
     c.check_axis_names(axes, api)
     groups = c.canonicalize_axis_index_groups(axis_index_groups)
     if groups is not None:
-        if c.check_vma_enabled():
-            raise NotImplementedError(
-                f"jax_accl.{api}: axis_index_groups needs check_vma=False (as jax.lax.psum)"
-            )
         size = len(groups[0])
         if any(len(g) != size for g in groups):
             raise ValueError(f"jax_accl.{api}: axis_index_groups must all have one size")
@@ -64,9 +60,21 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     return tree_util.tree_map(one, x)
 
 
-def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to="varying"):
     """Drop-in for :func:`jax.lax.all_gather`: every device's ``x`` along ``axis_name``,
-    stacked in a new dimension ``axis`` (or concatenated along ``axis``, tiled)."""
+    stacked in a new dimension ``axis`` (or concatenated along ``axis``, tiled).
+    ``to="invarying"`` (jax.lax.all_gather_invariant) makes the result invariant along
+    the axes, its transpose then a slice; ``to="reduced"`` is not supported yet."""
+    if to not in ("varying", "invarying", "reduced"):
+        raise ValueError(
+            f"jax_accl.all_gather: `to` must be 'varying', 'invarying' or 'reduced', got {to!r}"
+        )
+    if to == "reduced" or (to == "invarying" and axis_index_groups is not None):
+        raise NotImplementedError(
+            f"jax_accl.all_gather: to={to!r}"
+            + (" with axis_index_groups" if to == "invarying" else "")
+            + " is not supported yet; use jax.lax.all_gather"
+        )
     axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "all_gather")
     if not axes:
         return x
@@ -82,7 +90,12 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
             dim = _dimension(axis, leaf.ndim + 1, "all_gather", "axis")
             front = leaf[None]  # (1, ...): gathered to (n, ...)
         out = prim.bind(
-            prim.accl_all_gather_p, front, axes=axes, axis_index_groups=groups, axis_size=n
+            prim.accl_all_gather_p,
+            front,
+            axes=axes,
+            axis_index_groups=groups,
+            axis_size=n,
+            invariant=to == "invarying",
         )
         return jnp.moveaxis(out, 0, dim)
 

@@ -157,7 +157,9 @@ def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: st
     )
 
 
-def _scatter_gather_lowering(ctx, x, *, primitive, axes, axis_index_groups, axis_size, op_id):
+def _scatter_gather_lowering(
+    ctx, x, *, primitive, axes, axis_index_groups, axis_size, invariant, op_id
+):
     """accl_reduce_scatter / accl_all_gather: one operand and one result (of another size,
     so no aliasing); the algorithm is the runtime's (plan_scatter_gather)."""
     api = SCATTER_GATHER_API[primitive]

@@ -33,13 +33,20 @@ accl_all_gather_p = c.core.Primitive("accl_all_gather")
 API = {accl_reduce_scatter_p: "jax_accl.psum_scatter", accl_all_gather_p: "jax_accl.all_gather"}
 
 
-def bind(primitive, x, *, axes: tuple, axis_index_groups, axis_size: int):
+def bind(primitive, x, *, axes: tuple, axis_index_groups, axis_size: int, invariant=False):
+    """`invariant` (all-gather only): the result is invariant along `axes`
+    (jax.lax.all_gather_invariant), and the transpose a slice of this device's block."""
     return primitive.bind(
-        x, axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, op_id=next_op_id()
+        x,
+        axes=axes,
+        axis_index_groups=axis_index_groups,
+        axis_size=axis_size,
+        invariant=invariant,
+        op_id=next_op_id(),
     )
 
 
-def _abstract_eval(primitive, aval, *, axes, axis_index_groups, axis_size, op_id):
+def _abstract_eval(primitive, aval, *, axes, axis_index_groups, axis_size, invariant, op_id):
     api = API[primitive]
     c.check_axis_names(axes, api.split(".")[1])
     dtype = np.dtype(aval.dtype)
@@ -64,12 +71,19 @@ def _abstract_eval(primitive, aval, *, axes, axis_index_groups, axis_size, op_id
             f"along {set(c.varying_axes(aval))}"
         )
     effects = {c.core.NamedAxisEffect(axis) for axis in axes}
-    return aval.update(shape=tuple(shape)), effects
+    out = aval.update(shape=tuple(shape))
+    if invariant and c.check_vma_enabled():
+        out = c.with_varying_axes(out, frozenset(c.varying_axes(aval) - set(axes)))
+    return out, effects
 
 
-def _batcher(primitive, axis_data, vals_in, dims_in, *, axes, axis_index_groups, axis_size, op_id):
+def _batcher(
+    primitive, axis_data, vals_in, dims_in, *, axes, axis_index_groups, axis_size, invariant, op_id
+):
     (x,), (d,) = vals_in, dims_in
-    params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
+    params = dict(
+        axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, invariant=invariant
+    )
     if axis_data.name not in axes:
         if d is None:
             return bind(primitive, x, **params), None
@@ -91,8 +105,10 @@ def _batcher(primitive, axis_data, vals_in, dims_in, *, axes, axis_index_groups,
     return gathered, None  # every rank's inputs, the same for all of them
 
 
-def _jvp(primitive, primals, tangents, *, axes, axis_index_groups, axis_size, op_id):
-    params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
+def _jvp(primitive, primals, tangents, *, axes, axis_index_groups, axis_size, invariant, op_id):
+    params = dict(
+        axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, invariant=invariant
+    )
     (x,), (t,) = primals, tangents
     out = bind(primitive, x, **params)
     if type(t) is c.ad.Zero:
@@ -100,10 +116,13 @@ def _jvp(primitive, primals, tangents, *, axes, axis_index_groups, axis_size, op
     return out, bind(primitive, c.ad.instantiate_zeros(t), **params)
 
 
-def _transpose(primitive, ct, x, *, axes, axis_index_groups, axis_size, op_id):
-    other = accl_all_gather_p if primitive is accl_reduce_scatter_p else accl_reduce_scatter_p
+def _transpose(primitive, ct, x, *, axes, axis_index_groups, axis_size, invariant, op_id):
     if type(ct) is c.ad.Zero:
         return [c.ad.Zero(c.ct_aval(x.aval))]
+    if invariant:  # every device holds the whole cotangent: its own block, no data moves
+        block = ct.shape[0] // axis_size
+        return [lax.dynamic_slice_in_dim(ct, lax.axis_index(axes) * block, block, axis=0)]
+    other = accl_all_gather_p if primitive is accl_reduce_scatter_p else accl_reduce_scatter_p
     return [bind(other, ct, axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)]
 
 

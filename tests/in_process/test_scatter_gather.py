@@ -223,3 +223,39 @@ def test_jvp_and_grad_through_psum_scatter(mesh8):
     text = hlo(fn, mesh8, P("i"), x)
     assert 'custom_call_target="accl_all_gather"' in text  # the transpose of the scatter
     assert "all-gather(" not in text and "reduce-scatter(" not in text
+
+
+def test_all_gather_to_invarying_and_its_slice_transpose(mesh8):
+    """to='invarying' (jax.lax.all_gather_invariant): the result is replicated, so it can
+    leave through out_specs=P(); its gradient is this device's slice, no data moved."""
+    w = jnp.linspace(-1.0, 1.0, 8 * 2 * 3, dtype=jnp.float32).reshape(16, 3)
+
+    def step(lib):
+        def body(w_shard):
+            full = lib.all_gather(w_shard, "i", tiled=True, to="invarying")
+            grad = jax.grad(
+                lambda u: jnp.sum(lib.all_gather(u, "i", tiled=True, to="invarying") ** 3)
+            )(w_shard)
+            return full, grad
+
+        return jax.jit(jax.shard_map(body, mesh=mesh8, in_specs=P("i"), out_specs=(P(), P("i"))))
+
+    x = put(mesh8, w, P("i"))
+    (full, grad), (want_full, want_grad) = step(jax_accl)(x), step(jax.lax)(x)
+    np.testing.assert_allclose(np.asarray(full), np.asarray(want_full))
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-6)
+    text = step(jax_accl).lower(x).compile().as_text()
+    assert "all-gather(" not in text and 'custom_call_target="accl_all_gather"' in text
+    with pytest.raises(NotImplementedError, match="to='reduced' is not supported yet"):
+        jax_accl.all_gather(w, "i", to="reduced")
+
+
+def test_axis_index_groups_under_check_vma(mesh8):
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    x = jnp.arange(8 * 4 * 2, dtype=jnp.int32).reshape(32, 2)
+
+    def body(lib, v):
+        s = lib.psum_scatter(v, "i", axis_index_groups=groups, tiled=True)
+        return lib.all_gather(s, "i", axis_index_groups=groups, tiled=True)
+
+    same(body, mesh8, P("i"), P("i"), x, exact=True)
