@@ -146,3 +146,22 @@ def test_profiler_cost_compares_the_plugin_with_xla_alone():
     # 20 reps of 50 + 100 chained calls on 2 devices are recorded; the control really
     # runs without jax_accl's plugin: its sessions record nothing.
     assert "events recorded inside a session: 6000 (plugin), 0 (control)" in out, out
+
+
+@pytest.mark.multiprocess  # python -m jax_accl.bench.collectives
+def test_collectives_bench_checks_and_times_each_against_jax_lax():
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.bench.collectives", "--devices", "4"]
+        + ["--sizes", "64KiB", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env={**os.environ, "XLA_FLAGS": ""},
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines() if not line.startswith("#")]
+    assert [r[0] for r in rows] == ["scatter+gather", "all_gather", "ppermute"]
+    for r in rows:  # size, jax.lax us, jax_accl us, busbw, speedup
+        assert r[1] == "64KiB" and float(r[2]) > 0 and float(r[3]) > 0 and float(r[4]) > 0
+        assert r[5].endswith("x")
