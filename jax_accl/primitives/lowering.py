@@ -163,6 +163,7 @@ def _scatter_gather_lowering(
     """accl_reduce_scatter / accl_all_gather: one operand and one result (of another size,
     so no aliasing); the algorithm is the runtime's (plan_scatter_gather)."""
     api = SCATTER_GATHER_API[primitive]
+    _refuse_partial_manual(ctx, api)  # first: before the bootstrap that _places may start
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     devices = _device_ids(ctx, groups)
     (aval,) = ctx.avals_in
@@ -176,6 +177,7 @@ def _scatter_gather_lowering(
 def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
     """accl_ppermute: the partition each partition sends to, from `perm` as jax.lax
     reads it (indices into each group in ascending order, modulo its size)."""
+    _refuse_partial_manual(ctx, "jax_accl.ppermute")
     groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
     devices = _device_ids(ctx, groups)
     send_to = np.full(len(devices), -1, np.int64)
@@ -202,18 +204,21 @@ def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
     )
 
 
-def _nbytes(aval) -> int:
-    return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
-
-
-def _emit_data_call(ctx, x, target, api, axes, groups, devices, op_id, algorithm, **extra):
-    """One operand, one result: a call that moves data (fully manual contexts only)."""
+def _refuse_partial_manual(ctx, api: str) -> None:
     if c.is_partial_manual(ctx):
         raise NotImplementedError(
             f"{api} inside a shard_map that is manual over only some mesh axes "
             "(axis_names=...) is not supported yet; use jax.lax's, or a shard_map over "
             "every mesh axis"
         )
+
+
+def _nbytes(aval) -> int:
+    return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+
+
+def _emit_data_call(ctx, x, target, api, axes, groups, devices, op_id, algorithm, **extra):
+    """One operand, one result: a call that moves data (fully manual contexts only)."""
     if jax.process_count() > 1:
         distributed.ensure_started()
     nbytes = _nbytes(ctx.avals_in[0])

@@ -63,7 +63,8 @@ def _jvp(primals, tangents, *, axes, perm, op_id):
 def _transpose(ct, x, *, axes, perm, op_id):
     if type(ct) is c.ad.Zero:
         return [c.ad.Zero(c.ct_aval(x.aval))]
-    return [bind(ct, axes=axes, perm=tuple((dst, src) for src, dst in perm))]
+    inverse = tuple((dst, src) for src, dst in perm)
+    return [bind(c.insert_collective_pvary(axes, ct), axes=axes, perm=inverse)]
 
 
 accl_ppermute_p.def_impl(partial(c.dispatch.apply_primitive, accl_ppermute_p))

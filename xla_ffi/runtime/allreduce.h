@@ -47,7 +47,7 @@ void record_error(Algorithm algorithm);
 // all-gather (`count` is its input, one block) or a permutation among `peers`.
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
-                      const PermutePeers& peers = {});
+                      const PermutePeers& peers);
 
 // One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements of input
 // each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an

@@ -126,10 +126,9 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
   const uint64_t n = member.devices.size();
   for (size_t k = 0; k < buffers.counts.size(); ++k) {
     const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
-    const bool fits = signature_.collective == Collective::kReduceScatter ? in == n * out
-                      : signature_.collective == Collective::kAllGather
-                          ? out == n * in
-                          : in == out;  // also a permutation
+    bool fits = in == out;  // an all-reduce's and a permutation's
+    if (signature_.collective == Collective::kReduceScatter) fits = in == n * out;
+    if (signature_.collective == Collective::kAllGather) fits = out == n * in;
     if (!fits) {
       return done(error(Code::kInvalidArgument, member.label, ": operand ", k, " has ", in,
                         " elements and result ", out, ", which a ",

@@ -279,7 +279,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       return finish(s);
     }
     // Cross-memory attach refused (every rank learnt it alike): the next best schedule.
-    plan = group->plan(spec.rank, bytes, sig.algorithm, /*cma=*/false);
+    plan = group->plan(spec.rank, bytes, sig.algorithm, /*cma=*/false, sig.collective);
     tag = schedule_tag(call, schedule);
     meets_siblings();
   }

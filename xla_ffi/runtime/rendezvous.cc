@@ -101,10 +101,12 @@ std::string missing_ranks(const std::vector<uint8_t>& present) {
 }
 
 std::string describe(const Signature& s) {
-  const std::string what = s.collective == Collective::kAllGather ? std::string("all-gather")
-                           : s.collective == Collective::kReduceScatter
-                               ? str_cat("reduce-scatter (", reduce_op_name(s.op), ")")
-                               : std::string(reduce_op_name(s.op));
+  std::string what = reduce_op_name(s.op);  // an all-reduce's
+  if (s.collective == Collective::kReduceScatter) {
+    what = str_cat("reduce-scatter (", reduce_op_name(s.op), ")");
+  } else if (s.collective != Collective::kAllReduce) {
+    what = collective_name(s.collective);
+  }
   return str_cat(what, " of ", s.count, " x ", dtype_name(s.dtype),
                  s.segments == 1 ? "" : str_cat(" in ", s.segments, " buffers"), " (",
                  algorithm_name(s.algorithm), ")");
