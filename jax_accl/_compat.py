@@ -72,6 +72,10 @@ psum_invariant_p = _parallel.psum_invariant_p
 psum_p = _parallel.psum_p
 pmax_p = _parallel.pmax_p
 pmin_p = _parallel.pmin_p
+reduce_scatter_p = _parallel.reduce_scatter_p
+all_gather_p = _parallel.all_gather_p
+all_gather_invariant_p = _parallel.all_gather_invariant_p
+ppermute_p = _parallel.ppermute_p
 
 
 def hook_bind(primitive, make_bind) -> None:

@@ -9,7 +9,12 @@ Where routing is on, a program traced there has no XLA all-reduce left:
   (the gradient all-reduce of a replicated parameter) is an ``accl_allreduce``. So the
   gradient is ours wherever the transpose is traced, inside the routed body or outside;
 * a sum of a value that is already invariant along the axes (e.g. ``pmean`` of
-  gradients that autodiff reduced) runs no all-reduce: it is ``n * x`` locally.
+  gradients that autodiff reduced) runs no all-reduce: it is ``n * x`` locally;
+* ``jax.lax.psum_scatter``, ``all_gather`` (``to='varying'`` and ``'invarying'``) and
+  ``ppermute`` bind jax_accl's reduce-scatter, all-gather and permutation, and so do
+  the transposes JAX makes of them (an all-gather's is a reduce-scatter): sharded
+  training (FSDP, tensor and pipeline parallelism) runs on jax_accl, backward pass
+  included. ``to='reduced'`` and the unreduced forms stay JAX's.
 
 Routing is on process-wide inside ``jax_accl.patch_psum()`` and with the environment
 variable ``JAX_ACCL_ROUTING=1``; for one thread and one body inside
@@ -24,7 +29,7 @@ import functools
 import threading
 
 from jax_accl import _compat as c
-from jax_accl import config, reduction
+from jax_accl import config, permute, reduction, scatter_gather
 from jax_accl.primitives import pvary as accl_pvary
 
 # A JAX config state: thread-local when entered as a context, global when set with
@@ -81,6 +86,10 @@ def install() -> None:
         c.hook_bind(c.pmax_p, lambda bind: _routed_reduction(bind, "max", None))
         c.hook_bind(c.pmin_p, lambda bind: _routed_reduction(bind, "min", None))
         c.hook_bind_psum_invariant(_routed_bind_psum_invariant)
+        c.hook_bind(c.reduce_scatter_p, _routed_reduce_scatter)
+        c.hook_bind(c.all_gather_p, lambda bind: _routed_all_gather(bind, "varying"))
+        c.hook_bind(c.all_gather_invariant_p, lambda bind: _routed_all_gather(bind, "invarying"))
+        c.hook_bind(c.ppermute_p, _routed_ppermute)
         _installed = True
 
 
@@ -116,5 +125,62 @@ def _routed_bind_psum_invariant(jax_fn):
         if axis_index_groups is not None:
             raise NotImplementedError("axis_index_groups needs check_vma=False (as jax.lax.psum)")
         return reduction.reduce_leaves([leaf], tuple(axes), op="sum", groups=None)[0]
+
+    return bind
+
+
+def _routed_reduce_scatter(jax_bind):
+    def bind(x, *, axis_name, scatter_dimension, axis_index_groups, axis_size, tiled):
+        if not active():
+            return jax_bind(
+                x,
+                axis_name=axis_name,
+                scatter_dimension=scatter_dimension,
+                axis_index_groups=axis_index_groups,
+                axis_size=axis_size,
+                tiled=tiled,
+            )
+        return scatter_gather.psum_scatter(
+            x,
+            axis_name,
+            scatter_dimension=scatter_dimension,
+            axis_index_groups=axis_index_groups,
+            tiled=tiled,
+        )
+
+    return bind
+
+
+def _routed_all_gather(jax_bind, to: str):
+    """all_gather_p (to='varying', with axis_index_groups) or all_gather_invariant_p
+    (to='invarying', without); `all_gather_dimension` is already in range."""
+
+    def bind(x, *, all_gather_dimension, axis_name, axis_size, tiled, **groups):
+        if not active():
+            return jax_bind(
+                x,
+                all_gather_dimension=all_gather_dimension,
+                axis_name=axis_name,
+                axis_size=axis_size,
+                tiled=tiled,
+                **groups,
+            )
+        return scatter_gather.all_gather(
+            x,
+            axis_name,
+            axis_index_groups=groups.get("axis_index_groups"),
+            axis=all_gather_dimension,
+            tiled=tiled,
+            to=to,
+        )
+
+    return bind
+
+
+def _routed_ppermute(jax_bind):
+    def bind(x, *, axis_name, perm):
+        if not active():
+            return jax_bind(x, axis_name=axis_name, perm=perm)
+        return permute.ppermute(x, axis_name, perm)
 
     return bind

@@ -4,6 +4,7 @@
     python -m jax_accl.demo --processes 2    # 2 processes x 4 devices, via jax.distributed
     python -m jax_accl.demo --hosts 2 --processes-per-host 2 --devices 2
                                              # on namespaced hosts, two shaped rails (root)
+    python -m jax_accl.demo --strategy fsdp  # parameters and adam state sharded (or: tp)
 
 An MLP learns to classify points drawn from a mixture of Gaussians (generated here, no
 download). The step is the data-parallel step JAX's shard_map documentation teaches:
@@ -15,6 +16,9 @@ jax_accl.shard_map, where every all-reduce is jax_accl's and the gradients and t
 travel in fused gradient buckets (jax_accl/fusion.py). The demo prints what each
 compiled step contains (XLA all-reduces, jax_accl calls), the loss per step, the final
 accuracy, the largest parameter difference between the two runs, and their step times.
+``--strategy fsdp`` and ``--strategy tp`` train the same model with its parameters and
+optimizer state sharded (jax_accl/demo/strategies.py): all-gathers and reduce-scatters,
+written with jax.lax, carried by jax_accl under jax_accl.shard_map.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import sys
 import time
 
 import numpy as np
+
+from jax_accl.demo import strategies
 
 CLASSES, FEATURES, HIDDEN = 8, 32, (512, 512, 256)
 
@@ -64,14 +70,18 @@ def forward(params, x):
     return x @ params[-1]["w"] + params[-1]["b"]
 
 
-def loss_fn(params, x, y):
+def logits_loss(logits, y):
     import optax
 
-    return optax.softmax_cross_entropy_with_integer_labels(forward(params, x), y).mean()
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
-def build_step(mesh, optimizer, variant: str, donate: bool = True):
-    """One jitted data-parallel step; `variant` picks whose all-reduces run it: the same
+def loss_fn(params, x, y):
+    return logits_loss(forward(params, x), y)
+
+
+def build_step(mesh, optimizer, variant: str, donate: bool = True, strategy: str = "dp"):
+    """One jitted training step; `variant` picks whose collectives run it: the same
     step function under jax.shard_map ("jax.lax") or jax_accl.shard_map ("jax_accl")."""
     import jax
     import optax
@@ -79,8 +89,7 @@ def build_step(mesh, optimizer, variant: str, donate: bool = True):
 
     import jax_accl
 
-    def global_loss(params, x, y):  # the mean over the global batch
-        return jax.lax.pmean(loss_fn(params, x, y), "data")
+    global_loss = strategies.global_loss(strategy, loss_fn, logits_loss)
 
     def step(params, opt_state, x, y):
         loss, grads = jax.value_and_grad(global_loss)(params, x, y)
@@ -88,11 +97,32 @@ def build_step(mesh, optimizer, variant: str, donate: bool = True):
         return optax.apply_updates(params, updates), opt_state, loss
 
     shard_map = {"jax.lax": jax.shard_map, "jax_accl": jax_accl.shard_map}[variant]
+    if strategy == "dp":  # params and adam state replicated: P() covers each pytree
+        param_spec, opt_spec = P(), P()
+    else:
+        param_spec = strategies.param_specs(strategy, len(HIDDEN) + 1)
+        opt_spec = strategies.opt_state_specs(param_spec)
+    data = strategies.batch_spec(strategy)
     return jax.jit(
         shard_map(
-            step, mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=(P(), P(), P())
+            step,
+            mesh=mesh,
+            in_specs=(param_spec, opt_spec, data, data),
+            out_specs=(param_spec, opt_spec, P()),
         ),
         donate_argnums=(0, 1) if donate else (),
+    )
+
+
+def initial_state(mesh, optimizer, strategy: str):
+    """The initial parameters and adam state, laid out as `strategy` keeps them."""
+    params = init_params(0)
+    if strategy == "dp":
+        return params, optimizer.init(params)
+    param_spec = strategies.param_specs(strategy, len(params))
+    return (
+        strategies.place(mesh, params, param_spec),
+        strategies.place(mesh, optimizer.init(params), strategies.opt_state_specs(param_spec)),
     )
 
 
@@ -103,16 +133,16 @@ def compiled_collectives(step_fn, *args) -> dict:
         "xla all-reduce": text.count(" all-reduce("),
         "xla reduce-scatter": text.count(" reduce-scatter("),
         "xla all-gather": text.count(" all-gather("),
-        "jax_accl calls": text.count('custom_call_target="accl_allreduce"'),
+        "xla collective-permute": text.count(" collective-permute("),
+        "jax_accl calls": text.count('custom_call_target="accl_'),
     }
 
 
-def global_batch(mesh, x, y):
+def global_batch(mesh, x, y, strategy: str = "dp"):
     import jax
     from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
-    data = NamedSharding(mesh, P("data"))
+    data = NamedSharding(mesh, strategies.batch_spec(strategy))
     return (
         jax.make_array_from_callback(x.shape, data, lambda idx: x[idx]),
         jax.make_array_from_callback(y.shape, data, lambda idx: y[idx]),
@@ -124,7 +154,7 @@ def progress(step: int, total: int, loss: float, width: int = 30) -> str:
     return f"step {step:4d}/{total} [{'#' * done}{'.' * (width - done)}] loss {loss:.4f}"
 
 
-def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
+def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool, strategy="dp"):
     """Trains from the same initial parameters and batches; returns losses, params, step
     times and the compiled step's collectives."""
     import jax
@@ -132,14 +162,13 @@ def train(mesh, variant: str, steps: int, batch_per_device: int, show: bool):
 
     n = mesh.devices.size
     optimizer = optax.adam(1e-3)
-    params = init_params(0)
-    opt_state = optimizer.init(params)
-    step_fn = build_step(mesh, optimizer, variant)
+    params, opt_state = initial_state(mesh, optimizer, strategy)
+    step_fn = build_step(mesh, optimizer, variant, strategy=strategy)
     x_all, y_all = make_dataset(steps * batch_per_device * n, seed=1)
     losses, times, collectives = [], [], None
     for i in range(steps):
         rows = slice(i * batch_per_device * n, (i + 1) * batch_per_device * n)
-        x, y = global_batch(mesh, x_all[rows], y_all[rows])
+        x, y = global_batch(mesh, x_all[rows], y_all[rows], strategy)
         if collectives is None:
             collectives = compiled_collectives(step_fn, params, opt_state, x, y)
         start = time.perf_counter()
@@ -168,15 +197,24 @@ def accuracy(params) -> float:
 
 
 def max_param_difference(a, b) -> float:
+    """The largest difference between two parameter pytrees (global arrays: this
+    process's shards are compared; each process reports on its own)."""
     import jax
 
+    def local(leaf):
+        shards = getattr(leaf, "addressable_shards", None)
+        if shards is None:
+            return [np.asarray(leaf)]
+        return [np.asarray(s.data) for s in sorted(shards, key=lambda s: s.device.id)]
+
     return max(
-        float(np.max(np.abs(np.asarray(p) - np.asarray(q))))
-        for p, q in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+        float(np.max(np.abs(p - q)))
+        for pa, qa in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+        for p, q in zip(local(pa), local(qa))
     )
 
 
-def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
+def run(mesh, steps: int, batch_per_device: int, quiet: bool, strategy: str = "dp") -> dict:
     import jax
 
     import jax_accl
@@ -187,24 +225,28 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
     say(
         f"MLP {FEATURES}-{'-'.join(map(str, HIDDEN))}-{CLASSES}, {n_params:,} parameters "
         f"({n_params * 4 / 2**20:.2f} MiB of gradients per step), {mesh.devices.size} devices "
-        f"in {jax.process_count()} process(es), batch {batch_per_device} per device"
+        f"in {jax.process_count()} process(es), batch {batch_per_device} per device, "
+        f"strategy {strategy} (mesh {dict(mesh.shape)})"
     )
-    say("training under jax_accl.shard_map (every all-reduce jax_accl's):")
+    say("training under jax_accl.shard_map (every collective jax_accl's):")
     jax_accl.reset_stats()
-    losses, params, accl_times, accl_hlo = train(mesh, "jax_accl", steps, batch_per_device, show)
+    losses, params, accl_times, accl_hlo = train(
+        mesh, "jax_accl", steps, batch_per_device, show, strategy
+    )
     calls = jax_accl.stats()["algorithms"]
     calls_per_step = sum(v["calls"] for v in calls.values()) / steps
-    say("the same step under jax.shard_map (XLA's all-reduce):")
+    say("the same step under jax.shard_map (XLA's collectives):")
     ref_losses, ref_params, lax_times, lax_hlo = train(
-        mesh, "jax.lax", steps, batch_per_device, show
+        mesh, "jax.lax", steps, batch_per_device, show, strategy
     )
     result = {
         "first_loss": losses[0],
         "last_loss": losses[-1],
         "losses": losses,
         "reference_last_loss": ref_losses[-1],
-        "accuracy": accuracy(params),
-        "reference_accuracy": accuracy(ref_params),
+        "strategy": strategy,
+        "accuracy": accuracy(gathered(params)),
+        "reference_accuracy": accuracy(gathered(ref_params)),
         "max_param_difference": max_param_difference(params, ref_params),
         "accl_calls_per_step_per_device": calls_per_step
         / (mesh.devices.size // jax.process_count()),
@@ -220,17 +262,34 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool) -> dict:
     )
     say(f"largest parameter difference from the jax.lax run: {result['max_param_difference']:.3g}")
     say(f"jax_accl calls per step and device: {result['accl_calls_per_step_per_device']:.0f}")
-    say("\ncompiled step      XLA all-reduce  XLA reduce-scatter  XLA all-gather  jax_accl calls")
+    say(
+        "\ncompiled step      XLA all-reduce  reduce-scatter  all-gather  collective-permute"
+        "  jax_accl calls"
+    )
     for name, hlo in result["compiled_step"].items():
         say(
-            f"  {name:<16} {hlo['xla all-reduce']:>14} {hlo['xla reduce-scatter']:>19} "
-            f"{hlo['xla all-gather']:>15} {hlo['jax_accl calls']:>15}"
+            f"  {name:<16} {hlo['xla all-reduce']:>14} {hlo['xla reduce-scatter']:>15} "
+            f"{hlo['xla all-gather']:>11} {hlo['xla collective-permute']:>19} "
+            f"{hlo['jax_accl calls']:>15}"
         )
     say("\nstep time (median)   ms   vs jax.lax")
     base = result["step_seconds"]["jax.lax"]
     for name, t in result["step_seconds"].items():
         say(f"  {name:<16} {t * 1e3:6.2f}   {base / t:5.2f}x")
     return result
+
+
+def gathered(params):
+    """Sharded parameters as whole numpy arrays on every process (for evaluation)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    def whole(leaf):
+        if getattr(leaf, "is_fully_addressable", True):
+            return np.asarray(leaf)
+        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+
+    return jax.tree.map(whole, params)
 
 
 def breakdown(mesh, batch_per_device: int, reps: int) -> dict:
@@ -259,11 +318,9 @@ def worker_main(args) -> int:
         )
     else:
         jax.config.update("jax_num_cpu_devices", args.devices)
-    from jax.sharding import Mesh
-
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
-    mesh = Mesh(np.array(devices), ("data",))
-    result = run(mesh, args.steps, args.batch, args.quiet)
+    mesh = strategies.mesh_for(devices, args.strategy)
+    result = run(mesh, args.steps, args.batch, args.quiet, args.strategy)
     if args.breakdown:
         from jax_accl.demo.breakdown import report
 
@@ -324,6 +381,13 @@ def main(argv=None) -> int:
         help="on this many namespaced hosts (root; sets --processes)",
     )
     parser.add_argument("--processes-per-host", type=int, default=1)
+    parser.add_argument(
+        "--strategy",
+        choices=strategies.STRATEGIES,
+        default="dp",
+        help="dp: data parallel; fsdp: parameters and adam state sharded (ZeRO-3); "
+        "tp: tensor parallel on a (data, model) mesh",
+    )
     parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
     parser.add_argument("--rate-mbit", type=float, default=300.0, help="tc rate of each rail")
     parser.add_argument("--mtu", type=int, default=1500, help="MTU of each rail")
@@ -343,7 +407,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.hosts > 1:
         args.processes = args.hosts * args.processes_per_host
-        args.breakdown = args.breakdown or 20
+        args.breakdown = args.breakdown or (20 if args.strategy == "dp" else 0)
+    if args.breakdown and args.strategy != "dp":
+        parser.error("--breakdown times the data-parallel step only (--strategy dp)")
     args.devices = args.devices or max(1, 8 // args.processes)
     if args.processes > 1 and args.process_id < 0:
         from jax_accl.testing import launch
@@ -351,6 +417,7 @@ def main(argv=None) -> int:
         extra = ["--steps", str(args.steps), "--batch", str(args.batch)] + (
             ["--quiet"] if args.quiet else []
         )
+        extra += ["--strategy", args.strategy]
         extra += ["--breakdown", str(args.breakdown)] if args.breakdown else []
         if args.hosts <= 1:
             launch.run_job(

@@ -249,6 +249,37 @@ def scenario_scatter_gather():
     return {"checks": checks}
 
 
+def scenario_exact_scatter():
+    """jax-ml/jax#40830's case: psum_scatter of float64 over every device, 4 MiB chunks
+    (--bytes), --reps calls with fresh data each (integer-valued, so every sum is exact):
+    jax_accl's result must equal NumPy's bit for bit every time. jax.lax's over gloo is
+    counted, not asserted (the issue reports it wrong now and then)."""
+    n = NP * ND
+    chunk = args.bytes // 8
+    base = global_input((n * chunk,), np.int32, seed=40830).astype(np.float64)
+    want = base.sum(0).reshape(n, chunk)  # device k keeps block k
+
+    def program(lib):
+        body = lambda v, i: lib.psum_scatter(v[0] + i, ALL, tiled=True)[None]  # noqa: E731
+        return jax.jit(jax.shard_map(body, mesh=MESH_2D, in_specs=(P(ALL), P()), out_specs=P(ALL)))
+
+    placed = place(base, P(ALL))
+    ours, theirs = program(jax_accl), program(jax.lax)
+    first_device = jax.process_index() * ND
+    gloo_wrong = 0
+    for i in range(args.reps):
+        shift = np.float64(i)
+        blocks = local_blocks(ours(placed, shift))
+        gloo = local_blocks(theirs(placed, shift))
+        for d, (got, lax_got) in enumerate(zip(blocks, gloo)):
+            expected = want[first_device + d] + n * shift
+            if not np.array_equal(got[0], expected):
+                bad = int(np.sum(got[0] != expected))
+                raise AssertionError(f"call {i}: {bad} of {chunk} sums differ from NumPy's")
+            gloo_wrong += int(not np.array_equal(lax_got[0], expected))
+    return {"checks": args.reps, "gloo_wrong_calls": gloo_wrong}
+
+
 def scenario_hierarchy():
     """The hierarchy over every device, automatic and forced."""
     return {"checks": check_sweep((ALL,), ("auto", "hierarchical"))}
@@ -734,6 +765,7 @@ SCENARIOS = {
     "mismatch": scenario_mismatch,
     "hierarchy": scenario_hierarchy,
     "scatter_gather": scenario_scatter_gather,
+    "exact_scatter": scenario_exact_scatter,
     "large_call": scenario_large_call,
 }
 

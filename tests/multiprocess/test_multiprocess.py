@@ -154,6 +154,16 @@ def test_psum_scatter_all_gather_and_ppermute_across_processes_match_gloo(proces
         assert r["stats"]["transports"]["shm"]["bytes_sent"] > 0
 
 
+def test_float64_psum_scatter_of_4mib_chunks_is_exact_every_call():
+    """jax-ml/jax#40830's reproduction (gloo's psum_scatter returns wrong float64 sums
+    now and then at 4 MiB chunks): 2 processes, 150 calls, each result NumPy's exactly."""
+    results = run(2, 1, "exact_scatter", extra=["--bytes", str(4 << 20), "--reps", "150"])
+    for r in results:
+        assert r["checks"] == 150
+        assert sum(a["calls"] for a in r["stats"]["algorithms"].values()) >= 150, r["stats"]
+    print("gloo's wrong calls:", [r["gloo_wrong_calls"] for r in results], r["stats"]["algorithms"])
+
+
 def test_psum_scatter_all_gather_and_ppermute_between_hosts_over_both_rails(root_required):
     with netns.virtual_hosts(2, 2) as names:
         results = run(

@@ -1,0 +1,244 @@
+"""Sharded training steps written for jax.lax (FSDP, tensor parallel, both, pipeline),
+routed: their compiled HLO holds no XLA collective, gradients included, and 3 optax
+steps give jax.lax's results."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+from accl_testing import P, assert_same, put, values
+
+import jax_accl
+
+XLA_COLLECTIVES = ("all-reduce(", "reduce-scatter(", "all-gather(", "collective-permute(")
+
+
+def xla_collectives(text: str) -> dict:
+    return {op: text.count(op) for op in XLA_COLLECTIVES if op in text}
+
+
+def accl_calls(text: str) -> set:
+    return {
+        t
+        for t in ("accl_allreduce", "accl_reduce_scatter", "accl_all_gather", "accl_ppermute")
+        if f'custom_call_target="{t}"' in text
+    }
+
+
+def mlp(w1, w2, x):
+    return jnp.tanh(x @ w1) @ w2
+
+
+# --- the strategies, each a shard_map body (params, opt_state, x, y) -> same + loss ---
+
+
+def fsdp_loss(params, x, y):
+    """FSDP / ZeRO-3: each device holds a slice of every weight (dim 0 along "data"),
+    gathers the whole weight to use it; autodiff turns the gathers into reduce-scatters
+    of the gradients."""
+    w1 = jax.lax.all_gather(params["w1"], "data", tiled=True)
+    w2 = jax.lax.all_gather(params["w2"], "data", tiled=True)
+    return jax.lax.pmean(jnp.mean((mlp(w1, w2, x) - y) ** 2), "data")
+
+
+def tp_loss(params, x, y):
+    """Tensor (Megatron) parallel with sequence parallelism: the batch is sharded along
+    "model" between the layers; gathered before the column-sharded w1, and the partial
+    products of the row-sharded w2 reduce-scattered back."""
+    x_all = jax.lax.all_gather(x, "model", tiled=True)
+    h = jnp.tanh(x_all @ params["w1"])
+    out = jax.lax.psum_scatter(h @ params["w2"], "model", scatter_dimension=0, tiled=True)
+    return jax.lax.pmean(jnp.mean((out - y) ** 2), "model")
+
+
+def fsdp_tp_loss(params, x, y):
+    """Both on a 2-D mesh: weights tensor-sharded along "model" and FSDP-sharded along
+    "data" on their other dimension; the batch along "data"."""
+    w1 = jax.lax.all_gather(params["w1"], "data", axis=0, tiled=True)
+    w2 = jax.lax.all_gather(params["w2"], "data", axis=1, tiled=True)
+    out = jax.lax.psum(jnp.tanh(x @ w1) @ w2, "model")
+    return jax.lax.pmean(jnp.mean((out - y) ** 2), "data")
+
+
+def pipeline_loss(params, x, y, stages=4):
+    """GPipe over "stage": stage s applies layer s (its slice of the stacked weights)
+    and passes the activation to stage s+1 by ppermute; microbatches enter at stage 0
+    and the loss is taken where they leave the last stage."""
+    s = jax.lax.axis_index("stage")
+    w = params["w"][0]
+    micro = x.shape[0]
+    state = jnp.zeros_like(x[0])
+    losses = []
+    shift = [(i, (i + 1) % stages) for i in range(stages)]
+    for t in range(micro + stages - 1):
+        feed = x[min(t, micro - 1)]
+        state = jnp.where(s == 0, feed, state)
+        state = jnp.tanh(state @ w)
+        if t >= stages - 1:
+            done = jnp.where(s == stages - 1, state, 0.0)
+            losses.append(jnp.mean((done - y[t - stages + 1]) ** 2))
+        state = jax.lax.ppermute(state, "stage", shift)
+    return jax.lax.psum(sum(losses) / micro, "stage")
+
+
+def make_body(loss_fn, optimizer):
+    def body(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return body
+
+
+def strategy(name):
+    """(mesh shape and axes, params, their specs, x, y and their specs, loss)."""
+    f32 = "float32"
+    if name == "fsdp":
+        mesh = ((8,), ("data",))
+        params = {"w1": values((16, 24), f32, 1) * 0.3, "w2": values((24, 8), f32, 2) * 0.3}
+        pspec = {"w1": P("data"), "w2": P("data")}
+        xs, ys, dspec = values((32, 16), f32, 3), values((32, 8), f32, 4), P("data")
+        return mesh, params, pspec, xs, ys, dspec, fsdp_loss
+    if name == "tp":
+        mesh = ((4,), ("model",))
+        params = {"w1": values((16, 32), f32, 1) * 0.3, "w2": values((32, 16), f32, 2) * 0.3}
+        pspec = {"w1": P(None, "model"), "w2": P("model", None)}
+        xs, ys, dspec = values((16, 16), f32, 3), values((16, 16), f32, 4), P("model")
+        return mesh, params, pspec, xs, ys, dspec, tp_loss
+    if name == "fsdp_tp":
+        mesh = ((2, 4), ("data", "model"))
+        params = {"w1": values((16, 32), f32, 1) * 0.3, "w2": values((32, 8), f32, 2) * 0.3}
+        pspec = {"w1": P("data", "model"), "w2": P("model", "data")}
+        xs, ys, dspec = values((8, 16), f32, 3), values((8, 8), f32, 4), P("data")
+        return mesh, params, pspec, xs, ys, dspec, fsdp_tp_loss
+    assert name == "pipeline"
+    mesh = ((4,), ("stage",))
+    params = {"w": values((4, 8, 8), f32, 1) * 0.5}
+    pspec = {"w": P("stage")}
+    xs, ys, dspec = values((3, 2, 8), f32, 3), values((3, 2, 8), f32, 4), P()
+    return mesh, params, pspec, xs, ys, dspec, pipeline_loss
+
+
+def build(name, route: str):
+    """The jitted step over the strategy's mesh; route: 'lax' (as written), 'shard_map'
+    (jax_accl.shard_map) or 'patch' (jax.shard_map traced under patch_psum)."""
+    (shape, axes), params, pspec, xs, ys, dspec, loss_fn = strategy(name)
+    mesh = jax.make_mesh(shape, axes)
+    optimizer = optax.adam(1e-2)
+    # adam's moments sharded as the params are (ZeRO's sharded optimizer state)
+    opt_spec = (optax.ScaleByAdamState(count=P(), mu=pspec, nu=pspec), optax.EmptyState())
+    smap = jax_accl.shard_map if route == "shard_map" else jax.shard_map
+    step = jax.jit(
+        smap(
+            make_body(loss_fn, optimizer),
+            mesh=mesh,
+            in_specs=(pspec, opt_spec, dspec, dspec),
+            out_specs=(pspec, opt_spec, P()),
+        )
+    )
+    params = put(mesh, params, pspec)
+    opt_state = put(mesh, optimizer.init(params), opt_spec)
+    return step, (params, opt_state, put(mesh, xs, dspec), put(mesh, ys, dspec))
+
+
+def train(step, args, route, steps=3):
+    params, opt_state, x, y = args
+    losses = []
+    ctx = jax_accl.patch_psum() if route == "patch" else _nothing()
+    with ctx:
+        for _ in range(steps):
+            params, opt_state, loss = step(params, opt_state, x, y)
+            losses.append(loss)
+    return params, opt_state, jnp.stack(losses)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def compiled_text(step, args, route):
+    ctx = jax_accl.patch_psum() if route == "patch" else _nothing()
+    with ctx:
+        return step.lower(*args).compile().as_text()
+
+
+STRATEGIES = ["fsdp", "tp", "fsdp_tp", "pipeline"]
+EXPECTED_CALLS = {
+    "fsdp": {"accl_all_gather", "accl_reduce_scatter"},
+    "tp": {"accl_all_gather", "accl_reduce_scatter"},
+    "fsdp_tp": {"accl_all_gather", "accl_reduce_scatter", "accl_allreduce"},
+    "pipeline": {"accl_ppermute"},
+}
+
+
+@pytest.mark.parametrize("route", ["shard_map", "patch"])
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_routed_sharded_step_holds_no_xla_collective(name, route):
+    lax_step, args = build(name, "lax")
+    assert xla_collectives(compiled_text(lax_step, args, "lax")), "the reference uses XLA's"
+    step, args = build(name, route)
+    text = compiled_text(step, args, route)
+    assert xla_collectives(text) == {}, xla_collectives(text)
+    assert EXPECTED_CALLS[name] <= accl_calls(text), accl_calls(text)
+    got = train(step, args, route)
+    want = train(lax_step, build(name, "lax")[1], "lax")
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("name", ["fsdp", "pipeline"])
+def test_gradient_taken_outside_the_routed_shard_map(name):
+    """jax.grad of a jitted jax_accl.shard_map: the transposes (reduce-scatter of an
+    all-gather, the inverse ppermute) are traced outside the routed body and still
+    jax_accl's."""
+    (shape, axes), params, pspec, xs, ys, dspec, loss_fn = strategy(name)
+    mesh = jax.make_mesh(shape, axes)
+    args = (put(mesh, params, pspec), put(mesh, xs, dspec), put(mesh, ys, dspec))
+
+    def grad_of(smap):
+        f = smap(loss_fn, mesh=mesh, in_specs=(pspec, dspec, dspec), out_specs=P())
+        return jax.jit(jax.grad(f))
+
+    routed = grad_of(jax_accl.shard_map)
+    text = routed.lower(*args).compile().as_text()
+    assert xla_collectives(text) == {}, xla_collectives(text)
+    assert_same(routed(*args), grad_of(jax.shard_map)(*args))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64", "bfloat16"])
+def test_routed_collectives_keep_every_dtype(dtype):
+    mesh = jax.make_mesh((8,), ("i",))
+    x = values((16, 3), dtype)
+
+    def body(v):
+        g = jax.lax.all_gather(v, "i", tiled=True)
+        s = jax.lax.psum_scatter(g, "i", tiled=True)
+        inv = jax.lax.all_gather(v, "i", axis=1, to="invarying")
+        return s, jax.lax.ppermute(v, "i", [(i, (i + 3) % 8) for i in range(8)]), inv
+
+    specs = dict(mesh=mesh, in_specs=P("i"), out_specs=(P("i"), P("i"), P()))
+    arg = put(mesh, x, P("i"))
+    routed = jax.jit(jax_accl.shard_map(body, **specs))
+    text = routed.lower(arg).compile().as_text()
+    assert xla_collectives(text) == {}
+    assert_same(routed(arg), jax.jit(jax.shard_map(body, **specs))(arg))
+
+
+def test_routing_off_leaves_jax_collectives():
+    mesh = jax.make_mesh((8,), ("i",))
+    f = jax.jit(
+        jax.shard_map(
+            partial(jax.lax.all_gather, axis_name="i", tiled=True),
+            mesh=mesh,
+            in_specs=P("i"),
+            out_specs=P("i"),
+            check_vma=False,
+        )
+    )
+    text = f.lower(put(mesh, jnp.zeros(8), P("i"))).compile().as_text()
+    assert "all-gather(" in text and not accl_calls(text)
