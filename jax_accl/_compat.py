@@ -3,6 +3,8 @@
 tests/in_process/test_profiler_and_compat.py checks that each of them is still there.
 """
 
+import threading
+
 import jax.ffi as jax_ffi
 from jax._src import config as _config
 from jax._src import core, dispatch
@@ -133,15 +135,18 @@ def module_scratch(ctx) -> dict:
 
 
 def device_assignment(ctx) -> tuple:
-    """The devices of a module being lowered, indexed by partition id."""
+    """The devices of a module being lowered, indexed by partition id (inside a region
+    lower_fully_manual nests, whose mesh is abstract: the enclosing module's)."""
     axis_context = ctx.module_context.axis_context
     mesh = getattr(axis_context, "mesh", None)
-    devices = getattr(mesh, "devices", None)
-    if devices is not None and not isinstance(mesh, _mesh_lib.AbstractMesh):
-        return tuple(devices.flat)
+    if mesh is not None and not isinstance(mesh, _mesh_lib.AbstractMesh):
+        return tuple(mesh.devices.flat)
     assignment = getattr(axis_context, "device_assignment", None)
     if assignment is not None:
         return tuple(assignment)
+    outer = getattr(_nested_lowering, "devices", None)
+    if outer is not None:
+        return outer
     raise NotImplementedError(
         "jax_accl: cannot tell which device runs each partition of this multi-process "
         f"program (axis context {type(axis_context).__name__}); use jax.shard_map over a Mesh"
@@ -191,6 +196,10 @@ def use_gloo_on_interface(interface: str) -> None:
 
 # --- partially manual shard_map (axis_names a strict subset of the mesh axes) ---
 
+# The devices of the module a nested region is lowered in (device_assignment's answer
+# there, whose mesh is abstract), while lower_fully_manual lowers it on this thread.
+_nested_lowering = threading.local()
+
 
 def is_partial_manual(ctx) -> bool:
     """True when lowering inside a shard_map that is manual over only some mesh axes."""
@@ -209,8 +218,17 @@ def lower_fully_manual(ctx, fn, in_specs, out_specs, *args):
         {a: _mesh_lib.AxisType.Manual for a in axis_context.manual_axes}
     )
     nested = shard_map(fn, mesh=mesh, check_vma=False, in_specs=in_specs, out_specs=out_specs)
-    with _mesh_lib.use_abstract_mesh(mesh):
-        return mlir.lower_fun(lambda *xs: list(nested(*xs)), multiple_results=True)(ctx, *args)
+    try:
+        devices = device_assignment(ctx)
+    except NotImplementedError:
+        devices = None
+    before, _nested_lowering.devices = getattr(_nested_lowering, "devices", None), devices
+    try:
+        with _mesh_lib.use_abstract_mesh(mesh):
+            lower = mlir.lower_fun(lambda *xs: list(nested(*xs)), multiple_results=True)
+            return lower(ctx, *args)
+    finally:
+        _nested_lowering.devices = before
 
 
 def spec_along_auto_axes(ctx, aval) -> PartitionSpec:

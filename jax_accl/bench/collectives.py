@@ -1,92 +1,240 @@
 """``python -m jax_accl.bench.collectives``: jax_accl's psum_scatter, all_gather and
-ppermute against jax.lax's in one process of N CPU devices, nccl-tests style.
+ppermute against jax.lax's, nccl-tests style, in one process of N CPU devices
+(jax.lax: XLA's in-process collectives), as several processes (``--processes``) or on
+namespaced hosts with shaped rails (``--hosts``, root; jax.lax over gloo on rail0).
 
 Per size (the bytes each device holds): K and 2K ops chained in one jitted
-lax.fori_loop, the difference over K, the median of `--reps` interleaved runs. The
-ops: scatter+gather (psum_scatter then all_gather, tiled: an all-reduce's traffic,
-busbw = algbw·2(n-1)/n), all_gather (of a local 1/n slice: busbw = algbw·(n-1)/n) and
-ppermute (a shift: each device sends its buffer once, busbw = algbw). Results are
-checked against jax.lax's before timing."""
+lax.fori_loop, the difference over K, the median of `--reps` interleaved runs (after a
+barrier across processes). The ops: scatter+gather (psum_scatter then all_gather, tiled:
+an all-reduce's traffic, busbw = algbw·2(n-1)/n), reduce_scatter and all_gather (busbw =
+algbw·(n-1)/n; all_gather of a local 1/n slice, reduce_scatter of the whole buffer and
+tiled back to its shape locally) and ppermute (a shift by one device: each device sends
+its buffer once, busbw = algbw). Results are checked against jax.lax's before timing.
+On namespaced hosts each row also has the network limit: the bytes a host must send
+(reduce-scatter and all-gather: (H-1)/H of a host's data; ppermute: a device's buffer
+per device of the host) over all its rails at the shaped rate."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 
-import jax
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from jax_accl.bench.timing import call_seconds
 from jax_accl.units import human, parse_size
+
+OPS = ("scatter+gather", "reduce_scatter", "all_gather", "ppermute")
+# The share of the size each op's busbw counts (nccl-tests' factors).
+BUS_FACTOR = {
+    "scatter+gather": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "ppermute": lambda n: 1.0,
+}
 
 
 def ops(lib, n: int):
     """Each op keeps the shard's shape, so K of them chain."""
+    import jax.numpy as jnp
+
     shift = [(i, (i + 1) % n) for i in range(n)]
     return {
         "scatter+gather": lambda v: lib.all_gather(
             lib.psum_scatter(v, "i", tiled=True), "i", tiled=True
         ),
+        "reduce_scatter": lambda v: jnp.tile(lib.psum_scatter(v, "i", tiled=True), (n, 1)) / n,
         "all_gather": lambda v: lib.all_gather(v[: v.shape[0] // n], "i", tiled=True),
         "ppermute": lambda v: lib.ppermute(v, "i", shift),
     }
 
 
 def chained(mesh, op, k: int):
+    import jax
+    from jax.sharding import PartitionSpec as P
+
     def body(v):
         return jax.lax.fori_loop(0, k, lambda _, u: op(u), v)
 
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
 
 
-def main(argv=None) -> int:
-    import jax_accl
+def local(array) -> np.ndarray:
+    """This process's shards, by device id, stacked."""
+    shards = sorted(array.addressable_shards, key=lambda s: s.device.id)
+    return np.concatenate([np.asarray(s.data) for s in shards])
 
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--devices", type=int, default=8)
-    parser.add_argument("--sizes", default="64KiB,1MiB,16MiB")
-    parser.add_argument("--reps", type=int, default=5)
-    args = parser.parse_args(argv)
-    jax.config.update("jax_num_cpu_devices", args.devices)
-    n = args.devices
-    mesh = jax.make_mesh((n,), ("i",))
-    print(
-        f"# {n} CPU devices in one process, float32; per op (2K - K ops) / K, median of {args.reps}"
-    )
-    header = ("collective", "size", "jax.lax us", "jax_accl us", "busbw GB/s", "speedup")
-    print("# {:<13} {:>6} {:>11} {:>12} {:>11} {:>8}".format(*header))
-    for size in (parse_size(s) for s in args.sizes.split(",")):
-        rows = max(n, size // 4 // 16 // n * n)
-        x = jax.device_put(
-            np.arange(n * rows * 16, dtype=np.float32).reshape(n * rows, 16) % 251,
-            NamedSharding(mesh, P("i")),
+
+def measure(sizes: list[int], reps: int, on_size=None) -> list[dict]:
+    """Rows {op, size_bytes, lax_s, accl_s} over a mesh "i" of every device of the job."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jax_accl
+    from jax_accl.bench.timing import barrier, call_seconds
+
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    n = len(devices)
+    mesh = Mesh(np.array(devices), ("i",))
+    rows = []
+    for size in sizes:
+        if on_size:
+            on_size(size)
+        shard_rows = max(n, size // 4 // 16 // n * n)
+        whole = np.arange(n * shard_rows * 16, dtype=np.float32).reshape(n * shard_rows, 16) % 251
+        x = jax.make_array_from_callback(
+            whole.shape, NamedSharding(mesh, P("i")), lambda idx, w=whole: w[idx]
         )
-        for name in ("scatter+gather", "all_gather", "ppermute"):
+        for name in OPS:
             k = max(2, min(50, (64 << 20) // max(size, 1)))
             fns = {
                 lib: (chained(mesh, ops(mod, n)[name], k), chained(mesh, ops(mod, n)[name], 2 * k))
                 for lib, mod in (("lax", jax.lax), ("accl", jax_accl))
             }
-            got, want = (np.asarray(fns[lib][0](x)) for lib in ("accl", "lax"))
+            got, want = (local(fns[lib][0](x)) for lib in ("accl", "lax"))
             np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{name} at {human(size)}")
-            times = {lib: [] for lib in fns}
             for fn in (f for pair in fns.values() for f in pair):  # compile, warm up
                 call_seconds(fn, x)
-            for _ in range(args.reps):
+            times = {lib: [] for lib in fns}
+            for _ in range(reps):
                 for lib, (short, long) in fns.items():
-                    times[lib].append((call_seconds(long, x) - call_seconds(short, x)) / k)
+                    barrier("jax_accl.bench.collectives")
+                    t_long = call_seconds(long, x)
+                    barrier("jax_accl.bench.collectives")
+                    times[lib].append((t_long - call_seconds(short, x)) / k)
             per_op = {lib: max(statistics.median(t), 1e-9) for lib, t in times.items()}
-            # A scatter+gather op is a psum_scatter then an all_gather: an all-reduce's
-            # traffic, 2(n-1)/n of the size; an all_gather's, (n-1)/n (after a local slice).
-            factor = {"scatter+gather": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(name, 1.0)
-            busbw = size / per_op["accl"] * factor / 1e9
-            lax_us, accl_us = per_op["lax"] * 1e6, per_op["accl"] * 1e6
-            print(
-                f"  {name:<13} {human(size):>6} {lax_us:>11.1f} {accl_us:>12.1f} "
-                f"{busbw:>11.2f} {lax_us / accl_us:>7.2f}x"
+            rows.append(
+                {"op": name, "size_bytes": size, "lax_s": per_op["lax"], "accl_s": per_op["accl"]}
             )
+    return rows
+
+
+def network_limit_s(row, hosts: int, rails: int, rate: float) -> float:
+    """The time the bytes a host must send take over all its rails, for S bytes per
+    device: a host's devices reduce (or share) their data inside it, so a reduce-scatter
+    or an all-gather sends (H-1)/H·S out of each host, scatter+gather twice that; the
+    shift crosses each host boundary once, one device's S."""
+    share = {
+        "scatter+gather": 2 * (hosts - 1) / hosts,
+        "reduce_scatter": (hosts - 1) / hosts,
+        "all_gather": (hosts - 1) / hosts,
+        "ppermute": 1.0,
+    }[row["op"]]
+    return share * row["size_bytes"] / (rails * rate)
+
+
+def print_rows(rows, n: int, label: str, limit=None) -> None:
+    print(f"# {label}, float32; per op (2K - K ops) / K, median")
+    head = ("collective", "size", "jax.lax us", "jax_accl us", "busbw GB/s", "speedup")
+    extra = ("limit us", "vs limit") if limit else ()
+    print(
+        "# {:<14} {:>6} {:>11} {:>12} {:>11} {:>8}".format(*head)
+        + "".join(f" {h:>10}" for h in extra)
+    )
+    for r in rows:
+        busbw = r["size_bytes"] / r["accl_s"] * BUS_FACTOR[r["op"]](n) / 1e9
+        line = (
+            f"  {r['op']:<14} {human(r['size_bytes']):>6} {r['lax_s'] * 1e6:>11.1f} "
+            f"{r['accl_s'] * 1e6:>12.1f} {busbw:>11.3f} {r['lax_s'] / r['accl_s']:>7.2f}x"
+        )
+        if limit:
+            t = limit(r)
+            line += f" {t * 1e6:>10.1f} {r['accl_s'] / t:>9.2f}x"
+        print(line, flush=True)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m jax_accl.bench.collectives", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--devices", type=int, default=0, help="devices per process")
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--hosts", type=int, default=1, help="namespaced hosts (root)")
+    parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
+    parser.add_argument("--rate-mbit", type=float, default=300.0, help="tc rate of each rail")
+    parser.add_argument("--sizes", default="")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--json", default="", help="append the rows as JSON lines here")
+    parser.add_argument("--process-id", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--num-processes", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.hosts > 1:
+        args.processes = max(args.processes, args.hosts)
+        if args.processes % args.hosts:
+            parser.error("--processes must be a multiple of --hosts")
+    args.devices = args.devices or (8 if args.processes == 1 else max(1, 8 // args.processes))
+    args.sizes = args.sizes or ("64KiB,1MiB,16MiB" if args.hosts == 1 else "256KiB,4MiB")
+    return args
+
+
+def worker_main(args) -> int:
+    import jax
+
+    from jax_accl.testing import launch
+
+    launch.join_job(
+        args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
+    )
+    rows = measure([parse_size(s) for s in args.sizes.split(",")], args.reps)
+    print("RESULT " + json.dumps({"rows": rows}), flush=True)
+    jax.distributed.shutdown()
+    return 0
+
+
+def launch_main(args) -> tuple[list[dict], str, object]:
+    """Runs the job; returns process 0's rows, the label and the limit (or None)."""
+    from jax_accl.testing import launch, netns
+
+    forwarded = ["-m", "jax_accl.bench.collectives"]
+    extra = ["--sizes", args.sizes, "--reps", str(args.reps)]
+    if args.hosts <= 1:
+        results = launch.run_job(forwarded, args.processes, args.devices, extra=extra, timeout=1800)
+        label = f"{args.processes} processes x {args.devices} devices, one host (jax.lax: gloo)"
+        return results[0]["rows"], label, None
+    rails = ",".join(f"rail{r}" for r in range(args.rails))
+    per_host = args.processes // args.hosts
+    with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
+        spaces = [name for name in names for _ in range(per_host)]
+        results = launch.run_job(
+            forwarded,
+            args.processes,
+            args.devices,
+            extra=extra + ["--gloo-interface", "rail0"],
+            env=[{"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": rails} for ns in spaces],
+            namespaces=spaces,
+            coordinator_ip=netns.rail_ip(0, 0),
+            timeout=1800,
+        )
+    label = (
+        f"{args.hosts} namespaced hosts x {per_host} processes x {args.devices} devices, "
+        f"{args.rails} rails at {args.rate_mbit:g} Mbit/s (jax.lax: gloo on rail0)"
+    )
+    rate = args.rate_mbit * 1e6 / 8
+    limit = (lambda r: network_limit_s(r, args.hosts, args.rails, rate)) if args.rate_mbit else None
+    return results[0]["rows"], label, limit
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.process_id >= 0:
+        return worker_main(args)
+    n = args.processes * args.devices
+    if args.processes > 1:
+        rows, label, limit = launch_main(args)
+    else:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", args.devices)
+        rows = measure([parse_size(s) for s in args.sizes.split(",")], args.reps)
+        label, limit = f"{n} CPU devices in one process", None
+    print_rows(rows, n, label, limit)
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps({**r, "label": label}) + "\n")
     return 0
 
 

@@ -20,7 +20,7 @@ Two contexts:
   the SPMD partitioner replicates an unknown custom call (gathering its operands along
   the automatic axes). So the call is lowered inside a nested region that is manual over
   the automatic axes too, each operand entering with the sharding its type records along
-  them: each device all-reduces its own shard.
+  them: each device all-reduces (reduce-scatters, gathers, permutes) its own shard.
 """
 
 from __future__ import annotations
@@ -163,7 +163,10 @@ def _scatter_gather_lowering(
     """accl_reduce_scatter / accl_all_gather: one operand and one result (of another size,
     so no aliasing); the algorithm is the runtime's (plan_scatter_gather)."""
     api = SCATTER_GATHER_API[primitive]
-    _refuse_partial_manual(ctx, api)  # first: before the bootstrap that _places may start
+    params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
+    params.update(invariant=invariant, op_id=op_id)
+    if c.is_partial_manual(ctx):  # first: before the bootstrap that _places may start
+        return _lower_per_shard(ctx, x, api, lambda v: primitive.bind(v, **params), dim0=True)
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     devices = _device_ids(ctx, groups)
     (aval,) = ctx.avals_in
@@ -177,7 +180,13 @@ def _scatter_gather_lowering(
 def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
     """accl_ppermute: the partition each partition sends to, from `perm` as jax.lax
     reads it (indices into each group in ascending order, modulo its size)."""
-    _refuse_partial_manual(ctx, "jax_accl.ppermute")
+    if c.is_partial_manual(ctx):
+        return _lower_per_shard(
+            ctx,
+            x,
+            "jax_accl.ppermute",
+            lambda v: accl_ppermute_p.bind(v, axes=axes, perm=perm, op_id=op_id),
+        )
     groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
     devices = _device_ids(ctx, groups)
     send_to = np.full(len(devices), -1, np.int64)
@@ -204,13 +213,20 @@ def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
     )
 
 
-def _refuse_partial_manual(ctx, api: str) -> None:
-    if c.is_partial_manual(ctx):
+def _lower_per_shard(ctx, x, api: str, bind, dim0: bool = False):
+    """Inside a partially manual shard_map: `bind` (the collective over the manual axes)
+    lowered in a region manual over the automatic axes too, on each device's own shard
+    of the operand (sharded along them as its type says), so the partitioner never
+    gathers it. A reduce-scatter or all-gather splits or stacks dimension 0 (`dim0`),
+    which must then not be sharded along an automatic axis."""
+    (spec,) = [c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in]
+    if dim0 and len(spec) and spec[0] is not None:
         raise NotImplementedError(
-            f"{api} inside a shard_map that is manual over only some mesh axes "
-            "(axis_names=...) is not supported yet; use jax.lax's, or a shard_map over "
-            "every mesh axis"
+            f"{api} inside a shard_map that is manual over only some mesh axes: the "
+            f"dimension it scatters or gathers is sharded along the automatic axes "
+            f"{spec[0]!r}; use jax.lax's, or shard another dimension"
         )
+    return c.lower_fully_manual(ctx, lambda v: (bind(v),), (spec,), (spec,), x)
 
 
 def _nbytes(aval) -> int:

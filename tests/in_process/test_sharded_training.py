@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 from accl_testing import P, assert_same, put, values
+from jax.sharding import NamedSharding
 
 import jax_accl
 
@@ -242,3 +243,58 @@ def test_routing_off_leaves_jax_collectives():
     )
     text = f.lower(put(mesh, jnp.zeros(8), P("i"))).compile().as_text()
     assert "all-gather(" in text and not accl_calls(text)
+
+
+@pytest.mark.parametrize("spec", [P(None, "model"), P()])
+def test_partial_manual_collectives(spec):
+    """Manual over "data" only, "model" left to the partitioner (explicit): each device
+    reduce-scatters, gathers and permutes its own shard along "data" (the custom calls
+    see the local [.., 3] block where the operand is sharded along "model")."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"))
+    x = put(mesh, values((16, 6), "float32"), P("data", *spec[1:]))
+    shift = [(i, (i + 1) % 4) for i in range(4)]
+
+    def body(v):
+        s = jax.lax.psum_scatter(v, "data", tiled=True)
+        g = jax.lax.all_gather(s, "data", tiled=True)
+        return g, jax.lax.ppermute(v, "data", shift)
+
+    along = P("data", *spec[1:])
+    ours = jax.jit(
+        jax_accl.shard_map(
+            body, mesh=mesh, in_specs=P("data"), out_specs=P("data"), axis_names={"data"}
+        ),
+        out_shardings=(NamedSharding(mesh, along),) * 2,
+    )
+    # jax.lax's psum_scatter cannot lower there (an assertion in JAX 0.10): the same
+    # collectives over "data" in a shard_map manual over both axes are the reference.
+    theirs = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=along, out_specs=along))
+    assert_same(ours(x), theirs(x))
+    text = ours.lower(x).compile().as_text()
+    # XLA's partitioner gathers the outputs along "model" at the region's end (dimension
+    # 1, as it does for jax.lax's own collectives there): none of its collectives along
+    # "data" is left.
+    left = xla_collectives(text)
+    assert set(left) <= {"all-gather("}, left
+    gathers = [line for line in text.splitlines() if "all-gather(" in line]
+    assert all("dimensions={1}" in line for line in gathers), gathers
+    assert accl_calls(text) == {"accl_reduce_scatter", "accl_all_gather", "accl_ppermute"}
+    local = "[4,3]" if spec == P(None, "model") else "[4,6]"
+    calls = [line for line in text.splitlines() if 'custom_call_target="accl_all_gather"' in line]
+    assert calls and all(local in line for line in calls), calls
+
+
+def test_partial_manual_scatter_of_a_dimension_sharded_along_an_automatic_axis_is_refused():
+    mesh = jax.make_mesh((4, 2), ("data", "model"))
+    x = put(mesh, values((64, 6), "float32"), P(("data", "model")))
+    f = jax.jit(
+        jax_accl.shard_map(
+            lambda v: jax.lax.psum_scatter(v, "data", tiled=True),
+            mesh=mesh,
+            in_specs=P("data"),
+            out_specs=P("data"),
+            axis_names={"data"},
+        )
+    )
+    with pytest.raises(NotImplementedError, match="sharded along the automatic axes 'model'"):
+        f.lower(x)

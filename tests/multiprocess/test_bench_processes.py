@@ -205,3 +205,25 @@ def test_fsdp_training_as_two_processes_matches_one_process():
         assert ours["xla all-gather"] == ours["xla reduce-scatter"] == 0, ours
         assert ours["xla all-reduce"] == 0 and ours["jax_accl calls"] > 0
     print("gloo's largest parameter difference:", [r["max_param_difference"] for r in results])
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_collectives_bench_across_processes_and_hosts(hosts, request):
+    """python -m jax_accl.bench.collectives as 2 processes (jax.lax over gloo), on one
+    host and on 2 namespaced hosts with shaped rails (then with the network limit):
+    every op's row, results checked against gloo's by the workers."""
+    if hosts > 1:
+        request.getfixturevalue("root_required")
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.bench.collectives", "--processes", "2", "--devices", "2"]
+        + ["--hosts", str(hosts), "--sizes", "64KiB", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [r.split() for r in done.stdout.splitlines() if not r.startswith("#")]
+    assert [r[0] for r in rows] == ["scatter+gather", "reduce_scatter", "all_gather", "ppermute"]
+    for r in rows:
+        assert r[1] == "64KiB" and float(r[3]) > 0 and r[5].endswith("x")
+        assert len(r) == (8 if hosts > 1 else 6), r  # the limit and the share of it

@@ -178,6 +178,10 @@ def test_psum_scatter_all_gather_and_ppermute_between_hosts_over_both_rails(root
     for r in results:
         assert r["checks"] == 60
         assert set(rail_shares(r["stats"])) == {"tcp:rail0", "tcp:rail1"}
+        # 2 ranks per host: the reduce-scatters and all-gathers run by host (in the
+        # host, then between hosts), the permutations flat.
+        algorithms = r["stats"]["algorithms"]
+        assert algorithms["hierarchical"]["calls"] > 0 and algorithms["direct"]["calls"] > 0
 
 
 def test_two_hosts_two_processes_each_over_two_rails(root_required):

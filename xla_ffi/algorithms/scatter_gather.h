@@ -38,6 +38,28 @@ Status all_gather_direct(Link& link, const BlockBuffers& buf);
 Status reduce_scatter_ring(Link& link, const BlockBuffers& buf, const Reduction& reduction);
 Status all_gather_ring(Link& link, const BlockBuffers& buf);
 
+// The group by host, for the two-tier schedules below: hosts[h][p] is the rank at
+// position p of host h (every host has the same number of ranks), and this rank is
+// hosts[host][position].
+struct HostGrid {
+  std::vector<std::vector<int>> hosts;
+  int host = 0;
+  int position = 0;
+};
+
+// Between hosts: a reduce-scatter (all-gather) inside each host, then among the ranks
+// of one position on every host (the other way round for the all-gather), so a host
+// sends (H-1)/H of a buffer once (algorithms/scatter_gather_by_host.cc). `in_host`
+// links this host's ranks (index: position), `between_hosts` this position's rank on
+// every host (index: host).
+Status reduce_scatter_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
+                              Algorithm in_host_algorithm, Algorithm between_algorithm,
+                              const std::vector<BlockBuffers>& segments,
+                              const Reduction& reduction);
+Status all_gather_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
+                          Algorithm in_host_algorithm, Algorithm between_algorithm,
+                          const std::vector<BlockBuffers>& segments);
+
 // Runs `algorithm` (kDirect or kRing) on this rank over every segment, in order, and
 // the closing barrier once where peers read each other's memory in place.
 Status run_reduce_scatter(Algorithm algorithm, Link& link,

@@ -26,6 +26,15 @@ Algorithm plan_scatter_gather(int n, size_t bytes, Algorithm forced, bool peer_m
   return peer_memory || n <= 2 || bytes <= kOneShotBytes ? Algorithm::kDirect : Algorithm::kRing;
 }
 
+bool runs_by_host(const GroupLayout& g) {
+  if (g.host_count() < 2) return false;
+  const size_t per_host = g.host_ranks(0).size();
+  for (int h = 1; h < g.host_count(); ++h) {
+    if (g.host_ranks(h).size() != per_host) return false;
+  }
+  return per_host > 1;
+}
+
 bool plan_one_shot(size_t bytes, Algorithm forced) {
   return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
 }
@@ -48,13 +57,18 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
   const size_t bytes = request.bytes;
   const Algorithm forced = request.forced;
   CallPlan plan;
-  // A reduce-scatter or all-gather runs flat (direct or ring), a permutation direct.
+  // A permutation runs direct. A reduce-scatter or all-gather between hosts of more
+  // than one rank each runs by host (kHierarchical: in the host, then between hosts),
+  // unless direct or ring is forced; else flat, direct or ring.
   if (request.collective == Collective::kPermute) {
     plan.schedule = Algorithm::kDirect;
     return plan;
   }
   if (request.collective != Collective::kAllReduce) {
-    plan.schedule = plan_scatter_gather(g.size(), bytes, forced, g.process_count() == 1);
+    const bool flat_forced = forced == Algorithm::kDirect || forced == Algorithm::kRing;
+    plan.schedule = !flat_forced && runs_by_host(g)
+                        ? Algorithm::kHierarchical
+                        : plan_scatter_gather(g.size(), bytes, forced, g.process_count() == 1);
     return plan;
   }
   if (g.process_count() == 1) {

@@ -72,6 +72,11 @@ bool plan_one_shot(size_t bytes, Algorithm forced);
 // in place (`peer_memory`: threads of one process) or the input is small, else ring.
 Algorithm plan_scatter_gather(int n, size_t bytes, Algorithm forced, bool peer_memory);
 
+// Whether a reduce-scatter or all-gather of group `g` runs by host
+// (algorithms/scatter_gather_by_host.cc): more than one host, each with the same
+// number (more than one) of the group's ranks.
+bool runs_by_host(const GroupLayout& g);
+
 // The algorithm of a call of `collective` among `n` device threads of one process
 // (allreduce_local): plan_in_process's for an all-reduce.
 Algorithm plan_local(int n, size_t bytes, Collective collective, Algorithm forced);

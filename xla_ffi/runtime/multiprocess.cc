@@ -14,6 +14,10 @@
 // plain memcpy. Small messages on one host run flat: a few message steps cost less
 // than the hierarchy's sync points. The cost model picks (choose_one_host).
 //
+// Reduce-scatter and all-gather between hosts of the same number of ranks each run by
+// host (algorithms/scatter_gather_by_host.cc: in the host, then between hosts); other
+// layouts, and every permutation, run flat.
+//
 // Flat schedule (algorithm= ring, halving_doubling or direct, or the automatic choice
 // on one host): the algorithm runs over all devices of the group at once, with memory
 // rings between device threads of one process, shared memory between processes of a
@@ -25,9 +29,11 @@
 #include <mutex>
 #include <optional>
 
+#include "algorithms/scatter_gather.h"
 #include "common/hash.h"
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
+#include "runtime/call_plan.h"
 #include "runtime/communicator.h"
 #include "runtime/hierarchical_call.h"
 #include "runtime/stats.h"
@@ -156,6 +162,56 @@ std::vector<int64_t> devices_of(const std::vector<int64_t>& devices,
   return out;
 }
 
+// A reduce-scatter or all-gather by host (algorithms/scatter_gather_by_host.cc): links to
+// this host's ranks and to this position's rank on every host, each tier direct or
+// ring as plan_scatter_gather chooses for its size; *sent_by_rail as run_over_link's.
+Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
+                              const std::vector<int64_t>& devices, int rank, uint64_t tag,
+                              const std::string& where, const Deadline& deadline,
+                              Collective collective, const std::vector<Buffers>& segments,
+                              const Reduction& reduction,
+                              std::map<std::string, uint64_t>* sent_by_rail) {
+  HostGrid grid;
+  for (int h = 0; h < layout.host_count(); ++h) grid.hosts.push_back(layout.host_ranks(h));
+  grid.host = layout.host_of(rank);
+  const std::vector<int>& mine = grid.hosts[grid.host];
+  grid.position = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+  std::vector<int> position_peers;
+  for (const std::vector<int>& host : grid.hosts) position_peers.push_back(host[grid.position]);
+  const int hosts = layout.host_count(), per_host = static_cast<int>(mine.size());
+
+  std::vector<BlockBuffers> blocks;
+  size_t bytes = 0;
+  for (const Buffers& b : segments) {
+    const size_t block =
+        collective == Collective::kReduceScatter ? b.count / layout.size() : b.count;
+    blocks.push_back(BlockBuffers{b.in, b.out, block, b.elem_size, b.segment});
+    bytes += block * b.elem_size;
+  }
+  const Algorithm in_host =
+      plan_scatter_gather(per_host, bytes * layout.size(), Algorithm::kAuto, false);
+  const Algorithm between = plan_scatter_gather(hosts, bytes * hosts, Algorithm::kAuto, false);
+  std::unique_ptr<ChannelLink> host_link, between_link;
+  Status s = open_link(space, devices_of(devices, mine), grid.position, Fnv64(tag).mix(1).value(),
+                       where, deadline, &host_link);
+  if (s.ok()) {
+    s = open_link(space, devices_of(devices, position_peers), grid.host, Fnv64(tag).mix(2).value(),
+                  where, deadline, &between_link);
+  }
+  if (s.ok()) {
+    s = collective == Collective::kReduceScatter
+            ? reduce_scatter_by_host(*host_link, *between_link, grid, in_host, between, blocks,
+                                     reduction)
+            : all_gather_by_host(*host_link, *between_link, grid, in_host, between, blocks);
+  }
+  for (ChannelLink* link : {host_link.get(), between_link.get()}) {
+    if (link == nullptr) continue;
+    if (!s.ok()) link->fail(s.code());
+    for (const auto& [rail, sent] : link->bytes_sent_by_rail()) (*sent_by_rail)[rail] += sent;
+  }
+  return s;
+}
+
 }  // namespace
 
 Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
@@ -282,6 +338,14 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     plan = group->plan(spec.rank, bytes, sig.algorithm, /*cma=*/false, sig.collective);
     tag = schedule_tag(call, schedule);
     meets_siblings();
+  }
+  if (schedule == Algorithm::kHierarchical && sig.collective != Collective::kAllReduce) {
+    std::map<std::string, uint64_t> sent;
+    Status s = scatter_gather_by_host(*space, layout, devices, spec.rank, tag, where, deadline,
+                                      sig.collective, segments, reduction, &sent);
+    trace_rails(str_cat(collective_name(sig.collective), " by host").c_str(), sent, spec.device,
+                start, Clock::now(), spec.label);
+    return finish(s);
   }
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;

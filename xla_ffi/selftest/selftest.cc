@@ -396,6 +396,66 @@ void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>
   make_memory_channels(x, y);
 }
 
+// Reduce-scatter then all-gather by host (`hosts` hosts of `per_host` ranks, interleaved:
+// host h holds ranks h, h + hosts, ...), over memory rings, each tier direct or ring.
+void test_scatter_gather_by_host(int hosts, int per_host, size_t block) {
+  const int n = hosts * per_host;
+  HostGrid grid;
+  grid.hosts.assign(hosts, {});
+  for (int r = 0; r < n; ++r) grid.hosts[r % hosts].push_back(r);
+  auto in = random_inputs(n, n * block, n * 53 + block);
+  const auto total = reference_sum(in);
+  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
+  for (Algorithm algorithm : {Algorithm::kDirect, Algorithm::kRing}) {
+    const ChannelMesh mesh = make_channel_mesh(n, 1, memory_pair);
+    // This rank's view of the grid and its two links, over the mesh's channels.
+    auto tiers = [&](int r, HostGrid* mine, std::unique_ptr<Link>* in_host,
+                     std::unique_ptr<Link>* between) {
+      *mine = grid;
+      mine->host = r % hosts;
+      mine->position = r / hosts;
+      const auto all = channels_of(mesh, r);
+      std::vector<std::vector<Channel*>> local, across;
+      for (int q = 0; q < per_host; ++q) local.push_back(all[grid.hosts[mine->host][q]]);
+      for (int h = 0; h < hosts; ++h) across.push_back(all[grid.hosts[h][mine->position]]);
+      const Deadline deadline = Deadline::after_seconds(30);
+      *in_host = std::make_unique<ChannelLink>(mine->position, local, 21, "selftest", deadline);
+      *between = std::make_unique<ChannelLink>(mine->host, across, 22, "selftest", deadline);
+    };
+    std::vector<std::vector<int32_t>> scattered(n, std::vector<int32_t>(block));
+    auto status = on_threads(n, [&](int r) {
+      HostGrid mine;
+      std::unique_ptr<Link> in_host, between;
+      tiers(r, &mine, &in_host, &between);
+      return reduce_scatter_by_host(*in_host, *between, mine, algorithm, algorithm,
+                                    {BlockBuffers{in[r].data(), scattered[r].data(), block, 4, 0}},
+                                    sum);
+    });
+    for (int r = 0; r < n; ++r) {
+      const std::vector<int32_t> want(total.begin() + r * block, total.begin() + (r + 1) * block);
+      expect(status[r].ok() && scattered[r] == want,
+             str_cat("reduce-scatter by host ", algorithm_name(algorithm), " ", hosts, "x",
+                     per_host, " block=", block, " rank ", r, ": ", status[r].message()));
+    }
+    std::vector<std::vector<int32_t>> gathered(n, std::vector<int32_t>(n * block));
+    status = on_threads(n, [&](int r) {
+      HostGrid mine;
+      std::unique_ptr<Link> in_host, between;
+      tiers(r, &mine, &in_host, &between);
+      return all_gather_by_host(
+          *in_host, *between, mine, algorithm, algorithm,
+          {BlockBuffers{scattered[r].data(), gathered[r].data(), block, 4, 0}});
+    });
+    std::vector<int32_t> want;
+    for (int r = 0; r < n; ++r) want.insert(want.end(), scattered[r].begin(), scattered[r].end());
+    for (int r = 0; r < n; ++r) {
+      expect(status[r].ok() && gathered[r] == want,
+             str_cat("all-gather by host ", algorithm_name(algorithm), " ", hosts, "x", per_host,
+                     " block=", block, " rank ", r, ": ", status[r].message()));
+    }
+  }
+}
+
 void shm_pair(int a, int b, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
   static int serial = 0;
   const std::string name = str_cat("/jax_accl_selftest_", getpid(), "_", serial++);
@@ -828,6 +888,7 @@ int main() {
       test_scatter_gather_in_process(n, block);
       if (n == 1) continue;
       test_scatter_gather_channels("memory", memory_pair, n, block);
+      if (n <= 3) test_scatter_gather_by_host(n, 2, block);  // 2x2, 3x2 hosts x ranks
       if (n <= 3) test_scatter_gather_channels("shm", shm_pair, n, block);
       if (n <= 3) test_scatter_gather_channels("tcp", tcp_pair, n, block);
     }
