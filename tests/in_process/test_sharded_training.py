@@ -298,3 +298,48 @@ def test_partial_manual_scatter_of_a_dimension_sharded_along_an_automatic_axis_i
     )
     with pytest.raises(NotImplementedError, match="sharded along the automatic axes 'model'"):
         f.lower(x)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_pmap(dtype):
+    """jax_accl's psum_scatter, all_gather and ppermute under jax.pmap: jax.lax's results
+    (integers bitwise), and the compiled program holds jax_accl's calls only."""
+    x = values((8, 16, 3), dtype)
+    shift = [(j, (j + 3) % 8) for j in range(8)]
+
+    def build(lib):
+        def body(v):
+            return (
+                lib.psum_scatter(v, "i", tiled=True),
+                lib.all_gather(v, "i", axis=1),
+                lib.ppermute(v, "i", shift),
+            )
+
+        return jax.pmap(body, axis_name="i")
+
+    ours = build(jax_accl)
+    assert_same(ours(x), build(jax.lax)(x))
+    text = ours.lower(x).compile().as_text()
+    assert xla_collectives(text) == {}, xla_collectives(text)
+    assert accl_calls(text) == {"accl_reduce_scatter", "accl_all_gather", "accl_ppermute"}
+
+
+def test_remat_of_a_gathered_weight():
+    """jax.checkpoint around an FSDP gather: the gather runs again on the backward pass
+    and its transpose is a reduce-scatter, both jax_accl's."""
+    mesh = jax.make_mesh((8,), ("i",))
+    w = put(mesh, values((16, 4), "float32"), P("i"))
+
+    def loss(w):
+        gathered = jax.checkpoint(lambda v: jnp.tanh(jax.lax.all_gather(v, "i", tiled=True)))(w)
+        return jax.lax.psum(jnp.sum(gathered**2), "i")
+
+    def grad_of(smap):
+        return jax.jit(jax.grad(smap(loss, mesh=mesh, in_specs=P("i"), out_specs=P())))
+
+    ours = grad_of(jax_accl.shard_map)
+    assert_same(ours(w), grad_of(jax.shard_map)(w))
+    text = ours.lower(w).compile().as_text()
+    assert xla_collectives(text) == {}, xla_collectives(text)
+    gathers = text.count('custom_call_target="accl_all_gather"')
+    assert gathers >= 2 and "accl_reduce_scatter" in accl_calls(text), gathers  # forward + remat

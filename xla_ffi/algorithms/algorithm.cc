@@ -53,14 +53,19 @@ Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>
   for (const Buffers& buf : segments) {
     ACCL_RETURN_IF_ERROR(run_segment(algorithm, link, buf, reduction));
   }
-  PeerMemory* peers = link.peer_memory();
-  const bool in_place_reads = peers != nullptr && (algorithm == Algorithm::kDirect ||
-                                                   algorithm == Algorithm::kReduceBroadcast);
-  // Peers may still read our input (or write our output) until everybody is done.
-  if (in_place_reads && (algorithm == Algorithm::kReduceBroadcast || !peers->inputs_staged())) {
-    return peers->barrier();
+  // Peers may still read our input (or, reduce-broadcast, write our output).
+  if (algorithm == Algorithm::kDirect || algorithm == Algorithm::kReduceBroadcast) {
+    return close_in_place_reads(link, algorithm == Algorithm::kReduceBroadcast);
   }
   return Status::Ok();
+}
+
+Status close_in_place_reads(Link& link, bool always) {
+  PeerMemory* peers = link.peer_memory();
+  if (peers == nullptr || link.size() == 1 || (!always && peers->inputs_staged())) {
+    return Status::Ok();
+  }
+  return peers->barrier();
 }
 
 }  // namespace accl

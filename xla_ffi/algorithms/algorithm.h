@@ -65,6 +65,13 @@ Status allreduce_cma(Link& link, ProcessMemory& memory, const std::vector<Buffer
 // Runs `algorithm` (not kAuto) on this rank over every segment, in order. Algorithms
 // that read peers' memory in place leave the closing barrier to this function, so a
 // fused call of many segments pays for one barrier, not one per segment.
+// The closing barrier of a call whose ranks read (or write) each other's buffers in
+// place: no rank returns, letting its caller reuse its buffers, while a peer may still
+// touch them. Nothing to wait for without peer memory, alone, or where the inputs were
+// staged (copied out) before anyone read them, unless `always` (an output written by
+// peers).
+Status close_in_place_reads(Link& link, bool always = false);
+
 Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
                      const Reduction& reduction);
 

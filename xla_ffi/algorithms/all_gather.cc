@@ -56,12 +56,7 @@ Status run_all_gather(Algorithm algorithm, Link& link, const std::vector<BlockBu
     ACCL_RETURN_IF_ERROR(algorithm == Algorithm::kRing ? all_gather_ring(link, buf)
                                                        : all_gather_direct(link, buf));
   }
-  PeerMemory* peers = link.peer_memory();
-  if (algorithm == Algorithm::kDirect && peers != nullptr && link.size() > 1 &&
-      !peers->inputs_staged()) {
-    return peers->barrier();
-  }
-  return Status::Ok();
+  return algorithm == Algorithm::kDirect ? close_in_place_reads(link) : Status::Ok();
 }
 
 }  // namespace accl

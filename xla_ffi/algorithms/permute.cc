@@ -32,8 +32,7 @@ Status run_permute(Link& link, const std::vector<Buffers>& segments, const Permu
     }
     ACCL_RETURN_IF_ERROR(link.wait_sends());
   }
-  if (memory != nullptr && n > 1 && !memory->inputs_staged()) return memory->barrier();
-  return Status::Ok();
+  return close_in_place_reads(link);
 }
 
 }  // namespace accl

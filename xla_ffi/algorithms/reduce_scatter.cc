@@ -90,12 +90,7 @@ Status run_reduce_scatter(Algorithm algorithm, Link& link,
                              : reduce_scatter_direct(link, buf, reduction));
   }
   // Peers may still read our input in place until everybody is done.
-  PeerMemory* peers = link.peer_memory();
-  if (algorithm == Algorithm::kDirect && peers != nullptr && link.size() > 1 &&
-      !peers->inputs_staged()) {
-    return peers->barrier();
-  }
-  return Status::Ok();
+  return algorithm == Algorithm::kDirect ? close_in_place_reads(link) : Status::Ok();
 }
 
 }  // namespace accl
