@@ -126,8 +126,9 @@ def test_demo_on_namespaced_hosts_breaks_the_step_down(root_required):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     compiled = [line.split() for line in out.splitlines() if line.strip().startswith("jax_accl ")]
-    hlo = next(r for r in compiled if len(r) == 5)  # XLA all-reduce, reduce-scatter, ...
-    assert hlo[1:4] == ["0", "0", "0"] and int(hlo[4]) >= 1, out
+    # XLA all-reduce, reduce-scatter, all-gather, collective-permute, jax_accl calls
+    hlo = next(r for r in compiled if len(r) == 6)
+    assert hlo[1:5] == ["0", "0", "0", "0"] and int(hlo[5]) >= 1, out
     assert "2 namespaced hosts x 1 processes x 2 devices" in out, out
     assert "where a step's time goes" in out, out
     starts = ("jax_accl ", "jax.lax ")
