@@ -80,7 +80,7 @@ def install() -> None:
     with _install_lock:
         if _installed:
             return
-        c.hook_bind(c.pvary_p, lambda bind: _routed_pvary(bind, accl_pvary.bind))
+        c.hook_bind(c.pvary_p, lambda bind: _when_routed(bind, accl_pvary.bind))
         c.hook_bind(c.psum_invariant_p, lambda bind: _routed_reduction(bind, "sum", True))
         c.hook_bind(c.psum_p, lambda bind: _routed_reduction(bind, "sum", False))
         c.hook_bind(c.pmax_p, lambda bind: _routed_reduction(bind, "max", None))
@@ -91,13 +91,6 @@ def install() -> None:
         c.hook_bind(c.all_gather_invariant_p, lambda bind: _routed_all_gather(bind, "invarying"))
         c.hook_bind(c.ppermute_p, _routed_ppermute)
         _installed = True
-
-
-def _routed_pvary(jax_bind, accl_bind):
-    def bind(x, *, axes):
-        return accl_bind(x, axes=axes) if active() else jax_bind(x, axes=axes)
-
-    return bind
 
 
 def _routed_reduction(jax_bind, op: str, invariant):
@@ -129,17 +122,17 @@ def _routed_bind_psum_invariant(jax_fn):
     return bind
 
 
+def _when_routed(jax_bind, accl_bind):
+    """A bind that is accl_bind(x, **params) while routing is on, JAX's own otherwise."""
+
+    def bind(x, **params):
+        return accl_bind(x, **params) if active() else jax_bind(x, **params)
+
+    return bind
+
+
 def _routed_reduce_scatter(jax_bind):
-    def bind(x, *, axis_name, scatter_dimension, axis_index_groups, axis_size, tiled):
-        if not active():
-            return jax_bind(
-                x,
-                axis_name=axis_name,
-                scatter_dimension=scatter_dimension,
-                axis_index_groups=axis_index_groups,
-                axis_size=axis_size,
-                tiled=tiled,
-            )
+    def accl(x, *, axis_name, scatter_dimension, axis_index_groups, axis_size, tiled):
         return scatter_gather.psum_scatter(
             x,
             axis_name,
@@ -148,39 +141,27 @@ def _routed_reduce_scatter(jax_bind):
             tiled=tiled,
         )
 
-    return bind
+    return _when_routed(jax_bind, accl)
 
 
 def _routed_all_gather(jax_bind, to: str):
     """all_gather_p (to='varying', with axis_index_groups) or all_gather_invariant_p
     (to='invarying', without); `all_gather_dimension` is already in range."""
 
-    def bind(x, *, all_gather_dimension, axis_name, axis_size, tiled, **groups):
-        if not active():
-            return jax_bind(
-                x,
-                all_gather_dimension=all_gather_dimension,
-                axis_name=axis_name,
-                axis_size=axis_size,
-                tiled=tiled,
-                **groups,
-            )
+    def accl(x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_index_groups=None):
         return scatter_gather.all_gather(
             x,
             axis_name,
-            axis_index_groups=groups.get("axis_index_groups"),
+            axis_index_groups=axis_index_groups,
             axis=all_gather_dimension,
             tiled=tiled,
             to=to,
         )
 
-    return bind
+    return _when_routed(jax_bind, accl)
 
 
 def _routed_ppermute(jax_bind):
-    def bind(x, *, axis_name, perm):
-        if not active():
-            return jax_bind(x, axis_name=axis_name, perm=perm)
-        return permute.ppermute(x, axis_name, perm)
-
-    return bind
+    return _when_routed(
+        jax_bind, lambda x, *, axis_name, perm: permute.ppermute(x, axis_name, perm)
+    )

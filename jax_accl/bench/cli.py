@@ -219,14 +219,7 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
     ) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
-        env = [
-            {
-                "JAX_ACCL_HOST_ID": ns,
-                "JAX_ACCL_RAILS": ",".join(f"rail{r}" for r in range(rails)),
-                **({"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}),
-            }
-            for ns in spaces
-        ]
+        env = [{"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}] * len(spaces)
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
         speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""
@@ -235,14 +228,13 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
             f"{rails} of {args.rails} rails {speed}"
             + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else "")
         )
-        results = launch.run_job(
+        results = launch.run_on_namespaced_hosts(
             ["-m", "jax_accl.bench"],
-            sum(per_host),
+            spaces,
             args.devices,
-            extra=forwarded + ["--gloo-interface", "rail0", "--label", label],
+            ",".join(f"rail{r}" for r in range(rails)),
+            extra=forwarded + ["--label", label],
             env=env,
-            namespaces=spaces,
-            coordinator_ip=netns.rail_ip(0, 0),
             timeout=JOB_TIMEOUT_S,
             on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"),
         )

@@ -198,15 +198,8 @@ def launch_main(args) -> tuple[list[dict], str, object]:
     per_host = args.processes // args.hosts
     with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
         spaces = [name for name in names for _ in range(per_host)]
-        results = launch.run_job(
-            forwarded,
-            args.processes,
-            args.devices,
-            extra=extra + ["--gloo-interface", "rail0"],
-            env=[{"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": rails} for ns in spaces],
-            namespaces=spaces,
-            coordinator_ip=netns.rail_ip(0, 0),
-            timeout=1800,
+        results = launch.run_on_namespaced_hosts(
+            forwarded, spaces, args.devices, rails, extra=extra, timeout=1800
         )
     label = (
         f"{args.hosts} namespaced hosts x {per_host} processes x {args.devices} devices, "

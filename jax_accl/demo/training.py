@@ -350,16 +350,8 @@ def run_on_namespaced_hosts(args, extra) -> int:
             f"(MTU {args.mtu}); jax.lax runs over gloo on rail0",
             flush=True,
         )
-        launch.run_job(
-            ["-m", "jax_accl.demo"],
-            args.processes,
-            args.devices,
-            extra=extra + ["--gloo-interface", "rail0"],
-            env=[{"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": rails} for ns in spaces],
-            namespaces=spaces,
-            coordinator_ip=netns.rail_ip(0, 0),
-            timeout=1800,
-            echo=0,
+        launch.run_on_namespaced_hosts(
+            ["-m", "jax_accl.demo"], spaces, args.devices, rails, extra=extra, timeout=1800, echo=0
         )
     return 0
 

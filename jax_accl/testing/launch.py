@@ -194,6 +194,29 @@ def wait_for(procs, timeout: float, killed=()) -> dict[int, str]:
     return notes
 
 
+def run_on_namespaced_hosts(worker, spaces, devices, rails: str, *, extra=(), env=None, **kw):
+    """run_job with process i in network namespace spaces[i] (a host netns.virtual_hosts
+    made): told its host and its rails (`rails`, comma-separated), jax.lax's gloo bound
+    to rail0, the coordinator on the first host's rail0. `env[i]` adds to process i's
+    environment; the rest of run_job's options pass through."""
+    from jax_accl.testing import netns
+
+    env = [
+        {"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": rails, **(env[i] if env else {})}
+        for i, ns in enumerate(spaces)
+    ]
+    return run_job(
+        worker,
+        len(spaces),
+        devices,
+        extra=[*extra, "--gloo-interface", "rail0"],
+        env=env,
+        namespaces=spaces,
+        coordinator_ip=netns.rail_ip(0, 0),
+        **kw,
+    )
+
+
 def join_job(
     devices: int, coordinator: str, num_processes: int, process_id: int, gloo_interface=""
 ):
