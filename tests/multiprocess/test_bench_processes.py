@@ -221,6 +221,7 @@ def test_collectives_bench_across_processes_and_hosts(hosts, request):
         capture_output=True,
         text=True,
         timeout=600,
+        cwd="/",  # the installed package, not the source tree
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [r.split() for r in done.stdout.splitlines() if not r.startswith("#")]
