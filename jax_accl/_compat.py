@@ -121,6 +121,16 @@ def ct_aval(aval):
     return to_ct()
 
 
+def move_nonzero(values, move, zeros) -> list:
+    """A linear collective's JVP or transpose over a bucket: `move` applied, in one
+    call, to the values that are not symbolic zeros; `zeros[k]` where value k is one."""
+    live = [k for k, v in enumerate(values) if type(v) is not ad.Zero]
+    out = list(zeros)
+    for k, moved in zip(live, move([values[k] for k in live])):
+        out[k] = moved
+    return out
+
+
 const_like = _lax_internal._const  # (like, python_scalar) -> constant of like's dtype, as psum uses
 
 

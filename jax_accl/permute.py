@@ -1,5 +1,6 @@
-"""Drop-in for jax.lax.ppermute, computed by jax_accl's native permutation (one call
-per leaf: one message each way, or in one process a copy read in place)."""
+"""Drop-in for jax.lax.ppermute, computed by jax_accl's native permutation (a
+pytree's leaves in one call per bucket of one dtype: one message each way per leaf, or
+in one process a copy read in place)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from jax import tree_util
 
 from jax_accl import _compat as c
 from jax_accl.primitives import permute as prim
+from jax_accl.reduction import bind_in_buckets
 
 
 def ppermute(x, axis_name, perm):
@@ -23,7 +25,7 @@ def ppermute(x, axis_name, perm):
     if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
         raise ValueError(f"jax_accl.ppermute: sources and destinations must be unique, got {perm}")
 
-    def one(leaf):
-        return prim.bind(c.insert_collective_pvary(axes, jnp.asarray(leaf)), axes=axes, perm=perm)
-
-    return tree_util.tree_map(one, x)
+    leaves, treedef = tree_util.tree_flatten(x)
+    leaves = [c.insert_collective_pvary(axes, jnp.asarray(leaf)) for leaf in leaves]
+    moved = bind_in_buckets(leaves, lambda bucket: prim.bind(bucket, axes=axes, perm=perm))
+    return tree_util.tree_unflatten(treedef, moved)

@@ -117,6 +117,16 @@ def fusion_buckets(indexed_leaves, limit_bytes: int):
     return buckets
 
 
+def bind_in_buckets(arrays: list, bind) -> list:
+    """`bind(bucket)` (one native call, a result per array) over the fusion buckets of
+    `arrays` (one dtype each, at most JAX_ACCL_FUSION_BYTES); the results in order."""
+    out = [None] * len(arrays)
+    for bucket in fusion_buckets(list(enumerate(arrays)), config.current().fusion_bytes):
+        for (k, _), result in zip(bucket, bind([a for _, a in bucket])):
+            out[k] = result
+    return out
+
+
 def _reduce_positional(leaf, positional, op):
     if not positional:
         return leaf

@@ -1,5 +1,6 @@
 """Drop-ins for jax.lax.psum_scatter and jax.lax.all_gather, computed by jax_accl's
-native reduce-scatter and all-gather (one call per leaf). The scatter or gather
+native reduce-scatter and all-gather: a pytree's leaves in one call per bucket (one
+dtype, at most JAX_ACCL_FUSION_BYTES, as a fused psum's). The scatter or gather
 dimension is moved to the front around the canonical primitives
 (jax_accl/primitives/scatter_gather.py), which act on dimension 0."""
 
@@ -11,6 +12,7 @@ from jax import tree_util
 
 from jax_accl import _compat as c
 from jax_accl.primitives import scatter_gather as prim
+from jax_accl.reduction import bind_in_buckets
 
 
 def _axes_and_size(axis_name, axis_index_groups, api: str) -> tuple[tuple, int, object]:
@@ -43,7 +45,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     if not axes:
         return x
 
-    def one(leaf):
+    def front(leaf):  # (the canonical operand, the scatter dimension)
         leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))
         dim = _dimension(scatter_dimension, leaf.ndim, "psum_scatter", "scatter_dimension")
         if not tiled and leaf.shape[dim] != n:
@@ -51,13 +53,22 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
                 f"jax_accl.psum_scatter: the scatter dimension's size {leaf.shape[dim]} must "
                 f"equal the size of {axes}, {n} (or pass tiled=True)"
             )
-        front = jnp.moveaxis(leaf, dim, 0)
-        out = prim.bind(
-            prim.accl_reduce_scatter_p, front, axes=axes, axis_index_groups=groups, axis_size=n
-        )
+        return jnp.moveaxis(leaf, dim, 0), dim
+
+    def back(out, dim):
         return out[0] if not tiled else jnp.moveaxis(out, 0, dim)
 
-    return tree_util.tree_map(one, x)
+    params = dict(axes=axes, axis_index_groups=groups, axis_size=n)
+    return _in_buckets(x, front, back, lambda b: prim.bind(prim.accl_reduce_scatter_p, b, **params))
+
+
+def _in_buckets(tree, front, back, bind):
+    """Each leaf of `tree` in canonical form (`front`: (operand, dimension)), moved by
+    `bind` in one call per bucket, and put back in its shape (`back`)."""
+    leaves, treedef = tree_util.tree_flatten(tree)
+    fronts = [front(leaf) for leaf in leaves]
+    outs = bind_in_buckets([f for f, _ in fronts], bind)
+    return tree_util.tree_unflatten(treedef, [back(o, d) for o, (_, d) in zip(outs, fronts)])
 
 
 def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to="varying"):
@@ -79,24 +90,20 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
     if not axes:
         return x
 
-    def one(leaf):
+    def front(leaf):  # (the canonical operand, the gather dimension)
         leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))
         if tiled:
             if leaf.ndim == 0:
                 raise ValueError("jax_accl.all_gather: tiled=True needs an operand of rank >= 1")
             dim = _dimension(axis, leaf.ndim, "all_gather", "axis")
-            front = jnp.moveaxis(leaf, dim, 0)
-        else:
-            dim = _dimension(axis, leaf.ndim + 1, "all_gather", "axis")
-            front = leaf[None]  # (1, ...): gathered to (n, ...)
-        out = prim.bind(
-            prim.accl_all_gather_p,
-            front,
-            axes=axes,
-            axis_index_groups=groups,
-            axis_size=n,
-            invariant=to == "invarying",
-        )
-        return jnp.moveaxis(out, 0, dim)
+            return jnp.moveaxis(leaf, dim, 0), dim
+        dim = _dimension(axis, leaf.ndim + 1, "all_gather", "axis")
+        return leaf[None], dim  # (1, ...): gathered to (n, ...)
 
-    return tree_util.tree_map(one, x)
+    params = dict(axes=axes, axis_index_groups=groups, axis_size=n, invariant=to == "invarying")
+    return _in_buckets(
+        x,
+        front,
+        lambda out, dim: jnp.moveaxis(out, 0, dim),
+        lambda b: prim.bind(prim.accl_all_gather_p, b, **params),
+    )

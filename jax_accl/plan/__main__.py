@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 
+from jax_accl.plan import collectives
 from jax_accl.plan.cost import ALGORITHMS, busbw_of, plan_for
 from jax_accl.plan.runtime import (
     Plan,
@@ -63,6 +64,13 @@ def parse_args(argv):
     parser.add_argument("--hosts-per-leaf", type=int, default=32)
     parser.add_argument("--size", default="256MiB", help="bytes per device")
     parser.add_argument("--algorithm", default="auto", help="as jax_accl.allreduce takes it")
+    parser.add_argument(
+        "--collective",
+        choices=("all_reduce", "reduce_scatter", "all_gather", "ppermute"),
+        default="all_reduce",
+        help="what the call computes (reduce_scatter, all_gather: --size is a device's "
+        "whole buffer; ppermute: its message, a shift by one device)",
+    )
     parser.add_argument(
         "--no-cma", action="store_true", help="cross-memory attach unusable (JAX_ACCL_CMA=0)"
     )
@@ -201,6 +209,8 @@ def main(argv=None) -> int:
     common = dict(rails=args.rails, link_gbps=args.link_gbps, model=model, mtu=args.mtu)
     if args.no_cma:
         common["cma"] = False
+    if args.collective != "all_reduce":
+        return collectives.report(args, layout, places, size, model, common)
     own = plan_for(places, args.algorithm, size, **common)
     slowdown, shared = (1, "-") if args.no_contention else shared_links(t, own)
     on_fabric = (

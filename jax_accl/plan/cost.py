@@ -35,12 +35,14 @@ def plan_for(
     slowdown: float = 1.0,
     cma: bool | None = None,
     mtu: int = 1500,
+    collective: str = "all_reduce",
 ) -> Plan:
     """The runtime's plan of `algorithm` (a name jax_accl.allreduce takes, "flat X" or
     "hierarchical X") for `size` bytes per device on the group at `places`, its time
     predicted with rails of `link_gbps` Gbit/s line rate (None: the payload rate the
     runtime's model assumes), frames of `mtu` bytes, slowed by `slowdown`; `cma` as
-    jax_accl.plan.runtime.runtime_plan takes it."""
+    jax_accl.plan.runtime.runtime_plan takes it. `collective`: another one than the
+    all-reduce (reduce_scatter, all_gather, permute), `size` its input per device."""
     net_beta = (
         link_constants(link_gbps * payload_share(mtu))["net_beta"]
         if link_gbps is not None
@@ -55,7 +57,16 @@ def plan_for(
         if kind == "flat"
         else {"algorithm": "hierarchical", "between": inner}
     )
-    return runtime_plan(places, size, cma=cma, rails=rails, model=model, fabric=fabric, **forced)
+    return runtime_plan(
+        places,
+        size,
+        cma=cma,
+        rails=rails,
+        model=model,
+        fabric=fabric,
+        collective=collective,
+        **forced,
+    )
 
 
 def predict_seconds(

@@ -121,6 +121,7 @@ def runtime_plan(
     between: str = "auto",
     model: Mapping[str, float] | None = None,
     fabric: Mapping[str, float] | None = None,
+    collective: str = "all_reduce",
 ) -> Plan:
     """The plan the runtime makes for a call of `nbytes` per rank on the group at `places`.
 
@@ -130,7 +131,9 @@ def runtime_plan(
     the algorithm between hosts (as the native tests do; the runtime always chooses);
     `model`: cost-model constants by name (``_accl.get_cost_model()``'s) that differ from
     the runtime's, for the choice and the prediction; `fabric`: constants for the
-    prediction only (the network as it is, which the runtime's choice does not see)."""
+    prediction only (the network as it is, which the runtime's choice does not see);
+    `collective`: all_reduce, reduce_scatter, all_gather or permute (`nbytes`: the input
+    per rank)."""
     p = _accl.plan(
         list(places),
         int(nbytes),
@@ -143,6 +146,7 @@ def runtime_plan(
         between=between,
         model=dict(model or {}),
         fabric=dict(fabric or {}),
+        collective=collective,
     )
     return Plan(**{**p, "tiers": tuple(p["tiers"])})
 

@@ -158,34 +158,35 @@ def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: st
 
 
 def _scatter_gather_lowering(
-    ctx, x, *, primitive, axes, axis_index_groups, axis_size, invariant, op_id
+    ctx, *xs, primitive, axes, axis_index_groups, axis_size, invariant, op_id
 ):
-    """accl_reduce_scatter / accl_all_gather: one operand and one result (of another size,
-    so no aliasing); the algorithm is the runtime's (plan_scatter_gather)."""
+    """accl_reduce_scatter / accl_all_gather: one result per operand (of another size,
+    so no aliasing); the algorithm is the runtime's (plan_scatter_gather) for the bucket."""
     api = SCATTER_GATHER_API[primitive]
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
     params.update(invariant=invariant, op_id=op_id)
     if c.is_partial_manual(ctx):  # first: before the bootstrap that _places may start
-        return _lower_per_shard(ctx, x, api, lambda v: primitive.bind(v, **params), dim0=True)
+        return _lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params), dim0=True)
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     devices = _device_ids(ctx, groups)
-    (aval,) = ctx.avals_in
     places, _ = _places(max(groups, key=len), devices)
     algorithm = _accl.plan_scatter_gather(
-        max(len(g) for g in groups), _nbytes(aval), peer_memory=len(set(places)) == 1
+        max(len(g) for g in groups),
+        sum(_nbytes(aval) for aval in ctx.avals_in),
+        peer_memory=len(set(places)) == 1,
     )
-    return _emit_data_call(ctx, x, primitive.name, api, axes, groups, devices, op_id, algorithm)
+    return _emit_data_call(ctx, xs, primitive.name, api, axes, groups, devices, op_id, algorithm)
 
 
-def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
+def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
     """accl_ppermute: the partition each partition sends to, from `perm` as jax.lax
     reads it (indices into each group in ascending order, modulo its size)."""
     if c.is_partial_manual(ctx):
         return _lower_per_shard(
             ctx,
-            x,
+            xs,
             "jax_accl.ppermute",
-            lambda v: accl_ppermute_p.bind(v, axes=axes, perm=perm, op_id=op_id),
+            lambda *v: accl_ppermute_p.bind(*v, axes=axes, perm=perm, op_id=op_id),
         )
     groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
     devices = _device_ids(ctx, groups)
@@ -201,7 +202,7 @@ def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
             send_to[ordered[src]] = ordered[dst]
     return _emit_data_call(
         ctx,
-        x,
+        xs,
         "accl_ppermute",
         "jax_accl.ppermute",
         axes,
@@ -213,39 +214,41 @@ def _ppermute_lowering(ctx, x, *, axes, perm, op_id):
     )
 
 
-def _lower_per_shard(ctx, x, api: str, bind, dim0: bool = False):
+def _lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False):
     """Inside a partially manual shard_map: `bind` (the collective over the manual axes)
     lowered in a region manual over the automatic axes too, on each device's own shard
-    of the operand (sharded along them as its type says), so the partitioner never
+    of every operand (sharded along them as its type says), so the partitioner never
     gathers it. A reduce-scatter or all-gather splits or stacks dimension 0 (`dim0`),
     which must then not be sharded along an automatic axis."""
-    (spec,) = [c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in]
-    if dim0 and len(spec) and spec[0] is not None:
-        raise NotImplementedError(
-            f"{api} inside a shard_map that is manual over only some mesh axes: the "
-            f"dimension it scatters or gathers is sharded along the automatic axes "
-            f"{spec[0]!r}; use jax.lax's, or shard another dimension"
-        )
-    return c.lower_fully_manual(ctx, lambda v: (bind(v),), (spec,), (spec,), x)
+    specs = tuple(c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in)
+    for spec in specs:
+        if dim0 and len(spec) and spec[0] is not None:
+            raise NotImplementedError(
+                f"{api} inside a shard_map that is manual over only some mesh axes: the "
+                f"dimension it scatters or gathers is sharded along the automatic axes "
+                f"{spec[0]!r}; use jax.lax's, or shard another dimension"
+            )
+    return c.lower_fully_manual(ctx, lambda *v: tuple(bind(*v)), specs, specs, *xs)
 
 
 def _nbytes(aval) -> int:
     return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
 
 
-def _emit_data_call(ctx, x, target, api, axes, groups, devices, op_id, algorithm, **extra):
-    """One operand, one result: a call that moves data (fully manual contexts only)."""
+def _emit_data_call(ctx, xs, target, api, axes, groups, devices, op_id, algorithm, **extra):
+    """A call that moves data, one result per operand (fully manual contexts only)."""
     if jax.process_count() > 1:
         distributed.ensure_started()
-    nbytes = _nbytes(ctx.avals_in[0])
+    nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
     profile_name = f"{target} {algorithm} {human(nbytes)}"
     log.once(
         (profile_name, len(groups)),
-        "%s over %s: %d group(s) of %d devices, %s -> %s",
+        "%s over %s: %d group(s) of %d devices, %d array(s), %s -> %s",
         api,
         axes,
         len(groups),
         max(len(g) for g in groups),
+        len(xs),
         human(nbytes),
         algorithm,
     )
@@ -254,7 +257,7 @@ def _emit_data_call(ctx, x, target, api, axes, groups, devices, op_id, algorithm
         groups, "sum", "auto", op_id, _lane(ctx, groups), f"{api} over {axes}", devices
     )
     with c.ir.Location.name(profile_name):
-        return call(ctx, x, **attributes, **extra)
+        return call(ctx, *xs, **attributes, **extra)
 
 
 def _lowering(ctx, *xs, **params):

@@ -1,8 +1,9 @@
-"""The ``accl_ppermute`` primitive: a collective permutation of one array, as
-jax.lax.ppermute: ``perm`` holds (source, destination) pairs of indices along the axes
-(taken modulo their size, as jax.lax does); a device that no pair sends to gets zeros.
-Varying -> varying; linear, its transpose the inverse permutation; over a vmapped axis
-a gather along the batch dimension. The lowering is jax_accl/primitives/lowering.py."""
+"""The ``accl_ppermute`` primitive: a collective permutation of a bucket of arrays (one
+dtype) in one native call, as jax.lax.ppermute: ``perm`` holds (source, destination)
+pairs of indices along the axes (taken modulo their size, as jax.lax does); a device
+that no pair sends to gets zeros. Varying -> varying; linear, its transpose the inverse
+permutation; over a vmapped axis a gather along the batch dimension. The lowering is
+jax_accl/primitives/lowering.py."""
 
 from __future__ import annotations
 
@@ -14,29 +15,34 @@ from jax_accl import _compat as c
 from jax_accl.primitives.allreduce import SUPPORTED_DTYPES, next_op_id
 
 accl_ppermute_p = c.core.Primitive("accl_ppermute")
+accl_ppermute_p.multiple_results = True  # one call moves a bucket of leaves
 
 
-def bind(x, *, axes: tuple, perm: tuple):
-    return accl_ppermute_p.bind(x, axes=axes, perm=perm, op_id=next_op_id())
+def bind(xs, *, axes: tuple, perm: tuple) -> list:
+    if not xs:
+        return []
+    return accl_ppermute_p.bind(*xs, axes=axes, perm=perm, op_id=next_op_id())
 
 
-def _abstract_eval(aval, *, axes, perm, op_id):
+def _abstract_eval(*avals, axes, perm, op_id):
     c.check_axis_names(axes, "ppermute")
-    dtype = np.dtype(aval.dtype)
-    if dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"jax_accl.ppermute does not support dtype {dtype}")
-    if c.check_vma_enabled() and not set(axes) <= c.varying_axes(aval):
-        raise ValueError(
-            f"jax_accl.ppermute must be applied to a value that varies along {axes}, but it "
-            f"varies along {set(c.varying_axes(aval))}"
-        )
-    return aval, {c.core.NamedAxisEffect(axis) for axis in axes}
+    if len({np.dtype(a.dtype) for a in avals}) > 1:
+        raise TypeError(f"jax_accl.ppermute: one call moves arrays of one dtype, got {avals}")
+    for aval in avals:
+        dtype = np.dtype(aval.dtype)
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"jax_accl.ppermute does not support dtype {dtype}")
+        if c.check_vma_enabled() and not set(axes) <= c.varying_axes(aval):
+            raise ValueError(
+                f"jax_accl.ppermute must be applied to a value that varies along {axes}, but "
+                f"it varies along {set(c.varying_axes(aval))}"
+            )
+    return list(avals), {c.core.NamedAxisEffect(axis) for axis in axes}
 
 
 def _batcher(axis_data, vals_in, dims_in, *, axes, perm, op_id):
-    (x,), (d,) = vals_in, dims_in
     if axis_data.name not in axes:
-        return bind(x, axes=axes, perm=perm), d
+        return bind(list(vals_in), axes=axes, perm=perm), list(dims_in)
     if len(axes) > 1:
         raise NotImplementedError(
             "jax_accl.ppermute over a vmapped axis and other axes at once (jax.lax drops the "
@@ -44,27 +50,26 @@ def _batcher(axis_data, vals_in, dims_in, *, axes, perm, op_id):
         )
     if len(perm) != axis_data.size:
         raise ValueError("jax_accl.ppermute over a vmapped axis: perm must cover the axis")
-    if d is None:
-        return x, None
     source = np.zeros(axis_data.size, dtype=int)
     for src, dst in perm:
         source[dst % axis_data.size] = src % axis_data.size
-    return x.take(source, d), d
+    outs = [x if d is None else x.take(source, d) for x, d in zip(vals_in, dims_in)]
+    return outs, list(dims_in)
 
 
 def _jvp(primals, tangents, *, axes, perm, op_id):
-    (x,), (t,) = primals, tangents
-    out = bind(x, axes=axes, perm=perm)
-    if type(t) is c.ad.Zero:
-        return out, c.ad.Zero(c.core.get_aval(out).to_tangent_aval())
-    return out, bind(c.ad.instantiate_zeros(t), axes=axes, perm=perm)
+    outs = bind(list(primals), axes=axes, perm=perm)
+    zeros = [c.ad.Zero(c.core.typeof(o).to_tangent_aval()) for o in outs]
+    return outs, c.move_nonzero(tangents, lambda ts: bind(ts, axes=axes, perm=perm), zeros)
 
 
-def _transpose(ct, x, *, axes, perm, op_id):
-    if type(ct) is c.ad.Zero:
-        return [c.ad.Zero(c.ct_aval(x.aval))]
+def _transpose(cts, *xs, axes, perm, op_id):
     inverse = tuple((dst, src) for src, dst in perm)
-    return [bind(c.insert_collective_pvary(axes, ct), axes=axes, perm=inverse)]
+
+    def move(live):
+        return bind([c.insert_collective_pvary(axes, ct) for ct in live], axes=axes, perm=inverse)
+
+    return c.move_nonzero(cts, move, [c.ad.Zero(c.ct_aval(x.aval)) for x in xs])
 
 
 accl_ppermute_p.def_impl(partial(c.dispatch.apply_primitive, accl_ppermute_p))

@@ -1,5 +1,6 @@
-"""The ``accl_reduce_scatter`` and ``accl_all_gather`` primitives: one array each, in
-canonical form (the collective acts on dimension 0, tiled), each the other's transpose.
+"""The ``accl_reduce_scatter`` and ``accl_all_gather`` primitives: a bucket of arrays of
+one dtype in one native call, each in canonical form (the collective acts on its
+dimension 0, tiled), each primitive the other's transpose.
 
 Order (as mpi4jax): primitive, bind helper, abstract eval, batching, transpose,
 registration; the lowering is jax_accl/primitives/lowering.py. The public
@@ -29,15 +30,20 @@ from jax_accl.primitives.allreduce import SUPPORTED_DTYPES, next_op_id
 
 accl_reduce_scatter_p = c.core.Primitive("accl_reduce_scatter")
 accl_all_gather_p = c.core.Primitive("accl_all_gather")
+for _p in (accl_reduce_scatter_p, accl_all_gather_p):
+    _p.multiple_results = True  # one call moves a bucket of leaves
 
 API = {accl_reduce_scatter_p: "jax_accl.psum_scatter", accl_all_gather_p: "jax_accl.all_gather"}
 
 
-def bind(primitive, x, *, axes: tuple, axis_index_groups, axis_size: int, invariant=False):
-    """`invariant` (all-gather only): the result is invariant along `axes`
+def bind(primitive, xs, *, axes: tuple, axis_index_groups, axis_size: int, invariant=False):
+    """The collective of every array of `xs` (one dtype) in one call; a list of results.
+    `invariant` (all-gather only): the results are invariant along `axes`
     (jax.lax.all_gather_invariant), and the transpose a slice of this device's block."""
+    if not xs:
+        return []
     return primitive.bind(
-        x,
+        *xs,
         axes=axes,
         axis_index_groups=axis_index_groups,
         axis_size=axis_size,
@@ -46,9 +52,16 @@ def bind(primitive, x, *, axes: tuple, axis_index_groups, axis_size: int, invari
     )
 
 
-def _abstract_eval(primitive, aval, *, axes, axis_index_groups, axis_size, invariant, op_id):
+def _abstract_eval(primitive, *avals, axes, axis_index_groups, axis_size, invariant, op_id):
     api = API[primitive]
     c.check_axis_names(axes, api.split(".")[1])
+    if len({np.dtype(a.dtype) for a in avals}) > 1:
+        raise TypeError(f"{api}: one call moves arrays of one dtype, got {avals}")
+    outs = [_abstract_one(primitive, api, aval, axes, axis_size, invariant) for aval in avals]
+    return outs, {c.core.NamedAxisEffect(axis) for axis in axes}
+
+
+def _abstract_one(primitive, api, aval, axes, axis_size, invariant):
     dtype = np.dtype(aval.dtype)
     # An all-gather moves any element type; a reduce-scatter sums (not bool, as jax.lax).
     if dtype not in SUPPORTED_DTYPES or (dtype == np.bool_ and primitive is accl_reduce_scatter_p):
@@ -70,33 +83,34 @@ def _abstract_eval(primitive, aval, *, axes, axis_index_groups, axis_size, invar
             f"{api} must be applied to a value that varies along {axes}, but it varies "
             f"along {set(c.varying_axes(aval))}"
         )
-    effects = {c.core.NamedAxisEffect(axis) for axis in axes}
     out = aval.update(shape=tuple(shape))
     if invariant and c.check_vma_enabled():
         out = c.with_varying_axes(out, frozenset(c.varying_axes(aval) - set(axes)))
-    return out, effects
+    return out
 
 
 def _batcher(
     primitive, axis_data, vals_in, dims_in, *, axes, axis_index_groups, axis_size, invariant, op_id
 ):
-    (x,), (d,) = vals_in, dims_in
     params = dict(
         axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, invariant=invariant
     )
     if axis_data.name not in axes:
-        if d is None:
-            return bind(primitive, x, **params), None
-        # The collective acts on dimension 0: the batch dimension goes after it.
-        x = jnp.moveaxis(x, d, 1)
-        return bind(primitive, x, **params), 1
+        # The collective acts on dimension 0: each batch dimension goes after it.
+        xs = [x if d is None else jnp.moveaxis(x, d, 1) for x, d in zip(vals_in, dims_in)]
+        return bind(primitive, xs, **params), [None if d is None else 1 for d in dims_in]
     if axis_index_groups is not None or len(axes) > 1:
         raise NotImplementedError(
             f"{API[primitive]} over a vmapped axis: only that one axis, without "
             "axis_index_groups (as jax.lax)"
         )
-    n = axis_data.size
-    # Every "rank" of the vmapped axis is a slice of the batch dimension: stack them first.
+    outs = [_over_vmapped_axis(primitive, axis_data.size, x, d) for x, d in zip(vals_in, dims_in)]
+    return [o for o, _ in outs], [d for _, d in outs]
+
+
+def _over_vmapped_axis(primitive, n: int, x, d):
+    """One operand's collective over the vmapped axis itself: every "rank" is a slice of
+    the batch dimension, a local operation on the stacked slices."""
     stacked = lax.broadcast(x, (n,)) if d is None else jnp.moveaxis(x, d, 0)  # (n, *x.shape)
     if primitive is accl_reduce_scatter_p:  # rank b: the sum over b' of block b of x_b'
         total = lax.reduce_sum(stacked, (0,))
@@ -109,21 +123,25 @@ def _jvp(primitive, primals, tangents, *, axes, axis_index_groups, axis_size, in
     params = dict(
         axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, invariant=invariant
     )
-    (x,), (t,) = primals, tangents
-    out = bind(primitive, x, **params)
-    if type(t) is c.ad.Zero:
-        return out, c.ad.Zero(c.core.get_aval(out).to_tangent_aval())
-    return out, bind(primitive, c.ad.instantiate_zeros(t), **params)
+    outs = bind(primitive, list(primals), **params)
+    zeros = [c.ad.Zero(c.core.typeof(o).to_tangent_aval()) for o in outs]
+    return outs, c.move_nonzero(tangents, lambda ts: bind(primitive, ts, **params), zeros)
 
 
-def _transpose(primitive, ct, x, *, axes, axis_index_groups, axis_size, invariant, op_id):
-    if type(ct) is c.ad.Zero:
-        return [c.ad.Zero(c.ct_aval(x.aval))]
+def _transpose(primitive, cts, *xs, axes, axis_index_groups, axis_size, invariant, op_id):
+    zeros = [c.ad.Zero(c.ct_aval(x.aval)) for x in xs]
     if invariant:  # every device holds the whole cotangent: its own block, no data moves
-        block = ct.shape[0] // axis_size
-        return [lax.dynamic_slice_in_dim(ct, lax.axis_index(axes) * block, block, axis=0)]
+        return c.move_nonzero(
+            cts, lambda live: [_own_block(ct, axes, axis_size) for ct in live], zeros
+        )
     other = accl_all_gather_p if primitive is accl_reduce_scatter_p else accl_reduce_scatter_p
-    return [bind(other, ct, axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)]
+    params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
+    return c.move_nonzero(cts, lambda live: bind(other, live, **params), zeros)
+
+
+def _own_block(ct, axes, axis_size: int):
+    block = ct.shape[0] // axis_size
+    return lax.dynamic_slice_in_dim(ct, lax.axis_index(axes) * block, block, axis=0)
 
 
 for _p in (accl_reduce_scatter_p, accl_all_gather_p):

@@ -259,3 +259,72 @@ def test_axis_index_groups_under_check_vma(mesh8):
         return lib.all_gather(s, "i", axis_index_groups=groups, tiled=True)
 
     same(body, mesh8, P("i"), P("i"), x, exact=True)
+
+
+def count_calls(text: str, target: str) -> int:
+    return text.count(f'custom_call_target="{target}"')
+
+
+def test_pytrees_fuse_into_one_call_per_dtype_bucket(mesh8, monkeypatch):
+    """A pytree of leaves of two dtypes and several shapes (scatter dimension 1, tiled
+    and not, large and small): one reduce-scatter, all-gather and permutation per dtype
+    in the compiled step, results bitwise jax.lax's; gradients (each other's transposes)
+    fused the same way; and a fusion cap below a leaf's size splits its buckets."""
+    ints = jnp.arange(8 * 16 * 3000, dtype=jnp.int32).reshape(8 * 16, 3000) % 997
+    shift = [(i, (i + 1) % 8) for i in range(8)]
+
+    def body(lib, v):
+        tree = {
+            "big": v,
+            "small": v[:8, :5] * 3,
+            "cols": v[:3, :64],  # scattered along dimension 1
+            "f": (v[:16, :4] // 7).astype(jnp.float32),  # integral: sums exact
+            "f2": (v[:8, :1] // 3).astype(jnp.float32),
+        }
+        dims = {"big": 0, "small": 0, "cols": 1, "f": 0, "f2": 0}
+        scattered = {
+            k: lib.psum_scatter(tree[k], "i", scatter_dimension=dims[k], tiled=True)
+            for k in ("cols",)
+        }
+        scattered.update(
+            lib.psum_scatter({k: tree[k] for k in tree if k != "cols"}, "i", tiled=True)
+        )
+        gathered = lib.all_gather(scattered, "i", tiled=True)
+        moved = lib.ppermute(gathered, "i", shift)
+        return jnp.concatenate([jnp.ravel(moved[k]).astype(jnp.float32) for k in sorted(moved)])[
+            None
+        ]
+
+    fn = same(body, mesh8, P("i"), P("i"), ints, exact=True)
+    text = hlo(fn, mesh8, P("i"), ints)
+    assert "all-gather(" not in text and "reduce-scatter(" not in text
+    assert "collective-permute" not in text
+    assert count_calls(text, "accl_reduce_scatter") == 3  # "cols" alone; int32; float32
+    assert count_calls(text, "accl_all_gather") == 2  # int32 and float32 leaves
+    assert count_calls(text, "accl_ppermute") == 2
+
+    def grads(lib):
+        def loss(tree):
+            full = lib.all_gather(tree, "i", tiled=True)
+            return sum(jnp.sum(jnp.sin(leaf) ** 2) for leaf in jax.tree_util.tree_leaves(full))
+
+        return jax.jit(
+            jax.shard_map(jax.grad(loss), mesh=mesh8, in_specs=(P("i"),), out_specs=P("i"))
+        )
+
+    params = {
+        "w": jnp.linspace(-1, 1, 8 * 6 * 5, dtype=jnp.float32).reshape(48, 5),
+        "b": jnp.linspace(0, 2, 8 * 3, dtype=jnp.float32),
+    }
+    placed = jax.tree_util.tree_map(lambda a: put(mesh8, a, P("i")), params)
+    want, got = grads(jax.lax)(placed), grads(jax_accl)(placed)
+    for k in params:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-5, atol=1e-6)
+    text = grads(jax_accl).lower(placed).compile().as_text()
+    assert count_calls(text, "accl_all_gather") == 1
+    assert count_calls(text, "accl_reduce_scatter") == 1  # the transpose, fused too
+    assert "all-gather(" not in text and "reduce-scatter(" not in text
+
+    monkeypatch.setenv("JAX_ACCL_FUSION_BYTES", "64")  # below each leaf: a call per leaf
+    text = grads(jax_accl).lower(placed).compile().as_text()
+    assert count_calls(text, "accl_all_gather") == 2

@@ -88,6 +88,37 @@ nb::list tiers_of(const GroupLayout& g, const CallPlan& plan) {
   return tiers;
 }
 
+// The two tiers of a reduce-scatter or all-gather by host (runtime/multiprocess.cc's
+// scatter_gather_by_host): the host's ranks, then each position's ranks on every host;
+// each tier direct or ring as plan_scatter_gather chooses for its size.
+nb::list host_tiers_of(const GroupLayout& g, size_t block) {
+  const int per_host = static_cast<int>(g.host_ranks(0).size()), hosts = g.host_count();
+  const bool one_process = g.process_ranks(g.host_ranks(0)[0]).size() == size_t(per_host);
+  nb::dict host = tier("host", per_host, per_host, one_process ? "memory" : "shm");
+  host["algorithm"] =
+      algorithm_name(plan_scatter_gather(per_host, block * g.size(), Algorithm::kAuto, false));
+  nb::dict between = tier("hosts", hosts, 1, "tcp");
+  between["algorithm"] =
+      algorithm_name(plan_scatter_gather(hosts, block * hosts, Algorithm::kAuto, false));
+  nb::list tiers;
+  tiers.append(host);
+  tiers.append(between);
+  return tiers;
+}
+
+// A collective by its name in jax_accl ("all_reduce", "reduce_scatter", "all_gather",
+// "permute").
+Collective collective_of(const std::string& name) {
+  for (int c = 0; c < kNumCollectives; ++c) {
+    std::string known = collective_name(static_cast<Collective>(c));
+    std::replace(known.begin(), known.end(), '-', '_');
+    if (name == known) return static_cast<Collective>(c);
+  }
+  throw nb::value_error(("plan: unknown collective '" + name +
+                         "' (all_reduce, reduce_scatter, all_gather or permute)")
+                            .c_str());
+}
+
 // The runtime's plan of rank `rank`'s call of `bytes` per rank on the group at `places`,
 // and the model's time for it. `one_shot`: the program runs in one process (default:
 // where the group does); `chunks`: JAX_ACCL_PIPELINE_CHUNKS (default: the runtime's
@@ -100,7 +131,7 @@ nb::dict plan(const std::vector<std::pair<std::string, int>>& places, size_t byt
               const std::string& algorithm, bool cma, int rails, int rank,
               std::optional<bool> one_shot, std::optional<int> chunks, const std::string& between,
               const std::map<std::string, double>& model,
-              const std::map<std::string, double>& fabric) {
+              const std::map<std::string, double>& fabric, const std::string& collective) {
   const GroupLayout g = layout_of(places);
   if (rank < 0 || rank >= g.size()) throw nb::value_error("plan: rank outside the group");
   if (rails < 1) throw nb::value_error("plan: rails must be >= 1");
@@ -113,6 +144,7 @@ nb::dict plan(const std::vector<std::pair<std::string, int>>& places, size_t byt
   request.chunks = chunks.value_or(pipeline_chunks_setting());
   request.between = parse_or_throw<Algorithm>(between, parse_algorithm, "algorithm");
   request.one_shot = one_shot.value_or(g.process_count() == 1);
+  request.collective = collective_of(collective);
   const CostModel chooses = with_constants(cost_model(), model);
   const CallPlan p = plan_call(g, rank, request, chooses);
   // The time is an owner's (rank 0's), whatever rank was asked: every rank waits for the
@@ -125,7 +157,13 @@ nb::dict plan(const std::vector<std::pair<std::string, int>>& places, size_t byt
   out["chunks"] = p.chunks;
   out["protocol"] = protocol_name(p.protocol);
   out["predicted_s"] = predict_call_seconds(g, owner, request, predicts);
-  out["tiers"] = p.schedule == Algorithm::kHierarchical ? tiers_of(g, owner) : nb::list();
+  const bool by_host = p.schedule == Algorithm::kHierarchical;
+  out["tiers"] =
+      !by_host ? nb::list()
+      : request.collective == Collective::kAllReduce
+          ? tiers_of(g, owner)
+          : host_tiers_of(g,
+                          request.collective == Collective::kAllGather ? bytes : bytes / g.size());
   out["layout"] = g.describe();
   out["ranks"] = g.size();
   out["hosts"] = g.host_count();
@@ -153,10 +191,10 @@ void register_plan(nb::module_& m) {
         nb::arg("cma") = false, nb::arg("rails") = 1, nb::arg("rank") = 0,
         nb::arg("one_shot") = nb::none(), nb::arg("chunks") = nb::none(),
         nb::arg("between") = "auto", nb::arg("model") = std::map<std::string, double>{},
-        nb::arg("fabric") = std::map<std::string, double>{},
-        "The runtime's plan of a call of `bytes` per rank on the group whose rank r lives at "
-        "places[r] = (host, process): {schedule, between, chunks, protocol, predicted_s, "
-        "tiers, layout, ranks, hosts, processes, rails}.");
+        nb::arg("fabric") = std::map<std::string, double>{}, nb::arg("collective") = "all_reduce",
+        "The runtime's plan of a call of `collective` with `bytes` of input per rank on the "
+        "group whose rank r lives at places[r] = (host, process): {schedule, between, "
+        "chunks, protocol, predicted_s, tiers, layout, ranks, hosts, processes, rails}.");
 }
 
 }  // namespace accl

@@ -119,8 +119,82 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
   return plan;
 }
 
+// The model's time of a reduce-scatter, all-gather or permutation. S is the whole
+// buffer of a rank (a reduce-scatter's input, an all-gather's output), b = S/n a block;
+// alpha and beta are the link's: device threads' memory, the shared-memory rings
+// between processes of a host, or the rails between hosts (beta divided by their
+// number; a direct exchange between hosts shares them among a host's ranks).
+//   direct         one exchange: (n-1)/2·alpha + (n-1)·b·beta; in one process the
+//                  ranks read in place: alpha + 2(n-1)·b·beta (read and write)
+//   ring           (n-1) steps of a block: (n-1)·(alpha + b·beta)
+//   by host        the host's schedule on S among its p ranks, then between hosts
+//                  (H-1) steps of S/H per host, its p positions sharing the rails:
+//                  (H-1)·(net_alpha + S/H·net_beta/rails)
+//   permutation    a shift by one rank: one message of S crosses each host boundary
+//                  (net_alpha + S·net_beta/rails); within a host a copy (one process:
+//                  alpha + 2S·beta) or one message through the rings.
+// A reduce-scatter adds gamma per byte it reduces ((n-1)·b).
+static double flat_scatter_gather_seconds(Algorithm algorithm, int n, double S, bool reduces,
+                                          const CostModel& m, bool peer_memory) {
+  if (n <= 1) return 0.0;
+  const double b = S / n, reduce = reduces ? (n - 1) * b * m.gamma_s_per_byte : 0.0;
+  if (algorithm == Algorithm::kRing) {
+    return (n - 1) * (m.alpha_s + b * m.beta_s_per_byte) + reduce;
+  }
+  if (peer_memory) return m.alpha_s + 2.0 * (n - 1) * b * m.beta_s_per_byte + reduce;
+  return (n - 1) * m.alpha_s / 2 + (n - 1) * b * m.beta_s_per_byte + reduce;
+}
+
+// The model of a step among `n` ranks of `g` on `processes` processes and `hosts` hosts
+// (threads: memory; one host: the rings; else the rails, shared by `per_host` ranks).
+static CostModel link_model(int hosts, int processes, int per_host, int rails,
+                            const CostModel& model) {
+  if (processes == 1) return model;
+  if (hosts == 1) return shared_memory_model(model, 1.0);
+  CostModel net = network_model(model, rails);
+  net.beta_s_per_byte *= std::max(1, per_host);
+  return net;
+}
+
+static double predict_data_seconds(const GroupLayout& g, const CallPlan& plan,
+                                   const PlanRequest& request, const CostModel& model) {
+  const int n = g.size(), hosts = g.host_count(), processes = g.process_count();
+  const int per_host = static_cast<int>(g.host_ranks(0).size());
+  const bool reduces = request.collective == Collective::kReduceScatter;
+  const double S = request.collective == Collective::kAllGather
+                       ? static_cast<double>(request.bytes) * n
+                       : static_cast<double>(request.bytes);
+  if (request.collective == Collective::kPermute) {
+    if (processes == 1) return model.alpha_s + 2.0 * S * model.beta_s_per_byte;
+    const CostModel link = link_model(hosts, processes, 1, request.rails, model);
+    return link.alpha_s + S * link.beta_s_per_byte;
+  }
+  if (plan.schedule != Algorithm::kHierarchical) {
+    const CostModel link = link_model(
+        hosts, processes, plan.schedule == Algorithm::kRing ? 1 : per_host, request.rails, model);
+    return flat_scatter_gather_seconds(plan.schedule, n, S, reduces, link, processes == 1);
+  }
+  // By host: the host's ranks (threads of one process or processes of the host), then
+  // each position's ranks on every host (all positions at once over the rails).
+  const bool host_is_one_process =
+      g.process_ranks(g.host_ranks(0)[0]).size() == static_cast<size_t>(per_host);
+  const CostModel in_host = host_is_one_process ? model : shared_memory_model(model, 1.0);
+  const Algorithm in_host_algorithm =
+      plan_scatter_gather(per_host, static_cast<size_t>(S), Algorithm::kAuto, false);
+  const double local = flat_scatter_gather_seconds(in_host_algorithm, per_host, S, reduces, in_host,
+                                                   host_is_one_process);
+  const CostModel net = network_model(model, request.rails);
+  const double between =
+      (hosts - 1) * (net.alpha_s + S / hosts * net.beta_s_per_byte) +
+      (reduces ? (hosts - 1) * S / (hosts * per_host) * model.gamma_s_per_byte : 0.0);
+  return local + between;
+}
+
 double predict_call_seconds(const GroupLayout& g, const CallPlan& plan, const PlanRequest& request,
                             const CostModel& model) {
+  if (request.collective != Collective::kAllReduce) {
+    return predict_data_seconds(g, plan, request, model);
+  }
   const size_t bytes = request.bytes;
   const int n = g.size();
   if (g.process_count() == 1) {

@@ -92,7 +92,9 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced,
 CallPlan plan_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                    const CostModel& model);
 
-// The model's time of a call that runs `plan` (an owner's: rank 0's), per rank.
+// The model's time of a call that runs `plan` (an all-reduce's: an owner's, rank 0's),
+// per rank; for a reduce-scatter, all-gather or permutation by the formulas atop
+// predict_data_seconds (call_plan.cc).
 double predict_call_seconds(const GroupLayout& layout, const CallPlan& plan,
                             const PlanRequest& request, const CostModel& model);
 

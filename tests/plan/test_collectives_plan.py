@@ -1,0 +1,90 @@
+"""python -m jax_accl.plan --collective reduce_scatter|all_gather|ppermute: the runtime's
+plan of each (the schedule it runs: direct, ring or by host, the same function the
+call path asks), its prediction against the network's limit between hosts, and the
+command line's report."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from jax_accl import _accl
+from jax_accl.plan import places_of, regular_layout, runtime_plan
+from jax_accl.plan.__main__ import main
+from jax_accl.plan.collectives import network_limit_s
+from jax_accl.plan.runtime import link_constants
+
+RAIL = link_constants(0.3 * 0.95)["net_beta"]  # a 300 Mbit/s rail's payload
+
+
+def plan_json(*argv) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*argv, "--json"]) == 0
+    return json.loads(out.getvalue())
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
+def test_schedule_by_tier_is_the_runtimes(collective):
+    """One process: direct (in place); processes of one host: direct when small, ring when
+    large, as plan_scatter_gather says; hosts of several ranks each: by host."""
+    one_process = places_of(regular_layout(1, 1, 8))
+    one_host = places_of(regular_layout(1, 4, 1))
+    hosts = places_of(regular_layout(2, 1, 2))
+    for places, nbytes, want in (
+        (one_process, 16 << 20, "direct"),
+        (one_host, 4 << 10, "direct"),
+        (one_host, 16 << 20, "ring"),
+        (hosts, 4 << 20, "hierarchical"),
+    ):
+        got = runtime_plan(places, nbytes, collective=collective).schedule
+        assert got == want, (places, nbytes, got)
+        if want != "hierarchical":
+            peer = len({p for p in places}) == 1
+            assert got == _accl.plan_scatter_gather(len(places), nbytes, peer_memory=peer)
+    forced = runtime_plan(hosts, 4 << 20, algorithm="ring", collective=collective)
+    assert forced.schedule == "ring"  # the flat ring over all ranks, when forced
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "ppermute"])
+@pytest.mark.parametrize("rails", [1, 2])
+def test_prediction_between_hosts_is_near_the_network_limit(collective, rails):
+    """Large buffers between hosts: the by-host schedule (and the shift) send what the
+    network limit counts, so the prediction is within 1.2x of it and at least it; two
+    rails halve it (over 1.8x one rail); the flat ring sends more."""
+    report = plan_json(
+        "--hosts", "2", "--devices-per-host", "2", "--rails", str(rails), "--link-gbps", "0.3",
+        "--size", "16MiB", "--collective", collective,
+    )  # fmt: skip
+    predicted, limit = report["plan"]["predicted_s"], report["network_limit_s"]
+    assert limit == pytest.approx(network_limit_s(collective, 2, rails, 16 << 20, RAIL), rel=0.01)
+    assert limit <= predicted <= 1.2 * limit, report
+    if collective != "ppermute":
+        assert report["plan"]["schedule"] == "hierarchical"
+        assert report["alternatives"]["flat ring"] > predicted
+    if rails == 2:
+        one = plan_json(
+            "--hosts", "2", "--devices-per-host", "2", "--rails", "1", "--link-gbps", "0.3",
+            "--size", "16MiB", "--collective", collective,
+        )  # fmt: skip
+        assert one["plan"]["predicted_s"] > 1.8 * predicted
+
+
+def test_the_printed_report_names_the_schedule_and_the_limit():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(
+            ["--hosts", "2", "--processes-per-host", "2", "--devices-per-process", "1"]
+            + ["--rails", "2", "--link-gbps", "0.3", "--size", "4MiB"]
+            + ["--collective", "reduce_scatter"]
+        )
+    text = out.getvalue()
+    assert "reduce_scatter of 4.0MiB per device" in text or "reduce_scatter of 4MiB" in text
+    assert "by host:" in text and "among the 2 hosts" in text and "2 rail(s)" in text
+    assert "the network limit" in text and "flat ring" in text
+
+
+def test_an_unknown_collective_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown collective 'scatter'"):
+        runtime_plan(places_of(regular_layout(1, 2, 1)), 1024, collective="scatter")
