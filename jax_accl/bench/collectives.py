@@ -7,12 +7,13 @@ Per size (the bytes each device holds): K and 2K ops chained in one jitted
 lax.fori_loop, the difference over K, the median of `--reps` interleaved runs (after a
 barrier across processes). The ops: scatter+gather (psum_scatter then all_gather, tiled:
 an all-reduce's traffic, busbw = algbw·2(n-1)/n), reduce_scatter and all_gather (busbw =
-algbw·(n-1)/n; all_gather of a local 1/n slice, reduce_scatter of the whole buffer and
-tiled back to its shape locally) and ppermute (a shift by one device: each device sends
-its buffer once, busbw = algbw). Results are checked against jax.lax's before timing.
-On namespaced hosts each row also has the network limit: the bytes a host must send
-(reduce-scatter and all-gather: (H-1)/H of a host's data; ppermute: a device's buffer
-per device of the host) over all its rails at the shaped rate."""
+algbw·(n-1)/n; all_gather of a local 1/n slice, reduce_scatter of the whole buffer, its
+block written back in place) and ppermute (a shift by one device: each device sends its
+buffer once, busbw = algbw). Results are checked against jax.lax's before timing.
+Each row also has its limit: on one host the memory's (the bytes every device must read
+and write at least, at the copy bandwidth B of jax_accl.bench.memory), on namespaced
+hosts the network's (the bytes a host must send: reduce-scatter and all-gather (H-1)/H
+of a host's data, ppermute one device's buffer, over all its rails at the shaped rate)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,16 @@ BUS_FACTOR = {
 
 def ops(lib, n: int):
     """Each op keeps the shard's shape, so K of them chain."""
-    import jax.numpy as jnp
-
     shift = [(i, (i + 1) % n) for i in range(n)]
     return {
         "scatter+gather": lambda v: lib.all_gather(
             lib.psum_scatter(v, "i", tiled=True), "i", tiled=True
         ),
-        "reduce_scatter": lambda v: jnp.tile(lib.psum_scatter(v, "i", tiled=True), (n, 1)) / n,
+        # Its block written back into the buffer in place (a tile would cost more memory
+        # traffic than the reduce-scatter itself).
+        "reduce_scatter": lambda v: v.at[: v.shape[0] // n].set(
+            lib.psum_scatter(v, "i", tiled=True) / n
+        ),
         "all_gather": lambda v: lib.all_gather(v[: v.shape[0] // n], "i", tiled=True),
         "ppermute": lambda v: lib.ppermute(v, "i", shift),
     }
@@ -131,6 +134,19 @@ def network_limit_s(row, hosts: int, rails: int, rate: float) -> float:
         "ppermute": 1.0,
     }[row["op"]]
     return share * row["size_bytes"] / (rails * rate)
+
+
+def memory_limit_s(row, n: int, bandwidth: float) -> float:
+    """The bytes all n devices of a host must read and write at least, at `bandwidth`
+    (read + write counted, as a copy's): a reduce-scatter reads the buffer S and writes
+    a block, an all-gather and a permutation read S and write S."""
+    per_device = {
+        "scatter+gather": (1 + 1 / n) + 2,
+        "reduce_scatter": 1 + 1 / n,
+        "all_gather": 2,
+        "ppermute": 2,
+    }[row["op"]]
+    return per_device * n * row["size_bytes"] / bandwidth
 
 
 def print_rows(rows, n: int, label: str, limit=None) -> None:
@@ -223,7 +239,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.process_id >= 0:
         return worker_main(args)
+    from jax_accl.bench import memory
+
     n = args.processes * args.devices
+    before = memory.copy_bandwidths() if args.hosts <= 1 else None
     if args.processes > 1:
         rows, label, limit = launch_main(args)
     else:
@@ -232,6 +251,10 @@ def main(argv=None) -> int:
         jax.config.update("jax_num_cpu_devices", args.devices)
         rows = measure([parse_size(s) for s in args.sizes.split(",")], args.reps)
         label, limit = f"{n} CPU devices in one process", None
+    if before is not None:  # one host: the memory's limit, at the best bandwidth seen
+        bandwidth = memory.fastest(before, memory.copy_bandwidths())["copy"]
+        label += f"; memory limit at B = {bandwidth / 1e9:.1f} GB/s"
+        limit = lambda r: memory_limit_s(r, n, bandwidth)  # noqa: E731
     print_rows(rows, n, label, limit)
     if args.json:
         with open(args.json, "a") as f:

@@ -88,7 +88,7 @@ def report(args, layout, places, size: int, model: dict, common: dict) -> int:
         return 0
     print(
         f"# {format_layout(layout)}: {collective} of {human(size)} per device, "
-        f"{args.rails} rail(s) of {8 / net_beta / 1e9:g} Gbit/s payload"
+        f"{args.rails} rail(s) of {8 / net_beta / 1e9:.3g} Gbit/s payload"
     )
     print(f"\nthe runtime's plan: {own.schedule}, predicted {own.predicted_s * 1e3:.3f} ms")
     print(describe(own, collective))

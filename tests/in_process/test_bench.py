@@ -165,3 +165,4 @@ def test_collectives_bench_checks_and_times_each_against_jax_lax():
     for r in rows:  # size, jax.lax us, jax_accl us, busbw, speedup
         assert r[1] == "64KiB" and float(r[2]) > 0 and float(r[3]) > 0 and float(r[4]) > 0
         assert r[5].endswith("x")
+        assert float(r[6]) > 0 and r[7].endswith("x")  # the memory limit and the share of it

@@ -126,7 +126,7 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
 // number; a direct exchange between hosts shares them among a host's ranks).
 //   direct         one exchange: (n-1)/2·alpha + (n-1)·b·beta; in one process the
 //                  ranks read in place: alpha + 2(n-1)·b·beta (read and write)
-//   ring           (n-1) steps of a block: (n-1)·(alpha + b·beta)
+//   ring           (n-1) steps of a block: (n-1)·(alpha + b·beta) (in memory 2b·beta)
 //   by host        the host's schedule on S among its p ranks, then between hosts
 //                  (H-1) steps of S/H per host, its p positions sharing the rails:
 //                  (H-1)·(net_alpha + S/H·net_beta/rails)
@@ -138,10 +138,11 @@ static double flat_scatter_gather_seconds(Algorithm algorithm, int n, double S, 
                                           const CostModel& m, bool peer_memory) {
   if (n <= 1) return 0.0;
   const double b = S / n, reduce = reduces ? (n - 1) * b * m.gamma_s_per_byte : 0.0;
+  const double copies = peer_memory ? 2.0 : 1.0;  // in memory a byte is read and written
   if (algorithm == Algorithm::kRing) {
-    return (n - 1) * (m.alpha_s + b * m.beta_s_per_byte) + reduce;
+    return (n - 1) * (m.alpha_s + copies * b * m.beta_s_per_byte) + reduce;
   }
-  if (peer_memory) return m.alpha_s + 2.0 * (n - 1) * b * m.beta_s_per_byte + reduce;
+  if (peer_memory) return m.alpha_s + copies * (n - 1) * b * m.beta_s_per_byte + reduce;
   return (n - 1) * m.alpha_s / 2 + (n - 1) * b * m.beta_s_per_byte + reduce;
 }
 
