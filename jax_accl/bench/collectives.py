@@ -23,16 +23,18 @@ import statistics
 
 import numpy as np
 
+from jax_accl.plan import collectives as planned
 from jax_accl.units import human, parse_size
 
 OPS = ("scatter+gather", "reduce_scatter", "all_gather", "ppermute")
-# The share of the size each op's busbw counts (nccl-tests' factors).
-BUS_FACTOR = {
-    "scatter+gather": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "ppermute": lambda n: 1.0,
-}
+
+
+def bus_factor(op: str, n: int) -> float:
+    """The share of the size an op's busbw counts (nccl-tests' factors, the planner's:
+    scatter+gather carries an all-reduce's traffic, twice a reduce-scatter's)."""
+    if op == "scatter+gather":
+        return 2 * planned.bus_factor("reduce_scatter", n)
+    return planned.bus_factor(op, n)
 
 
 def ops(lib, n: int):
@@ -123,17 +125,12 @@ def per_op_seconds(differences: list, longs: list, k: int) -> float:
 
 
 def network_limit_s(row, hosts: int, rails: int, rate: float) -> float:
-    """The time the bytes a host must send take over all its rails, for S bytes per
-    device: a host's devices reduce (or share) their data inside it, so a reduce-scatter
-    or an all-gather sends (H-1)/H·S out of each host, scatter+gather twice that; the
-    shift crosses each host boundary once, one device's S."""
-    share = {
-        "scatter+gather": 2 * (hosts - 1) / hosts,
-        "reduce_scatter": (hosts - 1) / hosts,
-        "all_gather": (hosts - 1) / hosts,
-        "ppermute": 1.0,
-    }[row["op"]]
-    return share * row["size_bytes"] / (rails * rate)
+    """The planner's network limit (jax_accl.plan.collectives) for S bytes per device at
+    `rate` bytes/s per rail; scatter+gather twice a reduce-scatter's."""
+    op, size = row["op"], row["size_bytes"]
+    if op == "scatter+gather":
+        return 2 * planned.network_limit_s("reduce_scatter", hosts, rails, size, 1 / rate)
+    return planned.network_limit_s(op, hosts, rails, size, 1 / rate)
 
 
 def memory_limit_s(row, n: int, bandwidth: float) -> float:
@@ -158,7 +155,7 @@ def print_rows(rows, n: int, label: str, limit=None) -> None:
         + "".join(f" {h:>10}" for h in extra)
     )
     for r in rows:
-        busbw = r["size_bytes"] / r["accl_s"] * BUS_FACTOR[r["op"]](n) / 1e9
+        busbw = r["size_bytes"] / r["accl_s"] * bus_factor(r["op"], n) / 1e9
         line = (
             f"  {r['op']:<14} {human(r['size_bytes']):>6} {r['lax_s'] * 1e6:>11.1f} "
             f"{r['accl_s'] * 1e6:>12.1f} {busbw:>11.3f} {r['lax_s'] / r['accl_s']:>7.2f}x"

@@ -35,7 +35,8 @@ def network_limit_s(collective: str, hosts: int, rails: int, size: float, net_be
 
 
 def plans(places, collective: str, size: int, common: dict) -> dict[str, Plan]:
-    """The runtime's own plan ("auto") and the flat schedules it could be forced to."""
+    """The runtime's own plan ("auto") and, for comparison, the flat schedules (which the
+    native tests force; jax_accl's calls always run the runtime's plan)."""
     n = len(places)
     nbytes = size // n if collective == "all_gather" else size  # the input per device
     out = {"auto": plan_for(places, "auto", nbytes, collective=NATIVE[collective], **common)}
@@ -98,7 +99,7 @@ def report(args, layout, places, size: int, model: dict, common: dict) -> int:
     print(line)
     alternatives = {a: p for a, p in found.items() if a != "auto"}
     if alternatives and not args.no_alternatives:
-        print("\nforced instead (the runtime runs the plan above unless told otherwise):")
+        print("\nflat schedules, for comparison (jax_accl's calls always run the plan above):")
         print(f"{'schedule':<14} {'time':>11} {'vs plan':>8}")
         for a, p in alternatives.items():
             print(f"{a:<14} {p.predicted_s * 1e3:>9.3f}ms {p.predicted_s / own.predicted_s:>7.2f}x")

@@ -161,7 +161,8 @@ def _scatter_gather_lowering(
     ctx, *xs, primitive, axes, axis_index_groups, axis_size, invariant, op_id
 ):
     """accl_reduce_scatter / accl_all_gather: one result per operand (of another size,
-    so no aliasing); the algorithm is the runtime's (plan_scatter_gather) for the bucket."""
+    so no aliasing); the schedule is the runtime's plan for the bucket (direct, ring or by
+    host)."""
     api = SCATTER_GATHER_API[primitive]
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
     params.update(invariant=invariant, op_id=op_id)
@@ -170,11 +171,11 @@ def _scatter_gather_lowering(
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     devices = _device_ids(ctx, groups)
     places, _ = _places(max(groups, key=len), devices)
-    algorithm = _accl.plan_scatter_gather(
-        max(len(g) for g in groups),
-        sum(_nbytes(aval) for aval in ctx.avals_in),
-        peer_memory=len(set(places)) == 1,
-    )
+    collective = primitive.name.removeprefix("accl_")
+    schedule = _accl.plan(
+        places, sum(_nbytes(aval) for aval in ctx.avals_in), collective=collective
+    )["schedule"]  # the runtime's own plan_call, named in the profile and the log
+    algorithm = "by_host" if schedule == "hierarchical" else schedule
     return _emit_data_call(ctx, xs, primitive.name, api, axes, groups, devices, op_id, algorithm)
 
 

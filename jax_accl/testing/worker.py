@@ -283,6 +283,7 @@ def scenario_exact_scatter():
     (--bytes), --reps calls with fresh data each (integer-valued, so every sum is exact):
     jax_accl's result must equal NumPy's bit for bit every time. jax.lax's over gloo is
     counted, not asserted (the issue reports it wrong now and then)."""
+    jax.config.update("jax_enable_x64", True)  # float64 as the issue's; jax's default is 32-bit
     n = NP * ND
     chunk = args.bytes // 8
     base = global_input((n * chunk,), np.int32, seed=40830).astype(np.float64)
@@ -293,6 +294,8 @@ def scenario_exact_scatter():
         return jax.jit(jax.shard_map(body, mesh=MESH_2D, in_specs=(P(ALL), P()), out_specs=P(ALL)))
 
     placed = place(base, P(ALL))
+    if placed.dtype != np.float64 or placed.addressable_shards[0].data.nbytes != n * args.bytes:
+        raise AssertionError(f"the operand is {placed.dtype}, not float64 chunks of --bytes")
     ours, theirs = program(jax_accl), program(jax.lax)
     first_device = jax.process_index() * ND
     gloo_wrong = 0

@@ -328,3 +328,7 @@ def test_pytrees_fuse_into_one_call_per_dtype_bucket(mesh8, monkeypatch):
     monkeypatch.setenv("JAX_ACCL_FUSION_BYTES", "64")  # below each leaf: a call per leaf
     text = grads(jax_accl).lower(placed).compile().as_text()
     assert count_calls(text, "accl_all_gather") == 2
+    assert count_calls(text, "accl_reduce_scatter") == 2  # the transposes split alike
+    got = grads(jax_accl)(placed)
+    for k in params:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-5, atol=1e-6)

@@ -1,6 +1,7 @@
 // Reduce-scatter and all-gather between hosts in two tiers, so that a host sends its
 // share over the network once: (H-1)/H of one device's buffer per host, where a flat
-// ring over all n = H·d ranks sends (n-1)/n·d of it (1.5x for d = 2).
+// ring over all n = H·d ranks (numbered host by host) sends (n-1)/n of it across each
+// host boundary (1.5x for H = d = 2).
 //
 // Reduce-scatter, rank at position q of host g (its output is block hosts[g][q]):
 //   1. pack: piece p of a staging buffer holds, host by host, the blocks of the ranks
@@ -26,6 +27,12 @@ namespace {
 char* piece_block(std::vector<char>& staging, const HostGrid& grid, int p, int h, size_t bytes) {
   const size_t hosts = grid.hosts.size();
   return staging.data() + (p * hosts + h) * bytes;
+}
+
+// After a call that succeeded (no send of it still posted), staging above 64 MiB is
+// given back: a thread-local buffer otherwise keeps its largest size for the thread's life.
+void release_if_large(std::vector<char>& staging) {
+  if (staging.capacity() > (size_t{64} << 20)) std::vector<char>().swap(staging);
 }
 
 }  // namespace
@@ -55,6 +62,8 @@ Status reduce_scatter_by_host(Link& in_host, Link& between_hosts, const HostGrid
     ACCL_RETURN_IF_ERROR(
         run_reduce_scatter(between_algorithm, between_hosts, {between_buf}, reduction));
   }
+  release_if_large(packed);
+  release_if_large(host_sum);
   return Status::Ok();
 }
 
@@ -80,6 +89,8 @@ Status all_gather_by_host(Link& in_host, Link& between_hosts, const HostGrid& gr
       }
     }
   }
+  release_if_large(position_blocks);
+  release_if_large(packed);
   return Status::Ok();
 }
 

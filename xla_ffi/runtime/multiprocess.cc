@@ -286,7 +286,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   Algorithm& schedule = plan.schedule;
   // A hierarchical schedule meets this process's other devices in the rendezvous.
   auto meets_siblings = [&] {
-    if (schedule != Algorithm::kHierarchical) return;
+    // (A reduce-scatter or all-gather by host meets no sibling there.)
+    if (schedule != Algorithm::kHierarchical || sig.collective != Collective::kAllReduce) return;
     unwound.thread = layout.device_position(spec.rank);
     unwound.siblings = static_cast<int>(layout.process_ranks(spec.rank).size());
   };
