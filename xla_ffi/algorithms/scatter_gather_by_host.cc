@@ -50,7 +50,7 @@ Status reduce_scatter_by_host(Link& in_host, Link& between_hosts, const HostGrid
     const size_t bytes = buf.block_bytes();
     packed.resize(bytes * hosts * per_host);
     host_sum.resize(bytes * hosts);
-    for (int p = 0; p < per_host; ++p) {
+    for (int p = 0; p < per_host && bytes > 0; ++p) {  // (an empty segment's data() is null)
       for (int h = 0; h < hosts; ++h) {
         std::memcpy(piece_block(packed, grid, p, h, bytes), buf.in_block(grid.hosts[h][p]), bytes);
       }
@@ -83,7 +83,7 @@ Status all_gather_by_host(Link& in_host, Link& between_hosts, const HostGrid& gr
     const BlockBuffers in_host_buf{position_blocks.data(), packed.data(), buf.block * hosts,
                                    buf.elem_size, buf.segment};
     ACCL_RETURN_IF_ERROR(run_all_gather(in_host_algorithm, in_host, {in_host_buf}));
-    for (int p = 0; p < per_host; ++p) {
+    for (int p = 0; p < per_host && bytes > 0; ++p) {
       for (int h = 0; h < hosts; ++h) {
         std::memcpy(buf.out_block(grid.hosts[h][p]), piece_block(packed, grid, p, h, bytes), bytes);
       }
