@@ -90,16 +90,14 @@ nb::list tiers_of(const GroupLayout& g, const CallPlan& plan) {
 
 // The two tiers of a reduce-scatter or all-gather by host (runtime/multiprocess.cc's
 // scatter_gather_by_host): the host's ranks, then each position's ranks on every host;
-// each tier direct or ring as plan_scatter_gather chooses for its size.
+// each tier as the runtime's plan_by_host chooses.
 nb::list host_tiers_of(const GroupLayout& g, size_t block) {
-  const int per_host = static_cast<int>(g.host_ranks(0).size()), hosts = g.host_count();
-  const bool one_process = g.process_ranks(g.host_ranks(0)[0]).size() == size_t(per_host);
-  nb::dict host = tier("host", per_host, per_host, one_process ? "memory" : "shm");
-  host["algorithm"] =
-      algorithm_name(plan_scatter_gather(per_host, block * g.size(), Algorithm::kAuto, false));
-  nb::dict between = tier("hosts", hosts, 1, "tcp");
-  between["algorithm"] =
-      algorithm_name(plan_scatter_gather(hosts, block * hosts, Algorithm::kAuto, false));
+  const int per_host = static_cast<int>(g.host_ranks(0).size());
+  const ByHostTiers chosen = plan_by_host(g, block);
+  nb::dict host = tier("host", per_host, per_host, host_is_one_process(g) ? "memory" : "shm");
+  host["algorithm"] = algorithm_name(chosen.in_host);
+  nb::dict between = tier("hosts", g.host_count(), 1, "tcp");
+  between["algorithm"] = algorithm_name(chosen.between);
   nb::list tiers;
   tiers.append(host);
   tiers.append(between);

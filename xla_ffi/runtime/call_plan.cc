@@ -35,6 +35,16 @@ bool runs_by_host(const GroupLayout& g) {
   return per_host > 1;
 }
 
+ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes) {
+  const int per_host = static_cast<int>(g.host_ranks(0).size()), hosts = g.host_count();
+  return ByHostTiers{plan_scatter_gather(per_host, block_bytes * g.size(), Algorithm::kAuto, false),
+                     plan_scatter_gather(hosts, block_bytes * hosts, Algorithm::kAuto, false)};
+}
+
+bool host_is_one_process(const GroupLayout& g) {
+  return g.process_ranks(g.host_ranks(0)[0]).size() == g.host_ranks(0).size();
+}
+
 bool plan_one_shot(size_t bytes, Algorithm forced) {
   return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
 }
@@ -177,13 +187,11 @@ static double predict_data_seconds(const GroupLayout& g, const CallPlan& plan,
   }
   // By host: the host's ranks (threads of one process or processes of the host), then
   // each position's ranks on every host (all positions at once over the rails).
-  const bool host_is_one_process =
-      g.process_ranks(g.host_ranks(0)[0]).size() == static_cast<size_t>(per_host);
-  const CostModel in_host = host_is_one_process ? model : shared_memory_model(model, 1.0);
-  const Algorithm in_host_algorithm =
-      plan_scatter_gather(per_host, static_cast<size_t>(S), Algorithm::kAuto, false);
-  const double local = flat_scatter_gather_seconds(in_host_algorithm, per_host, S, reduces, in_host,
-                                                   host_is_one_process);
+  const bool one_process = host_is_one_process(g);
+  const CostModel in_host = one_process ? model : shared_memory_model(model, 1.0);
+  const Algorithm in_host_algorithm = plan_by_host(g, static_cast<size_t>(S / n)).in_host;
+  const double local =
+      flat_scatter_gather_seconds(in_host_algorithm, per_host, S, reduces, in_host, one_process);
   const CostModel net = network_model(model, request.rails);
   const double between =
       (hosts - 1) * (net.alpha_s + S / hosts * net.beta_s_per_byte) +

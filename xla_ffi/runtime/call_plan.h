@@ -77,6 +77,18 @@ Algorithm plan_scatter_gather(int n, size_t bytes, Algorithm forced, bool peer_m
 // number (more than one) of the group's ranks.
 bool runs_by_host(const GroupLayout& g);
 
+// The two tiers of a reduce-scatter or all-gather by host (runtime/multiprocess.cc's
+// scatter_gather_by_host): among a host's ranks, then among each position's ranks on
+// every host, each direct or ring as plan_scatter_gather chooses for its size;
+// `block_bytes` is one rank's block (all segments).
+struct ByHostTiers {
+  Algorithm in_host;
+  Algorithm between;
+};
+ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes);
+// Whether the ranks of a host of `g` are the device threads of one process.
+bool host_is_one_process(const GroupLayout& g);
+
 // The algorithm of a call of `collective` among `n` device threads of one process
 // (allreduce_local): plan_in_process's for an all-reduce.
 Algorithm plan_local(int n, size_t bytes, Collective collective, Algorithm forced);

@@ -164,7 +164,7 @@ std::vector<int64_t> devices_of(const std::vector<int64_t>& devices,
 
 // A reduce-scatter or all-gather by host (algorithms/scatter_gather_by_host.cc): links to
 // this host's ranks and to this position's rank on every host, each tier direct or
-// ring as plan_scatter_gather chooses for its size; *sent_by_rail as run_over_link's.
+// ring as plan_by_host chooses (runtime/call_plan.h); *sent_by_rail as run_over_link's.
 Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
                               const std::vector<int64_t>& devices, int rank, uint64_t tag,
                               const std::string& where, const Deadline& deadline,
@@ -178,7 +178,6 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
   grid.position = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
   std::vector<int> position_peers;
   for (const std::vector<int>& host : grid.hosts) position_peers.push_back(host[grid.position]);
-  const int hosts = layout.host_count(), per_host = static_cast<int>(mine.size());
 
   std::vector<BlockBuffers> blocks;
   size_t bytes = 0;
@@ -188,9 +187,7 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
     blocks.push_back(BlockBuffers{b.in, b.out, block, b.elem_size, b.segment});
     bytes += block * b.elem_size;
   }
-  const Algorithm in_host =
-      plan_scatter_gather(per_host, bytes * layout.size(), Algorithm::kAuto, false);
-  const Algorithm between = plan_scatter_gather(hosts, bytes * hosts, Algorithm::kAuto, false);
+  const auto [in_host, between] = plan_by_host(layout, bytes);
   std::unique_ptr<ChannelLink> host_link, between_link;
   Status s = open_link(space, devices_of(devices, mine), grid.position, Fnv64(tag).mix(1).value(),
                        where, deadline, &host_link);
