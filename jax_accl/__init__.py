@@ -4,8 +4,13 @@
 ``jax.jit(jax.shard_map(...))`` and ``jax.pmap`` programs.
 """
 
-from jax_accl import ffi_targets
+from jax_accl import xla_collectives as _xla_collectives
 
+_xla_collectives.prepare()  # before jax's import (JAX_ACCL_XLA_COLLECTIVES=1)
+
+from jax_accl import ffi_targets  # noqa: E402
+
+_xla_collectives.finish()
 ffi_targets.register()  # before anything can lower a call; explains a missing _accl
 
 from jax_accl import distributed, profiler  # noqa: E402

@@ -10,7 +10,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from jax_accl import names
 from jax_accl.units import parse_size
 
 
@@ -54,6 +53,14 @@ def _one_of(choices) -> Callable[[str], str]:
     return parse
 
 
+def _algorithm(text: str) -> str:
+    # The native module's list, read when parsed: jax_accl's first import (before jax's,
+    # with JAX_ACCL_XLA_COLLECTIVES=1) reads the knobs before the module is loaded.
+    from jax_accl import names
+
+    return _one_of(names.ALGORITHMS)(text)
+
+
 def _debug_level(text: str) -> str:
     return _one_of(("", "INFO", "DEBUG"))(text.upper())
 
@@ -85,7 +92,7 @@ KNOBS = {
             'the algorithm of every all-reduce with `algorithm="auto"`: `direct`, `ring`, '
             "`halving_doubling`, `reduce_broadcast` (across processes: by cross-memory "
             "attach, on one host) or `hierarchical` (across processes)",
-            _one_of(names.ALGORITHMS),
+            _algorithm,
         ),
         Knob(
             "JAX_ACCL_FUSION_BYTES",
@@ -149,6 +156,15 @@ KNOBS = {
             _switch,
         ),
         Knob(
+            "JAX_ACCL_XLA_COLLECTIVES",
+            "0",
+            "import of jax_accl (before jax)",
+            "`1`: jax_accl becomes XLA:CPU's collectives backend (the MPI ABI jaxlib "
+            "loads), so the collectives XLA inserts in any multi-process jit program run "
+            "on jax_accl; import jax_accl before jax, or run `python -m jax_accl.run`",
+            _switch,
+        ),
+        Knob(
             "JAX_ACCL_PIPELINE_CHUNKS",
             "0",
             "job start",
@@ -158,6 +174,15 @@ KNOBS = {
         ),
     ]
 }
+
+
+def environment(name: str) -> str | None:
+    """A variable jax_accl reads or sets that is not its own knob (MPITRAMPOLINE_LIB)."""
+    return os.environ.get(name)
+
+
+def set_environment(name: str, text: str) -> None:
+    os.environ[name] = text
 
 
 def value(name: str):

@@ -134,19 +134,27 @@ void install_epoch_agreement(nb::callable agree) {
   });
 }
 
+nb::dict call_counts(const AlgorithmStats& s) {
+  nb::dict entry;
+  entry["calls"] = s.calls.load();
+  entry["bytes"] = s.bytes.load();
+  entry["seconds"] = s.nanoseconds.load() * 1e-9;
+  entry["errors"] = s.errors.load();
+  return entry;
+}
+
 nb::dict stats() {
   nb::dict out;
   nb::dict algorithms;
   for (int a = 1; a < kNumAlgorithms; ++a) {
-    const AlgorithmStats& s = algorithm_stats()[a];
-    nb::dict entry;
-    entry["calls"] = s.calls.load();
-    entry["bytes"] = s.bytes.load();
-    entry["seconds"] = s.nanoseconds.load() * 1e-9;
-    entry["errors"] = s.errors.load();
-    algorithms[algorithm_name(static_cast<Algorithm>(a))] = entry;
+    algorithms[algorithm_name(static_cast<Algorithm>(a))] = call_counts(algorithm_stats()[a]);
   }
   out["algorithms"] = algorithms;
+  nb::dict xla_collectives;
+  for (auto& [function, s] : all_xla_collective_stats()) {
+    xla_collectives[function.c_str()] = call_counts(*s);
+  }
+  out["xla_collectives"] = xla_collectives;
   nb::dict transports;
   for (auto& [key, t] : all_traffic_stats()) {
     nb::dict entry;
@@ -197,6 +205,12 @@ NB_MODULE(_accl, m) {
     op_codes[reduce_op_name(static_cast<ReduceOp>(op))] = op;
   m.attr("OP_CODES") = op_codes;
   m.def("world_set_processes", &world_set_processes, nb::arg("processes"));
+  m.def(
+      "world_announce_job",
+      [](int index, int count, double timeout_s) {
+        World::announce_job(World::Job{index, count, timeout_s});
+      },
+      nb::arg("process_index"), nb::arg("process_count"), nb::arg("timeout_s"));
   m.def(
       "world_stop",
       [](double wait_s) {

@@ -15,6 +15,18 @@ std::map<std::string, std::unique_ptr<TrafficStats>>& traffic_map() {
   return m;
 }
 
+std::map<std::string, std::unique_ptr<AlgorithmStats>>& xla_collective_map() {
+  static std::map<std::string, std::unique_ptr<AlgorithmStats>> m;
+  return m;
+}
+
+void zero(AlgorithmStats& s) {
+  s.calls = 0;
+  s.bytes = 0;
+  s.nanoseconds = 0;
+  s.errors = 0;
+}
+
 }  // namespace
 
 std::array<AlgorithmStats, kNumAlgorithms>& algorithm_stats() {
@@ -27,6 +39,20 @@ TrafficStats& traffic_stats(const std::string& key) {
   auto& slot = traffic_map()[key];
   if (!slot) slot = std::make_unique<TrafficStats>();
   return *slot;
+}
+
+AlgorithmStats& xla_collective_stats(const std::string& function) {
+  std::lock_guard<std::mutex> lock(traffic_mutex());
+  auto& slot = xla_collective_map()[function];
+  if (!slot) slot = std::make_unique<AlgorithmStats>();
+  return *slot;
+}
+
+std::map<std::string, const AlgorithmStats*> all_xla_collective_stats() {
+  std::lock_guard<std::mutex> lock(traffic_mutex());
+  std::map<std::string, const AlgorithmStats*> out;
+  for (auto& [key, value] : xla_collective_map()) out[key] = value.get();
+  return out;
 }
 
 std::map<std::string, const TrafficStats*> all_traffic_stats() {
@@ -74,13 +100,9 @@ int64_t calls_in_flight() { return g_in_flight.load(std::memory_order_relaxed); 
 
 void reset_stats() {
   g_max_in_flight = g_in_flight.load();
-  for (auto& s : algorithm_stats()) {
-    s.calls = 0;
-    s.bytes = 0;
-    s.nanoseconds = 0;
-    s.errors = 0;
-  }
+  for (auto& s : algorithm_stats()) zero(s);
   std::lock_guard<std::mutex> lock(traffic_mutex());
+  for (auto& [name, s] : xla_collective_map()) zero(*s);
   for (auto& [key, t] : traffic_map()) {
     t->bytes_sent = 0;
     t->bytes_received = 0;

@@ -46,6 +46,11 @@ void call_site_made();
 void call_site_freed();
 int64_t call_sites();
 
+// Calls XLA made into jax_accl's MPI ABI (xla_ffi/mpiabi/), by MPI function name
+// ("MPI_Allreduce"); entries live as long as the process.
+AlgorithmStats& xla_collective_stats(const std::string& function);
+std::map<std::string, const AlgorithmStats*> all_xla_collective_stats();
+
 void reset_stats();
 
 }  // namespace accl

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "runtime/communicator.h"
@@ -24,7 +26,22 @@ std::shared_ptr<World>& world_slot() {
   return *w;
 }
 
+std::mutex g_job_mutex;
+std::optional<World::Job> g_job;
+
 }  // namespace
+
+void World::announce_job(const Job& job) {
+  std::lock_guard<std::mutex> lock(g_job_mutex);
+  g_job = job;
+}
+
+bool World::announced_job(Job* job) {
+  std::lock_guard<std::mutex> lock(g_job_mutex);
+  if (!g_job.has_value()) return false;
+  *job = *g_job;
+  return true;
+}
 
 Status World::start(int process_index, int process_count, const std::string& secret,
                     const std::string& host, std::vector<Rail>* rails, int stripes_per_rail,

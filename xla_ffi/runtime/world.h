@@ -45,6 +45,18 @@ class World : public ChannelMaker {
   // that case.
   static bool stop(double wait_s = 10.0);
 
+  // The job as jax.distributed knows it: this process's index, the process count and
+  // the collective timeout (JAX_ACCL_TIMEOUT_S), told before the World starts (XLA's
+  // MPI_Init asks for them while JAX creates its CPU backend, which starting the World
+  // needs); false until told.
+  struct Job {
+    int process_index = 0;
+    int process_count = 0;
+    double timeout_s = 120.0;
+  };
+  static void announce_job(const Job& job);
+  static bool announced_job(Job* job);
+
   Status set_processes(std::vector<ProcessEntry> processes);
   int process_index() const { return process_index_; }
   int process_count() const { return process_count_; }

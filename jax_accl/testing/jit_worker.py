@@ -1,0 +1,245 @@
+"""A worker of a multi-process job that runs plain ``jax.jit`` programs on an Explicit
+(or Auto) mesh, one CPU device per process and no shard_map: the collectives are the
+ones XLA's SPMD partitioner inserts. With ``JAX_ACCL_XLA_COLLECTIVES=1`` in its
+environment they run on jax_accl (jax_accl/xla_collectives.py), otherwise over gloo;
+the tests run both and compare.
+
+    python -m jax_accl.testing.jit_worker --program NAME ... (launch.run_job's arguments)
+
+Prints ``RESULT <json>``: per program its outputs (this process's shards, as lists),
+the collectives its compiled HLO holds by kind, and the jax_accl calls its second run
+made by MPI function (``jax_accl.stats()["xla_collectives"]``; the first run makes the
+communicators)."""
+
+from __future__ import annotations
+
+# isort: off
+# jax_accl before jax: with JAX_ACCL_XLA_COLLECTIVES=1 it points jaxlib's MPItrampoline
+# at its library (a no-op otherwise).
+import jax_accl
+
+import argparse
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+# isort: on
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--process-id", type=int, required=True)
+parser.add_argument("--num-processes", type=int, required=True)
+parser.add_argument("--coordinator", required=True)
+parser.add_argument("--devices", type=int, default=1)
+parser.add_argument("--program", action="append", required=True)
+parser.add_argument("--axis-type", default="explicit", choices=["explicit", "auto"])
+parser.add_argument("--steps", type=int, default=3)
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def hlo_collectives(compiled_text: str) -> dict:
+    """{kind: {"ops", "buffers"}} of XLA's collectives in a compiled module (an async
+    start counted once; "buffers": their operands, one MPI call each)."""
+    out = {}
+    for kind in KINDS:
+        operands = re.findall(rf"= [^=\n]* {kind}(?:-start)?\(([^)]*)\)", compiled_text)
+        if operands:
+            out[kind] = {"ops": len(operands), "buffers": sum(o.count("%") for o in operands)}
+    return out
+
+
+def mesh(n: int, axis_type: str):
+    kind = AxisType.Explicit if axis_type == "explicit" else AxisType.Auto
+    return jax.make_mesh((n,), ("x",), axis_types=(kind,))
+
+
+def put(x, m, spec):
+    return jax.make_array_from_callback(x.shape, NamedSharding(m, spec), lambda i: x[i])
+
+
+def local(a):
+    return [np.asarray(s.data).tolist() for s in a.addressable_shards]
+
+
+def mlp_params(seed, width=64):
+    rng = np.random.default_rng(seed)
+    return {
+        "w1": rng.standard_normal((16, width)).astype(np.float32) * 0.3,
+        "w2": rng.standard_normal((width, 4)).astype(np.float32) * 0.3,
+    }
+
+
+def loss_fn(params, x, y, gather=lambda w: w):
+    h = jnp.tanh(x @ gather(params["w1"]))
+    return jnp.mean((h @ gather(params["w2"]) - y) ** 2)
+
+
+def batch(n, seed=1):
+    rng = np.random.default_rng(seed)
+    return (
+        rng.standard_normal((8 * n, 16)).astype(np.float32),
+        rng.standard_normal((8 * n, 4)).astype(np.float32),
+    )
+
+
+def data_parallel(m, n, steps):
+    """Replicated parameters, the batch sharded: XLA all-reduces the gradients."""
+    params = {k: put(v, m, P()) for k, v in mlp_params(0).items()}
+    x, y = batch(n)
+    x, y = put(x, m, P("x")), put(y, m, P("x"))
+
+    @jax.jit
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
+
+    def run():
+        p, losses = params, []
+        for _ in range(steps):
+            p, loss = step(p, x, y)
+            losses.append(float(loss))
+        return {"losses": losses, "w1": local(p["w1"])}
+
+    return step.lower(params, x, y), run, steps
+
+
+def fsdp(m, n, steps):
+    """Parameters sharded on their first axis and gathered for use (all-gather); their
+    gradients come back sharded (reduce-scatter or all-reduce, as XLA chooses)."""
+    params = {k: put(v, m, P("x")) for k, v in mlp_params(0).items()}
+    x, y = batch(n)
+    x, y = put(x, m, P("x")), put(y, m, P("x"))
+
+    def gather(w):
+        return jax.sharding.reshard(w, P()) if m.axis_types[0] == AxisType.Explicit else w
+
+    @jax.jit
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(lambda p: loss_fn(p, x, y, gather))(params)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
+
+    def run():
+        p, losses = params, []
+        for _ in range(steps):
+            p, loss = step(p, x, y)
+            losses.append(float(loss))
+        return {"losses": losses, "w1": local(p["w1"]), "w2": local(p["w2"])}
+
+    return step.lower(params, x, y), run, steps
+
+
+def gather_reshard(m, n, steps):
+    """A sharded array made replicated: an all-gather."""
+    x = put(np.arange(6 * n * 5, dtype=np.float32).reshape(6 * n, 5), m, P("x"))
+    f = jax.jit(lambda a: jax.sharding.reshard(a * 2, P()))
+    return f.lower(x), lambda: {"out": local(f(x))}, 1
+
+
+def transpose_reshard(m, n, steps):
+    """Rows sharded to columns sharded: an all-to-all."""
+    x = put(np.arange(4 * n * 4 * n, dtype=np.int32).reshape(4 * n, 4 * n), m, P("x", None))
+    f = jax.jit(lambda a: jax.sharding.reshard(a + 1, P(None, "x")))
+    return f.lower(x), lambda: {"out": local(f(x))}, 1
+
+
+def roll(m, n, steps):
+    """jnp.roll along the sharded axis: a collective-permute."""
+    x = put(np.arange(4 * n * 3, dtype=np.float32).reshape(4 * n, 3), m, P("x"))
+    f = jax.jit(lambda a: jnp.roll(a, 4, axis=0))
+    return f.lower(x), lambda: {"out": local(f(x))}, 1
+
+
+def integer_sums(m, n, steps):
+    """Integer reductions of every width over the sharded axis (bitwise), max and min."""
+    rng = np.random.default_rng(7)
+    outs = {}
+    lowered = []
+    for dtype in (np.int8, np.int32, np.int64, np.uint32):
+        x = put(rng.integers(0, 100, (8 * n, 33)).astype(dtype), m, P("x"))
+        f = jax.jit(lambda a: (jnp.sum(a, axis=0, dtype=a.dtype), jnp.max(a, 0), jnp.min(a, 0)))
+        lowered.append(f.lower(x))
+        outs[np.dtype(dtype).name] = (f, x)
+
+    def run():
+        return {name: [local(o) for o in f(x)] for name, (f, x) in outs.items()}
+
+    return lowered, run, 1
+
+
+def shard_map_collectives(m, n, steps):
+    """jax.lax's own psum_scatter, all_gather, ppermute and all_to_all in a shard_map:
+    XLA's reduce-scatter, all-gather, collective-permute and all-to-all ops."""
+    rng = np.random.default_rng(3)
+    x = put(rng.integers(-50, 50, (4 * n * n, 6)).astype(np.int32), m, P("x"))
+    perm = [(i, (i + 1) % n) for i in range(n)]
+
+    def body(a):
+        scattered = jax.lax.psum_scatter(a, "x", tiled=True)
+        gathered = jax.lax.all_gather(a * 3, "x", tiled=True)
+        shifted = jax.lax.ppermute(a - 1, "x", perm)
+        exchanged = jax.lax.all_to_all(a + 5, "x", 0, 0, tiled=True)
+        return scattered, gathered, shifted, exchanged
+
+    f = jax.jit(
+        jax.shard_map(body, mesh=m, in_specs=P("x"), out_specs=(P("x"), P("x"), P("x"), P("x")))
+    )
+    return f.lower(x), lambda: {"out": [local(o) for o in f(x)]}, 1
+
+
+PROGRAMS = {
+    "data_parallel": data_parallel,
+    "fsdp": fsdp,
+    "gather_reshard": gather_reshard,
+    "transpose_reshard": transpose_reshard,
+    "roll": roll,
+    "integer_sums": integer_sums,
+    "shard_map_collectives": shard_map_collectives,
+}
+
+
+def main(argv=None):
+    args = parser.parse_args(argv)
+    jax.config.update("jax_num_cpu_devices", args.devices)
+    if not jax_accl.xla_collectives.enabled():
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=args.coordinator,
+        num_processes=args.num_processes,
+        process_id=args.process_id,
+        initialization_timeout=60,
+    )
+    n = jax.device_count()
+    m = mesh(n, args.axis_type)
+    result = {"enabled": jax_accl.xla_collectives.enabled(), "programs": {}}
+    with jax.set_mesh(m):
+        for name in args.program:
+            lowered, run, executions = PROGRAMS[name](m, n, args.steps)
+            lowered = lowered if isinstance(lowered, list) else [lowered]
+            hlo = {}
+            for low in lowered:
+                for kind, count in hlo_collectives(low.compile().as_text()).items():
+                    mine = hlo.setdefault(kind, {"ops": 0, "buffers": 0})
+                    mine["ops"] += count["ops"]
+                    mine["buffers"] += count["buffers"]
+            run()  # the first run makes XLA's communicators (MPI_Comm_split)
+            jax_accl.reset_stats()
+            outputs = run()
+            calls = {
+                k: v["calls"] for k, v in jax_accl.stats()["xla_collectives"].items() if v["calls"]
+            }
+            result["programs"][name] = {
+                "hlo": hlo,
+                "executions": executions,
+                "calls": calls,
+                "outputs": outputs,
+            }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

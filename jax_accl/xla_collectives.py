@@ -1,0 +1,130 @@
+"""jax_accl as XLA:CPU's collectives backend (``JAX_ACCL_XLA_COLLECTIVES=1``).
+
+With ``jax_cpu_collectives_implementation='mpi'``, XLA:CPU runs every collective of a
+multi-process program (the all-reduces, all-gathers, all-to-alls and
+collective-permutes its SPMD partitioner inserts into a ``jax.jit`` program) through
+MPI, which jaxlib reaches through MPItrampoline, linked into ``libjax_common.so``: at
+``import jax`` it loads the library named by ``MPITRAMPOLINE_LIB``. jax_accl's
+``libjax_accl_mpi.so`` (``xla_ffi/mpiabi/``) exports that ABI and runs the calls on
+jax_accl's runtime: hierarchical, every rail, shared memory within a host.
+
+Turned on when jax_accl is imported with ``JAX_ACCL_XLA_COLLECTIVES=1``, which must
+come before jax's import (``prepare``); ``jax.distributed.initialize()`` then starts
+jax_accl's side as well (``finish``). ``python -m jax_accl.run script.py`` does it for
+a script that imports jax first. No mpirun: ranks and the bootstrap are
+jax.distributed's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+from jax_accl import config
+from jax_accl.errors import AcclError
+
+LIBRARY = Path(__file__).with_name("libjax_accl_mpi.so")
+# jaxlib versions whose MPIABI names CI checks against the library's
+# (tests/tools/test_mpiabi_names.py); any other is checked at enable time.
+VERIFIED_JAXLIB = ("0.10.2", "0.12.0")
+
+_prepared = False
+
+
+def requested() -> bool:
+    return bool(config.value("JAX_ACCL_XLA_COLLECTIVES"))
+
+
+def enabled() -> bool:
+    """Whether this process's XLA:CPU collectives run on jax_accl."""
+    return _prepared
+
+
+def prepare() -> None:
+    """Before jax's import: points jaxlib's MPItrampoline at jax_accl's library."""
+    global _prepared
+    if not requested() or _prepared:
+        return
+    ours = str(LIBRARY)
+    if ("jax" in sys.modules or "jaxlib" in sys.modules) and config.environment(
+        "MPITRAMPOLINE_LIB"
+    ) != ours:
+        raise AcclError(
+            "jax_accl: JAX_ACCL_XLA_COLLECTIVES=1, but jax was imported before jax_accl, "
+            "and jaxlib reads the MPI library it loads when it is imported. Import jax_accl "
+            "first, or run the script as `python -m jax_accl.run script.py ...`"
+        )
+    if not LIBRARY.exists():
+        raise AcclError(f"jax_accl: {LIBRARY} is missing; reinstall jax_accl")
+    missing = names_missing(ours)
+    if missing:
+        raise AcclError(
+            f"jax_accl: jaxlib {jaxlib_version()} looks up MPI ABI names that jax_accl's "
+            f"MPI library lacks ({', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''}"
+            f"; {len(missing)} in all), and would end the process at import. "
+            f"JAX_ACCL_XLA_COLLECTIVES=1 supports jaxlib {', '.join(VERIFIED_JAXLIB)}"
+        )
+    config.set_environment("MPITRAMPOLINE_LIB", ours)
+    _prepared = True
+
+
+def finish() -> None:
+    """After jax's import: selects XLA:CPU's MPI collectives and makes
+    jax.distributed.initialize() start jax_accl's side too."""
+    if not _prepared:
+        return
+    import jax
+
+    from jax_accl import _accl, distributed
+
+    jax.config.update("jax_cpu_collectives_implementation", "mpi")
+    original = jax.distributed.initialize
+    if getattr(original, "_jax_accl", False):
+        return
+
+    def initialize(*args, **kwargs):
+        original(*args, **kwargs)
+        from jax._src import distributed as jax_distributed
+
+        state = jax_distributed.global_state
+        # XLA's MPI_Init (when JAX makes its CPU backend, which starting needs) asks
+        # MPI_COMM_WORLD's rank and size.
+        _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
+        distributed.ensure_started()
+
+    initialize.__doc__ = original.__doc__
+    initialize._jax_accl = True
+    jax.distributed.initialize = initialize
+
+
+def jaxlib_version() -> str:
+    try:
+        return importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        return "(unknown)"
+
+
+def jaxlib_binary() -> Path:
+    spec = importlib.util.find_spec("jaxlib")  # without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise AcclError("jax_accl: jaxlib is not installed")
+    return Path(list(spec.submodule_search_locations)[0]) / "libjax_common.so"
+
+
+def names_jaxlib_looks_up(binary: Path | None = None) -> set[str]:
+    """The MPIABI_* names jaxlib's MPItrampoline looks up (strings in libjax_common.so)."""
+    data = (binary or jaxlib_binary()).read_bytes()
+    return {m.decode() for m in re.findall(rb"(?<![\w])(MPIX?ABI_[A-Za-z0-9_]+)\x00", data)}
+
+
+def names_missing(library: str) -> list[str]:
+    """Names jaxlib looks up that `library` does not export; none for a verified jaxlib
+    (the scan of jaxlib's 350 MB binary takes seconds)."""
+    if jaxlib_version() in VERIFIED_JAXLIB:
+        return []
+    lib = ctypes.CDLL(library)
+    return sorted(n for n in names_jaxlib_looks_up() if not hasattr(lib, n))

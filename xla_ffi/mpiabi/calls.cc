@@ -1,0 +1,298 @@
+// The MPI functions XLA:CPU's MPI collectives call (xla/backends/cpu/collectives/
+// mpi_collectives.cc and mpi_communicator.cc), on jax_accl's runtime:
+//   Init_thread, Finalize, Is_thread_main  process state (jax_accl's World is started
+//                                          by jax_accl/xla_collectives.py, not here)
+//   Comm_rank, Comm_size, Comm_split, Comm_free  communicators (communicators.h)
+//   Allreduce, Allgather, Reduce_scatter   jax_accl's collectives of the group
+//   Sendrecv                               one step of a permutation (all-to-all)
+//   Isend, Irecv, Wait                     a permutation (collective-permute)
+//   Error_string                           the message of a failed call (errors.h)
+// Every other function of the ABI fails naming itself (unsupported.cc).
+#include <algorithm>
+#include <cstring>
+
+#include "mpiabi/abi.h"
+#include "mpiabi/communicators.h"
+#include "mpiabi/errors.h"
+#include "mpiabi/point_to_point.h"
+
+namespace accl::mpiabi {
+namespace {
+
+int result(const Status& s) { return s.ok() ? MPIABI_SUCCESS : fail(s); }
+
+// The element type of an MPI datatype XLA passes, or false.
+bool dtype_of(MPIABI_Datatype type, DType* out) {
+  struct Entry {
+    const uintptr_t* handle;
+    DType dtype;
+  };
+  static const Entry table[] = {
+      {&MPIABI_BYTE, DType::kU8},
+      {&MPIABI_UINT8_T, DType::kU8},
+      {&MPIABI_UNSIGNED_CHAR, DType::kU8},
+      {&MPIABI_INT8_T, DType::kI8},
+      {&MPIABI_SIGNED_CHAR, DType::kI8},
+      {&MPIABI_CHAR, DType::kI8},
+      {&MPIABI_C_BOOL, DType::kBool},
+      {&MPIABI_INT16_T, DType::kI16},
+      {&MPIABI_SHORT, DType::kI16},
+      {&MPIABI_UINT16_T, DType::kU16},
+      {&MPIABI_UNSIGNED_SHORT, DType::kU16},
+      {&MPIABI_INT32_T, DType::kI32},
+      {&MPIABI_INT, DType::kI32},
+      {&MPIABI_UINT32_T, DType::kU32},
+      {&MPIABI_UNSIGNED, DType::kU32},
+      {&MPIABI_INT64_T, DType::kI64},
+      {&MPIABI_LONG, DType::kI64},
+      {&MPIABI_LONG_LONG, DType::kI64},
+      {&MPIABI_UINT64_T, DType::kU64},
+      {&MPIABI_UNSIGNED_LONG, DType::kU64},
+      {&MPIABI_UNSIGNED_LONG_LONG, DType::kU64},
+      {&MPIABI_FLOAT, DType::kF32},
+      {&MPIABI_DOUBLE, DType::kF64},
+      {&MPIABI_C_COMPLEX, DType::kC64},
+      {&MPIABI_C_FLOAT_COMPLEX, DType::kC64},
+      {&MPIABI_C_DOUBLE_COMPLEX, DType::kC128},
+  };
+  for (const Entry& e : table) {
+    if (*e.handle == type) {
+      *out = e.dtype;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool op_of(MPIABI_Op op, ReduceOp* out) {
+  if (op == MPIABI_SUM)
+    *out = ReduceOp::kSum;
+  else if (op == MPIABI_PROD)
+    *out = ReduceOp::kProd;
+  else if (op == MPIABI_MIN)
+    *out = ReduceOp::kMin;
+  else if (op == MPIABI_MAX)
+    *out = ReduceOp::kMax;
+  else
+    return false;
+  return true;
+}
+
+Status bad_type(const char* function, MPIABI_Datatype type) {
+  return error(Code::kInvalidArgument, function, ": datatype handle ", type,
+               " is not one jax_accl reduces (integers of 8 to 64 bits, float, double, "
+               "complex)");
+}
+
+// The communicator, datatype and count of a call, checked.
+Status begin(const char* function, MPIABI_Comm handle, MPIABI_Datatype type, int count,
+             std::shared_ptr<Comm>* comm, DType* dtype) {
+  ACCL_RETURN_IF_ERROR(find_comm(handle, function, comm));
+  if (!dtype_of(type, dtype)) return bad_type(function, type);
+  if (count < 0) {
+    return error(Code::kInvalidArgument, function, " on ", (*comm)->label, ": count ", count);
+  }
+  return Status::Ok();
+}
+
+Status allreduce(const void* in, void* out, int count, MPIABI_Datatype type, MPIABI_Op op,
+                 MPIABI_Comm handle) {
+  std::shared_ptr<Comm> comm;
+  DType dtype;
+  ReduceOp reduce;
+  ACCL_RETURN_IF_ERROR(begin("MPI_Allreduce", handle, type, count, &comm, &dtype));
+  if (!op_of(op, &reduce)) {
+    return error(Code::kInvalidArgument, "MPI_Allreduce on ", comm->label,
+                 ": only MPI_SUM, MPI_PROD, MPI_MIN and MPI_MAX are supported");
+  }
+  if (in == MPIABI_IN_PLACE) in = out;
+  return run_collective_on(*comm, "MPI_Allreduce", Collective::kAllReduce, dtype, reduce, in, out,
+                           count);
+}
+
+Status allgather(const void* in, int count, MPIABI_Datatype type, void* out, int out_count,
+                 MPIABI_Datatype out_type, MPIABI_Comm handle) {
+  std::shared_ptr<Comm> comm;
+  DType dtype;
+  ACCL_RETURN_IF_ERROR(begin("MPI_Allgather", handle, type, count, &comm, &dtype));
+  if (in == MPIABI_IN_PLACE || out_type != type || out_count != count) {
+    return error(Code::kInvalidArgument, "MPI_Allgather on ", comm->label,
+                 ": jax_accl gathers blocks of one type and count, not in place");
+  }
+  return run_collective_on(*comm, "MPI_Allgather", Collective::kAllGather, dtype, ReduceOp::kSum,
+                           in, out, count);
+}
+
+Status reduce_scatter(const void* in, void* out, const int* counts, MPIABI_Datatype type,
+                      MPIABI_Op op, MPIABI_Comm handle) {
+  std::shared_ptr<Comm> comm;
+  DType dtype;
+  ReduceOp reduce;
+  ACCL_RETURN_IF_ERROR(begin("MPI_Reduce_scatter", handle, type, counts[0], &comm, &dtype));
+  const int n = static_cast<int>(comm->devices.size());
+  if (!op_of(op, &reduce) || in == MPIABI_IN_PLACE ||
+      !std::all_of(counts, counts + n, [&](int c) { return c == counts[0]; })) {
+    return error(Code::kInvalidArgument, "MPI_Reduce_scatter on ", comm->label,
+                 ": jax_accl scatters equal blocks, not in place, by MPI_SUM, MPI_PROD, "
+                 "MPI_MIN or MPI_MAX");
+  }
+  return run_collective_on(*comm, "MPI_Reduce_scatter", Collective::kReduceScatter, dtype, reduce,
+                           in, out, static_cast<uint64_t>(counts[0]) * n);
+}
+
+Status sendrecv(const void* in, int count, MPIABI_Datatype type, int dest, void* out, int out_count,
+                MPIABI_Datatype out_type, int source, MPIABI_Comm handle, MPIABI_Status* status) {
+  std::shared_ptr<Comm> comm;
+  DType dtype, out_dtype;
+  ACCL_RETURN_IF_ERROR(begin("MPI_Sendrecv", handle, type, count, &comm, &dtype));
+  if (!dtype_of(out_type, &out_dtype)) return bad_type("MPI_Sendrecv", out_type);
+  const uint64_t bytes = uint64_t(count) * dtype_size(dtype);
+  const int n = static_cast<int>(comm->devices.size());
+  if (bytes != uint64_t(out_count) * dtype_size(out_dtype) || dest < 0 || dest >= n || source < 0 ||
+      source >= n) {
+    return error(Code::kInvalidArgument, "MPI_Sendrecv on ", comm->label, ": rank ", comm->rank,
+                 " sends ", bytes, " bytes to ", dest, " and receives ",
+                 uint64_t(out_count) * dtype_size(out_dtype), " from ", source,
+                 "; jax_accl exchanges equal blocks with ranks of the communicator");
+  }
+  if (status != nullptr && static_cast<void*>(status) != MPIABI_STATUS_IGNORE) {
+    status->MPI_SOURCE = source;
+    status->MPI_TAG = 0;
+    status->MPI_ERROR = MPIABI_SUCCESS;
+  }
+  return run_collective_on(*comm, "MPI_Sendrecv", Collective::kPermute, DType::kU8, ReduceOp::kSum,
+                           in, out, bytes, PermutePeers{dest, source});
+}
+
+Status post_point_to_point(bool send, const void* in, void* out, int count, MPIABI_Datatype type,
+                           int peer, MPIABI_Comm handle, MPIABI_Request* request) {
+  DType dtype;
+  if (!dtype_of(type, &dtype)) return bad_type(send ? "MPI_Isend" : "MPI_Irecv", type);
+  return post(handle, send, in, out, uint64_t(count) * dtype_size(dtype), peer, request);
+}
+
+}  // namespace
+}  // namespace accl::mpiabi
+
+using accl::Status;
+using namespace accl::mpiabi;  // NOLINT: the ABI's entry points below
+
+extern "C" {
+
+int MPIABI_Init_thread(int*, char***, int required, int* provided) {
+  if (provided != nullptr) *provided = std::min(required, MPIABI_THREAD_MULTIPLE);
+  return MPIABI_SUCCESS;
+}
+
+int MPIABI_Init(int*, char***) { return MPIABI_SUCCESS; }
+
+int MPIABI_Query_thread(int* provided) {
+  *provided = MPIABI_THREAD_MULTIPLE;
+  return MPIABI_SUCCESS;
+}
+
+int MPIABI_Initialized(int* flag) {
+  *flag = 1;
+  return MPIABI_SUCCESS;
+}
+
+// jax_accl's side stops with jax.distributed (or at exit), not here: XLA finalizes at
+// exit, while other atexit handlers may still run collectives.
+int MPIABI_Finalize(void) { return MPIABI_SUCCESS; }
+
+int MPIABI_Finalized(int* flag) {
+  *flag = 0;
+  return MPIABI_SUCCESS;
+}
+
+// XLA calls from its thread pool, and jax_accl runs from any thread.
+int MPIABI_Is_thread_main(int* flag) {
+  *flag = 1;
+  return MPIABI_SUCCESS;
+}
+
+int MPIABI_Comm_rank(MPIABI_Comm handle, int* rank) {
+  int size = 0;
+  if (handle == MPIABI_COMM_WORLD) return result(world_identity(rank, &size));
+  std::shared_ptr<Comm> comm;
+  if (Status s = find_comm(handle, "MPI_Comm_rank", &comm); !s.ok()) return result(s);
+  *rank = comm->rank;
+  return MPIABI_SUCCESS;
+}
+
+int MPIABI_Comm_size(MPIABI_Comm handle, int* size) {
+  int rank = 0;
+  if (handle == MPIABI_COMM_WORLD) return result(world_identity(&rank, size));
+  std::shared_ptr<Comm> comm;
+  if (Status s = find_comm(handle, "MPI_Comm_size", &comm); !s.ok()) return result(s);
+  *size = static_cast<int>(comm->devices.size());
+  return MPIABI_SUCCESS;
+}
+
+int MPIABI_Comm_split(MPIABI_Comm handle, int color, int key, MPIABI_Comm* newcomm) {
+  std::shared_ptr<Comm> parent;
+  if (Status s = find_comm(handle, "MPI_Comm_split", &parent); !s.ok()) {
+    *newcomm = MPIABI_COMM_NULL;
+    return result(s);
+  }
+  return result(split(*parent, color, key, newcomm));
+}
+
+int MPIABI_Comm_free(MPIABI_Comm* handle) {
+  free_comm(*handle);
+  *handle = MPIABI_COMM_NULL;
+  return MPIABI_SUCCESS;
+}
+
+int MPIABI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPIABI_Datatype type,
+                     MPIABI_Op op, MPIABI_Comm comm) {
+  return result(allreduce(sendbuf, recvbuf, count, type, op, comm));
+}
+
+int MPIABI_Allgather(const void* sendbuf, int sendcount, MPIABI_Datatype sendtype, void* recvbuf,
+                     int recvcount, MPIABI_Datatype recvtype, MPIABI_Comm comm) {
+  return result(allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+}
+
+int MPIABI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
+                          MPIABI_Datatype type, MPIABI_Op op, MPIABI_Comm comm) {
+  return result(reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm));
+}
+
+int MPIABI_Sendrecv(const void* sendbuf, int sendcount, MPIABI_Datatype sendtype, int dest,
+                    int /*sendtag*/, void* recvbuf, int recvcount, MPIABI_Datatype recvtype,
+                    int source, int /*recvtag*/, MPIABI_Comm comm, MPIABI_Status* status) {
+  return result(sendrecv(sendbuf, sendcount, sendtype, dest, recvbuf, recvcount, recvtype, source,
+                         comm, status));
+}
+
+int MPIABI_Isend(const void* buf, int count, MPIABI_Datatype type, int dest, int /*tag*/,
+                 MPIABI_Comm comm, MPIABI_Request* request) {
+  return result(post_point_to_point(true, buf, nullptr, count, type, dest, comm, request));
+}
+
+int MPIABI_Irecv(void* buf, int count, MPIABI_Datatype type, int source, int /*tag*/,
+                 MPIABI_Comm comm, MPIABI_Request* request) {
+  return result(post_point_to_point(false, nullptr, buf, count, type, source, comm, request));
+}
+
+int MPIABI_Wait(MPIABI_Request* request, MPIABI_Status* status) {
+  return result(wait(request, status));
+}
+
+int MPIABI_Error_string(int code, char* text, int* length) {
+  const std::string message = message_of(code);
+  const size_t n = std::min<size_t>(message.size(), kMaxErrorString - 1);
+  std::memcpy(text, message.data(), n);
+  text[n] = '\0';
+  *length = static_cast<int>(n);
+  return MPIABI_SUCCESS;
+}
+
+// No device memory here: MPIX_Query_*_support answer 0.
+int MPIXABI_Query_cuda_support(void) { return 0; }
+int MPIXABI_Query_hip_support(void) { return 0; }
+int MPIXABI_Query_rocm_support(void) { return 0; }
+int MPIXABI_Query_ze_support(void) { return 0; }
+
+}  // extern "C"

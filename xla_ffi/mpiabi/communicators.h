@@ -1,0 +1,59 @@
+// The communicators XLA:CPU's MPI collectives use, on jax_accl's World: MPI_COMM_WORLD
+// (every process, one CPU device each, in process order), MPI_COMM_SELF, and those
+// MPI_Comm_split makes, each a group of global devices with a lane of its own (its
+// channels). A call on one runs as jax_accl's collective of that group
+// (allreduce_across_processes): hierarchical between hosts, every rail, shared memory
+// within a host.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/permute.h"
+#include "common/dtype.h"
+#include "common/status.h"
+#include "mpiabi/abi.h"
+#include "runtime/rendezvous.h"
+
+namespace accl::mpiabi {
+
+struct Comm {
+  uintptr_t handle = 0;
+  std::vector<int64_t> devices;  // global device ids in rank order, one per process
+  int rank = 0;
+  uint64_t lane = 0;
+  std::string label;  // "MPI communicator [0 2]"
+  // Why the communicator cannot be used (a split that failed: XLA ignores the split's
+  // error, so its collectives on it fail naming this instead).
+  Status broken;
+  std::atomic<uint64_t> calls{0};   // its collectives so far, the same count in every rank
+  std::atomic<uint64_t> splits{0};  // its splits so far
+  std::shared_ptr<Rendezvous> rendezvous = std::make_shared<Rendezvous>();
+};
+
+// This process's rank and the process count of MPI_COMM_WORLD (jax.distributed's).
+Status world_identity(int* rank, int* size);
+// The communicator of `handle`, or an error naming `function`.
+Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>* out);
+// MPI_Comm_split: the ranks of `parent` agree on every rank's (color, key) (an
+// all-gather, within the collective timeout); *out is the new communicator, or
+// MPI_COMM_NULL for MPI_UNDEFINED. A failed agreement still makes a communicator, a
+// broken one, so that XLA's later calls on it fail with the reason.
+Status split(Comm& parent, int color, int key, MPIABI_Comm* out);
+void free_comm(MPIABI_Comm handle);
+
+// One collective of `comm` (its next in every rank): `count` elements of `dtype` in
+// (an all-gather's block; a reduce-scatter's whole input), `peers` a permutation's.
+// Counted in stats under `function` (MPI_Allreduce).
+Status run_collective_on(Comm& comm, const char* function, Collective collective, DType dtype,
+                         ReduceOp op, const void* in, void* out, uint64_t count,
+                         PermutePeers peers = {});
+
+// The collective timeout (JAX_ACCL_TIMEOUT_S, as jax.distributed.initialize() found it
+// through jax_accl), in seconds.
+double timeout_seconds();
+
+}  // namespace accl::mpiabi
