@@ -20,7 +20,9 @@ import jax_accl
 
 import argparse
 import json
+import os
 import re
+import signal
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +40,13 @@ parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--program", action="append", required=True)
 parser.add_argument("--axis-type", default="explicit", choices=["explicit", "auto"])
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--gloo-interface", default="", help="gloo's interface (namespaced hosts)")
+parser.add_argument(
+    "--die",
+    type=int,
+    default=-1,
+    help="this process is SIGKILLed after the first run; the others' second run must raise",
+)
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -60,6 +69,14 @@ def mesh(n: int, axis_type: str):
 
 def put(x, m, spec):
     return jax.make_array_from_callback(x.shape, NamedSharding(m, spec), lambda i: x[i])
+
+
+def respec(a, m, spec):
+    """`a` laid out as `spec`: jax.sharding.reshard on an Explicit mesh, a sharding
+    constraint on an Auto one (XLA inserts the collective either way)."""
+    if m.axis_types[0] == AxisType.Explicit:
+        return jax.sharding.reshard(a, spec)
+    return jax.lax.with_sharding_constraint(a, NamedSharding(m, spec))
 
 
 def local(a):
@@ -116,7 +133,7 @@ def fsdp(m, n, steps):
     x, y = put(x, m, P("x")), put(y, m, P("x"))
 
     def gather(w):
-        return jax.sharding.reshard(w, P()) if m.axis_types[0] == AxisType.Explicit else w
+        return respec(w, m, P())
 
     @jax.jit
     def step(params, x, y):
@@ -136,14 +153,14 @@ def fsdp(m, n, steps):
 def gather_reshard(m, n, steps):
     """A sharded array made replicated: an all-gather."""
     x = put(np.arange(6 * n * 5, dtype=np.float32).reshape(6 * n, 5), m, P("x"))
-    f = jax.jit(lambda a: jax.sharding.reshard(a * 2, P()))
+    f = jax.jit(lambda a: respec(a * 2, m, P()))
     return f.lower(x), lambda: {"out": local(f(x))}, 1
 
 
 def transpose_reshard(m, n, steps):
     """Rows sharded to columns sharded: an all-to-all."""
     x = put(np.arange(4 * n * 4 * n, dtype=np.int32).reshape(4 * n, 4 * n), m, P("x", None))
-    f = jax.jit(lambda a: jax.sharding.reshard(a + 1, P(None, "x")))
+    f = jax.jit(lambda a: respec(a + 1, m, P(None, "x")))
     return f.lower(x), lambda: {"out": local(f(x))}, 1
 
 
@@ -169,6 +186,13 @@ def integer_sums(m, n, steps):
         return {name: [local(o) for o in f(x)] for name, (f, x) in outs.items()}
 
     return lowered, run, 1
+
+
+def large_sum(m, n, steps):
+    """A 4 MiB float32 sum over the sharded axis: large enough to stripe over rails."""
+    x = put(np.random.default_rng(5).standard_normal((n, 1 << 20)).astype(np.float32), m, P("x"))
+    f = jax.jit(lambda a: jnp.sum(a, axis=0))
+    return f.lower(x), lambda: {"out": local(f(x))}, 1
 
 
 def shard_map_collectives(m, n, steps):
@@ -199,6 +223,7 @@ PROGRAMS = {
     "roll": roll,
     "integer_sums": integer_sums,
     "shard_map_collectives": shard_map_collectives,
+    "large_sum": large_sum,
 }
 
 
@@ -213,6 +238,10 @@ def main(argv=None):
         process_id=args.process_id,
         initialization_timeout=60,
     )
+    if args.gloo_interface and not jax_accl.xla_collectives.enabled():
+        from jax_accl import _compat
+
+        _compat.use_gloo_on_interface(args.gloo_interface)
     n = jax.device_count()
     m = mesh(n, args.axis_type)
     result = {"enabled": jax_accl.xla_collectives.enabled(), "programs": {}}
@@ -227,8 +256,16 @@ def main(argv=None):
                     mine["ops"] += count["ops"]
                     mine["buffers"] += count["buffers"]
             run()  # the first run makes XLA's communicators (MPI_Comm_split)
+            if args.die == args.process_id:
+                os.kill(os.getpid(), signal.SIGKILL)
             jax_accl.reset_stats()
-            outputs = run()
+            try:
+                outputs = run()
+            except Exception as e:  # XLA's runtime error, carrying jax_accl's message
+                if args.die < 0:
+                    raise
+                result["error"] = f"{type(e).__name__}: {e}"
+                break
             calls = {
                 k: v["calls"] for k, v in jax_accl.stats()["xla_collectives"].items() if v["calls"]
             }
@@ -237,8 +274,13 @@ def main(argv=None):
                 "executions": executions,
                 "calls": calls,
                 "outputs": outputs,
+                "transports": {
+                    k: v["bytes_sent"] for k, v in jax_accl.stats()["transports"].items()
+                },
             }
     print("RESULT " + json.dumps(result), flush=True)
+    if args.die >= 0:
+        os._exit(0)  # a peer is gone: jax.distributed's shutdown barrier would wait for it
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ hold every name the binary looks up (CI runs this on each supported jaxlib)."""
 import re
 from pathlib import Path
 
-import jaxlib
+from jax_accl.xla_collectives import names_jaxlib_looks_up
 
 TABLE = Path(__file__).resolve().parents[2] / "xla_ffi" / "mpiabi" / "abi_names.inc"
 KINDS = {
@@ -25,14 +25,6 @@ def table() -> dict:
     names = dict((name, kind) for kind, name in entries)
     assert len(names) == len(entries), "a name is listed twice"
     return names
-
-
-def names_jaxlib_looks_up() -> set:
-    binary = Path(jaxlib.__file__).parent / "libjax_common.so"
-    return {
-        m.decode()
-        for m in re.findall(rb"(?<![\w])(MPIX?ABI_[A-Za-z0-9_]+)\x00", binary.read_bytes())
-    }
 
 
 def test_the_table_holds_every_name_the_installed_jaxlib_looks_up():

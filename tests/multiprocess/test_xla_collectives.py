@@ -1,0 +1,173 @@
+"""jax_accl as XLA:CPU's collectives backend (JAX_ACCL_XLA_COLLECTIVES=1): plain jax.jit
+programs on Explicit and Auto meshes, one CPU device per process, no shard_map of
+jax_accl's (jax_accl.testing.jit_worker). Each job runs twice, on jax_accl and over
+gloo: results equal (integers bitwise), and every collective the compiled HLO holds is
+counted in jax_accl.stats()["xla_collectives"], so none ran elsewhere."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jax_accl.testing import launch, netns
+
+WORKER = ["-m", "jax_accl.testing.jit_worker"]
+ALL_PROGRAMS = [
+    "data_parallel",
+    "fsdp",
+    "gather_reshard",
+    "transpose_reshard",
+    "roll",
+    "integer_sums",
+    "shard_map_collectives",
+]
+
+
+def job(n, programs, *, accl, worker=WORKER, axis_type="explicit", env=None, extra=(), **kw):
+    args = [a for p in programs for a in ("--program", p)]
+    args += ["--axis-type", axis_type, *extra]
+    envs = [
+        {"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": "30"}
+        | (env[i] if env else {})
+        for i in range(n)
+    ]
+    return launch.run_job(worker, n, 1, extra=args, env=envs, timeout=300, **kw)
+
+
+def expected_calls(hlo: dict, executions: int, n: int) -> dict:
+    """The MPI calls XLA:CPU makes for the collectives of `hlo` (jit_worker's counts):
+    one per operand of an all-reduce, all-gather or reduce-scatter, n - 1 exchanges per
+    all-to-all, one permutation step per collective-permute."""
+    per_kind = {
+        "all-reduce": ("MPI_Allreduce", "buffers", 1),
+        "all-gather": ("MPI_Allgather", "buffers", 1),
+        "reduce-scatter": ("MPI_Reduce_scatter", "buffers", 1),
+        "all-to-all": ("MPI_Sendrecv", "ops", n - 1),
+        "collective-permute": ("MPI_Isend/MPI_Irecv", "ops", 1),
+    }
+    out = {}
+    for kind, counts in hlo.items():
+        function, unit, factor = per_kind[kind]
+        out[function] = out.get(function, 0) + counts[unit] * factor * executions
+    return out
+
+
+def assert_same(ours, theirs, where=""):
+    if isinstance(ours, dict):
+        assert ours.keys() == theirs.keys(), where
+        for k in ours:
+            assert_same(ours[k], theirs[k], f"{where}.{k}")
+        return
+    if isinstance(ours, list) and ours and isinstance(ours[0], list):
+        assert len(ours) == len(theirs), where
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            assert_same(a, b, f"{where}[{i}]")
+        return
+    a, b = np.asarray(ours), np.asarray(theirs)
+    assert a.shape == b.shape, where
+    if a.dtype.kind in "iub":
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=where)
+
+
+def assert_carried_and_equal(ours: list, gloo: list, n: int, programs: list):
+    for rank, (mine, theirs) in enumerate(zip(ours, gloo)):
+        assert mine["enabled"] and not theirs["enabled"]
+        assert sorted(mine["programs"]) == sorted(programs)
+        for name in programs:
+            r, g = mine["programs"][name], theirs["programs"][name]
+            assert r["hlo"], f"{name}: no XLA collective to carry"
+            assert r["hlo"] == g["hlo"], name
+            assert r["calls"] == expected_calls(r["hlo"], r["executions"], n), (name, r)
+            assert g["calls"] == {}, name  # gloo's job: jax_accl made no call
+            assert_same(r["outputs"], g["outputs"], f"rank {rank} {name}")
+
+
+def test_two_processes_every_program_on_jax_accl_equals_gloo():
+    ours = job(2, ALL_PROGRAMS, accl=True)
+    gloo = job(2, ALL_PROGRAMS, accl=False)
+    assert_carried_and_equal(ours, gloo, 2, ALL_PROGRAMS)
+    kinds = set()
+    for r in ours[0]["programs"].values():
+        kinds |= set(r["hlo"])
+    # Every kind of collective XLA:CPU makes ran on jax_accl.
+    assert kinds == {
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+    }
+    assert ours[0]["programs"]["data_parallel"]["transports"]["shm"] > 0
+
+
+@pytest.mark.parametrize("axis_type", ["explicit", "auto"])
+def test_four_processes(axis_type):
+    programs = ["data_parallel", "fsdp", "transpose_reshard", "roll", "shard_map_collectives"]
+    ours = job(4, programs, accl=True, axis_type=axis_type)
+    gloo = job(4, programs, accl=False, axis_type=axis_type)
+    assert_carried_and_equal(ours, gloo, 4, programs)
+
+
+def test_two_namespaced_hosts_of_two_processes_over_both_rails(root_required):
+    programs = ["data_parallel", "fsdp", "integer_sums", "shard_map_collectives", "large_sum"]
+    with netns.virtual_hosts(2, 2) as names:
+        spaces = [name for name in names for _ in range(2)]
+        env = [{"JAX_ACCL_HOST_ID": s, "JAX_ACCL_RAILS": "rail0,rail1"} for s in spaces]
+        kw = dict(env=env, namespaces=spaces, coordinator_ip=netns.rail_ip(0, 0))
+        ours = job(4, programs, accl=True, **kw)
+        gloo = job(4, programs, accl=False, extra=["--gloo-interface", "rail0"], **kw)
+    assert_carried_and_equal(ours, gloo, 4, programs)
+    for r in ours:
+        sent = r["programs"]["large_sum"]["transports"]
+        assert sent.get("tcp:rail0", 0) > 0 and sent.get("tcp:rail1", 0) > 0, sent
+        assert sent.get("shm", 0) > 0, sent  # the other process of its host
+
+
+def test_the_launcher_carries_a_script_that_imports_jax_first():
+    """python -m jax_accl.run: without JAX_ACCL_XLA_COLLECTIVES in the environment, the
+    worker (which imports jax_accl first, but the launcher does not rely on it) runs on
+    jax_accl."""
+    results = launch.run_job(
+        ["-m", "jax_accl.run", "-m", "jax_accl.testing.jit_worker"],
+        2,
+        1,
+        extra=["--program", "data_parallel"],
+        timeout=300,
+    )
+    for r in results:
+        assert r["enabled"]
+        assert r["programs"]["data_parallel"]["calls"]["MPI_Allreduce"] > 0
+
+
+def test_importing_jax_first_is_a_clear_error_not_an_exit(tmp_path):
+    env = launch.worker_env({"JAX_ACCL_XLA_COLLECTIVES": "1"})
+    env.pop("MPITRAMPOLINE_LIB", None)
+    done = subprocess.run(
+        [sys.executable, "-c", "import jax\nimport jax_accl"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("jax_accl.errors.AcclError: jax_accl: JAX_ACCL_XLA_COLLECTIVES=1"), last
+    assert "python -m jax_accl.run" in last
+
+
+def test_a_dead_peer_fails_the_survivors_call_with_jax_accls_message():
+    results = launch.run_job(
+        WORKER,
+        2,
+        1,
+        extra=["--program", "data_parallel", "--die", "1"],
+        env=[{"JAX_ACCL_XLA_COLLECTIVES": "1", "JAX_ACCL_TIMEOUT_S": "20"}] * 2,
+        killed=(1,),
+        timeout=240,
+    )
+    error = results[0]["error"]
+    assert "jax_accl" in error and "MPI_Allreduce" in error, error

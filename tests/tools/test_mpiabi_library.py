@@ -1,0 +1,121 @@
+"""jax_accl's MPI library (libjax_accl_mpi.so) loaded directly, as MPItrampoline loads
+it: the version and constants it must export, the communicators that need no other
+process (MPI_COMM_SELF and its splits), and the errors of what it does not do."""
+
+import ctypes
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jax_accl import xla_collectives
+
+TABLE = Path(__file__).resolve().parents[2] / "xla_ffi" / "mpiabi" / "abi_names.inc"
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return ctypes.CDLL(str(xla_collectives.LIBRARY))
+
+
+def names(kind):
+    return re.findall(rf"^ACCL_MPI_{kind}\((MPIX?ABI_\w+)\)$", TABLE.read_text(), re.M)
+
+
+def value(lib, ctype, name):
+    return ctype.in_dll(lib, name).value
+
+
+def error_string(lib, code) -> str:
+    text, length = ctypes.create_string_buffer(1024), ctypes.c_int()
+    assert lib.MPIABI_Error_string(code, text, ctypes.byref(length)) == 0
+    return text.value.decode()
+
+
+def handle(lib, name):
+    return ctypes.c_size_t(value(lib, ctypes.c_size_t, name))
+
+
+def test_version_and_every_name_are_exported(lib):
+    assert value(lib, ctypes.c_int, "mpiabi_version_major") == 2
+    assert value(lib, ctypes.c_int, "mpiabi_version_minor") >= 9
+    lib.mpiwrapper_export_fortran_constants_()
+    for kind in ("FUNCTION", "INT", "HANDLE", "POINTER", "FUNCTION_POINTER", "OFFSET"):
+        for name in names(kind):
+            assert hasattr(lib, name), name
+
+
+def test_constants_are_distinct_where_mpi_needs_it(lib):
+    ints = {n: value(lib, ctypes.c_int, n) for n in names("INT")}
+    assert ints["MPIABI_SUCCESS"] == 0
+    errors = [
+        v for n, v in ints.items() if n.startswith("MPIABI_ERR_") and n != "MPIABI_ERR_LASTCODE"
+    ]
+    assert len(set(errors)) == len(errors) and 0 < min(errors)
+    assert max(errors) <= ints["MPIABI_ERR_LASTCODE"]
+    levels = [ints[f"MPIABI_THREAD_{t}"] for t in ("SINGLE", "FUNNELED", "SERIALIZED", "MULTIPLE")]
+    assert levels == sorted(set(levels))
+    handles = [value(lib, ctypes.c_size_t, n) for n in names("HANDLE")]
+    assert len(set(handles)) == len(handles)
+    pointers = [value(lib, ctypes.c_void_p, n) for n in names("POINTER")]
+    assert len(set(pointers)) == len(pointers) and None not in pointers
+
+
+def test_a_function_xla_never_calls_fails_naming_itself(lib, capfd):
+    code = lib.MPIABI_Barrier(handle(lib, "MPIABI_COMM_WORLD"))
+    assert code != 0
+    assert "MPI_Barrier is not implemented by jax_accl" in error_string(lib, code)
+    assert "MPI_Barrier" in capfd.readouterr().err
+
+
+def test_comm_self_and_its_split_reduce_gather_and_permute_in_place_of_mpi(lib):
+    self_comm, dbl = handle(lib, "MPIABI_COMM_SELF"), handle(lib, "MPIABI_DOUBLE")
+    x = np.arange(5, dtype=np.float64)
+    y = np.zeros_like(x)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    assert lib.MPIABI_Allreduce(ptr(x), ptr(y), 5, dbl, handle(lib, "MPIABI_SUM"), self_comm) == 0
+    np.testing.assert_array_equal(y, x)
+    split = ctypes.c_size_t()
+    assert lib.MPIABI_Comm_split(self_comm, 7, 0, ctypes.byref(split)) == 0
+    rank, size = ctypes.c_int(-1), ctypes.c_int(-1)
+    assert lib.MPIABI_Comm_rank(split, ctypes.byref(rank)) == 0
+    assert lib.MPIABI_Comm_size(split, ctypes.byref(size)) == 0
+    assert (rank.value, size.value) == (0, 1)
+    z = np.zeros_like(x)
+    assert lib.MPIABI_Allgather(ptr(x), 5, dbl, ptr(z), 5, dbl, split) == 0
+    np.testing.assert_array_equal(z, x)
+    requests = (ctypes.c_size_t * 2)()
+    w = np.zeros_like(x)
+    byte = handle(lib, "MPIABI_BYTE")
+    assert lib.MPIABI_Irecv(ptr(w), 40, byte, 0, 0, split, ctypes.byref(requests, 0)) == 0
+    assert lib.MPIABI_Isend(ptr(x), 40, byte, 0, 0, split, ctypes.byref(requests, 8)) == 0
+    ignore = ctypes.c_void_p(value(lib, ctypes.c_void_p, "MPIABI_STATUS_IGNORE"))
+    for i in range(2):
+        assert lib.MPIABI_Wait(ctypes.byref(requests, 8 * i), ignore) == 0
+    np.testing.assert_array_equal(w, x)
+    assert list(requests) == [value(lib, ctypes.c_size_t, "MPIABI_REQUEST_NULL")] * 2
+    assert lib.MPIABI_Comm_free(ctypes.byref(split)) == 0
+    assert split.value == value(lib, ctypes.c_size_t, "MPIABI_COMM_NULL")
+
+
+def test_errors_name_the_call_and_what_is_wrong(lib):
+    self_comm = handle(lib, "MPIABI_COMM_SELF")
+    x = np.zeros(4, np.float32)
+    p = x.ctypes.data_as(ctypes.c_void_p)
+    sum_op = handle(lib, "MPIABI_SUM")
+    code = lib.MPIABI_Allreduce(p, p, 4, handle(lib, "MPIABI_LONG_DOUBLE"), sum_op, self_comm)
+    assert "MPI_Allreduce: datatype handle" in error_string(lib, code)
+    code = lib.MPIABI_Allreduce(
+        p, p, 4, handle(lib, "MPIABI_FLOAT"), handle(lib, "MPIABI_BAND"), self_comm
+    )
+    assert "only MPI_SUM, MPI_PROD, MPI_MIN and MPI_MAX" in error_string(lib, code)
+    code = lib.MPIABI_Allreduce(
+        p, p, 4, handle(lib, "MPIABI_FLOAT"), sum_op, ctypes.c_size_t(12345)
+    )
+    assert "MPI_Allreduce: an unknown communicator" in error_string(lib, code)
+    # MPI_COMM_WORLD before jax.distributed.initialize() went through jax_accl.
+    rank = ctypes.c_int()
+    code = lib.MPIABI_Comm_rank(handle(lib, "MPIABI_COMM_WORLD"), ctypes.byref(rank))
+    assert "jax.distributed.initialize()" in error_string(lib, code)
+    assert "not one jax_accl returned" in error_string(lib, 999999)
