@@ -5,6 +5,9 @@
     python -m jax_accl.demo --hosts 2 --processes-per-host 2 --devices 2
                                              # on namespaced hosts, two shaped rails (root)
     python -m jax_accl.demo --strategy fsdp  # parameters and adam state sharded (or: tp)
+    python -m jax_accl.demo --jit --processes 2
+                                             # plain jax.jit, XLA's own collectives on
+                                             # jax_accl (jax_accl/demo/jit_training.py)
 
 An MLP learns to classify points drawn from a mixture of Gaussians (generated here, no
 download). The step is the data-parallel step JAX's shard_map documentation teaches:
@@ -390,6 +393,16 @@ def main(argv=None) -> int:
         help="after training, time this many steps, their compute alone and their "
         "communication alone (on by default with --hosts: 20)",
     )
+    parser.add_argument(
+        "--jit",
+        action="store_true",
+        help="the same model as a plain jax.jit program on an Explicit mesh (no shard_map, "
+        "1 device per process), its XLA collectives on jax_accl against gloo "
+        "(jax_accl/demo/jit_training.py)",
+    )
+    parser.add_argument(
+        "--reps", type=int, default=20, help="--jit: timed runs of the all-reduce alone"
+    )
     parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--json", action="store_true", help="print a RESULT line (tests)")
@@ -397,6 +410,10 @@ def main(argv=None) -> int:
     parser.add_argument("--num-processes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.jit:
+        from jax_accl.demo import jit_training
+
+        return jit_training.main(args)
     if args.hosts > 1:
         args.processes = args.hosts * args.processes_per_host
         args.breakdown = args.breakdown or (20 if args.strategy == "dp" else 0)

@@ -56,7 +56,7 @@ def hlo_collectives(compiled_text: str) -> dict:
     start counted once; "buffers": their operands, one MPI call each)."""
     out = {}
     for kind in KINDS:
-        operands = re.findall(rf"= [^=\n]* {kind}(?:-start)?\(([^)]*)\)", compiled_text)
+        operands = re.findall(rf"^\s*\S+ = .* {kind}(?:-start)?\(([^)]*)\)", compiled_text, re.M)
         if operands:
             out[kind] = {"ops": len(operands), "buffers": sum(o.count("%") for o in operands)}
     return out
