@@ -38,6 +38,7 @@
 #include "runtime/call_sequences.h"
 #include "runtime/collective_site.h"
 #include "runtime/one_shot.h"
+#include "selftest/mpiabi_selftest.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
 #include "transport/cma.h"
@@ -931,6 +932,7 @@ int main() {
   test_killed_peer(/*cma=*/false);
   test_sha256();
   test_shm_refusals();
+  run_mpiabi_selftest(&checks, &failures);
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
