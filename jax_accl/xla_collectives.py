@@ -60,14 +60,7 @@ def prepare() -> None:
         )
     if not LIBRARY.exists():
         raise AcclError(f"jax_accl: {LIBRARY} is missing; reinstall jax_accl")
-    missing = names_missing(ours)
-    if missing:
-        raise AcclError(
-            f"jax_accl: jaxlib {jaxlib_version()} looks up MPI ABI names that jax_accl's "
-            f"MPI library lacks ({', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''}"
-            f"; {len(missing)} in all), and would end the process at import. "
-            f"JAX_ACCL_XLA_COLLECTIVES=1 supports jaxlib {', '.join(VERIFIED_JAXLIB)}"
-        )
+    check_jaxlib(ours)
     config.set_environment("MPITRAMPOLINE_LIB", ours)
     _prepared = True
 
@@ -121,10 +114,19 @@ def names_jaxlib_looks_up(binary: Path | None = None) -> set[str]:
     return {m.decode() for m in re.findall(rb"(?<![\w])(MPIX?ABI_[A-Za-z0-9_]+)\x00", data)}
 
 
-def names_missing(library: str) -> list[str]:
-    """Names jaxlib looks up that `library` does not export; none for a verified jaxlib
-    (the scan of jaxlib's 350 MB binary takes seconds)."""
-    if jaxlib_version() in VERIFIED_JAXLIB:
-        return []
+def check_jaxlib(library: str, binary: Path | None = None, version: str | None = None) -> None:
+    """Raises AcclError when the jaxlib installed (or `binary` of `version`) looks up an
+    MPI ABI name `library` lacks: its MPItrampoline would end the process at import.
+    A verified jaxlib is not scanned (its 350 MB binary takes seconds)."""
+    version = version or jaxlib_version()
+    if version in VERIFIED_JAXLIB:
+        return
     lib = ctypes.CDLL(library)
-    return sorted(n for n in names_jaxlib_looks_up() if not hasattr(lib, n))
+    missing = sorted(n for n in names_jaxlib_looks_up(binary) if not hasattr(lib, n))
+    if missing:
+        shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
+        raise AcclError(
+            f"jax_accl: jaxlib {version} looks up MPI ABI names that jax_accl's MPI library "
+            f"lacks ({shown}; {len(missing)} in all), and would end the process at import. "
+            f"JAX_ACCL_XLA_COLLECTIVES=1 is verified with jaxlib {', '.join(VERIFIED_JAXLIB)}"
+        )

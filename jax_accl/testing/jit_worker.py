@@ -40,6 +40,9 @@ parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--program", action="append", required=True)
 parser.add_argument("--axis-type", default="explicit", choices=["explicit", "auto"])
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument(
+    "--profile-dir", default="", help="profile one more run of the last program here"
+)
 parser.add_argument("--gloo-interface", default="", help="gloo's interface (namespaced hosts)")
 parser.add_argument(
     "--die",
@@ -56,7 +59,9 @@ def hlo_collectives(compiled_text: str) -> dict:
     start counted once; "buffers": their operands, one MPI call each)."""
     out = {}
     for kind in KINDS:
-        operands = re.findall(rf"^\s*\S+ = .* {kind}(?:-start)?\(([^)]*)\)", compiled_text, re.M)
+        operands = re.findall(
+            rf"^\s*(?:ROOT )?\S+ = .* {kind}(?:-start)?\(([^)]*)\)", compiled_text, re.M
+        )
         if operands:
             out[kind] = {"ops": len(operands), "buffers": sum(o.count("%") for o in operands)}
     return out
@@ -278,6 +283,14 @@ def main(argv=None):
                     k: v["bytes_sent"] for k, v in jax_accl.stats()["transports"].items()
                 },
             }
+    if args.profile_dir and "error" not in result:
+        log_dir = os.path.join(args.profile_dir, f"process{args.process_id}")
+        with jax.set_mesh(m), jax_accl.profiler.trace(log_dir) as traced:
+            run()
+        result["profile"] = [
+            {"name": e["name"], "call": e.get("call", "")}
+            for e in jax_accl.profiler.native_events(traced.xplane)
+        ]
     print("RESULT " + json.dumps(result), flush=True)
     if args.die >= 0:
         os._exit(0)  # a peer is gone: jax.distributed's shutdown barrier would wait for it

@@ -4,6 +4,7 @@ jax_accl's (jax_accl.testing.jit_worker). Each job runs twice, on jax_accl and o
 gloo: results equal (integers bitwise), and every collective the compiled HLO holds is
 counted in jax_accl.stats()["xla_collectives"], so none ran elsewhere."""
 
+import json
 import subprocess
 import sys
 
@@ -85,8 +86,8 @@ def assert_carried_and_equal(ours: list, gloo: list, n: int, programs: list):
             assert_same(r["outputs"], g["outputs"], f"rank {rank} {name}")
 
 
-def test_two_processes_every_program_on_jax_accl_equals_gloo():
-    ours = job(2, ALL_PROGRAMS, accl=True)
+def test_two_processes_every_program_on_jax_accl_equals_gloo(tmp_path):
+    ours = job(2, ALL_PROGRAMS, accl=True, extra=["--profile-dir", str(tmp_path)])
     gloo = job(2, ALL_PROGRAMS, accl=False)
     assert_carried_and_equal(ours, gloo, 2, ALL_PROGRAMS)
     kinds = set()
@@ -101,6 +102,16 @@ def test_two_processes_every_program_on_jax_accl_equals_gloo():
         "collective-permute",
     }
     assert ours[0]["programs"]["data_parallel"]["transports"]["shm"] > 0
+    # The profile's jax_accl plane has a row per call, named by the MPI function XLA made
+    # (the last program: jax.lax's collectives in a shard_map).
+    for r in ours:
+        calls = {e["call"].split(" on ")[0] for e in r["profile"] if e["name"].startswith("accl_")}
+        assert {
+            "MPI_Reduce_scatter",
+            "MPI_Allgather",
+            "MPI_Sendrecv",
+            "MPI_Isend/MPI_Irecv",
+        } <= calls
 
 
 @pytest.mark.parametrize("axis_type", ["explicit", "auto"])
@@ -171,3 +182,32 @@ def test_a_dead_peer_fails_the_survivors_call_with_jax_accls_message():
     )
     error = results[0]["error"]
     assert "jax_accl" in error and "MPI_Allreduce" in error, error
+
+
+@pytest.mark.parametrize(
+    "strategy,collectives,calls",
+    [
+        ("dp", {"all-reduce": 1}, {"MPI_Allreduce": 9}),  # 8 gradients and the loss
+        ("fsdp", {"all-reduce": 1, "all-gather": 8}, {"MPI_Allreduce": 9, "MPI_Allgather": 8}),
+    ],
+)
+def test_the_jit_demo_trains_alike_on_jax_accl_and_over_gloo(strategy, collectives, calls):
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.demo", "--jit", "--processes", "2", "--steps", "5"]
+        + ["--strategy", strategy, "--reps", "3", "--json"],
+        env=launch.worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    results = json.loads(line[len("RESULT ") :])
+    ours, gloo = results["jax_accl"], results["gloo"]
+    assert ours["enabled"] and not gloo["enabled"]
+    np.testing.assert_allclose(ours["losses"], gloo["losses"], rtol=1e-5)
+    np.testing.assert_allclose(ours["sample"], gloo["sample"], rtol=1e-4, atol=1e-6)
+    assert ours["compiled_step"] == gloo["compiled_step"] == collectives
+    assert ours["calls_per_step"] == calls and gloo["calls_per_step"] == {}
+    assert "speedup" in done.stdout

@@ -119,3 +119,15 @@ def test_errors_name_the_call_and_what_is_wrong(lib):
     code = lib.MPIABI_Comm_rank(handle(lib, "MPIABI_COMM_WORLD"), ctypes.byref(rank))
     assert "jax.distributed.initialize()" in error_string(lib, code)
     assert "not one jax_accl returned" in error_string(lib, 999999)
+
+
+def test_a_jaxlib_that_looks_up_a_name_we_lack_is_an_error_naming_its_version(tmp_path):
+    binary = tmp_path / "libjax_common.so"
+    binary.write_bytes(b"\x7fELF\x00MPIABI_Allreduce\x00MPIABI_Future_call\x00 MPIABI_Send\x00")
+    library = str(xla_collectives.LIBRARY)
+    with pytest.raises(xla_collectives.AcclError, match=r"jaxlib 9\.9\.0 .*MPIABI_Future_call"):
+        xla_collectives.check_jaxlib(library, binary=binary, version="9.9.0")
+    binary.write_bytes(b"\x00MPIABI_Allreduce\x00MPIABI_COMM_WORLD\x00")
+    xla_collectives.check_jaxlib(library, binary=binary, version="9.9.0")  # all there
+    # The installed jaxlib: verified (CI checks its names, test_mpiabi_names.py).
+    assert xla_collectives.jaxlib_version() in xla_collectives.VERIFIED_JAXLIB
