@@ -172,7 +172,12 @@ def transpose_reshard(m, n, steps):
 def roll(m, n, steps):
     """jnp.roll along the sharded axis: a collective-permute."""
     x = put(np.arange(4 * n * 3, dtype=np.float32).reshape(4 * n, 3), m, P("x"))
-    f = jax.jit(lambda a: jnp.roll(a, 4, axis=0))
+    def rolled(a):
+        return jnp.roll(a, 4, axis=0)
+
+    if m.axis_types[0] == AxisType.Explicit:  # (jax >= 0.12 refuses to roll a sharded axis)
+        rolled = jax.sharding.auto_axes(rolled, out_sharding=P("x"))
+    f = jax.jit(rolled)
     return f.lower(x), lambda: {"out": local(f(x))}, 1
 
 
