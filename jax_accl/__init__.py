@@ -17,6 +17,7 @@ from jax_accl import distributed, profiler  # noqa: E402
 from jax_accl import fusion as _fusion  # noqa: E402
 from jax_accl import routing as _routing  # noqa: E402
 from jax_accl.api import allreduce, pmax, pmean, pmin, psum, shard_map  # noqa: E402
+from jax_accl.compiled import collectives  # noqa: E402
 from jax_accl.errors import AcclError  # noqa: E402
 from jax_accl.patch import patch_psum  # noqa: E402
 from jax_accl.permute import ppermute  # noqa: E402
@@ -32,6 +33,7 @@ __all__ = [
     "abort",
     "all_gather",
     "allreduce",
+    "collectives",
     "distributed",
     "patch_psum",
     "pmax",

@@ -269,3 +269,10 @@ def lowering_rule(primitive):
     """The lowering rule registered for `primitive` on every platform."""
     entry = mlir._lowerings[primitive]
     return getattr(entry, "rule", entry)
+
+
+def cpu_collectives_implementation() -> str | None:
+    """JAX's jax_cpu_collectives_implementation ("gloo", "mpi" or None)."""
+    from jax._src import config as jax_config
+
+    return jax_config.cpu_collectives_implementation.value

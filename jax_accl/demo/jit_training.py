@@ -57,9 +57,9 @@ def build(mesh, optimizer, strategy: str):
 
 
 def compiled_collectives(text: str) -> dict:
-    from jax_accl.testing.jit_worker import hlo_collectives
+    from jax_accl.compiled import compiled_collectives
 
-    return {kind: c["ops"] for kind, c in hlo_collectives(text).items()}
+    return {kind: c["ops"] for kind, c in compiled_collectives(text)["xla"].items()}
 
 
 def median_seconds(fn, reps: int) -> float:

@@ -21,7 +21,6 @@ import jax_accl
 import argparse
 import json
 import os
-import re
 import signal
 
 import jax
@@ -29,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from jax_accl.compiled import compiled_collectives
 
 # isort: on
 
@@ -51,20 +52,10 @@ parser.add_argument(
     help="this process is SIGKILLed after the first run; the others' second run must raise",
 )
 
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-
 
 def hlo_collectives(compiled_text: str) -> dict:
-    """{kind: {"ops", "buffers"}} of XLA's collectives in a compiled module (an async
-    start counted once; "buffers": their operands, one MPI call each)."""
-    out = {}
-    for kind in KINDS:
-        operands = re.findall(
-            rf"^\s*(?:ROOT )?\S+ = .* {kind}(?:-start)?\(([^)]*)\)", compiled_text, re.M
-        )
-        if operands:
-            out[kind] = {"ops": len(operands), "buffers": sum(o.count("%") for o in operands)}
-    return out
+    """{kind: {"ops", "buffers"}} of XLA's collectives in a compiled module."""
+    return compiled_collectives(compiled_text)["xla"]
 
 
 def mesh(n: int, axis_type: str):
@@ -172,6 +163,7 @@ def transpose_reshard(m, n, steps):
 def roll(m, n, steps):
     """jnp.roll along the sharded axis: a collective-permute."""
     x = put(np.arange(4 * n * 3, dtype=np.float32).reshape(4 * n, 3), m, P("x"))
+
     def rolled(a):
         return jnp.roll(a, 4, axis=0)
 

@@ -1,0 +1,50 @@
+"""What carries a compiled program's collectives: ``jax_accl.collectives(fn, *args)``.
+
+    >>> jax_accl.collectives(step, params, opt_state, x, y)
+    {'xla': {'all-reduce': {'ops': 1, 'buffers': 9}}, 'jax_accl': {},
+     'xla_collectives_on': 'jax_accl'}
+
+``xla``: XLA's own collectives in the compiled HLO by kind (an async start counted
+once; ``buffers``, their operands); ``jax_accl``: jax_accl's custom calls by target;
+``xla_collectives_on``: what runs XLA's collectives across processes in this process
+(``jax_accl`` with JAX_ACCL_XLA_COLLECTIVES=1, else JAX's setting, e.g. ``gloo``).
+A step whose ``xla`` entry is empty, or whose XLA collectives run on jax_accl, has
+every collective on jax_accl."""
+
+from __future__ import annotations
+
+import re
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def compiled_collectives(hlo_text: str) -> dict:
+    """``collectives``' report of a compiled module's text."""
+    xla = {}
+    for kind in KINDS:
+        operands = re.findall(
+            rf"^\s*(?:ROOT )?\S+ = .* {kind}(?:-start)?\(([^)]*)\)", hlo_text, re.M
+        )
+        if operands:
+            xla[kind] = {"ops": len(operands), "buffers": sum(o.count("%") for o in operands)}
+    ours = {}
+    for target in re.findall(r'custom_call_target="(accl_\w+)"', hlo_text):
+        ours[target] = ours.get(target, 0) + 1
+    return {"xla": xla, "jax_accl": ours, "xla_collectives_on": xla_collectives_on()}
+
+
+def xla_collectives_on() -> str:
+    from jax_accl import _compat, xla_collectives
+
+    if xla_collectives.enabled():
+        return "jax_accl"
+    return _compat.cpu_collectives_implementation() or "none"
+
+
+def collectives(fn, *args, **kwargs) -> dict:
+    """Compiles `fn` (a jitted function, or any function, which is jitted) for `args`
+    and reports its collectives (see the module's docstring)."""
+    import jax
+
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    return compiled_collectives(jitted.lower(*args, **kwargs).compile().as_text())
