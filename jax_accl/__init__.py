@@ -18,7 +18,7 @@ from jax_accl import fusion as _fusion  # noqa: E402
 from jax_accl import routing as _routing  # noqa: E402
 from jax_accl.api import allreduce, pmax, pmean, pmin, psum, shard_map  # noqa: E402
 from jax_accl.compiled import collectives  # noqa: E402
-from jax_accl.errors import AcclError  # noqa: E402
+from jax_accl.errors import AcclError, AcclWarning  # noqa: E402
 from jax_accl.patch import patch_psum  # noqa: E402
 from jax_accl.permute import ppermute  # noqa: E402
 from jax_accl.primitives import lowering as _lowering  # noqa: E402,F401
@@ -30,6 +30,7 @@ from jax_accl.stats import reset_stats, stats  # noqa: E402
 __version__ = "0.1.0"
 __all__ = [
     "AcclError",
+    "AcclWarning",
     "abort",
     "all_gather",
     "allreduce",

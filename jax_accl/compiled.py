@@ -36,9 +36,10 @@ def compiled_collectives(hlo_text: str) -> dict:
 def xla_collectives_on() -> str:
     from jax_accl import _compat, xla_collectives
 
-    if xla_collectives.enabled():
+    implementation = _compat.cpu_collectives_implementation()
+    if implementation == "mpi" and xla_collectives.enabled():
         return "jax_accl"
-    return _compat.cpu_collectives_implementation() or "none"
+    return implementation or "none"
 
 
 def collectives(fn, *args, **kwargs) -> dict:

@@ -8,3 +8,7 @@ class AcclError(RuntimeError):
     def __init__(self, message: str, rank_errors: dict | None = None):
         super().__init__(message)
         self.rank_errors = dict(rank_errors or {})
+
+
+class AcclWarning(UserWarning):
+    """jax_accl carries less of a program than its user may think (warned once)."""

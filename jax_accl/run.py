@@ -19,6 +19,8 @@ def main(argv: list[str]) -> None:
         print(__doc__.strip())
         raise SystemExit(0 if argv else 2)
     if not xla_collectives.enabled():
+        if xla_collectives.requested():  # the interpreter started again, and still off
+            raise SystemExit("jax_accl.run: jax_accl could not become XLA's collectives backend")
         config.set_environment("JAX_ACCL_XLA_COLLECTIVES", "1")
         os.execv(sys.executable, [sys.executable, "-m", "jax_accl.run", *argv])
     if argv[0] == "-m":

@@ -72,15 +72,14 @@ def finish() -> None:
         return
     import jax
 
-    from jax_accl import _accl, distributed
+    from jax_accl import _accl, _compat, distributed
 
     jax.config.update("jax_cpu_collectives_implementation", "mpi")
     original = jax.distributed.initialize
     if getattr(original, "_jax_accl", False):
         return
 
-    def initialize(*args, **kwargs):
-        original(*args, **kwargs)
+    def start_our_side():
         from jax._src import distributed as jax_distributed
 
         state = jax_distributed.global_state
@@ -89,9 +88,15 @@ def finish() -> None:
         _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
         distributed.ensure_started()
 
+    def initialize(*args, **kwargs):
+        original(*args, **kwargs)
+        start_our_side()
+
     initialize.__doc__ = original.__doc__
     initialize._jax_accl = True
     jax.distributed.initialize = initialize
+    if _compat.distributed_client() is not None:  # initialized before jax_accl's import
+        start_our_side()
 
 
 def jaxlib_version() -> str:

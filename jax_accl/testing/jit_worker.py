@@ -190,6 +190,21 @@ def integer_sums(m, n, steps):
     return lowered, run, 1
 
 
+def partial_permute(m, n, steps):
+    """Permutations some ranks take no part in (XLA's collective-permute then makes no
+    MPI call on them), around an all-reduce on the same devices: 0 <-> 1, then 0 -> n-1
+    (pairs: 3 messages in all per run)."""
+    x = put(np.arange(2 * n * 3, dtype=np.int32).reshape(2 * n, 3), m, P("x"))
+
+    def body(a):
+        swapped = jax.lax.ppermute(a, "x", [(0, 1), (1, 0)])
+        moved = jax.lax.ppermute(swapped + 1, "x", [(0, n - 1)])
+        return jax.lax.psum(moved, "x"), moved
+
+    f = jax.jit(jax.shard_map(body, mesh=m, in_specs=P("x"), out_specs=(P(), P("x"))))
+    return f.lower(x), lambda: {"out": [local(o) for o in f(x)]}, 1
+
+
 def large_sum(m, n, steps):
     """A 4 MiB float32 sum over the sharded axis: large enough to stripe over rails."""
     x = put(np.random.default_rng(5).standard_normal((n, 1 << 20)).astype(np.float32), m, P("x"))
@@ -226,6 +241,7 @@ PROGRAMS = {
     "integer_sums": integer_sums,
     "shard_map_collectives": shard_map_collectives,
     "large_sum": large_sum,
+    "partial_permute": partial_permute,
 }
 
 

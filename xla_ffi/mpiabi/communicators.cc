@@ -137,8 +137,11 @@ Status split(Comm& parent, int color, int key, MPIABI_Comm* out) {
   } else {
     comm->devices = parent.devices;
     comm->label = str_cat("MPI communicator of color ", color, " split from ", parent.label);
-    comm->broken = error(agreed.code(), "splitting ", parent.label, " (color ", color, ", key ",
-                         key, ") failed: ", agreed.message());
+    comm->broken =
+        error(agreed.code(), "splitting ", parent.label, " (color ", color, ", key ", key,
+              ") failed, and XLA keeps the communicator it got: restart the "
+              "job. The split: ",
+              agreed.message());
   }
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -153,6 +156,22 @@ void free_comm(MPIABI_Comm handle) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.comms.erase(handle);
+}
+
+Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out) {
+  std::lock_guard<std::mutex> lock(comm.pairs_mutex);
+  std::shared_ptr<Comm>& pair = comm.pairs[{sender, receiver}];
+  if (pair == nullptr) {
+    pair = std::make_shared<Comm>();
+    pair->handle = comm.handle;
+    pair->devices = {comm.devices[sender], comm.devices[receiver]};
+    pair->rank = comm.rank == sender ? 0 : 1;
+    pair->lane = Fnv64(comm.lane).mix(0x703270ull).mix(sender).mix(receiver).value();
+    pair->label = str_cat(comm.label, " ranks ", sender, " -> ", receiver);
+    pair->broken = comm.broken;
+  }
+  *out = pair;
+  return Status::Ok();
 }
 
 Status run_collective_on(Comm& comm, const char* function, Collective collective, DType dtype,

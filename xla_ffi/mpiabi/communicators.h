@@ -8,8 +8,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/permute.h"
@@ -32,6 +35,9 @@ struct Comm {
   std::atomic<uint64_t> calls{0};   // its collectives so far, the same count in every rank
   std::atomic<uint64_t> splits{0};  // its splits so far
   std::shared_ptr<Rendezvous> rendezvous = std::make_shared<Rendezvous>();
+  // Its point-to-point pairs (pair_of), made on first use.
+  std::mutex pairs_mutex;
+  std::map<std::pair<int, int>, std::shared_ptr<Comm>> pairs;
 };
 
 // This process's rank and the process count of MPI_COMM_WORLD (jax.distributed's).
@@ -44,6 +50,11 @@ Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>
 // broken one, so that XLA's later calls on it fail with the reason.
 Status split(Comm& parent, int color, int key, MPIABI_Comm* out);
 void free_comm(MPIABI_Comm handle);
+// The two-rank communicator of `comm`'s ranks `sender` (its rank 0) and `receiver`
+// (rank 1), on a lane of its own: its calls are the messages between the two, which
+// both count alike whatever else either does (a rank outside a permutation makes no
+// call at all).
+Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out);
 
 // One collective of `comm` (its next in every rank): `count` elements of `dtype` in
 // (an all-gather's block; a reduce-scatter's whole input), `peers` a permutation's.

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "mpiabi/communicators.h"
@@ -14,12 +16,13 @@ namespace {
 
 struct Request {
   MPIABI_Comm comm = 0;
+  std::thread::id poster;  // a wait runs the requests its own thread posted
   bool send = false;
   const void* in = nullptr;
   void* out = nullptr;
   uint64_t bytes = 0;
   int peer = -1;
-  bool claimed = false;  // a wait runs its step
+  bool claimed = false;  // a wait runs it
   bool done = false;
   Status status;
 };
@@ -36,53 +39,93 @@ Requests& requests() {
   return *r;
 }
 
-// One permutation step of the requests `step` (at most one send and one receive of one
-// size, all on `comm`).
-Status run_step(Comm& comm, const std::vector<std::shared_ptr<Request>>& step) {
-  const Request *send = nullptr, *recv = nullptr;
-  for (const auto& r : step) {
-    const Request*& slot = r->send ? send : recv;
-    if (slot != nullptr) {
-      return error(Code::kInvalidArgument, comm.label, ": rank ", comm.rank, " posted two ",
-                   r->send ? "sends" : "receives",
-                   " before waiting; jax_accl runs one send and one receive per step "
-                   "(a collective-permute)");
+// One message of `r` over its pair's communicator (pair_of): the sender is rank 0, the
+// receiver rank 1, and both count the pair's calls alike, whatever else either does.
+Status run_message(Comm& comm, const Request& r) {
+  if (r.peer < 0) return Status::Ok();  // MPI_PROC_NULL
+  const int sender = r.send ? comm.rank : r.peer, receiver = r.send ? r.peer : comm.rank;
+  std::shared_ptr<Comm> pair;
+  ACCL_RETURN_IF_ERROR(pair_of(comm, sender, receiver, &pair));
+  std::vector<unsigned char> scratch(r.send ? r.bytes : 0);  // a sender's unused result
+  void* out = r.send ? scratch.data() : r.out;
+  const void* in = r.send ? r.in : r.out;
+  return run_collective_on(*pair, r.send ? "MPI_Isend" : "MPI_Irecv", Collective::kPermute,
+                           DType::kU8, ReduceOp::kSum, in, out, r.bytes,
+                           r.send ? PermutePeers{1, -1} : PermutePeers{-1, 0});
+}
+
+// The messages of `step` at once (one thread each but the last): a rank that sends to
+// one peer and receives from another waits for neither first, so a ring of ranks
+// cannot deadlock.
+// A message a rank sends itself is a copy, matched with a receive of its own.
+std::vector<Status> run_step(Comm& comm, const std::vector<std::shared_ptr<Request>>& step) {
+  std::vector<Status> status(step.size());
+  std::vector<bool> copied(step.size(), false);
+  std::vector<size_t> messages;
+  for (size_t i = 0; i < step.size(); ++i) {
+    const Request& r = *step[i];
+    if (r.peer != comm.rank) {
+      messages.push_back(i);
+      continue;
     }
-    slot = r.get();
+    for (size_t j = i + 1; j < step.size() && !copied[i]; ++j) {
+      const Request& other = *step[j];
+      if (!copied[j] && other.peer == comm.rank && other.send != r.send && other.bytes == r.bytes) {
+        const Request& send = r.send ? r : other;
+        const Request& recv = r.send ? other : r;
+        if (recv.bytes > 0) std::memmove(recv.out, send.in, recv.bytes);
+        copied[i] = copied[j] = true;
+      }
+    }
+    if (!copied[i]) {
+      status[i] = error(Code::kInvalidArgument, comm.label, ": rank ", comm.rank,
+                        " posted a message to itself with no matching one from itself");
+    }
   }
-  if (send != nullptr && recv != nullptr && send->bytes != recv->bytes) {
-    return error(Code::kInvalidArgument, comm.label, ": rank ", comm.rank, " sends ", send->bytes,
-                 " bytes and receives ", recv->bytes,
-                 "; jax_accl's permutation moves blocks of one size");
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k + 1 < messages.size(); ++k) {
+    threads.emplace_back([&, i = messages[k]] { status[i] = run_message(comm, *step[i]); });
   }
-  const uint64_t bytes = send ? send->bytes : recv->bytes;
-  std::vector<unsigned char> scratch(recv ? 0 : bytes);  // a send's unused result
-  const PermutePeers peers{send ? send->peer : -1, recv ? recv->peer : -1};
-  void* out = recv ? recv->out : scratch.data();
-  const void* in = send ? send->in : out;
-  return run_collective_on(comm, "MPI_Isend/MPI_Irecv", Collective::kPermute, DType::kU8,
-                           ReduceOp::kSum, in, out, bytes, peers);
+  if (!messages.empty()) status[messages.back()] = run_message(comm, *step[messages.back()]);
+  for (std::thread& t : threads) t.join();
+  return status;
+}
+
+// Drops what this thread posted and no wait claimed: the op they belong to failed to
+// post (XLA then returns without waiting), and a later wait must not run them into
+// buffers that are gone.
+void drop_unclaimed(Requests& all) {
+  const std::thread::id me = std::this_thread::get_id();
+  for (auto it = all.posted.begin(); it != all.posted.end();) {
+    it = it->second->poster == me && !it->second->claimed ? all.posted.erase(it) : std::next(it);
+  }
 }
 
 }  // namespace
 
 Status post(MPIABI_Comm comm, bool send, const void* in, void* out, uint64_t bytes, int peer,
             MPIABI_Request* request) {
+  Requests& all = requests();
   std::shared_ptr<Comm> c;
-  ACCL_RETURN_IF_ERROR(find_comm(comm, send ? "MPI_Isend" : "MPI_Irecv", &c));
-  if (peer != MPIABI_PROC_NULL && (peer < 0 || peer >= static_cast<int>(c->devices.size()))) {
-    return error(Code::kInvalidArgument, send ? "MPI_Isend" : "MPI_Irecv", " on ", c->label,
-                 ": rank ", peer, " is outside the communicator");
+  Status found = find_comm(comm, send ? "MPI_Isend" : "MPI_Irecv", &c);
+  if (found.ok() && peer != MPIABI_PROC_NULL &&
+      (peer < 0 || peer >= static_cast<int>(c->devices.size()))) {
+    found = error(Code::kInvalidArgument, send ? "MPI_Isend" : "MPI_Irecv", " on ", c->label,
+                  ": rank ", peer, " is outside the communicator");
+  }
+  std::lock_guard<std::mutex> lock(all.mutex);
+  if (!found.ok()) {
+    drop_unclaimed(all);
+    return found;
   }
   auto r = std::make_shared<Request>();
   r->comm = comm;
+  r->poster = std::this_thread::get_id();
   r->send = send;
   r->in = in;
   r->out = out;
   r->bytes = bytes;
   r->peer = peer == MPIABI_PROC_NULL ? -1 : peer;
-  Requests& all = requests();
-  std::lock_guard<std::mutex> lock(all.mutex);
   *request = all.next_handle++;
   all.posted[*request] = std::move(r);
   return Status::Ok();
@@ -100,9 +143,9 @@ Status wait(MPIABI_Request* request, MPIABI_Status* status) {
       return error(Code::kInvalidArgument, "MPI_Wait: an unknown request (handle ", *request, ")");
     }
     mine = it->second;
-    if (!mine->claimed) {  // this wait runs the step of every request posted on the comm
+    if (!mine->claimed) {  // this wait runs what its thread posted on the communicator
       for (auto& [handle, r] : all.posted) {
-        if (r->comm == mine->comm && !r->claimed) {
+        if (r->comm == mine->comm && r->poster == mine->poster && !r->claimed) {
           r->claimed = true;
           step.push_back(r);
         }
@@ -111,12 +154,13 @@ Status wait(MPIABI_Request* request, MPIABI_Status* status) {
   }
   if (!step.empty()) {
     std::shared_ptr<Comm> comm;
-    Status s = find_comm(mine->comm, "MPI_Wait", &comm);
-    if (s.ok()) s = run_step(*comm, step);
+    Status found = find_comm(mine->comm, "MPI_Wait", &comm);
+    const std::vector<Status> done =
+        found.ok() ? run_step(*comm, step) : std::vector<Status>(step.size(), found);
     std::lock_guard<std::mutex> lock(all.mutex);
-    for (auto& r : step) {
-      r->status = s;
-      r->done = true;
+    for (size_t i = 0; i < step.size(); ++i) {
+      step[i]->status = done[i];
+      step[i]->done = true;
     }
     all.finished.notify_all();
   }
@@ -132,7 +176,7 @@ Status wait(MPIABI_Request* request, MPIABI_Status* status) {
   if (status != nullptr && static_cast<void*>(status) != MPIABI_STATUS_IGNORE) {
     status->MPI_SOURCE = mine->send ? MPIABI_PROC_NULL : mine->peer;
     status->MPI_TAG = 0;
-    status->MPI_ERROR = MPIABI_SUCCESS;
+    status->MPI_ERROR = mine->status.ok() ? MPIABI_SUCCESS : MPIABI_ERR_OTHER;
   }
   return mine->status;
 }

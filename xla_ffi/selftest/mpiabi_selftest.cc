@@ -7,9 +7,11 @@
 // function XLA never calls, Comm_free. In-process: MPI_COMM_SELF.
 #include "selftest/mpiabi_selftest.h"
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -142,7 +144,10 @@ bool start_world(int me, int write_fd, int read_fd) {
   if (!World::start(me, 2, secret, str_cat("h", me), &rails, 1, false).ok()) return false;
   uint16_t port = rails[0].port, peer = 0;
   if (write(write_fd, &port, sizeof(port)) != sizeof(port)) return false;
-  if (read(read_fd, &peer, sizeof(peer)) != sizeof(peer)) return false;
+  pollfd ready{read_fd, POLLIN, 0};  // the peer's port, or give up (it failed to start)
+  if (poll(&ready, 1, 20000) != 1 || read(read_fd, &peer, sizeof(peer)) != sizeof(peer)) {
+    return false;
+  }
   std::vector<ProcessEntry> table(2);
   for (int p = 0; p < 2; ++p) {
     table[p].index = p;
@@ -177,7 +182,14 @@ void run_mpiabi_selftest(int* checks, int* failures) {
   as_xla_does(parent, 0);
   World::stop(5.0);
   int wstatus = 0;
-  waitpid(child, &wstatus, 0);
+  for (int waited_ms = 0; waitpid(child, &wstatus, WNOHANG) == 0; waited_ms += 10) {
+    if (waited_ms > 60000) {  // a child stuck past every deadline of its own
+      kill(child, SIGKILL);
+      waitpid(child, &wstatus, 0);
+      break;
+    }
+    usleep(10000);
+  }
   parent.expect(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0,
                 "process 1 passed its checks (its failures are printed above)");
   for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) close(fd);
