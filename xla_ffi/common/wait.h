@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cpu.h"
 #include "common/status.h"
 
 namespace accl {
@@ -73,7 +74,7 @@ class Flag {
   Status wait(Pred pred, const Deadline& deadline, const std::atomic<bool>* abort) {
     for (int spin = 0; spin < 256; ++spin) {
       if (pred(load())) return Status::Ok();
-      __builtin_ia32_pause();
+      cpu_relax();
     }
     for (;;) {
       uint32_t seen = load();

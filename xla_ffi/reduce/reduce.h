@@ -1,8 +1,9 @@
 // Typed element-wise reduce kernels behind one dispatch table: dst[i] = a[i] op b[i].
 // dst may alias a or b. Integers wrap around (two's complement) exactly like XLA;
 // float16/bfloat16 are computed in float32 and rounded to nearest-even per step;
-// min/max propagate NaN as XLA's max/min do. Kernels are compiled twice, for AVX2+F16C
-// and for baseline x86-64, and the best one is picked at start-up.
+// min/max propagate NaN as XLA's max/min do. On x86-64 the kernels are compiled twice,
+// for AVX2+F16C and for the baseline, and the best one is picked at start-up; elsewhere
+// once, for the target's baseline.
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/cpu.h"
 #include "common/health.h"
 
 namespace accl {
@@ -197,7 +198,7 @@ void LocalLink::fail(const Status& status) {
         break;
       }
       if (s != state_of(seq, kReading) && s != state_of(seq, kPosted)) break;
-      __builtin_ia32_pause();
+      cpu_relax();
     }
   }
 }
