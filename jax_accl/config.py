@@ -53,6 +53,19 @@ def _one_of(choices) -> Callable[[str], str]:
     return parse
 
 
+def _port_range(text: str) -> tuple[int, int]:
+    if text == "":
+        return (0, 0)
+    first, sep, last = text.partition("-")
+    try:
+        low, high = int(first), int(last if sep else first)
+    except ValueError:
+        raise ValueError("expected a port range such as 40000-40100") from None
+    if not 1 <= low <= high <= 65535:
+        raise ValueError("expected ports 1-65535, the first not above the last")
+    return (low, high)
+
+
 def _algorithm(text: str) -> str:
     # The native module's list, read when parsed: jax_accl's first import (before jax's,
     # with JAX_ACCL_XLA_COLLECTIVES=1) reads the knobs before the module is loaded.
@@ -154,6 +167,14 @@ KNOBS = {
             "shared-memory rings (the hierarchy, or a flat algorithm) instead of "
             "cross-memory attach",
             _switch,
+        ),
+        Knob(
+            "JAX_ACCL_PORTS",
+            "",
+            "job start",
+            "the TCP ports jax_accl's listeners (one per rail and process) may take, e.g. "
+            "`40000-40100` to open in a firewall; each takes the first free one; unset: any",
+            _port_range,
         ),
         Knob(
             "JAX_ACCL_XLA_COLLECTIVES",

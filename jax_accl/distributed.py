@@ -109,6 +109,7 @@ def _start() -> list[dict]:
         rails,
         config.value("JAX_ACCL_STRIPES_PER_RAIL"),
         config.value("JAX_ACCL_CMA"),
+        config.value("JAX_ACCL_PORTS"),
     )
     atexit.register(stop)
     recovery.set_secret(secret)

@@ -373,3 +373,13 @@ def test_concurrent_calls_across_namespaced_hosts(root_required):
         )
     for r in results:
         assert r["max_calls_in_flight"] > 2, r
+
+
+def test_listeners_take_ports_of_the_range_jax_accl_ports_names():
+    first = launch.free_port()
+    first = min(first, 65535 - 20)
+    env = [{"JAX_ACCL_PORTS": f"{first}-{first + 20}"}] * 2
+    results = run(2, 2, "correctness", env=env)
+    ports = [rail[2] for p in results[0]["topology"] for rail in p["rails"]]
+    assert ports and all(first <= port <= first + 20 for port in ports), (first, ports)
+    assert all(r["checks"] == 87 for r in results)

@@ -73,16 +73,23 @@ nb::dict state_types() {
 std::vector<int> world_start(int process_index, int process_count, nb::bytes secret,
                              const std::string& host,
                              std::vector<std::tuple<std::string, std::string, double>> rails,
-                             int stripes_per_rail, bool cross_memory_attach) {
+                             int stripes_per_rail, bool cross_memory_attach,
+                             std::pair<int, int> ports) {
+  if (ports.first < 0 || ports.second > 65535 || ports.first > ports.second) {
+    throw std::invalid_argument("ports: a range of TCP ports (first <= last, 0-65535)");
+  }
   std::vector<Rail> list;
-  for (auto& [name, ip, weight] : rails) list.push_back(Rail{name, ip, 0, weight});
+  for (auto& [name, ip, weight] : rails) {
+    list.push_back(Rail{name, ip, 0, weight, static_cast<uint16_t>(ports.first),
+                        static_cast<uint16_t>(ports.second)});
+  }
   Status s = World::start(process_index, process_count,
                           std::string(static_cast<const char*>(secret.data()), secret.size()), host,
                           &list, stripes_per_rail, cross_memory_attach);
   if (!s.ok()) throw std::runtime_error(s.message());
-  std::vector<int> ports;
-  for (const Rail& r : list) ports.push_back(r.port);
-  return ports;
+  std::vector<int> bound;
+  for (const Rail& r : list) bound.push_back(r.port);
+  return bound;
 }
 
 // processes[i] = (host, [(rail name, ip, port, weight)], [device ids]) of process i.
@@ -189,7 +196,7 @@ NB_MODULE(_accl, m) {
   register_plan(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),
-        nb::arg("cross_memory_attach"));
+        nb::arg("cross_memory_attach"), nb::arg("ports") = std::pair<int, int>(0, 0));
   m.def("cross_memory_attach_allowed", &cross_memory_attach_allowed,
         "whether this process lets its user's other processes ptrace it (PR_SET_PTRACER)");
   m.def("set_debug_calls", &set_debug_calls, nb::arg("on"),

@@ -226,7 +226,7 @@ std::string parse_hello(nb::bytes data) {
 bool loopback_pair(int fds[2]) {
   int listener = -1;
   uint16_t port = 0;
-  if (!tcp_listen("127.0.0.1", &listener, &port).ok()) return false;
+  if (!tcp_listen("127.0.0.1", 0, 0, &listener, &port).ok()) return false;
   const bool connected =
       tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::unabortable_after(5.0), &fds[0]).ok();
   fds[1] = connected ? accept4(listener, nullptr, nullptr, SOCK_NONBLOCK) : -1;
@@ -285,7 +285,7 @@ std::string connect_handshake(nb::bytes reply, nb::bytes secret) {
 std::map<std::string, int> tcp_channel_options() {
   int listener = -1, client = -1;
   uint16_t port = 0;
-  Status s = tcp_listen("127.0.0.1", &listener, &port);
+  Status s = tcp_listen("127.0.0.1", 0, 0, &listener, &port);
   if (s.ok()) s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &client);
   if (!s.ok()) throw std::runtime_error(s.message());
   close(listener);
@@ -315,7 +315,7 @@ nb::tuple receive_frames(nb::bytes data, size_t expected, double timeout_s, bool
   if (tcp) {
     int listener = -1;
     uint16_t port = 0;
-    Status s = tcp_listen("127.0.0.1", &listener, &port);
+    Status s = tcp_listen("127.0.0.1", 0, 0, &listener, &port);
     if (s.ok())
       s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &sender);
     const int receiver = s.ok() ? accept4(listener, nullptr, nullptr, SOCK_CLOEXEC) : -1;

@@ -478,7 +478,7 @@ void shm_pair(int a, int b, std::unique_ptr<Channel>* x, std::unique_ptr<Channel
 void tcp_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
   int listener = -1, client = -1;
   uint16_t port = 0;
-  Status s = tcp_listen("127.0.0.1", &listener, &port);
+  Status s = tcp_listen("127.0.0.1", 0, 0, &listener, &port);
   if (s.ok()) s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &client);
   int server = s.ok() ? accept(listener, nullptr, nullptr) : -1;
   expect(s.ok() && server >= 0, "loopback tcp pair: " + s.message());

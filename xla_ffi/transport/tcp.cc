@@ -67,21 +67,31 @@ Status wait_fd(int fd, short events, const Deadline& deadline, const char* what)
 
 }  // namespace
 
-Status tcp_listen(const std::string& ip, int* fd, uint16_t* port) {
-  sockaddr_in addr;
-  ACCL_RETURN_IF_ERROR(make_address(ip, 0, &addr));
-  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
-  if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(s, 128) != 0) {
-    int e = errno;
-    close(s);
-    return error(Code::kInternal, "listen on ", ip, ": ", std::strerror(e));
+Status tcp_listen(const std::string& ip, uint16_t first, uint16_t last, int* fd, uint16_t* port) {
+  if (first > last) {
+    return error(Code::kInvalidArgument, "listen on ", ip, ": port range ", first, "-", last,
+                 " is empty");
   }
-  socklen_t len = sizeof(addr);
-  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
-  *fd = s;
-  *port = ntohs(addr.sin_port);
-  return Status::Ok();
+  int e = 0;
+  for (uint32_t candidate = first; candidate <= last; ++candidate) {
+    sockaddr_in addr;
+    ACCL_RETURN_IF_ERROR(make_address(ip, static_cast<uint16_t>(candidate), &addr));
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
+    if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(s, 128) == 0) {
+      socklen_t len = sizeof(addr);
+      getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+      *fd = s;
+      *port = ntohs(addr.sin_port);
+      return Status::Ok();
+    }
+    e = errno;
+    close(s);
+    if (e != EADDRINUSE) break;  // a port taken: the next; anything else: give up
+  }
+  if (first == 0) return error(Code::kInternal, "listen on ", ip, ": ", std::strerror(e));
+  return error(Code::kInternal, "listen on ", ip, ": no free port in ", first, "-", last,
+               " (JAX_ACCL_PORTS): ", std::strerror(e));
 }
 
 Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t port,

@@ -12,7 +12,8 @@
 
 namespace accl {
 
-Status tcp_listen(const std::string& ip, int* fd, uint16_t* port);
+// Listens on `ip` at the first free port of [first, last] (0, 0: any); *port is it.
+Status tcp_listen(const std::string& ip, uint16_t first, uint16_t last, int* fd, uint16_t* port);
 // Connects from local address `local_ip` (port chosen by the kernel).
 Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t port,
                    const Deadline& deadline, int* fd);

@@ -53,7 +53,7 @@ Status TcpTransport::start(std::string secret, std::vector<Rail>* rails, int str
   t->lives_here_ = std::move(lives_here);
   for (Rail& rail : *rails) {
     int fd;
-    ACCL_RETURN_IF_ERROR(tcp_listen(rail.ip, &fd, &rail.port));
+    ACCL_RETURN_IF_ERROR(tcp_listen(rail.ip, rail.first_port, rail.last_port, &fd, &rail.port));
     t->listeners_.push_back(fd);
   }
   if (pipe2(t->wake_pipe_, O_CLOEXEC) != 0) {

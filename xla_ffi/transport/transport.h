@@ -21,6 +21,9 @@ struct Rail {
   std::string ip;     // this process's address on it
   uint16_t port = 0;  // listener port
   double weight = 1.0;
+  // Where the listener may bind (JAX_ACCL_PORTS, for a firewall): the first free port of
+  // [first_port, last_port]; 0, 0: any (the kernel's ephemeral range).
+  uint16_t first_port = 0, last_port = 0;
 };
 
 // One row of the job's process table.
