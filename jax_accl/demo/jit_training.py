@@ -138,20 +138,9 @@ def worker(args) -> dict:
 def worker_main(args) -> int:
     import jax
 
-    import jax_accl
+    from jax_accl.testing import launch
 
-    jax.config.update("jax_num_cpu_devices", 1)
-    if not jax_accl.xla_collectives.enabled():
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
-    )
-    if args.gloo_interface and not jax_accl.xla_collectives.enabled():
-        from jax_accl import _compat
-
-        _compat.use_gloo_on_interface(args.gloo_interface)
+    launch.join_job(1, args.coordinator, args.num_processes, args.process_id, args.gloo_interface)
     result = worker(args)
     print("RESULT " + json.dumps(result), flush=True)
     jax.distributed.shutdown()

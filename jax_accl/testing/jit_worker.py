@@ -30,6 +30,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_accl.compiled import compiled_collectives
+from jax_accl.testing import launch
 
 # isort: on
 
@@ -100,6 +101,15 @@ def batch(n, seed=1):
     )
 
 
+def train(step, params, x, y, steps, shown):
+    """`steps` steps from `params`: the losses and the parameters named in `shown`."""
+    losses = []
+    for _ in range(steps):
+        params, loss = step(params, x, y)
+        losses.append(float(loss))
+    return {"losses": losses, **{name: local(params[name]) for name in shown}}
+
+
 def data_parallel(m, n, steps):
     """Replicated parameters, the batch sharded: XLA all-reduces the gradients."""
     params = {k: put(v, m, P()) for k, v in mlp_params(0).items()}
@@ -112,11 +122,7 @@ def data_parallel(m, n, steps):
         return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
 
     def run():
-        p, losses = params, []
-        for _ in range(steps):
-            p, loss = step(p, x, y)
-            losses.append(float(loss))
-        return {"losses": losses, "w1": local(p["w1"])}
+        return train(step, params, x, y, steps, ("w1",))
 
     return step.lower(params, x, y), run, steps
 
@@ -137,11 +143,7 @@ def fsdp(m, n, steps):
         return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
 
     def run():
-        p, losses = params, []
-        for _ in range(steps):
-            p, loss = step(p, x, y)
-            losses.append(float(loss))
-        return {"losses": losses, "w1": local(p["w1"]), "w2": local(p["w2"])}
+        return train(step, params, x, y, steps, ("w1", "w2"))
 
     return step.lower(params, x, y), run, steps
 
@@ -247,19 +249,14 @@ PROGRAMS = {
 
 def main(argv=None):
     args = parser.parse_args(argv)
-    jax.config.update("jax_num_cpu_devices", args.devices)
-    if not jax_accl.xla_collectives.enabled():
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
+    launch.join_job(
+        args.devices,
+        args.coordinator,
+        args.num_processes,
+        args.process_id,
+        args.gloo_interface,
         initialization_timeout=60,
     )
-    if args.gloo_interface and not jax_accl.xla_collectives.enabled():
-        from jax_accl import _compat
-
-        _compat.use_gloo_on_interface(args.gloo_interface)
     n = jax.device_count()
     m = mesh(n, args.axis_type)
     result = {"enabled": jax_accl.xla_collectives.enabled(), "programs": {}}

@@ -218,19 +218,35 @@ def run_on_namespaced_hosts(worker, spaces, devices, rails: str, *, extra=(), en
 
 
 def join_job(
-    devices: int, coordinator: str, num_processes: int, process_id: int, gloo_interface=""
+    devices: int,
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    gloo_interface="",
+    initialization_timeout: int | None = None,
 ):
     """What a process that run_job launched does first: `devices` CPU devices, jax.lax's
-    collectives over gloo (bound to `gloo_interface` on namespaced hosts), and
-    jax.distributed joined."""
+    collectives over gloo (bound to `gloo_interface` on namespaced hosts) unless jax_accl
+    is XLA's collectives backend here (JAX_ACCL_XLA_COLLECTIVES=1), and jax.distributed
+    joined."""
     import jax
 
+    from jax_accl import xla_collectives
+
     jax.config.update("jax_num_cpu_devices", devices)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+    on_gloo = not xla_collectives.enabled()
+    if on_gloo:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    timeout = (
+        {} if initialization_timeout is None else {"initialization_timeout": initialization_timeout}
     )
-    if gloo_interface:
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        **timeout,
+    )
+    if gloo_interface and on_gloo:
         from jax_accl import _compat
 
         _compat.use_gloo_on_interface(gloo_interface)
