@@ -66,7 +66,13 @@ Status World::start(int process_index, int process_count, const std::string& sec
   std::unique_ptr<TcpTransport> tcp;
   ACCL_RETURN_IF_ERROR(TcpTransport::start(
       secret, rails, stripes_per_rail,
-      [raw](int64_t device) { return raw->process_of(device) == raw->process_index_; }, &tcp));
+      [raw](int64_t device) {
+        // A peer with its table may connect before this process has its own.
+        if (!raw->ready()) return Destination::kNotKnownYet;
+        return raw->process_of(device) == raw->process_index_ ? Destination::kHere
+                                                              : Destination::kElsewhere;
+      },
+      &tcp));
   w->tcp_ = tcp.get();
   // In order: the first that can connect a pair makes its channels.
   w->transports_.push_back(memory_transport());

@@ -4,7 +4,8 @@
 // hosts: TCP), run XLA's sequence: Init_thread, Comm_rank/size on MPI_COMM_WORLD,
 // Comm_split (keys reversed, and a color MPI_UNDEFINED), Allreduce, Allgather,
 // Reduce_scatter, Sendrecv, Isend/Irecv/Wait, the errors of bad arguments and of a
-// function XLA never calls, Comm_free. In-process: MPI_COMM_SELF.
+// function XLA never calls, Comm_free. In-process: MPI_COMM_SELF. Process 1 sets its
+// process table late, so process 0 connects to a peer that does not know it yet.
 #include "selftest/mpiabi_selftest.h"
 
 #include <poll.h>
@@ -156,6 +157,9 @@ bool start_world(int me, int write_fd, int read_fd) {
     table[p].devices = {int64_t{p} * 2048};
   }
   World::announce_job(World::Job{me, 2, 20.0});
+  // Process 1 takes its table late, as a slow peer of a real job may: process 0's first
+  // connections reach it before it knows where devices live, and must be retried.
+  if (me == 1) usleep(400000);
   return World::get()->set_processes(std::move(table)).ok();
 }
 

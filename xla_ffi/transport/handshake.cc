@@ -156,7 +156,16 @@ AcceptorHandshake::State AcceptorHandshake::step() {
         if (!transfer(&hello_, sizeof(hello_), /*write=*/false)) return state_;
         Status s = check_hello(hello_);
         if (!s.ok()) return refuse(s);
-        if (wanted_ && !wanted_(hello_)) {
+        const Destination where = wanted_ ? wanted_(hello_) : Destination::kHere;
+        if (where == Destination::kNotKnownYet) {
+          // Nothing sent yet, so the one byte fits the empty send buffer: never waits.
+          ssize_t ignored = send(fd_, &kHandshakeBusy, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+          (void)ignored;
+          answered_busy_ = true;
+          return refuse(error(Code::kAborted, "device ", hello_.dst_device,
+                              ": this process has no process table yet (try again)"));
+        }
+        if (where == Destination::kElsewhere) {
           return refuse(error(Code::kAborted, "device ", hello_.dst_device, " does not live here"));
         }
         s = endpoints_of(fd_, /*connector=*/false, &endpoints_);

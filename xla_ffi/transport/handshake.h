@@ -90,21 +90,28 @@ Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
 // The acceptor's side, as a state machine over a non-blocking socket, so that one event
 // loop drives the handshakes of many connections at once (tcp_transport.cc): step()
 // moves as far as the socket allows without blocking, events() says what to poll for.
+// Where a hello's destination device lives, as the acceptor's process knows it.
+enum class Destination {
+  kHere,
+  kElsewhere,    // refused unanswered
+  kNotKnownYet,  // this process has no process table yet: answered busy, so the connector retries
+};
+
 class AcceptorHandshake {
  public:
   enum class State { kReadHello, kWriteChallenge, kReadResponse, kAdmitted, kRefused };
-  // `wanted(hello)`, if given, is checked before anything is proved to the connector
-  // (a hello for a device that does not live here is refused unanswered).
+  // `wanted(hello)`, if given, is checked before anything is proved to the connector.
   AcceptorHandshake(int fd, const std::string& secret, Deadline deadline,
-                    std::function<bool(const Hello&)> wanted = nullptr)
+                    std::function<Destination(const Hello&)> wanted = nullptr)
       : fd_(fd), secret_(secret), deadline_(deadline), wanted_(std::move(wanted)) {}
   State step();
   State state() const { return state_; }
   short events() const;  // POLLIN or POLLOUT
   int fd() const { return fd_; }
   const Deadline& deadline() const { return deadline_; }
-  const Hello& hello() const { return hello_; }     // once admitted: what the connector said
-  const Status& reason() const { return reason_; }  // once refused: why
+  const Hello& hello() const { return hello_; }          // once admitted: what the connector said
+  const Status& reason() const { return reason_; }       // once refused: why
+  bool answered_busy() const { return answered_busy_; }  // refused only for now
 
  private:
   State refuse(Status why);
@@ -114,7 +121,7 @@ class AcceptorHandshake {
   int fd_;
   const std::string& secret_;
   Deadline deadline_;
-  std::function<bool(const Hello&)> wanted_;
+  std::function<Destination(const Hello&)> wanted_;
   State state_ = State::kReadHello;
   size_t done_ = 0;  // bytes of the current message moved so far
   Hello hello_;
@@ -122,6 +129,7 @@ class AcceptorHandshake {
   Digest response_{};
   Endpoints endpoints_;
   Status reason_;
+  bool answered_busy_ = false;
 };
 
 }  // namespace accl

@@ -45,12 +45,12 @@ std::vector<std::pair<int, int>> match_rails(const std::vector<Rail>& lower,
 }
 
 Status TcpTransport::start(std::string secret, std::vector<Rail>* rails, int stripes_per_rail,
-                           std::function<bool(int64_t)> lives_here,
+                           std::function<Destination(int64_t)> where,
                            std::unique_ptr<TcpTransport>* out) {
   std::unique_ptr<TcpTransport> t(new TcpTransport());
   t->secret_ = std::move(secret);
   t->stripes_per_rail_ = std::max(1, stripes_per_rail);
-  t->lives_here_ = std::move(lives_here);
+  t->where_ = std::move(where);
   for (Rail& rail : *rails) {
     int fd;
     ACCL_RETURN_IF_ERROR(tcp_listen(rail.ip, rail.first_port, rail.last_port, &fd, &rail.port));
@@ -152,7 +152,7 @@ bool TcpTransport::accept_round(std::vector<Pending>* pending, Clock::time_point
     if (h.state() == AcceptorHandshake::State::kAdmitted) {
       admit(h);
     } else if (h.state() == AcceptorHandshake::State::kRefused || h.deadline().expired()) {
-      refused_.fetch_add(1);
+      if (!h.answered_busy()) refused_.fetch_add(1);
       close(h.fd());
     } else {
       continue;
@@ -188,7 +188,7 @@ bool TcpTransport::accept_round(std::vector<Pending>* pending, Clock::time_point
       close(fd);
       continue;
     }
-    auto wanted = [this](const Hello& hello) { return lives_here_(hello.dst_device); };
+    auto wanted = [this](const Hello& hello) { return where_(hello.dst_device); };
     pending->push_back(Pending{
         std::make_unique<AcceptorHandshake>(
             fd, secret_,

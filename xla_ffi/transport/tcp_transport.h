@@ -35,9 +35,11 @@ std::vector<std::pair<int, int>> match_rails(const std::vector<Rail>& lower,
 class TcpTransport final : public Transport {
  public:
   // Opens one listener per rail (fills rails[i].port) and starts accepting;
-  // `lives_here(device)` tells whether a connection's destination is this process's.
+  // `where(device)` tells whether a connection's destination is this process's (or
+  // not known yet: the connector is told to try again).
   static Status start(std::string secret, std::vector<Rail>* rails, int stripes_per_rail,
-                      std::function<bool(int64_t)> lives_here, std::unique_ptr<TcpTransport>* out);
+                      std::function<Destination(int64_t)> where,
+                      std::unique_ptr<TcpTransport>* out);
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
@@ -49,7 +51,8 @@ class TcpTransport final : public Transport {
                  std::vector<std::unique_ptr<Channel>>* reverse) override;
   // Closes the accepted connections of `space` that nobody claimed.
   void forget(uint64_t space) override;
-  // Connections refused for a wrong secret, protocol or destination.
+  // Connections refused for a wrong secret, protocol or destination (not those told to
+  // try again).
   uint64_t refused() const { return refused_.load(); }
   // The job's peers: every process's rail addresses (IPv4, dotted), from the process table.
   void set_known_peers(const std::vector<std::string>& ips);
@@ -72,7 +75,7 @@ class TcpTransport final : public Transport {
 
   std::string secret_;
   int stripes_per_rail_ = 1;
-  std::function<bool(int64_t)> lives_here_;
+  std::function<Destination(int64_t)> where_;
   std::vector<int> listeners_;
   int wake_pipe_[2] = {-1, -1};
   std::thread acceptor_;
