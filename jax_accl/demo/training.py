@@ -360,7 +360,7 @@ def run_on_namespaced_hosts(args, extra) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m jax_accl.demo", description=__doc__.split("\n\n")[0]
     )
@@ -412,14 +412,21 @@ def main(argv=None) -> int:
     parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jit:
-        from jax_accl.demo import jit_training
-
-        return jit_training.main(args)
+        return args  # jit_training.main reads the layout itself
     if args.hosts > 1:
         args.processes = args.hosts * args.processes_per_host
         args.breakdown = args.breakdown or (20 if args.strategy == "dp" else 0)
     if args.breakdown and args.strategy != "dp":
         parser.error("--breakdown times the data-parallel step only (--strategy dp)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.jit:
+        from jax_accl.demo import jit_training
+
+        return jit_training.main(args)
     args.devices = args.devices or max(1, 8 // args.processes)
     if args.processes > 1 and args.process_id < 0:
         from jax_accl.testing import launch

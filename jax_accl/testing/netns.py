@@ -115,5 +115,29 @@ def cut_cable(names: list[str], host: int, rail: int) -> None:
     sh("ip", "-n", switch, "link", "set", f"h{host}r{rail}", "down")
 
 
+def drop_connections(names: list[str], host: int, rail: int, ports: tuple[int, int]) -> None:
+    """A firewall on host `host`'s rail `rail`: every TCP connection request (SYN without
+    ACK) it sends to the ports `ports` (first, last: an aligned power-of-two block)
+    vanishes unanswered; the rest passes unshaped. In the host's namespace, gone with it:
+    an htb root whose filter puts those packets in a class with a zero-length queue."""
+    first, last = ports
+    size = last - first + 1
+    assert size & (size - 1) == 0 and first % size == 0, ports
+    dev = f"rail{rail}"
+    tc = ["ip", "netns", "exec", names[host], "tc"]
+    sh(*tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+    sh(*tc, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
+    sh(*tc, "class", "add", "dev", dev, "parent", "1:", "classid", "1:2", "htb", "rate", "1mbit")
+    sh(*tc, "qdisc", "add", "dev", dev, "parent", "1:2", "pfifo", "limit", "0")
+    sh(
+        *tc,
+        *("filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32"),
+        *("match", "ip", "protocol", "6", "0xff"),
+        *("match", "ip", "dport", str(first), hex(0xFFFF & ~(size - 1))),
+        *("match", "u8", "0x02", "0x12", "at", "33"),  # flags: SYN set, ACK clear
+        *("flowid", "1:2"),
+    )
+
+
 def can_create_namespaces() -> bool:
     return os.geteuid() == 0

@@ -780,6 +780,21 @@ def scenario_until_error():
     return {"error": None, "calls": calls}
 
 
+def scenario_first_call():
+    """One 1 MiB all-reduce, the job's first (its channels connect in it), checked:
+    reports its error (None if it was exact), how long it took and the rails' listeners
+    of every process."""
+    exact, _, _ = checked_psum(1 << 18, seed=17)
+    start = time.monotonic()
+    try:
+        exact("first call")
+        error = None
+    except Exception as e:
+        error = str(e)
+    ports = [[port for _, _, port, _ in p["rails"]] for p in jax_accl.distributed.topology()]
+    return {"error": error, "seconds": time.monotonic() - start, "ports": ports}
+
+
 SCENARIOS = {
     "exit_in_flight": scenario_exit_in_flight,
     "lockout": scenario_lockout,
@@ -787,6 +802,7 @@ SCENARIOS = {
     "late_after_failure": scenario_late_after_failure,
     "late_peer": scenario_late_peer,
     "until_error": scenario_until_error,
+    "first_call": scenario_first_call,
     "siege": scenario_siege,
     "recover": scenario_recover,
     "abort": scenario_abort,

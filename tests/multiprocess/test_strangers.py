@@ -251,3 +251,38 @@ def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_requ
     for r in job.results:
         assert r["error"] is not None and "jax_accl" in r["error"], r
         assert r["recoveries"] == 1, r
+
+
+FIREWALLED = (40960, 41087)  # JAX_ACCL_PORTS of the job below, closed on rail 1
+
+
+def test_a_firewall_dropping_the_ports_is_an_error_within_seconds_naming_the_fix(root_required):
+    """Two namespaced hosts x 1 process, rails 0 and 1; each host's rail 1 drops every
+    connection request to jax_accl's port range unanswered (a firewall), rail 0 (the
+    coordinator's) stays open. The job's first call, which connects its channels, fails
+    on both processes within seconds (deadline 120 s), the error naming the address,
+    the firewall and JAX_ACCL_PORTS."""
+    with netns.virtual_hosts(2, 2) as names:
+        for host in range(2):
+            netns.drop_connections(names, host, 1, FIREWALLED)
+        ports = f"{FIREWALLED[0]}-{FIREWALLED[1]}"
+        environment = {"JAX_ACCL_RAILS": "rail0,rail1", "JAX_ACCL_TIMEOUT_S": "120"}
+        results = launch.run_job(
+            [*WORKER, "--scenario", "first_call", "--reference", "numpy"],
+            2,
+            1,
+            env=[{**environment, "JAX_ACCL_HOST_ID": n, "JAX_ACCL_PORTS": ports} for n in names],
+            namespaces=names,
+            coordinator_ip=netns.rail_ip(0, 0),
+            timeout=300,
+        )
+    for r in results:
+        print(f"\nprocess {r['process']} failed after {r['seconds']:.1f} s: {r['error']}")
+    for r in results:
+        assert all(FIREWALLED[0] <= p <= FIREWALLED[1] for ps in r["ports"] for p in ps), r
+        assert r["error"] is not None, r
+        assert r["seconds"] < 60, r  # the unanswered connect is given 10 s, the call 120 s
+    connectors = [r["error"] for r in results if "no answer" in r["error"]]
+    assert connectors, results
+    for words in ("firewall", "JAX_ACCL_PORTS", netns.rail_ip(0, 1)[:-1]):
+        assert words in connectors[0], connectors[0]

@@ -94,46 +94,95 @@ Status tcp_listen(const std::string& ip, uint16_t first, uint16_t last, int* fd,
                " (JAX_ACCL_PORTS): ", std::strerror(e));
 }
 
+namespace {
+
+// One connection attempt: Ok with *fd connected, or errno in *err (ETIMEDOUT: no answer
+// by `answer_by`), or the call's deadline ended (its error).
+Status connect_once(const sockaddr_in& local, const sockaddr_in& remote, const Deadline& deadline,
+                    Clock::time_point answer_by, const std::string& what, int* fd, int* err) {
+  *err = 0;
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
+  if (bind(s, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
+    int e = errno;
+    close(s);
+    return error(Code::kInternal, what, ": bind: ", std::strerror(e));
+  }
+  set_nonblocking(s);
+  int r = connect(s, reinterpret_cast<const sockaddr*>(&remote), sizeof(remote));
+  int e = r == 0 ? 0 : errno;
+  if (e == EINPROGRESS) {
+    Deadline answer = deadline;
+    answer.at = std::min(deadline.at, answer_by);
+    Status w = wait_fd(s, POLLOUT, answer, what.c_str());
+    if (!w.ok()) {
+      close(s);
+      if (deadline.expired() || w.code() != Code::kTimeout) return w;
+      *err = ETIMEDOUT;
+      return Status::Ok();
+    }
+    socklen_t len = sizeof(e);
+    getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &len);
+  }
+  if (e != 0) {
+    close(s);
+    *err = e;
+    return Status::Ok();
+  }
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  *fd = s;
+  return Status::Ok();
+}
+
+Status unanswered(const std::string& what, const std::string& local_ip, const std::string& ip,
+                  int err) {
+  return error(Code::kAborted, what, ": ", err == ETIMEDOUT ? "no answer" : std::strerror(err),
+               " for ", kUnansweredSeconds,
+               " s: the network drops connections on the way (a firewall between the hosts? "
+               "open the ports of jax_accl's listeners, JAX_ACCL_PORTS chooses them; or check "
+               "the route from ",
+               local_ip, " to ", ip, " on this rail, JAX_ACCL_RAILS)");
+}
+
+Clock::time_point unanswered_at() {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(kUnansweredSeconds));
+}
+
+}  // namespace
+
 Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t port,
                    const Deadline& deadline, int* fd) {
   sockaddr_in local, remote;
   ACCL_RETURN_IF_ERROR(make_address(local_ip, 0, &local));
   ACCL_RETURN_IF_ERROR(make_address(ip, port, &remote));
   const std::string what = str_cat("connect from ", local_ip, " to ", ip, ":", port);
+  const auto answer_by = unanswered_at();
   for (;;) {
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
-    if (bind(s, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
-      int e = errno;
-      close(s);
-      return error(Code::kInternal, what, ": bind: ", std::strerror(e));
-    }
-    set_nonblocking(s);
-    int r = connect(s, reinterpret_cast<sockaddr*>(&remote), sizeof(remote));
-    if (r != 0 && errno == EINPROGRESS) {
-      Status w = wait_fd(s, POLLOUT, deadline, what.c_str());
-      if (!w.ok()) {
-        close(s);
-        return w;
-      }
-      int err = 0;
-      socklen_t len = sizeof(err);
-      getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
-      r = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (r == 0) {
-      int one = 1;
-      setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      *fd = s;
-      return Status::Ok();
-    }
-    int e = errno;
-    close(s);
+    int e = 0;
+    ACCL_RETURN_IF_ERROR(connect_once(local, remote, deadline, answer_by, what, fd, &e));
+    if (e == 0) return Status::Ok();
+    if (e == ETIMEDOUT || ((e == EHOSTUNREACH || e == ENETUNREACH) && Clock::now() >= answer_by))
+      return unanswered(what, local_ip, ip, e);
     if (deadline.expired())
       return deadline.ended(what, str_cat("retrying (", std::strerror(e), ")"));
-    usleep(20000);  // the listener may not be up yet: retry until the deadline
+    usleep(20000);  // refused: the listener is gone (its process: the health checks say)
   }
+}
+
+Status tcp_probe(const std::string& local_ip, const std::string& ip, uint16_t port,
+                 const Deadline& deadline) {
+  sockaddr_in local, remote;
+  ACCL_RETURN_IF_ERROR(make_address(local_ip, 0, &local));
+  ACCL_RETURN_IF_ERROR(make_address(ip, port, &remote));
+  const std::string what = str_cat("probe from ", local_ip, " to ", ip, ":", port);
+  int fd = -1, e = 0;
+  ACCL_RETURN_IF_ERROR(connect_once(local, remote, deadline, unanswered_at(), what, &fd, &e));
+  if (e == 0) close(fd);
+  if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH)
+    return unanswered(what, local_ip, ip, e);
+  return Status::Ok();
 }
 
 Status write_all(int fd, const void* data, size_t bytes, const Deadline& deadline) {

@@ -12,11 +12,26 @@
 
 namespace accl {
 
+// A peer's listener is up before its address is published, so the kernel on the far side
+// answers a connection request at once (accepting it, or refusing it when the process is
+// gone). No answer at all means the request is dropped on the way (a firewall closed to
+// the listeners' ports, a wrong route): after kUnansweredSeconds (three SYN
+// retransmissions) that is an error naming the address and the fix, not a wait until the
+// call's deadline. "No route" answers get the same window (a link coming back up).
+constexpr double kUnansweredSeconds = 10.0;
+
 // Listens on `ip` at the first free port of [first, last] (0, 0: any); *port is it.
 Status tcp_listen(const std::string& ip, uint16_t first, uint16_t last, int* fd, uint16_t* port);
-// Connects from local address `local_ip` (port chosen by the kernel).
+// Connects from local address `local_ip` (port chosen by the kernel). Retries a refused
+// connection until the deadline; a request that gets no answer for kUnansweredSeconds
+// (a firewall dropping it) is an error naming the fix.
 Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t port,
                    const Deadline& deadline, int* fd);
+// Whether the network carries a connection request from `local_ip` to ip:port and back
+// (accepted or refused: both answers; the connection is closed at once): Ok, or the
+// error tcp_connect gives for one that gets no answer.
+Status tcp_probe(const std::string& local_ip, const std::string& ip, uint16_t port,
+                 const Deadline& deadline);
 // Blocking transfers with a deadline (handshakes only; data goes through channels).
 Status write_all(int fd, const void* data, size_t bytes, const Deadline& deadline);
 Status read_all(int fd, void* data, size_t bytes, const Deadline& deadline);

@@ -275,10 +275,26 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
       } else {
         std::unique_lock<std::mutex> lock(mutex_);
         const Key key{pair.space, peer, me, static_cast<int>(k), stripe};
-        // In slices, so that jax_accl.abort() ends the wait too.
+        // In slices, so that jax_accl.abort() ends the wait too. A peer may be late (a
+        // checkpoint); once kUnansweredSeconds have passed, one probe of its listener
+        // tells a late peer (answered: wait on) from a network that drops our
+        // connections, and so perhaps the peer's too (an error now, naming the fix).
+        const auto probe_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(kUnansweredSeconds));
+        bool probed = false;
         while (!accepted_cv_.wait_for(lock, std::chrono::milliseconds(20),
                                       [&] { return accepted_.count(key) > 0; })) {
           if (deadline.expired()) return deadline.ended(label, "waiting for the peer to connect");
+          if (!probed && Clock::now() >= probe_at) {
+            probed = true;
+            lock.unlock();
+            Status reachable = tcp_probe(local.ip, remote.ip, remote.port, deadline);
+            lock.lock();
+            if (!reachable.ok() && accepted_.count(key) == 0) {
+              return error(reachable.code(), label, ": waiting for the peer to connect, ",
+                           reachable.message());
+            }
+          }
         }
         fd = accepted_[key].first;
         weight = accepted_[key].second;
