@@ -12,6 +12,13 @@ are laid out on the mesh, and the global loss each one's step differentiates.
   its rows along "model", and the row-split layer's partial products are
   reduce-scattered back. The row layers' biases are replicated, so their gradients are
   all-reduced over the whole mesh.
+* ``pp``: pipeline parallel (GPipe) on a ("data", "stage") mesh of 4 stages: stage s
+  holds layer s alone (the layers zero-padded to one width and stacked, split along
+  "stage"; the padding stays zero, its gradients are zero). Each device's batch enters
+  stage 0 as 4 microbatches; every time step each stage applies its layer and passes
+  the activation on by ppermute (whose transpose carries the gradients back); the loss
+  is taken where microbatches leave the last stage. The gradients are all-reduced along
+  "data".
 
 Every strategy's step computes what the data-parallel step computes, to float rounding.
 """
@@ -20,22 +27,25 @@ from __future__ import annotations
 
 import numpy as np
 
-STRATEGIES = ("dp", "fsdp", "tp")
+STRATEGIES = ("dp", "fsdp", "tp", "pp")
 MODEL_AXIS_SIZE = 2  # "model" of tp: devices that split each weight
+PIPELINE_STAGES = 4  # "stage" of pp: one layer each
+MICROBATCHES = 4  # of each device's batch, in pp
 
 
 def mesh_for(devices, strategy: str):
     from jax.sharding import Mesh
 
     devices = np.array(devices)
-    if strategy != "tp":
+    if strategy not in ("tp", "pp"):
         return Mesh(devices, ("data",))
-    if devices.size % MODEL_AXIS_SIZE:
+    inner, axis = (MODEL_AXIS_SIZE, "model") if strategy == "tp" else (PIPELINE_STAGES, "stage")
+    if devices.size % inner:
         raise ValueError(
-            f"jax_accl.demo: --strategy tp needs a device count divisible by "
-            f"{MODEL_AXIS_SIZE}, got {devices.size}"
+            f"jax_accl.demo: --strategy {strategy} needs a device count divisible by "
+            f"{inner}, got {devices.size}"
         )
-    return Mesh(devices.reshape(-1, MODEL_AXIS_SIZE), ("data", "model"))
+    return Mesh(devices.reshape(-1, inner), ("data", axis))
 
 
 def batch_spec(strategy: str):
@@ -51,6 +61,10 @@ def param_specs(strategy: str, layers: int) -> list:
         return [{"w": P(), "b": P()} for _ in range(layers)]
     if strategy == "fsdp":
         return [{"w": P("data"), "b": P("data")} for _ in range(layers)]
+    if strategy == "pp":
+        if layers != PIPELINE_STAGES:
+            raise ValueError(f"jax_accl.demo: --strategy pp needs {PIPELINE_STAGES} layers")
+        return {"w": P("stage"), "b": P("stage")}
     if layers % 2:
         raise ValueError("jax_accl.demo: --strategy tp pairs the layers; their count must be even")
     column, row = {"w": P(None, "model"), "b": P("model")}, {"w": P("model", None), "b": P()}
@@ -65,9 +79,10 @@ def opt_state_specs(param_spec: list):
     return (optax.ScaleByAdamState(count=P(), mu=param_spec, nu=param_spec), optax.EmptyState())
 
 
-def global_loss(strategy: str, loss_fn, logits_loss):
+def global_loss(strategy: str, loss_fn, logits_loss, classes: int):
     """The loss averaged over the global batch, written with jax.lax's collectives.
-    loss_fn(params, x, y) is the model's local loss; logits_loss(logits, y) its head."""
+    loss_fn(params, x, y) is the model's local loss; logits_loss(logits, y) its head,
+    over `classes` logits."""
     import jax
 
     if strategy == "dp":
@@ -80,10 +95,61 @@ def global_loss(strategy: str, loss_fn, logits_loss):
 
         return fsdp
 
+    if strategy == "pp":
+        return lambda params, x, y: jax.lax.pmean(
+            pp_loss(params, x, y, logits_loss, classes), "data"
+        )
+
     def tp(params, x, y):
         return jax.lax.pmean(logits_loss(tp_forward(params, x), y), ("data", "model"))
 
     return tp
+
+
+def pp_loss(stage_params, x, y, logits_loss, classes: int):
+    """This device's loss under the GPipe schedule (see the module doc): time step t feeds
+    microbatch t to stage 0; microbatch m leaves the last stage at t = m + stages - 1.
+    Stages that hold no microbatch at a time step compute on zeros, masked out."""
+    import jax
+    import jax.numpy as jnp
+
+    last = PIPELINE_STAGES - 1
+    s = jax.lax.axis_index("stage")
+    w, b = stage_params["w"][0], stage_params["b"][0]
+    width = w.shape[0]
+    micro = jnp.pad(x, ((0, 0), (0, width - x.shape[1]))).reshape(MICROBATCHES, -1, width)
+    labels = y.reshape(MICROBATCHES, -1)
+    onward = [(i, i + 1) for i in range(last)]  # the last stage's output goes nowhere
+    state, total = jnp.zeros_like(micro[0]), 0.0
+    for t in range(MICROBATCHES + last):
+        state = jnp.where(s == 0, micro[min(t, MICROBATCHES - 1)], state)
+        h = state @ w + b
+        state = jnp.where(s == last, h, jax.nn.relu(h))
+        if t >= last:
+            leaving = logits_loss(state[:, :classes], labels[t - last])
+            total = total + jnp.where(s == last, leaving, 0.0)
+        if t < MICROBATCHES + last - 1:
+            state = jax.lax.ppermute(state, "stage", onward)
+    return jax.lax.psum(total, "stage") / MICROBATCHES
+
+
+def stacked_layers(layers: list) -> dict:
+    """pp's parameters: the layers zero-padded to the widest and stacked (stage s: layer
+    s); `unstacked_layers` undoes it."""
+    width = max(max(layer["w"].shape) for layer in layers)
+
+    def pad(a):
+        a = np.asarray(a)
+        return np.pad(a, [(0, width - n) for n in a.shape])
+
+    return {k: np.stack([pad(layer[k]) for layer in layers]) for k in ("w", "b")}
+
+
+def unstacked_layers(stacked: dict, sizes) -> list:
+    return [
+        {"w": stacked["w"][i, :m, :n], "b": stacked["b"][i, :n]}
+        for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:]))
+    ]
 
 
 def tp_forward(params, x):

@@ -4,7 +4,7 @@
     python -m jax_accl.demo --processes 2    # 2 processes x 4 devices, via jax.distributed
     python -m jax_accl.demo --hosts 2 --processes-per-host 2 --devices 2
                                              # on namespaced hosts, two shaped rails (root)
-    python -m jax_accl.demo --strategy fsdp  # parameters and adam state sharded (or: tp)
+    python -m jax_accl.demo --strategy fsdp  # parameters and adam state sharded (or: tp, pp)
     python -m jax_accl.demo --jit --processes 2
                                              # plain jax.jit, XLA's own collectives on
                                              # jax_accl (jax_accl/demo/jit_training.py)
@@ -19,9 +19,10 @@ jax_accl.shard_map, where every all-reduce is jax_accl's and the gradients and t
 travel in fused gradient buckets (jax_accl/fusion.py). The demo prints what each
 compiled step contains (XLA all-reduces, jax_accl calls), the loss per step, the final
 accuracy, the largest parameter difference between the two runs, and their step times.
-``--strategy fsdp`` and ``--strategy tp`` train the same model with its parameters and
+``--strategy fsdp``, ``tp`` and ``pp`` train the same model with its parameters and
 optimizer state sharded (jax_accl/demo/strategies.py): all-gathers and reduce-scatters,
-written with jax.lax, carried by jax_accl under jax_accl.shard_map.
+or a pipeline's ppermutes, written with jax.lax, carried by jax_accl under
+jax_accl.shard_map.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def build_step(mesh, optimizer, variant: str, donate: bool = True, strategy: str
 
     import jax_accl
 
-    global_loss = strategies.global_loss(strategy, loss_fn, logits_loss)
+    global_loss = strategies.global_loss(strategy, loss_fn, logits_loss, CLASSES)
 
     def step(params, opt_state, x, y):
         loss, grads = jax.value_and_grad(global_loss)(params, x, y)
@@ -123,6 +124,8 @@ def initial_state(mesh, optimizer, strategy: str):
     if strategy == "dp":
         return params, optimizer.init(params)
     param_spec = strategies.param_specs(strategy, len(params))
+    if strategy == "pp":
+        params = strategies.stacked_layers(params)
     return (
         strategies.place(mesh, params, param_spec),
         strategies.place(mesh, optimizer.init(params), strategies.opt_state_specs(param_spec)),
@@ -249,8 +252,8 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool, strategy: str = "d
         "losses": losses,
         "reference_last_loss": ref_losses[-1],
         "strategy": strategy,
-        "accuracy": accuracy(gathered(params)),
-        "reference_accuracy": accuracy(gathered(ref_params)),
+        "accuracy": accuracy(layers(params, strategy)),
+        "reference_accuracy": accuracy(layers(ref_params, strategy)),
         "max_param_difference": max_param_difference(params, ref_params),
         "accl_calls_per_step_per_device": calls_per_step
         / (mesh.devices.size // jax.process_count()),
@@ -281,6 +284,14 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool, strategy: str = "d
     for name, t in result["step_seconds"].items():
         say(f"  {name:<16} {t * 1e3:6.2f}   {base / t:5.2f}x")
     return result
+
+
+def layers(params, strategy: str) -> list:
+    """The model's layers as whole numpy arrays on every process, whatever the layout."""
+    whole = gathered(params)
+    if strategy == "pp":
+        return strategies.unstacked_layers(whole, (FEATURES, *HIDDEN, CLASSES))
+    return whole
 
 
 def gathered(params):
@@ -382,7 +393,8 @@ def parse_args(argv):
         choices=strategies.STRATEGIES,
         default="dp",
         help="dp: data parallel; fsdp: parameters and adam state sharded (ZeRO-3); "
-        "tp: tensor parallel on a (data, model) mesh",
+        "tp: tensor parallel on a (data, model) mesh; pp: a 4-stage pipeline (GPipe) on a "
+        "(data, stage) mesh",
     )
     parser.add_argument("--rails", type=int, default=2, help="rails per namespaced host")
     parser.add_argument("--rate-mbit", type=float, default=300.0, help="tc rate of each rail")
