@@ -7,6 +7,8 @@ def stats() -> dict:
     """Counters since start (or the last ``reset_stats()``) in this process:
 
     * ``algorithms``: {name: {"calls", "bytes", "seconds", "errors"}};
+    * ``collectives``: the same per collective: ``"all-reduce"``, ``"reduce-scatter"``,
+      ``"all-gather"``, ``"permute"`` (``bytes``: each call's operand);
     * ``transports``: {"memory" | "shm" | "tcp:<interface>": {"bytes_sent",
       "bytes_received", "messages_sent"}}, one entry per transport and per rail;
     * ``phase_seconds``: time in each phase of the hierarchical all-reduce;

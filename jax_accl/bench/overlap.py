@@ -3,9 +3,11 @@
 Per size, three jitted shard_map programs over a 1-D mesh of every process's devices:
 the all-reduce alone (4 bytes per element, float32), the compute alone (a chain of
 unrolled 256x256 float32 matmuls per device, sized to about half the all-reduce's time)
-and both in one program, with no data dependency between them. The hidden fraction is
+and both in one program, with no data dependency between them, timed in rounds (each
+round runs the three once, in a new order). The hidden fraction of a round is
 (t_allreduce + t_compute - t_both) / min(t_allreduce, t_compute): 1 when the shorter one
-is hidden entirely, 0 when the program takes their sum. Measured for jax_accl.psum and
+is hidden entirely, 0 when the program takes their sum; reported: its median over the
+rounds, beside the median times. Measured for jax_accl.psum and
 for jax.lax.psum (XLA's all-reduce; gloo across processes) in the same run. "cores": the
 process's CPU seconds per wall second while the all-reduce runs alone (what compute
 beside it cannot have)."""
@@ -21,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_accl
 from jax_accl.bench.sweep import mesh_of, sharded_rows
-from jax_accl.bench.timing import median_seconds_in_step
+from jax_accl.bench.timing import interleaved_seconds_in_step, median_seconds_in_step
 
 MATMUL = 256
 MAX_MATMULS = 400
@@ -94,13 +96,31 @@ def measure(size_bytes: int, n: int, reps: int) -> list[dict]:
             per_matmul = _median(one, (x, m), reps) / 8
             matmuls = _agreed(max(1, min(MAX_MATMULS, round(0.5 * t_reduce / per_matmul))))
         _, compute, both = _programs(mesh, reduce, matmuls)
-        t_compute = _median(compute, (x, m), reps)
-        t_both = _median(both, (x, m), reps)
+        rounds = interleaved_seconds_in_step(
+            {
+                "alone": lambda: alone(x, m),
+                "compute": lambda: compute(x, m),
+                "both": lambda: both(x, m),
+            },
+            reps,
+            2,
+            "jax_accl.bench.overlap",
+        )
+        t_reduce, t_compute, t_both = (
+            float(np.median(rounds[k])) for k in ("alone", "compute", "both")
+        )
+        hidden = float(
+            np.median(
+                [
+                    (a + c - b) / min(a, c)
+                    for a, c, b in zip(rounds["alone"], rounds["compute"], rounds["both"])
+                ]
+            )
+        )
         reduced, _ = both(x, m)
         got = np.asarray(reduced.addressable_shards[0].data)
         if not np.array_equal(got, np.full_like(got, n)):
             raise AssertionError(f"{name}: the all-reduce beside compute is wrong")
-        hidden = (t_reduce + t_compute - t_both) / min(t_reduce, t_compute)
         rows.append(
             dict(
                 library=name,

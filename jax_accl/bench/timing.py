@@ -48,6 +48,26 @@ def median_seconds_in_step(call, reps: int, warm_ups: int, name: str) -> float:
     return statistics.median(times)
 
 
+def interleaved_seconds_in_step(calls: dict, reps: int, warm_ups: int, name: str) -> dict:
+    """{variant: [seconds of each round]}: every round times each `calls[variant]()` once
+    (results waited for, every process started together by barrier `name`), the variants
+    in a new seeded order each round, after `warm_ups` untimed calls of each; so a slow
+    spell of the machine hits every variant of a round alike."""
+    for call in calls.values():
+        for _ in range(warm_ups):  # compile, warm up
+            jax.block_until_ready(call())
+    times = {variant: [] for variant in calls}
+    for rep in range(reps):
+        order = list(calls)
+        random.Random(rep).shuffle(order)  # seeded: every process runs the same order
+        for variant in order:
+            barrier(name)
+            start = time.perf_counter()
+            jax.block_until_ready(calls[variant]())
+            times[variant].append(time.perf_counter() - start)
+    return times
+
+
 def warm_up_calls(size_bytes: int, loop: int) -> int:
     """(short, long) pairs to run before timing: about 1,500 all-reduces for small sizes
     and 512 MiB of them for large ones. The first thousand or so calls of a process run

@@ -332,3 +332,36 @@ def test_pytrees_fuse_into_one_call_per_dtype_bucket(mesh8, monkeypatch):
     got = grads(jax_accl)(placed)
     for k in params:
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-5, atol=1e-6)
+
+
+def test_stats_count_each_collective_of_a_step(mesh8):
+    """stats()["collectives"]: a program with one reduce-scatter, all-gather, permutation
+    and all-reduce counts one call of each per device, each with its operand's bytes;
+    the per-algorithm counters hold the same calls in all."""
+    x = jnp.ones((64, 512), jnp.float32)
+    shift = [(i, (i + 1) % 8) for i in range(8)]
+
+    def body(lib, v):
+        return (
+            lib.psum_scatter(v, "i", tiled=True),
+            lib.all_gather(v, "i", tiled=True),
+            lib.ppermute(v, "i", shift),
+            lib.psum(v * 2, "i"),
+        )
+
+    fn = jax.jit(
+        jax_accl.shard_map(
+            lambda v: body(jax.lax, v), mesh=mesh8, in_specs=(P("i"),), out_specs=P("i")
+        )
+    )
+    arg = put(mesh8, x, P("i"))
+    jax.block_until_ready(fn(arg))  # compiled, warmed up
+    jax_accl.reset_stats()
+    jax.block_until_ready(fn(arg))
+    stats = jax_accl.stats()
+    per_device = 8 * 512 * 4
+    for kind in ("reduce-scatter", "all-gather", "permute", "all-reduce"):
+        counted = stats["collectives"][kind]
+        assert counted["calls"] == 8 and counted["errors"] == 0, (kind, counted)
+        assert counted["bytes"] == 8 * per_device and counted["seconds"] > 0, (kind, counted)
+    assert sum(a["calls"] for a in stats["algorithms"].values()) == 4 * 8

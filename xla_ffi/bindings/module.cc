@@ -157,6 +157,11 @@ nb::dict stats() {
     algorithms[algorithm_name(static_cast<Algorithm>(a))] = call_counts(algorithm_stats()[a]);
   }
   out["algorithms"] = algorithms;
+  nb::dict collectives;
+  for (int c = 0; c < kNumCollectives; ++c) {
+    collectives[collective_name(static_cast<Collective>(c))] = call_counts(collective_stats()[c]);
+  }
+  out["collectives"] = collectives;
   nb::dict xla_collectives;
   for (auto& [function, s] : all_xla_collective_stats()) {
     xla_collectives[function.c_str()] = call_counts(*s);

@@ -30,10 +30,12 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
   auto ns = [](Clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   };
-  AlgorithmStats& stats = algorithm_stats()[static_cast<int>(algorithm)];
-  stats.calls.fetch_add(1, std::memory_order_relaxed);
-  stats.bytes.fetch_add(bytes, std::memory_order_relaxed);
-  stats.nanoseconds.fetch_add(ns(end) - ns(start), std::memory_order_relaxed);
+  for (AlgorithmStats* stats : {&algorithm_stats()[static_cast<int>(algorithm)],
+                                &collective_stats()[static_cast<int>(spec.signature.collective)]}) {
+    stats->calls.fetch_add(1, std::memory_order_relaxed);
+    stats->bytes.fetch_add(bytes, std::memory_order_relaxed);
+    stats->nanoseconds.fetch_add(ns(end) - ns(start), std::memory_order_relaxed);
+  }
   if (trace_enabled() || debug_calls()) {
     const Collective collective = spec.signature.collective;
     const char* target = collective == Collective::kReduceScatter ? "accl_reduce_scatter "
@@ -51,8 +53,9 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
   }
 }
 
-void record_error(Algorithm algorithm) {
+void record_error(Algorithm algorithm, Collective collective) {
   algorithm_stats()[static_cast<int>(algorithm)].errors.fetch_add(1, std::memory_order_relaxed);
+  collective_stats()[static_cast<int>(collective)].errors.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
@@ -124,7 +127,7 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
     }
   }
   if (!s.ok()) {
-    record_error(algorithm);
+    record_error(algorithm, sig.collective);
     return s;
   }
   record_call(algorithm, spec, start, Clock::now(), sig.count * elem);

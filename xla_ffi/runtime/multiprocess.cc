@@ -298,7 +298,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     if (s.ok()) {
       record_call(schedule, spec, start, Clock::now(), bytes);
     } else {
-      record_error(schedule);
+      record_error(schedule, sig.collective);
       // Every channel of the call, links opened or not: the peers fail at once. The
       // next call recovers first, on fresh channels. Not for abort() or a stop, which
       // end every call of this process themselves (each then says so, not that a

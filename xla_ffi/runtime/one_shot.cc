@@ -136,7 +136,7 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const R
       record_call(recorded, spec, p.first_arrival, Clock::now(), offset);
     }
   } else {
-    for (int r = 0; r < p.size; ++r) record_error(recorded);
+    for (int r = 0; r < p.size; ++r) record_error(recorded, Collective::kAllReduce);
   }
   // A rank that returned a pending future is completed on a call thread:
   // XLA may continue the device's program right inside the completion, and that program

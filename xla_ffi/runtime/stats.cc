@@ -34,6 +34,11 @@ std::array<AlgorithmStats, kNumAlgorithms>& algorithm_stats() {
   return stats;
 }
 
+std::array<AlgorithmStats, kNumCollectives>& collective_stats() {
+  static std::array<AlgorithmStats, kNumCollectives> stats;
+  return stats;
+}
+
 TrafficStats& traffic_stats(const std::string& key) {
   std::lock_guard<std::mutex> lock(traffic_mutex());
   auto& slot = traffic_map()[key];
@@ -101,6 +106,7 @@ int64_t calls_in_flight() { return g_in_flight.load(std::memory_order_relaxed); 
 void reset_stats() {
   g_max_in_flight = g_in_flight.load();
   for (auto& s : algorithm_stats()) zero(s);
+  for (auto& s : collective_stats()) zero(s);
   std::lock_guard<std::mutex> lock(traffic_mutex());
   for (auto& [name, s] : xla_collective_map()) zero(*s);
   for (auto& [key, t] : traffic_map()) {

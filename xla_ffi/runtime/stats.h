@@ -1,5 +1,5 @@
-// Process-wide counters: calls, bytes and time per algorithm; bytes per transport and
-// rail ("memory", "shm", "tcp:<interface>"); time per phase of the hierarchical
+// Process-wide counters: calls, bytes and time per algorithm and per collective; bytes per
+// transport and rail ("memory", "shm", "tcp:<interface>"); time per phase of the hierarchical
 // all-reduce. Lock-free updates.
 #pragma once
 
@@ -22,6 +22,8 @@ struct AlgorithmStats {
 };
 
 std::array<AlgorithmStats, kNumAlgorithms>& algorithm_stats();
+// The same counters per collective (all-reduce, reduce-scatter, all-gather, permute).
+std::array<AlgorithmStats, kNumCollectives>& collective_stats();
 
 // Counters of one transport or rail; entries live as long as the process.
 TrafficStats& traffic_stats(const std::string& key);
