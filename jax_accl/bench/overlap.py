@@ -14,6 +14,7 @@ beside it cannot have)."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -98,9 +99,8 @@ def measure(size_bytes: int, n: int, reps: int) -> list[dict]:
         _, compute, both = _programs(mesh, reduce, matmuls)
         rounds = interleaved_seconds_in_step(
             {
-                "alone": lambda: alone(x, m),
-                "compute": lambda: compute(x, m),
-                "both": lambda: both(x, m),
+                variant: functools.partial(program, x, m)
+                for variant, program in (("alone", alone), ("compute", compute), ("both", both))
             },
             reps,
             2,
