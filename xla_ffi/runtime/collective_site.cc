@@ -154,11 +154,12 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
     call_ended();
     done(s);
   };
-  size_t bytes = 0;
-  for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
-  if (in_process_ && signature_.collective == Collective::kAllReduce &&
-      plan_one_shot(bytes, spec.signature.algorithm)) {
-    return allreduce_one_shot(spec, buffers.in, buffers.out, buffers.counts, std::move(complete));
+  // What a rank stages or receives, whichever is more (an all-gather's output is n inputs).
+  size_t bytes_in = 0, bytes_out = 0;
+  for (uint64_t count : buffers.counts) bytes_in += count * dtype_size(buffers.dtype);
+  for (uint64_t count : buffers.out_counts) bytes_out += count * dtype_size(buffers.dtype);
+  if (in_process_ && plan_one_shot(std::max(bytes_in, bytes_out), spec.signature.algorithm)) {
+    return one_shot(spec, buffers.in, buffers.out, buffers.counts, std::move(complete));
   }
   // The buffers stay valid until `done` runs (XLA's contract for async calls). Each call
   // gets a thread of its own, so that calls of one device that XLA runs concurrently

@@ -29,6 +29,7 @@ struct Pending {
   std::vector<std::vector<char>> inputs;    // staged, all segments back to back
   std::vector<std::vector<void*>> outputs;  // per rank, per segment
   std::vector<int64_t> devices;
+  std::vector<int> recv_from;  // a permutation's source of each rank (-1: none)
   std::vector<std::function<void(const Status&)>> done;
   // Per rank: kWaiting while its thread still waits inline for the result (briefly),
   // kDetached once it has returned a pending future, kHandedBack when the completer left
@@ -77,7 +78,7 @@ void watchdog() {
     for (auto& p : expired) {
       Status s = p->deadline.ended(
           p->label,
-          str_cat("waiting for ranks [", missing_ranks(p->present), "] to join the all-reduce"));
+          str_cat("waiting for ranks [", missing_ranks(p->present), "] to join the call"));
       release(*p, -1, s);
     }
     lock.lock();
@@ -101,42 +102,84 @@ void ensure_watchdog() {
   });
 }
 
-// The last rank: reduce once, write every output, complete every rank.
+// Segment `seg` (`offset` bytes into every staged input) of every rank's output.
+void write_outputs(Pending& p, size_t seg, size_t offset, uint64_t count,
+                   const Reduction& reduction) {
+  const size_t elem = reduction.elem_size;
+  std::vector<const void*> sources(p.size);
+  auto staged = [&](int r, size_t at) { return p.inputs[r].data() + offset + at; };
+  auto output = [&](int r) { return static_cast<char*>(p.outputs[r][seg]); };
+  switch (p.signatures[0].collective) {
+    case Collective::kAllReduce: {
+      const size_t bytes = count * elem;
+      if (p.size == 1) {
+        std::memcpy(output(0), staged(0, 0), bytes);
+        return;
+      }
+      for (int r = 0; r < p.size; ++r) sources[r] = staged(r, 0);
+      reduction.fold(output(0), sources.data(), p.size, count);
+      for (int r = 1; r < p.size; ++r) std::memcpy(output(r), output(0), bytes);
+      return;
+    }
+    case Collective::kReduceScatter: {
+      const uint64_t block = count / p.size;
+      for (int r = 0; r < p.size; ++r) {
+        if (p.size == 1) {
+          std::memcpy(output(r), staged(r, 0), block * elem);
+          continue;
+        }
+        for (int q = 0; q < p.size; ++q) sources[q] = staged(q, r * block * elem);
+        reduction.fold(output(r), sources.data(), p.size, block);
+      }
+      return;
+    }
+    case Collective::kAllGather:
+      for (int r = 0; r < p.size; ++r) {
+        for (int q = 0; q < p.size; ++q) {
+          std::memcpy(output(r) + q * count * elem, staged(q, 0), count * elem);
+        }
+      }
+      return;
+    case Collective::kPermute:
+      for (int r = 0; r < p.size; ++r) {
+        if (p.recv_from[r] < 0) {
+          std::memset(output(r), 0, count * elem);
+        } else {
+          std::memcpy(output(r), staged(p.recv_from[r], 0), count * elem);
+        }
+      }
+      return;
+  }
+}
+
+// The last rank: write every output from the staged inputs, complete every rank.
 void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const Reduction& reduction,
               Algorithm recorded) {
   const size_t elem = reduction.elem_size;
+  const Collective collective = p.signatures[self].collective;
   Status s;
   for (int r = 1; r < p.size && s.ok(); ++r) {
     if (!(p.signatures[r] == p.signatures[0])) {
-      s = error(Code::kMismatch, p.label, ": ranks disagree on the all-reduce: rank 0 calls ",
-                describe(p.signatures[0]), " but rank ", r, " calls ", describe(p.signatures[r]));
+      s = error(Code::kMismatch, p.label, ": ranks disagree on the ", collective_name(collective),
+                ": rank 0 calls ", describe(p.signatures[0]), " but rank ", r, " calls ",
+                describe(p.signatures[r]));
     }
   }
   if (s.ok()) {
     size_t offset = 0;
-    std::vector<const void*> sources(p.size);
     for (size_t seg = 0; seg < counts.size(); ++seg) {
-      const size_t bytes = counts[seg] * elem;
-      if (bytes > 0) {
-        char* result = static_cast<char*>(p.outputs[0][seg]);
-        if (p.size == 1) {
-          std::memcpy(result, p.inputs[0].data() + offset, bytes);
-        } else {
-          for (int r = 0; r < p.size; ++r) sources[r] = p.inputs[r].data() + offset;
-          reduction.fold(result, sources.data(), p.size, counts[seg]);
-        }
-        for (int r = 1; r < p.size; ++r) std::memcpy(p.outputs[r][seg], result, bytes);
-      }
-      offset += bytes;
+      if (counts[seg] > 0) write_outputs(p, seg, offset, counts[seg], reduction);
+      offset += counts[seg] * elem;
     }
     CallSpec spec;
     spec.label = p.label;
+    spec.signature.collective = collective;
     for (int r = 0; r < p.size; ++r) {
       spec.device = p.devices[r];
       record_call(recorded, spec, p.first_arrival, Clock::now(), offset);
     }
   } else {
-    for (int r = 0; r < p.size; ++r) record_error(recorded, Collective::kAllReduce);
+    for (int r = 0; r < p.size; ++r) record_error(recorded, collective);
   }
   // A rank that returned a pending future is completed on a call thread:
   // XLA may continue the device's program right inside the completion, and that program
@@ -148,9 +191,8 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const R
 
 }  // namespace
 
-void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
-                        const std::vector<void*>& out, const std::vector<uint64_t>& counts,
-                        std::function<void(const Status&)> done) {
+void one_shot(CallSpec spec, const std::vector<const void*>& in, const std::vector<void*>& out,
+              const std::vector<uint64_t>& counts, std::function<void(const Status&)> done) {
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
   Reduction reduction;
@@ -173,6 +215,7 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
       slot->inputs.resize(spec.size);
       slot->outputs.resize(spec.size);
       slot->devices.resize(spec.size, -1);
+      slot->recv_from.resize(spec.size, -1);
       slot->done.resize(spec.size);
       slot->handoff = std::make_unique<std::atomic<int>[]>(spec.size);
       for (int r = 0; r < spec.size; ++r) slot->handoff[r].store(kWaiting);
@@ -190,6 +233,7 @@ void allreduce_one_shot(CallSpec spec, const std::vector<const void*>& in,
     p.present[spec.rank] = 1;
     p.signatures[spec.rank] = sig;
     p.devices[spec.rank] = spec.device;
+    p.recv_from[spec.rank] = spec.peers.recv_from;
     auto& staged = p.inputs[spec.rank];
     for (size_t k = 0; k < counts.size(); ++k) {
       const char* src = static_cast<const char*>(in[k]);

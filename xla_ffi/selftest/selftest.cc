@@ -542,7 +542,7 @@ void test_one_shot(int n, size_t count, int present) {
     spec.label = "selftest one-shot";
     spec.signature.dtype = DType::kI32;
     spec.timeout_s = 0.3;
-    allreduce_one_shot(spec, {in[r].data()}, {out[r].data()}, {count}, [&, r](const Status& s) {
+    one_shot(spec, {in[r].data()}, {out[r].data()}, {count}, [&, r](const Status& s) {
       status[r] = s;
       completed.fetch_add(1);
     });
