@@ -1,9 +1,11 @@
-"""Fusion of a shard_map body's jax_accl all-reduces into one native call per bucket.
+"""Fusion of a shard_map body's jax_accl collectives into one native call per bucket.
 
 Autodiff transposes each use of a replicated parameter separately, so a training step's
-gradient all-reduce arrives as one ``accl_allreduce`` per parameter. Before the body is
-lowered, calls that share their axes, groups, op, algorithm and type are merged, as
-XLA's all-reduce combiner merges its own, into buckets of one dtype and at most
+gradient all-reduce arrives as one ``accl_allreduce`` per parameter; a sharded step
+(FSDP) gathers each parameter with an all-gather of its own and reduce-scatters each
+gradient with its own. Before the body is lowered, calls of one collective that share
+their axes, groups and type (and op and algorithm, for an all-reduce) are merged, as
+XLA's combiners merge its own, into buckets of one dtype and at most
 ``JAX_ACCL_FUSION_BYTES`` (the same buckets as a fused ``jax_accl.psum`` of a pytree).
 
 Schedule: the body's equations are walked in order. A call is held back in the group of
@@ -28,9 +30,15 @@ import jax
 from jax_accl import _accl, config, cost_model
 from jax_accl import _compat as c
 from jax_accl.primitives.allreduce import accl_allreduce_p, fresh
+from jax_accl.primitives.scatter_gather import accl_all_gather_p, accl_reduce_scatter_p
 from jax_accl.reduction import fusion_buckets
 
-_KEY = ("axes", "axis_index_groups", "op", "algorithm", "invariant")
+# The collectives fused, and the parameters calls must share to be merged.
+_KEYS = {
+    accl_allreduce_p: ("axes", "axis_index_groups", "op", "algorithm", "invariant"),
+    accl_reduce_scatter_p: ("axes", "axis_index_groups", "axis_size", "invariant"),
+    accl_all_gather_p: ("axes", "axis_index_groups", "axis_size", "invariant"),
+}
 
 
 def fuse_jaxpr(jaxpr):
@@ -57,10 +65,11 @@ def fuse_jaxpr(jaxpr):
     for eqn in jaxpr.eqns:
         eqn = _fuse_nested(eqn)
         hit = list(dict.fromkeys(owner[v] for v in eqn.invars if _is_var(v) and v in owner))
-        if eqn.primitive is accl_allreduce_p:
+        if eqn.primitive in _KEYS:
             for key in hit:  # it reads results held back: those go first
                 release(key)
-            key = tuple(_hashable(eqn.params[k]) for k in _KEY)
+            key = (eqn.primitive.name,)
+            key += tuple(_hashable(eqn.params[k]) for k in _KEYS[eqn.primitive])
             nbytes = sum(_nbytes(v.aval) for v in eqn.invars)
             if key in groups and groups[key].nbytes + nbytes > target(key):
                 release(key)  # a full bucket: reduce it now, while earlier layers compute
@@ -138,7 +147,7 @@ def _merge(members, limit: int) -> list:
             c.core.new_jaxpr_eqn(
                 [v for v, _ in pairs],
                 [out for _, out in pairs],
-                accl_allreduce_p,
+                first.primitive,
                 params,
                 effects,
                 first.source_info,

@@ -84,7 +84,12 @@ def test_sharded_strategies_match_jax_lax_with_no_xla_collective(strategy):
     assert {k: v for k, v in ours.items() if k.startswith("xla")} == dict.fromkeys(
         ("xla all-reduce", "xla reduce-scatter", "xla all-gather", "xla collective-permute"), 0
     )
-    assert ours["jax_accl calls"] >= 4 and theirs["jax_accl calls"] == 0
+    assert theirs["jax_accl calls"] == 0
+    if strategy == "fsdp":  # the per-parameter gathers (and scatters) fused into buckets
+        gathers_and_scatters = theirs["xla all-gather"] + theirs["xla reduce-scatter"]
+        assert 2 <= ours["jax_accl calls"] < gathers_and_scatters / 2, (ours, theirs)
+    else:  # each a chain: a layer's collective needs the one before
+        assert ours["jax_accl calls"] >= 4
     if strategy == "pp":  # 3 hops a time step, 6 time steps, both ways
         assert theirs["xla collective-permute"] >= 12 and ours["jax_accl calls"] >= 12
     else:

@@ -187,6 +187,9 @@ def test_routed_sharded_step_holds_no_xla_collective(name, route):
     text = compiled_text(step, args, route)
     assert xla_collectives(text) == {}, xla_collectives(text)
     assert EXPECTED_CALLS[name] <= accl_calls(text), accl_calls(text)
+    if name == "fsdp":  # w1's and w2's gathers fused into one call, their gradients' too
+        for target in ("accl_all_gather", "accl_reduce_scatter"):
+            assert text.count(f'custom_call_target="{target}"') == 1, target
     got = train(step, args, route)
     want = train(lax_step, build(name, "lax")[1], "lax")
     assert_same(got, want)
