@@ -77,6 +77,9 @@ pmin_p = _parallel.pmin_p
 reduce_scatter_p = _parallel.reduce_scatter_p
 all_gather_p = _parallel.all_gather_p
 all_gather_invariant_p = _parallel.all_gather_invariant_p
+# JAX's reduced and unreduced collectives (absent from a jax that has no such types).
+all_gather_reduced_p = getattr(_parallel, "all_gather_reduced_p", None)
+unreduced_reduce_scatter_p = getattr(_parallel, "unreduced_reduce_scatter_p", None)
 ppermute_p = _parallel.ppermute_p
 
 

@@ -14,7 +14,9 @@ Where routing is on, a program traced there has no XLA all-reduce left:
   ``ppermute`` bind jax_accl's reduce-scatter, all-gather and permutation, and so do
   the transposes JAX makes of them (an all-gather's is a reduce-scatter): sharded
   training (FSDP, tensor and pipeline parallelism) runs on jax_accl, backward pass
-  included. ``to='reduced'`` and the unreduced forms stay JAX's.
+  included; so do ``all_gather(to='reduced')`` and ``psum_scatter`` of an unreduced
+  value (JAX's reduced and unreduced types), each the other's transpose. JAX's
+  ``unreduced_psum`` stays JAX's.
 
 Routing is on process-wide inside ``jax_accl.patch_psum()`` and with the environment
 variable ``JAX_ACCL_ROUTING=1``; for one thread and one body inside
@@ -90,6 +92,10 @@ def install() -> None:
         c.hook_bind(c.all_gather_p, lambda bind: _routed_all_gather(bind, "varying"))
         c.hook_bind(c.all_gather_invariant_p, lambda bind: _routed_all_gather(bind, "invarying"))
         c.hook_bind(c.ppermute_p, _routed_ppermute)
+        if c.all_gather_reduced_p is not None:
+            c.hook_bind(c.all_gather_reduced_p, lambda bind: _routed_all_gather(bind, "reduced"))
+        if c.unreduced_reduce_scatter_p is not None:
+            c.hook_bind(c.unreduced_reduce_scatter_p, _routed_reduce_scatter)
         _installed = True
 
 
@@ -132,7 +138,10 @@ def _when_routed(jax_bind, accl_bind):
 
 
 def _routed_reduce_scatter(jax_bind):
-    def accl(x, *, axis_name, scatter_dimension, axis_index_groups, axis_size, tiled):
+    """reduce_scatter_p, or unreduced_reduce_scatter_p (no axis_index_groups; its operand
+    unreduced, which jax_accl.psum_scatter reads from the type)."""
+
+    def accl(x, *, axis_name, scatter_dimension, axis_size, tiled, axis_index_groups=None):
         return scatter_gather.psum_scatter(
             x,
             axis_name,
@@ -145,8 +154,9 @@ def _routed_reduce_scatter(jax_bind):
 
 
 def _routed_all_gather(jax_bind, to: str):
-    """all_gather_p (to='varying', with axis_index_groups) or all_gather_invariant_p
-    (to='invarying', without); `all_gather_dimension` is already in range."""
+    """all_gather_p (to='varying', with axis_index_groups), all_gather_invariant_p
+    (to='invarying', without) or all_gather_reduced_p (to='reduced', without);
+    `all_gather_dimension` is already in range."""
 
     def accl(x, *, all_gather_dimension, axis_name, axis_size, tiled, axis_index_groups=None):
         return scatter_gather.all_gather(

@@ -46,7 +46,9 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
         return x
 
     def front(leaf):  # (the canonical operand, the scatter dimension)
-        leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))
+        leaf = jnp.asarray(leaf)
+        if not _unreduced(leaf, axes):  # an unreduced value is summed as it is
+            leaf = c.insert_collective_pvary(axes, leaf)
         dim = _dimension(scatter_dimension, leaf.ndim, "psum_scatter", "scatter_dimension")
         if not tiled and leaf.shape[dim] != n:
             raise ValueError(
@@ -59,7 +61,30 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
         return out[0] if not tiled else jnp.moveaxis(out, 0, dim)
 
     params = dict(axes=axes, axis_index_groups=groups, axis_size=n)
-    return _in_buckets(x, front, back, lambda b: prim.bind(prim.accl_reduce_scatter_p, b, **params))
+
+    def bind(bucket):  # unreduced leaves (JAX's unreduced types) in calls of their own
+        unreduced = [_unreduced(v, axes) for v in bucket]
+        if any(unreduced) and groups is not None:
+            raise NotImplementedError(
+                "jax_accl.psum_scatter of an unreduced value with axis_index_groups (as jax.lax)"
+            )
+        outs = list(bucket)
+        for kind in (False, True):
+            mine = [k for k, u in enumerate(unreduced) if u == kind]
+            results = prim.bind(
+                prim.accl_reduce_scatter_p, [bucket[k] for k in mine], reduced=kind, **params
+            )
+            for k, r in zip(mine, results):
+                outs[k] = r
+        return outs
+
+    return _in_buckets(x, front, back, bind)
+
+
+def _unreduced(leaf, axes) -> bool:
+    """Whether `leaf` has JAX's unreduced type along any of `axes` (a partial sum on each
+    device, as an einsum with an unreduced out_sharding leaves it)."""
+    return bool(set(axes) & c.unreduced_axes(c.core.typeof(leaf)))
 
 
 def _in_buckets(tree, front, back, bind):
@@ -75,16 +100,15 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
     """Drop-in for :func:`jax.lax.all_gather`: every device's ``x`` along ``axis_name``,
     stacked in a new dimension ``axis`` (or concatenated along ``axis``, tiled).
     ``to="invarying"`` (jax.lax.all_gather_invariant) makes the result invariant along
-    the axes, its transpose then a slice; ``to="reduced"`` is not supported yet."""
+    the axes, its transpose then a slice; ``to="reduced"`` gives it JAX's reduced type
+    there, its transpose a reduce-scatter of the unreduced cotangents."""
     if to not in ("varying", "invarying", "reduced"):
         raise ValueError(
             f"jax_accl.all_gather: `to` must be 'varying', 'invarying' or 'reduced', got {to!r}"
         )
-    if to == "reduced" or (to == "invarying" and axis_index_groups is not None):
+    if to != "varying" and axis_index_groups is not None:
         raise NotImplementedError(
-            f"jax_accl.all_gather: to={to!r}"
-            + (" with axis_index_groups" if to == "invarying" else "")
-            + " is not supported yet; use jax.lax.all_gather"
+            f"jax_accl.all_gather: to={to!r} with axis_index_groups (as jax.lax)"
         )
     axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "all_gather")
     if not axes:
@@ -100,7 +124,13 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
         dim = _dimension(axis, leaf.ndim + 1, "all_gather", "axis")
         return leaf[None], dim  # (1, ...): gathered to (n, ...)
 
-    params = dict(axes=axes, axis_index_groups=groups, axis_size=n, invariant=to == "invarying")
+    params = dict(
+        axes=axes,
+        axis_index_groups=groups,
+        axis_size=n,
+        invariant=to == "invarying",
+        reduced=to == "reduced",
+    )
     return _in_buckets(
         x,
         front,

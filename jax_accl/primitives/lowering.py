@@ -158,14 +158,14 @@ def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: st
 
 
 def _scatter_gather_lowering(
-    ctx, *xs, primitive, axes, axis_index_groups, axis_size, invariant, op_id
+    ctx, *xs, primitive, axes, axis_index_groups, axis_size, invariant, reduced, op_id
 ):
     """accl_reduce_scatter / accl_all_gather: one result per operand (of another size,
     so no aliasing); the schedule is the runtime's plan for the bucket (direct, ring or by
     host)."""
     api = SCATTER_GATHER_API[primitive]
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
-    params.update(invariant=invariant, op_id=op_id)
+    params.update(invariant=invariant, reduced=reduced, op_id=op_id)
     if c.is_partial_manual(ctx):  # first: before the bootstrap that _places may start
         return _lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params), dim0=True)
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)

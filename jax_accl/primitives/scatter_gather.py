@@ -13,6 +13,10 @@ jax.lax.psum_scatter and jax.lax.all_gather:
 * all-gather: dimension 0 of the output is the n ranks' inputs, in rank order;
 * both are varying -> varying: under ``check_vma=True`` the input must vary along the
   axes (the caller inserts the pvary, as jax.lax does) and the output keeps its type;
+* ``reduced`` (JAX's reduced and unreduced types): an all-gather from varying to
+  reduced (jax.lax.all_gather(to='reduced'): the result is replicated along the axes
+  and typed reduced there), and a reduce-scatter from unreduced (each device holds a
+  partial sum along the axes) to varying, each the other's transpose;
 * both are linear; a reduce-scatter transposes to an all-gather and back;
 * over a vmapped axis, both are local operations on the batch dimension.
 """
@@ -36,10 +40,21 @@ for _p in (accl_reduce_scatter_p, accl_all_gather_p):
 API = {accl_reduce_scatter_p: "jax_accl.psum_scatter", accl_all_gather_p: "jax_accl.all_gather"}
 
 
-def bind(primitive, xs, *, axes: tuple, axis_index_groups, axis_size: int, invariant=False):
+def bind(
+    primitive,
+    xs,
+    *,
+    axes: tuple,
+    axis_index_groups,
+    axis_size: int,
+    invariant=False,
+    reduced=False,
+):
     """The collective of every array of `xs` (one dtype) in one call; a list of results.
     `invariant` (all-gather only): the results are invariant along `axes`
-    (jax.lax.all_gather_invariant), and the transpose a slice of this device's block."""
+    (jax.lax.all_gather_invariant), and the transpose a slice of this device's block.
+    `reduced`: an all-gather's results are reduced along `axes`, a reduce-scatter's
+    operands unreduced there (see the module doc)."""
     if not xs:
         return []
     return primitive.bind(
@@ -48,20 +63,25 @@ def bind(primitive, xs, *, axes: tuple, axis_index_groups, axis_size: int, invar
         axis_index_groups=axis_index_groups,
         axis_size=axis_size,
         invariant=invariant,
+        reduced=reduced,
         op_id=next_op_id(),
     )
 
 
-def _abstract_eval(primitive, *avals, axes, axis_index_groups, axis_size, invariant, op_id):
+def _abstract_eval(
+    primitive, *avals, axes, axis_index_groups, axis_size, invariant, reduced, op_id
+):
     api = API[primitive]
     c.check_axis_names(axes, api.split(".")[1])
     if len({np.dtype(a.dtype) for a in avals}) > 1:
         raise TypeError(f"{api}: one call moves arrays of one dtype, got {avals}")
-    outs = [_abstract_one(primitive, api, aval, axes, axis_size, invariant) for aval in avals]
+    outs = [
+        _abstract_one(primitive, api, aval, axes, axis_size, invariant, reduced) for aval in avals
+    ]
     return outs, {c.core.NamedAxisEffect(axis) for axis in axes}
 
 
-def _abstract_one(primitive, api, aval, axes, axis_size, invariant):
+def _abstract_one(primitive, api, aval, axes, axis_size, invariant, reduced):
     dtype = np.dtype(aval.dtype)
     # An all-gather moves any element type; a reduce-scatter sums (not bool, as jax.lax).
     if dtype not in SUPPORTED_DTYPES or (dtype == np.bool_ and primitive is accl_reduce_scatter_p):
@@ -78,6 +98,8 @@ def _abstract_one(primitive, api, aval, axes, axis_size, invariant):
         shape[0] //= axis_size
     else:
         shape[0] *= axis_size
+    if reduced:
+        return _reduced_type(primitive, api, aval.update(shape=tuple(shape)), aval, axes)
     if c.check_vma_enabled() and not set(axes) <= c.varying_axes(aval):
         raise ValueError(
             f"{api} must be applied to a value that varies along {axes}, but it varies "
@@ -89,9 +111,48 @@ def _abstract_one(primitive, api, aval, axes, axis_size, invariant):
     return out
 
 
+def _reduced_type(primitive, api, out, aval, axes):
+    """The result type of a `reduced` call (JAX's rules): an all-gather takes a value
+    varying along the axes and not reduced there, and makes it reduced, no longer
+    varying; a reduce-scatter takes a value unreduced along the axes and not varying
+    there, and makes it varying, no longer unreduced."""
+    mat, named = aval.mat, set(axes)
+    if primitive is accl_all_gather_p:
+        if not named <= mat.varying or named & mat.reduced:
+            raise ValueError(
+                f"{api}(to='reduced') must be applied to a value that varies along {axes} "
+                f"and is not reduced there, got {aval.str_short(True)}"
+            )
+        kind = mat.update(varying=mat.varying - named, reduced=mat.reduced | named)
+    else:
+        if not named <= c.unreduced_axes(aval) or named & mat.varying:
+            raise ValueError(
+                f"{api} of an unreduced value must be unreduced along all of {axes} and "
+                f"vary along none of them, got {aval.str_short(True)}"
+            )
+        unreduced = mat.unreduced - named
+        changed = dict(varying=mat.varying | named, unreduced=unreduced)
+        if hasattr(mat, "unreduced_kind"):  # jax >= 0.12: a kind only while unreduced
+            changed["unreduced_kind"] = mat.unreduced_kind if unreduced else None
+        kind = mat.update(**changed)
+    return out.update(manual_axis_type=kind)
+
+
 def _batcher(
-    primitive, axis_data, vals_in, dims_in, *, axes, axis_index_groups, axis_size, invariant, op_id
+    primitive,
+    axis_data,
+    vals_in,
+    dims_in,
+    *,
+    axes,
+    axis_index_groups,
+    axis_size,
+    invariant,
+    reduced,
+    op_id,
 ):
+    if reduced:  # as jax.lax's reduced and unreduced collectives
+        raise NotImplementedError(f"{API[primitive]} of reduced or unreduced values under vmap")
     params = dict(
         axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, invariant=invariant
     )
@@ -119,23 +180,32 @@ def _over_vmapped_axis(primitive, n: int, x, d):
     return gathered, None  # every rank's inputs, the same for all of them
 
 
-def _jvp(primitive, primals, tangents, *, axes, axis_index_groups, axis_size, invariant, op_id):
+def _jvp(
+    primitive, primals, tangents, *, axes, axis_index_groups, axis_size, invariant, reduced, op_id
+):
     params = dict(
-        axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, invariant=invariant
+        axes=axes,
+        axis_index_groups=axis_index_groups,
+        axis_size=axis_size,
+        invariant=invariant,
+        reduced=reduced,
     )
     outs = bind(primitive, list(primals), **params)
     zeros = [c.ad.Zero(c.core.typeof(o).to_tangent_aval()) for o in outs]
     return outs, c.move_nonzero(tangents, lambda ts: bind(primitive, ts, **params), zeros)
 
 
-def _transpose(primitive, cts, *xs, axes, axis_index_groups, axis_size, invariant, op_id):
+def _transpose(primitive, cts, *xs, axes, axis_index_groups, axis_size, invariant, reduced, op_id):
     zeros = [c.ad.Zero(c.ct_aval(x.aval)) for x in xs]
     if invariant:  # every device holds the whole cotangent: its own block, no data moves
         return c.move_nonzero(
             cts, lambda live: [_own_block(ct, axes, axis_size) for ct in live], zeros
         )
     other = accl_all_gather_p if primitive is accl_reduce_scatter_p else accl_reduce_scatter_p
-    params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
+    # A reduced all-gather's cotangents are unreduced: their reduce-scatter sums them.
+    params = dict(
+        axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size, reduced=reduced
+    )
     return c.move_nonzero(cts, lambda live: bind(other, live, **params), zeros)
 
 

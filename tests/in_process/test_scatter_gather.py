@@ -246,8 +246,51 @@ def test_all_gather_to_invarying_and_its_slice_transpose(mesh8):
     np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-6)
     text = step(jax_accl).lower(x).compile().as_text()
     assert "all-gather(" not in text and 'custom_call_target="accl_all_gather"' in text
-    with pytest.raises(NotImplementedError, match="to='reduced' is not supported yet"):
-        jax_accl.all_gather(w, "i", to="reduced")
+
+
+def test_reduced_all_gather_and_unreduced_psum_scatter_keep_jaxs_types():
+    """JAX's reduced and unreduced types on an Explicit (4, 2) mesh: all_gather(to=
+    'reduced') of a sharded value and a sum over "x" (JAX's shard_map test of a reduced
+    input), and psum_scatter of an einsum's unreduced result: the values and gradients
+    of jax.lax's, the same result shardings, and no XLA all-gather or reduce-scatter
+    left (the gather's transpose is a reduce-scatter of unreduced cotangents)."""
+    from jax.sharding import AxisType, NamedSharding
+
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    arr = jax.device_put(np.arange(32.0).reshape(8, 4), NamedSharding(mesh, P("x", "y")))
+    a = jax.device_put(np.arange(8.0).reshape(4, 2), NamedSharding(mesh, P(None, "y")))
+    b = jax.device_put(np.arange(12.0).reshape(2, 6), NamedSharding(mesh, P("y", None)))
+
+    def programs(lib):
+        @jax.shard_map(out_specs=P(reduced={"y"}))
+        def gathered_sum(x):
+            seq = lib.all_gather(x, "y", axis=1, tiled=True, to="reduced")
+            return lib.psum(jnp.sum(seq), "x")
+
+        @jax.shard_map(in_specs=P(unreduced={"y"}), out_specs=P("y", None))
+        def scatter(z):
+            return lib.psum_scatter(z, "y", tiled=True)
+
+        def scattered(x, y):
+            return scatter(jnp.einsum("ab,bc->ac", x, y, out_sharding=P(unreduced={"y"}))).sum()
+
+        return gathered_sum, jax.grad(gathered_sum), jax.grad(scattered, argnums=(0, 1))
+
+    with jax.set_mesh(mesh):
+        ours, theirs = programs(jax_accl), programs(jax.lax)
+        for mine, reference, args in zip(ours, theirs, [(arr,), (arr,), (a, b)]):
+            got, want = jax.jit(mine)(*args), jax.jit(reference)(*args)
+            for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+                assert g.sharding == w.sharding, (g.sharding, w.sharding)
+                np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+            text = jax.jit(mine).lower(*args).compile().as_text()
+            assert "all-gather(" not in text and "reduce-scatter(" not in text
+            assert "accl_all_gather" in text or "accl_reduce_scatter" in text
+        with jax_accl.patch_psum():  # the jax.lax program routed: the same calls
+            for reference, args in zip(theirs, [(arr,), (arr,), (a, b)]):
+                text = jax.jit(reference).lower(*args).compile().as_text()
+                assert "all-gather(" not in text and "reduce-scatter(" not in text
+                assert "accl_all_gather" in text or "accl_reduce_scatter" in text
 
 
 def test_axis_index_groups_under_check_vma(mesh8):
