@@ -70,7 +70,7 @@ def fuse_jaxpr(jaxpr):
                 release(key)
             key = (eqn.primitive.name,)
             key += tuple(_hashable(eqn.params[k]) for k in _KEYS[eqn.primitive])
-            nbytes = sum(_nbytes(v.aval) for v in eqn.invars)
+            nbytes = sum(_nbytes(v.aval) for v in _sized(eqn.primitive, eqn.invars, eqn.outvars))
             if key in groups and groups[key].nbytes + nbytes > target(key):
                 release(key)  # a full bucket: reduce it now, while earlier layers compute
             group = groups.setdefault(key, _Group())
@@ -122,6 +122,12 @@ def bucket_bytes(limit: int) -> tuple[int, int]:
     return min(limit, max(256 << 10, later // 4)), min(limit, later)
 
 
+def _sized(primitive, invars, outvars):
+    """What a bucket's size counts: an all-gather's results (n times its operands, what
+    each device receives), every other call's operands."""
+    return outvars if primitive is accl_all_gather_p else invars
+
+
 def _nbytes(aval) -> int:
     return int(aval.size) * aval.dtype.itemsize
 
@@ -140,7 +146,8 @@ def _merge(members, limit: int) -> list:
     first = members[0]
     effects = set().union(*(eqn.effects for eqn in members))
     merged = []
-    for bucket in fusion_buckets([(k, v.aval) for k, (v, _) in enumerate(operands)], limit):
+    sized = [_sized(first.primitive, [v], [out])[0].aval for v, out in operands]
+    for bucket in fusion_buckets(list(enumerate(sized)), limit):
         pairs = [operands[k] for k, _ in bucket]
         params = dict(first.params) if not merged else fresh(first.params)
         merged.append(

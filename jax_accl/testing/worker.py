@@ -667,6 +667,21 @@ def scenario_late_peer():
     return {"waited_s": waited}
 
 
+def scenario_late_first_call():
+    """Process 0 sleeps 15 s (a slow start) before the job's first all-reduce, which
+    connects its channels: its peers, which accept process 0's connections, wait past
+    the 10 s after which they probe its listeners (answered: it is only late). Every
+    call exact; reports how long the call took and the refused connections."""
+    exact, _, _ = checked_psum(1 << 18, seed=19)
+    if jax.process_index() == 0:
+        time.sleep(15.0)
+    start = time.perf_counter()
+    exact("first call")
+    waited = time.perf_counter() - start
+    exact("next")
+    return {"waited_s": waited, "refused": jax_accl.stats()["refused_connections"]}
+
+
 def scenario_exit_in_flight():
     """Process 0 leaves (--exit: jax.distributed.shutdown(), or the interpreter's exit
     alone) while its call waits for the last process, which comes 3 s later. Process 0
@@ -801,6 +816,7 @@ SCENARIOS = {
     "concurrent": scenario_concurrent,
     "late_after_failure": scenario_late_after_failure,
     "late_peer": scenario_late_peer,
+    "late_first_call": scenario_late_first_call,
     "until_error": scenario_until_error,
     "first_call": scenario_first_call,
     "siege": scenario_siege,

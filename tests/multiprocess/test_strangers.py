@@ -282,7 +282,35 @@ def test_a_firewall_dropping_the_ports_is_an_error_within_seconds_naming_the_fix
         assert all(FIREWALLED[0] <= p <= FIREWALLED[1] for ps in r["ports"] for p in ps), r
         assert r["error"] is not None, r
         assert r["seconds"] < 60, r  # the unanswered connect is given 10 s, the call 120 s
-    connectors = [r["error"] for r in results if "no answer" in r["error"]]
-    assert connectors, results
-    for words in ("firewall", "JAX_ACCL_PORTS", netns.rail_ip(0, 1)[:-1]):
-        assert words in connectors[0], connectors[0]
+    for r in results:  # the connecting side's error, or the probing side's: the same words
+        assert "no answer" in r["error"] and "firewall" in r["error"], r["error"]
+        assert "JAX_ACCL_PORTS" in r["error"], r["error"]
+        ends = [netns.rail_ip(0, 1), netns.rail_ip(1, 1)]  # the two addresses on rail 1
+        assert all(f"{ip}" in r["error"] for ip in ends), r["error"]
+
+
+def test_a_peer_late_for_the_first_call_is_probed_and_waited_for(root_required):
+    """Two namespaced hosts x 1 process, two rails: process 0 starts its first call 15 s
+    late, so process 1 waits for process 0's connections past the 10 s after which it
+    probes process 0's listeners: answered, it waits on. Both calls exact on both, and
+    the probes are not counted as refused connections."""
+    with netns.virtual_hosts(2, 2) as names:
+        results = launch.run_job(
+            [*WORKER, "--scenario", "late_first_call", "--reference", "numpy"],
+            2,
+            1,
+            env=[
+                {
+                    "JAX_ACCL_HOST_ID": n,
+                    "JAX_ACCL_RAILS": "rail0,rail1",
+                    "JAX_ACCL_TIMEOUT_S": "120",
+                }
+                for n in names
+            ],
+            namespaces=names,
+            coordinator_ip=netns.rail_ip(0, 0),
+            timeout=300,
+        )
+    by_process = {r["process"]: r for r in results}
+    assert by_process[1]["waited_s"] > 12, results  # it really waited past the probe
+    assert all(r["refused"] == 0 for r in results), results

@@ -29,11 +29,16 @@ COMMAND = re.compile(r"(python -m jax_accl[\w.]*|bash scripts/[\w.-]+)")
 
 
 def documented_commands():
-    """(document, command line) for every command in a code block or a code span."""
+    """(document, command line) for every command in a code block (indented, or a fenced
+    shell block) or a code span."""
     for path in DOCUMENTS:
         text = re.sub(r"\\\n\s*", " ", path.read_text())  # continued lines joined
+        fenced = False
         for line in text.splitlines():
-            block = line.startswith("    ")
+            if line.startswith("```"):  # shell blocks hold commands; others code or trees
+                fenced = not fenced and line[3:].strip() in ("bash", "sh", "shell", "console")
+                continue
+            block = fenced or line.startswith("    ")
             codes = [line.split("#")[0]] if block else re.findall(r"`([^`]+)`", line)
             for piece in (p for code in codes for p in re.split(r";|&&", code)):
                 found = COMMAND.search(piece)

@@ -197,7 +197,10 @@ void one_shot(CallSpec spec, const std::vector<const void*>& in, const std::vect
   const Signature& sig = spec.signature;
   Reduction reduction;
   Status usable = reduction_for(spec, &reduction);
-  if (!usable.ok()) return done(usable);
+  if (!usable.ok()) {
+    record_error(Algorithm::kDirect, sig.collective);
+    return done(usable);
+  }
   const size_t elem = reduction.elem_size;
   ensure_watchdog();
   std::shared_ptr<Pending> ready, waiting;
@@ -229,7 +232,10 @@ void one_shot(CallSpec spec, const std::vector<const void*>& in, const std::vect
       refused = error(Code::kInternal, "rank ", spec.rank, " of ", spec.label,
                       ": joined the same collective twice");
     }
-    if (!refused.ok()) return done(refused);
+    if (!refused.ok()) {
+      record_error(Algorithm::kDirect, sig.collective);
+      return done(refused);
+    }
     p.present[spec.rank] = 1;
     p.signatures[spec.rank] = sig;
     p.devices[spec.rank] = spec.device;

@@ -154,6 +154,10 @@ AcceptorHandshake::State AcceptorHandshake::step() {
     switch (state_) {
       case State::kReadHello: {
         if (!transfer(&hello_, sizeof(hello_), /*write=*/false)) return state_;
+        if (hello_.magic == kProbeMagic) {  // a peer checking that we answer: we did
+          probe_ = true;
+          return refuse(error(Code::kAborted, "a reachability probe"));
+        }
         Status s = check_hello(hello_);
         if (!s.ok()) return refuse(s);
         const Destination where = wanted_ ? wanted_(hello_) : Destination::kHere;

@@ -31,6 +31,8 @@
 namespace accl {
 
 constexpr uint32_t kHandshakeMagic = 0x4c434341;  // "ACCL" little-endian
+// A hello with this magic is a reachability probe (tcp_probe): closed, not a refusal.
+constexpr uint32_t kProbeMagic = 0x424f5250;  // "PROB" little-endian
 constexpr uint32_t kProtocolVersion = 4;
 constexpr size_t kSecretBytes = 32;
 constexpr size_t kNonceBytes = 16;
@@ -112,6 +114,8 @@ class AcceptorHandshake {
   const Hello& hello() const { return hello_; }          // once admitted: what the connector said
   const Status& reason() const { return reason_; }       // once refused: why
   bool answered_busy() const { return answered_busy_; }  // refused only for now
+  // Closed without counting as a refused connection: answered busy, or a probe.
+  bool uncounted() const { return answered_busy_ || probe_; }
 
  private:
   State refuse(Status why);
@@ -130,6 +134,7 @@ class AcceptorHandshake {
   Endpoints endpoints_;
   Status reason_;
   bool answered_busy_ = false;
+  bool probe_ = false;
 };
 
 }  // namespace accl

@@ -1,5 +1,7 @@
 #include "transport/tcp.h"
 
+#include "transport/handshake.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -78,7 +80,8 @@ Status tcp_listen(const std::string& ip, uint16_t first, uint16_t last, int* fd,
     ACCL_RETURN_IF_ERROR(make_address(ip, static_cast<uint16_t>(candidate), &addr));
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
-    if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(s, 128) == 0) {
+    if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        listen(s, SOMAXCONN) == 0) {
       socklen_t len = sizeof(addr);
       getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
       *fd = s;
@@ -97,9 +100,9 @@ Status tcp_listen(const std::string& ip, uint16_t first, uint16_t last, int* fd,
 namespace {
 
 // One connection attempt: Ok with *fd connected, or errno in *err (ETIMEDOUT: no answer
-// by `answer_by`), or the call's deadline ended (its error).
+// within kUnansweredSeconds of its own), or the call's deadline ended (its error).
 Status connect_once(const sockaddr_in& local, const sockaddr_in& remote, const Deadline& deadline,
-                    Clock::time_point answer_by, const std::string& what, int* fd, int* err) {
+                    const std::string& what, int* fd, int* err) {
   *err = 0;
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
@@ -113,7 +116,7 @@ Status connect_once(const sockaddr_in& local, const sockaddr_in& remote, const D
   int e = r == 0 ? 0 : errno;
   if (e == EINPROGRESS) {
     Deadline answer = deadline;
-    answer.at = std::min(deadline.at, answer_by);
+    answer.at = std::min(deadline.at, unanswered_at());
     Status w = wait_fd(s, POLLOUT, answer, what.c_str());
     if (!w.ok()) {
       close(s);
@@ -142,15 +145,39 @@ Status unanswered(const std::string& what, const std::string& local_ip, const st
                " s: the network drops connections on the way (a firewall between the hosts? "
                "open the ports of jax_accl's listeners, JAX_ACCL_PORTS chooses them; or check "
                "the route from ",
-               local_ip, " to ", ip, " on this rail, JAX_ACCL_RAILS)");
+               local_ip, " to ", ip,
+               " on this rail, JAX_ACCL_RAILS), or the peer process's listener does not "
+               "accept (the process stopped, or overloaded)");
 }
+
+// Retries "no route" answers for kUnansweredSeconds (a link coming back) and, with
+// `retry_refused`, a refused connection until the deadline (the listener gone: its
+// process's health check says so): Ok with *fd connected and *err 0, or *err the errno
+// that ended the tries (ETIMEDOUT: an attempt got no answer at all).
+Status connect_with_retries(const sockaddr_in& local, const sockaddr_in& remote,
+                            const Deadline& deadline, bool retry_refused, const std::string& what,
+                            int* fd, int* err) {
+  const auto routes_by = unanswered_at();
+  for (;;) {
+    ACCL_RETURN_IF_ERROR(connect_once(local, remote, deadline, what, fd, err));
+    const bool no_route = *err == EHOSTUNREACH || *err == ENETUNREACH;
+    if (*err == 0 || *err == ETIMEDOUT || (no_route && Clock::now() >= routes_by) ||
+        (!no_route && !retry_refused)) {
+      return Status::Ok();
+    }
+    if (deadline.expired()) {
+      return deadline.ended(what, str_cat("retrying (", std::strerror(*err), ")"));
+    }
+    usleep(20000);
+  }
+}
+
+}  // namespace
 
 Clock::time_point unanswered_at() {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(kUnansweredSeconds));
 }
-
-}  // namespace
 
 Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t port,
                    const Deadline& deadline, int* fd) {
@@ -158,17 +185,9 @@ Status tcp_connect(const std::string& local_ip, const std::string& ip, uint16_t 
   ACCL_RETURN_IF_ERROR(make_address(local_ip, 0, &local));
   ACCL_RETURN_IF_ERROR(make_address(ip, port, &remote));
   const std::string what = str_cat("connect from ", local_ip, " to ", ip, ":", port);
-  const auto answer_by = unanswered_at();
-  for (;;) {
-    int e = 0;
-    ACCL_RETURN_IF_ERROR(connect_once(local, remote, deadline, answer_by, what, fd, &e));
-    if (e == 0) return Status::Ok();
-    if (e == ETIMEDOUT || ((e == EHOSTUNREACH || e == ENETUNREACH) && Clock::now() >= answer_by))
-      return unanswered(what, local_ip, ip, e);
-    if (deadline.expired())
-      return deadline.ended(what, str_cat("retrying (", std::strerror(e), ")"));
-    usleep(20000);  // refused: the listener is gone (its process: the health checks say)
-  }
+  int e = 0;
+  ACCL_RETURN_IF_ERROR(connect_with_retries(local, remote, deadline, true, what, fd, &e));
+  return e == 0 ? Status::Ok() : unanswered(what, local_ip, ip, e);
 }
 
 Status tcp_probe(const std::string& local_ip, const std::string& ip, uint16_t port,
@@ -178,10 +197,18 @@ Status tcp_probe(const std::string& local_ip, const std::string& ip, uint16_t po
   ACCL_RETURN_IF_ERROR(make_address(ip, port, &remote));
   const std::string what = str_cat("probe from ", local_ip, " to ", ip, ":", port);
   int fd = -1, e = 0;
-  ACCL_RETURN_IF_ERROR(connect_once(local, remote, deadline, unanswered_at(), what, &fd, &e));
-  if (e == 0) close(fd);
-  if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH)
+  ACCL_RETURN_IF_ERROR(connect_with_retries(local, remote, deadline, false, what, &fd, &e));
+  if (e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH) {
     return unanswered(what, local_ip, ip, e);
+  }
+  if (e != 0) return Status::Ok();  // refused: an answer (the process's health says more)
+  // A probe hello (the empty send buffer of a fresh connection takes it at once): the
+  // peer closes it without counting a refused connection.
+  Hello probe;
+  probe.magic = kProbeMagic;
+  ssize_t ignored = send(fd, &probe, sizeof(probe), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
+  close(fd);
   return Status::Ok();
 }
 

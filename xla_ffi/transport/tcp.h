@@ -20,6 +20,9 @@ namespace accl {
 // call's deadline. "No route" answers get the same window (a link coming back up).
 constexpr double kUnansweredSeconds = 10.0;
 
+// kUnansweredSeconds from now.
+Clock::time_point unanswered_at();
+
 // Listens on `ip` at the first free port of [first, last] (0, 0: any); *port is it.
 Status tcp_listen(const std::string& ip, uint16_t first, uint16_t last, int* fd, uint16_t* port);
 // Connects from local address `local_ip` (port chosen by the kernel). Retries a refused

@@ -152,7 +152,7 @@ bool TcpTransport::accept_round(std::vector<Pending>* pending, Clock::time_point
     if (h.state() == AcceptorHandshake::State::kAdmitted) {
       admit(h);
     } else if (h.state() == AcceptorHandshake::State::kRefused || h.deadline().expired()) {
-      if (!h.answered_busy()) refused_.fetch_add(1);
+      if (!h.uncounted()) refused_.fetch_add(1);
       close(h.fd());
     } else {
       continue;
@@ -279,8 +279,7 @@ Status TcpTransport::connect(const DevicePair& pair, const Deadline& deadline,
         // checkpoint); once kUnansweredSeconds have passed, one probe of its listener
         // tells a late peer (answered: wait on) from a network that drops our
         // connections, and so perhaps the peer's too (an error now, naming the fix).
-        const auto probe_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(kUnansweredSeconds));
+        const auto probe_at = unanswered_at();
         bool probed = false;
         while (!accepted_cv_.wait_for(lock, std::chrono::milliseconds(20),
                                       [&] { return accepted_.count(key) > 0; })) {
