@@ -89,10 +89,11 @@ def measure(size_bytes: int, n: int, reps: int) -> list[dict]:
     for name, psum in libraries.items():
         reduce = lambda v, psum=psum: psum(v, "i")  # noqa: E731
         alone, _, _ = _programs(mesh, reduce, 1)
-        t_reduce = _median(alone, (x, m), reps)
         cores = _cpu_share(alone, (x, m), reps)
         if name == "jax_accl":
-            # Compute of about half the all-reduce, from one matmul's time (process 0's).
+            # Compute of about half the all-reduce, from one matmul's time (process 0's);
+            # the all-reduce's time here only sizes it (the rounds below time it).
+            t_reduce = _median(alone, (x, m), reps)
             _, one, _ = _programs(mesh, reduce, 8)
             per_matmul = _median(one, (x, m), reps) / 8
             matmuls = _agreed(max(1, min(MAX_MATMULS, round(0.5 * t_reduce / per_matmul))))

@@ -37,15 +37,7 @@ def barrier(name: str) -> None:
 def median_seconds_in_step(call, reps: int, warm_ups: int, name: str) -> float:
     """The median time of `call()` (its results waited for) over `reps` calls, each
     started by every process together (barrier `name`), after `warm_ups` untimed ones."""
-    for _ in range(warm_ups):  # compile, warm up
-        jax.block_until_ready(call())
-    times = []
-    for _ in range(reps):
-        barrier(name)
-        start = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(interleaved_seconds_in_step({"": call}, reps, warm_ups, name)[""])
 
 
 def interleaved_seconds_in_step(calls: dict, reps: int, warm_ups: int, name: str) -> dict:

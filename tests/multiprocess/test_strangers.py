@@ -179,20 +179,12 @@ def test_a_peer_late_by_25_s_is_waited_for_not_failed(root_required):
     sleeps 25 s (a checkpoint) before a 64 MiB-per-device all-reduce; our data waits in
     its full receive window meanwhile. The call succeeds on both (deadline 120 s)."""
     with netns.virtual_hosts(2, 2) as names:
-        results = launch.run_job(
+        results = launch.run_on_namespaced_hosts(
             [*WORKER, "--scenario", "late_peer", "--reference", "numpy"],
+            names,
             2,
-            2,
-            env=[
-                {
-                    "JAX_ACCL_HOST_ID": n,
-                    "JAX_ACCL_RAILS": "rail0,rail1",
-                    "JAX_ACCL_TIMEOUT_S": "120",
-                }
-                for n in names
-            ],
-            namespaces=names,
-            coordinator_ip=netns.rail_ip(0, 0),
+            "rail0,rail1",
+            env=[{"JAX_ACCL_TIMEOUT_S": "120"}] * 2,
             timeout=400,
         )
     assert results[0]["waited_s"] > 20, results  # process 0 really waited for the late one
@@ -266,14 +258,12 @@ def test_a_firewall_dropping_the_ports_is_an_error_within_seconds_naming_the_fix
         for host in range(2):
             netns.drop_connections(names, host, 1, FIREWALLED)
         ports = f"{FIREWALLED[0]}-{FIREWALLED[1]}"
-        environment = {"JAX_ACCL_RAILS": "rail0,rail1", "JAX_ACCL_TIMEOUT_S": "120"}
-        results = launch.run_job(
+        results = launch.run_on_namespaced_hosts(
             [*WORKER, "--scenario", "first_call", "--reference", "numpy"],
-            2,
+            names,
             1,
-            env=[{**environment, "JAX_ACCL_HOST_ID": n, "JAX_ACCL_PORTS": ports} for n in names],
-            namespaces=names,
-            coordinator_ip=netns.rail_ip(0, 0),
+            "rail0,rail1",
+            env=[{"JAX_ACCL_TIMEOUT_S": "120", "JAX_ACCL_PORTS": ports}] * 2,
             timeout=300,
         )
     for r in results:
@@ -286,7 +276,7 @@ def test_a_firewall_dropping_the_ports_is_an_error_within_seconds_naming_the_fix
         assert "no answer" in r["error"] and "firewall" in r["error"], r["error"]
         assert "JAX_ACCL_PORTS" in r["error"], r["error"]
         ends = [netns.rail_ip(0, 1), netns.rail_ip(1, 1)]  # the two addresses on rail 1
-        assert all(f"{ip}" in r["error"] for ip in ends), r["error"]
+        assert all(ip in r["error"] for ip in ends), r["error"]
 
 
 def test_a_peer_late_for_the_first_call_is_probed_and_waited_for(root_required):
@@ -295,20 +285,12 @@ def test_a_peer_late_for_the_first_call_is_probed_and_waited_for(root_required):
     probes process 0's listeners: answered, it waits on. Both calls exact on both, and
     the probes are not counted as refused connections."""
     with netns.virtual_hosts(2, 2) as names:
-        results = launch.run_job(
+        results = launch.run_on_namespaced_hosts(
             [*WORKER, "--scenario", "late_first_call", "--reference", "numpy"],
-            2,
+            names,
             1,
-            env=[
-                {
-                    "JAX_ACCL_HOST_ID": n,
-                    "JAX_ACCL_RAILS": "rail0,rail1",
-                    "JAX_ACCL_TIMEOUT_S": "120",
-                }
-                for n in names
-            ],
-            namespaces=names,
-            coordinator_ip=netns.rail_ip(0, 0),
+            "rail0,rail1",
+            env=[{"JAX_ACCL_TIMEOUT_S": "120"}] * 2,
             timeout=300,
         )
     by_process = {r["process"]: r for r in results}
