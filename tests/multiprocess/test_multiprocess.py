@@ -165,13 +165,15 @@ def test_float64_psum_scatter_of_4mib_chunks_is_exact_every_call():
 
 
 def test_psum_scatter_all_gather_and_ppermute_between_hosts_over_both_rails(root_required):
+    # Three chunks: the by-host schedules pipelined (their step between hosts on a
+    # second thread), as the runtime chooses for blocks of 1 MiB and more.
     with netns.virtual_hosts(2, 2) as names:
         results = run(
             2,
             2,
             "scatter_gather",
             extra=["--gloo-interface", "rail0"],
-            env=host_env(names, per_host=1),
+            env=[dict(e, JAX_ACCL_PIPELINE_CHUNKS="3") for e in host_env(names, per_host=1)],
             namespaces=names,
             coordinator_ip=netns.rail_ip(0, 0),
         )

@@ -47,6 +47,22 @@ def test_schedule_by_tier_is_the_runtimes(collective):
     assert forced.schedule == "ring"  # the flat ring over all ranks, when forced
 
 
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
+def test_by_host_is_pipelined_in_chunks_of_half_a_mebibyte_block(collective):
+    """By host, a block (what a rank sends each other host) is cut into one chunk per
+    512 KiB, at most 8; below that whole; JAX_ACCL_PIPELINE_CHUNKS forces a count. The
+    pipeline's prediction is below the tiers' sum."""
+    hosts = places_of(regular_layout(2, 1, 2))  # 4 ranks: a rank's block is 1/4 of 16 MiB
+    per_device = (lambda block: block * 4) if collective == "reduce_scatter" else (lambda b: b)
+    for block, want in ((256 << 10, 1), (1 << 20, 2), (4 << 20, 8), (64 << 20, 8)):
+        got = runtime_plan(hosts, per_device(block), collective=collective)
+        assert (got.chunks, got.protocol) == (want, "chunked" if want > 1 else "whole"), block
+    whole = runtime_plan(hosts, per_device(4 << 20), collective=collective, chunks=1)
+    piped = runtime_plan(hosts, per_device(4 << 20), collective=collective)
+    assert whole.chunks == 1 and piped.predicted_s < whole.predicted_s
+    assert runtime_plan(hosts, per_device(4 << 20), collective=collective, chunks=3).chunks == 3
+
+
 @pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "ppermute"])
 @pytest.mark.parametrize("rails", [1, 2])
 def test_prediction_between_hosts_is_near_the_network_limit(collective, rails):

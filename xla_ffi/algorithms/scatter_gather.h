@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "common/wait.h"
 
 namespace accl {
 
@@ -51,14 +52,16 @@ struct HostGrid {
 // of one position on every host (the other way round for the all-gather), so a host
 // sends (H-1)/H of a buffer once (algorithms/scatter_gather_by_host.cc). `in_host`
 // links this host's ranks (index: position), `between_hosts` this position's rank on
-// every host (index: host).
+// every host (index: host). Pipelined in `chunks` (the step between hosts on a second
+// thread, waiting until `deadline`); the two links are then used by one thread each.
 Status reduce_scatter_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
                               Algorithm in_host_algorithm, Algorithm between_algorithm,
-                              const std::vector<BlockBuffers>& segments,
-                              const Reduction& reduction);
+                              const std::vector<BlockBuffers>& segments, const Reduction& reduction,
+                              int chunks, const Deadline& deadline);
 Status all_gather_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
                           Algorithm in_host_algorithm, Algorithm between_algorithm,
-                          const std::vector<BlockBuffers>& segments);
+                          const std::vector<BlockBuffers>& segments, int chunks,
+                          const Deadline& deadline);
 
 // Runs `algorithm` (kDirect or kRing) on this rank over every segment, in order, and
 // the closing barrier once where peers read each other's memory in place.

@@ -91,9 +91,9 @@ nb::list tiers_of(const GroupLayout& g, const CallPlan& plan) {
 // The two tiers of a reduce-scatter or all-gather by host (runtime/multiprocess.cc's
 // scatter_gather_by_host): the host's ranks, then each position's ranks on every host;
 // each tier as the runtime's plan_by_host chooses.
-nb::list host_tiers_of(const GroupLayout& g, size_t block) {
+nb::list host_tiers_of(const GroupLayout& g, size_t block, int chunks) {
   const int per_host = static_cast<int>(g.host_ranks(0).size());
-  const ByHostTiers chosen = plan_by_host(g, block);
+  const ByHostTiers chosen = plan_by_host(g, block, chunks);
   nb::dict host = tier("host", per_host, per_host, host_is_one_process(g) ? "memory" : "shm");
   host["algorithm"] = algorithm_name(chosen.in_host);
   nb::dict between = tier("hosts", g.host_count(), 1, "tcp");
@@ -161,7 +161,8 @@ nb::dict plan(const std::vector<std::pair<std::string, int>>& places, size_t byt
       : request.collective == Collective::kAllReduce
           ? tiers_of(g, owner)
           : host_tiers_of(g,
-                          request.collective == Collective::kAllGather ? bytes : bytes / g.size());
+                          request.collective == Collective::kAllGather ? bytes : bytes / g.size(),
+                          request.chunks);
   out["layout"] = g.describe();
   out["ranks"] = g.size();
   out["hosts"] = g.host_count();

@@ -35,10 +35,15 @@ bool runs_by_host(const GroupLayout& g) {
   return per_host > 1;
 }
 
-ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes) {
+ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes, int chunks_setting) {
   const int per_host = static_cast<int>(g.host_ranks(0).size()), hosts = g.host_count();
+  const int chunks = chunks_setting > 0
+                         ? chunks_setting
+                         : static_cast<int>(std::clamp<size_t>(block_bytes / kByHostChunkBytes, 1,
+                                                               kByHostMaxChunks));
   return ByHostTiers{plan_scatter_gather(per_host, block_bytes * g.size(), Algorithm::kAuto, false),
-                     plan_scatter_gather(hosts, block_bytes * hosts, Algorithm::kAuto, false)};
+                     plan_scatter_gather(hosts, block_bytes * hosts, Algorithm::kAuto, false),
+                     chunks};
 }
 
 bool host_is_one_process(const GroupLayout& g) {
@@ -79,6 +84,12 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
     plan.schedule = !flat_forced && runs_by_host(g)
                         ? Algorithm::kHierarchical
                         : plan_scatter_gather(g.size(), bytes, forced, g.process_count() == 1);
+    if (plan.schedule == Algorithm::kHierarchical) {
+      const size_t block =
+          request.collective == Collective::kReduceScatter ? bytes / g.size() : bytes;
+      plan.chunks = plan_by_host(g, block, request.chunks).chunks;
+      if (plan.chunks > 1) plan.protocol = Protocol::kChunked;
+    }
     return plan;
   }
   if (g.process_count() == 1) {
@@ -189,14 +200,22 @@ static double predict_data_seconds(const GroupLayout& g, const CallPlan& plan,
   // each position's ranks on every host (all positions at once over the rails).
   const bool one_process = host_is_one_process(g);
   const CostModel in_host = one_process ? model : shared_memory_model(model, 1.0);
-  const Algorithm in_host_algorithm = plan_by_host(g, static_cast<size_t>(S / n)).in_host;
+  const Algorithm in_host_algorithm = plan_by_host(g, static_cast<size_t>(S / n), 1).in_host;
+  const double local_fixed =
+      flat_scatter_gather_seconds(in_host_algorithm, per_host, 0, reduces, in_host, one_process);
   const double local =
-      flat_scatter_gather_seconds(in_host_algorithm, per_host, S, reduces, in_host, one_process);
+      flat_scatter_gather_seconds(in_host_algorithm, per_host, S, reduces, in_host, one_process) -
+      local_fixed;
   const CostModel net = network_model(model, request.rails);
+  const double between_fixed = (hosts - 1) * net.alpha_s;
   const double between =
-      (hosts - 1) * (net.alpha_s + S / hosts * net.beta_s_per_byte) +
+      (hosts - 1) * S / hosts * net.beta_s_per_byte +
       (reduces ? (hosts - 1) * S / (hosts * per_host) * model.gamma_s_per_byte : 0.0);
-  return local + between;
+  // Pipelined in C chunks: the longer tier, plus the shorter one's first (last) chunk,
+  // plus each chunk's fixed costs.
+  const double c = std::max(1, plan.chunks);
+  return std::max(local, between) + std::min(local, between) / c +
+         c * (local_fixed + between_fixed);
 }
 
 double predict_call_seconds(const GroupLayout& g, const CallPlan& plan, const PlanRequest& request,

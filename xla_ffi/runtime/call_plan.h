@@ -80,12 +80,18 @@ bool runs_by_host(const GroupLayout& g);
 // The two tiers of a reduce-scatter or all-gather by host (runtime/multiprocess.cc's
 // scatter_gather_by_host): among a host's ranks, then among each position's ranks on
 // every host, each direct or ring as plan_scatter_gather chooses for its size;
-// `block_bytes` is one rank's block (all segments).
+// `block_bytes` is one rank's block (all segments). `chunks`: the pipeline's,
+// `chunks_setting` where above 0 (JAX_ACCL_PIPELINE_CHUNKS), else one per
+// kByHostChunkBytes of the block (what a rank sends each other host), at most
+// kByHostMaxChunks.
 struct ByHostTiers {
   Algorithm in_host;
   Algorithm between;
+  int chunks = 1;
 };
-ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes);
+constexpr size_t kByHostChunkBytes = 512 << 10;
+constexpr int kByHostMaxChunks = 8;
+ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes, int chunks_setting);
 // Whether the ranks of a host of `g` are the device threads of one process.
 bool host_is_one_process(const GroupLayout& g);
 

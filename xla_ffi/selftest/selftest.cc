@@ -407,8 +407,9 @@ void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>
 }
 
 // Reduce-scatter then all-gather by host (`hosts` hosts of `per_host` ranks, interleaved:
-// host h holds ranks h, h + hosts, ...), over memory rings, each tier direct or ring.
-void test_scatter_gather_by_host(int hosts, int per_host, size_t block) {
+// host h holds ranks h, h + hosts, ...), over memory rings, each tier direct or ring,
+// pipelined in `chunks`.
+void test_scatter_gather_by_host(int hosts, int per_host, size_t block, int chunks) {
   const int n = hosts * per_host;
   HostGrid grid;
   grid.hosts.assign(hosts, {});
@@ -439,13 +440,14 @@ void test_scatter_gather_by_host(int hosts, int per_host, size_t block) {
       tiers(r, &mine, &in_host, &between);
       return reduce_scatter_by_host(*in_host, *between, mine, algorithm, algorithm,
                                     {BlockBuffers{in[r].data(), scattered[r].data(), block, 4, 0}},
-                                    sum);
+                                    sum, chunks, Deadline::after_seconds(30));
     });
     for (int r = 0; r < n; ++r) {
       const std::vector<int32_t> want(total.begin() + r * block, total.begin() + (r + 1) * block);
-      expect(status[r].ok() && scattered[r] == want,
-             str_cat("reduce-scatter by host ", algorithm_name(algorithm), " ", hosts, "x",
-                     per_host, " block=", block, " rank ", r, ": ", status[r].message()));
+      expect(
+          status[r].ok() && scattered[r] == want,
+          str_cat("reduce-scatter by host ", algorithm_name(algorithm), " ", hosts, "x", per_host,
+                  " block=", block, " chunks=", chunks, " rank ", r, ": ", status[r].message()));
     }
     std::vector<std::vector<int32_t>> gathered(n, std::vector<int32_t>(n * block));
     status = on_threads(n, [&](int r) {
@@ -454,14 +456,15 @@ void test_scatter_gather_by_host(int hosts, int per_host, size_t block) {
       tiers(r, &mine, &in_host, &between);
       return all_gather_by_host(
           *in_host, *between, mine, algorithm, algorithm,
-          {BlockBuffers{scattered[r].data(), gathered[r].data(), block, 4, 0}});
+          {BlockBuffers{scattered[r].data(), gathered[r].data(), block, 4, 0}}, chunks,
+          Deadline::after_seconds(30));
     });
     std::vector<int32_t> want;
     for (int r = 0; r < n; ++r) want.insert(want.end(), scattered[r].begin(), scattered[r].end());
     for (int r = 0; r < n; ++r) {
       expect(status[r].ok() && gathered[r] == want,
              str_cat("all-gather by host ", algorithm_name(algorithm), " ", hosts, "x", per_host,
-                     " block=", block, " rank ", r, ": ", status[r].message()));
+                     " block=", block, " chunks=", chunks, " rank ", r, ": ", status[r].message()));
     }
   }
 }
@@ -898,7 +901,9 @@ int main() {
       test_scatter_gather_in_process(n, block);
       if (n == 1) continue;
       test_scatter_gather_channels("memory", memory_pair, n, block);
-      if (n <= 3) test_scatter_gather_by_host(n, 2, block);  // 2x2, 3x2 hosts x ranks
+      if (n <= 3) {  // 2x2, 3x2 hosts x ranks, whole and pipelined (more chunks than elements)
+        for (int chunks : {1, 3, 400}) test_scatter_gather_by_host(n, 2, block, chunks);
+      }
       if (n <= 3) test_scatter_gather_channels("shm", shm_pair, n, block);
       if (n <= 3) test_scatter_gather_channels("tcp", tcp_pair, n, block);
     }

@@ -1,0 +1,47 @@
+// A second thread for a two-stage pipeline: it runs step(0), step(1), ... in order, each
+// once the caller has handed that chunk over (ready), while the caller's thread works
+// on the next chunks; the caller waits for a chunk's step where it needs its result.
+// Where no thread can be started, ready(c) runs step(c) inline (same order, no overlap).
+//
+// A step that fails ends the thread: every later wait returns its error at once. The
+// caller that fails stops the thread with finish() (the destructor does it too); a
+// step already running ends by itself (its link's deadline and liveness checks) before
+// the join returns.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <thread>
+
+#include "common/status.h"
+#include "common/wait.h"
+
+namespace accl {
+
+class InOrderThread {
+ public:
+  InOrderThread(int chunks, std::function<Status(int)> step, const Deadline& deadline);
+  ~InOrderThread() { finish(); }
+  InOrderThread(const InOrderThread&) = delete;
+  InOrderThread& operator=(const InOrderThread&) = delete;
+
+  // Chunks 0..c are ready for their steps.
+  Status ready(int c);
+  // Waits until step(c) has returned; its error, or the first step's that failed.
+  Status wait(int c);
+  // Stops the thread after the step it is running and joins it.
+  void finish();
+
+ private:
+  void run();
+
+  int chunks_;
+  std::function<Status(int)> step_;
+  Deadline deadline_;
+  Status status_;  // written by the thread before failed_ is set
+  Flag ready_, done_;
+  std::atomic<bool> stop_{false}, failed_{false};
+  std::thread thread_;
+};
+
+}  // namespace accl
