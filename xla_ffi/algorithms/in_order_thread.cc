@@ -5,9 +5,10 @@
 
 namespace accl {
 
-InOrderThread::InOrderThread(int chunks, std::function<Status(int)> step, const Deadline& deadline)
-    : chunks_(chunks), step_(std::move(step)), deadline_(deadline) {
-  if (chunks_ < 2) return;  // one chunk: nothing to overlap, run it inline
+InOrderThread::InOrderThread(int chunks, bool threaded, std::function<Status(int)> step,
+                             const Deadline& deadline, std::string where)
+    : chunks_(chunks), step_(std::move(step)), deadline_(deadline), where_(std::move(where)) {
+  if (!threaded || chunks_ < 2) return;  // nothing to overlap: run the steps inline
   try {
     thread_ = std::thread([this] { run(); });
   } catch (const std::exception&) {
@@ -16,24 +17,33 @@ InOrderThread::InOrderThread(int chunks, std::function<Status(int)> step, const 
 }
 
 Status InOrderThread::ready(int c) {
+  if (failed_.load(std::memory_order_acquire)) return status_;
   if (!thread_.joinable()) {
     for (int k = static_cast<int>(done_.load()); k <= c && k < chunks_; ++k) {
-      if (!status_.ok()) return status_;
-      status_ = step_(k);
+      Status s = step_(k);
+      if (!s.ok()) {
+        status_ = s;
+        failed_.store(true, std::memory_order_release);
+        return s;
+      }
       done_.store_and_wake(static_cast<uint32_t>(k + 1));
     }
-    return status_;
+    return Status::Ok();
   }
   ready_.store_and_wake(static_cast<uint32_t>(c + 1));
   return Status::Ok();
 }
 
 Status InOrderThread::wait(int c) {
-  if (!thread_.joinable()) return done_.load() > static_cast<uint32_t>(c) ? status_ : ready(c);
-  Status s =
+  if (!thread_.joinable()) return done_.load() > static_cast<uint32_t>(c) ? Status::Ok() : ready(c);
+  const Status s =
       done_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &failed_);
   if (failed_.load(std::memory_order_acquire)) return status_;
-  return s;
+  if (s.ok()) return s;
+  finish();  // the step running ends by its own deadline, with its own error
+  if (failed_.load(std::memory_order_acquire)) return status_;
+  return deadline_.ended(
+      where_, str_cat("waiting for chunk ", c + 1, " of ", chunks_, " of the second stage"));
 }
 
 void InOrderThread::finish() {
@@ -52,10 +62,13 @@ void InOrderThread::run() {
       try {
         s = step_(c);
       } catch (const std::exception& e) {  // nothing may escape a thread
-        s = Status(Code::kInternal, e.what());
+        s = Status(Code::kInternal, str_cat(where_, ": chunk ", c + 1, ": ", e.what()));
       }
     } else if (stop_.load(std::memory_order_acquire)) {
       return;  // the caller failed and stopped us
+    } else {
+      s = deadline_.ended(where_, str_cat("waiting for chunk ", c + 1, " of ", chunks_,
+                                          " to be handed to the second stage"));
     }
     if (!s.ok()) {
       status_ = s;

@@ -1,16 +1,19 @@
 // A second thread for a two-stage pipeline: it runs step(0), step(1), ... in order, each
 // once the caller has handed that chunk over (ready), while the caller's thread works
 // on the next chunks; the caller waits for a chunk's step where it needs its result.
-// Where no thread can be started, ready(c) runs step(c) inline (same order, no overlap).
+// Unthreaded (asked so, or where no thread can be started), ready(c) runs the steps up
+// to c inline (same order, no overlap).
 //
-// A step that fails ends the thread: every later wait returns its error at once. The
-// caller that fails stops the thread with finish() (the destructor does it too); a
-// step already running ends by itself (its link's deadline and liveness checks) before
-// the join returns.
+// A step that fails ends the thread: every later ready or wait returns its error at
+// once. The caller that fails stops the thread with finish() (the destructor does it
+// too); a step already running ends by itself (its link's deadline and liveness checks)
+// before the join returns. A wait that outlives the deadline joins the thread first, so
+// that a step's own error (naming its peer) is the one returned where there is one.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <string>
 #include <thread>
 
 #include "common/status.h"
@@ -20,7 +23,9 @@ namespace accl {
 
 class InOrderThread {
  public:
-  InOrderThread(int chunks, std::function<Status(int)> step, const Deadline& deadline);
+  // `where` names the stage in errors ("reduce-scatter by host: ...").
+  InOrderThread(int chunks, bool threaded, std::function<Status(int)> step,
+                const Deadline& deadline, std::string where);
   ~InOrderThread() { finish(); }
   InOrderThread(const InOrderThread&) = delete;
   InOrderThread& operator=(const InOrderThread&) = delete;
@@ -31,6 +36,7 @@ class InOrderThread {
   Status wait(int c);
   // Stops the thread after the step it is running and joins it.
   void finish();
+  bool threaded() const { return thread_.joinable(); }
 
  private:
   void run();
@@ -38,6 +44,7 @@ class InOrderThread {
   int chunks_;
   std::function<Status(int)> step_;
   Deadline deadline_;
+  std::string where_;
   Status status_;  // written by the thread before failed_ is set
   Flag ready_, done_;
   std::atomic<bool> stop_{false}, failed_{false};

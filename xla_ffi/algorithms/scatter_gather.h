@@ -48,19 +48,27 @@ struct HostGrid {
   int position = 0;
 };
 
+// How a call by host is pipelined: each segment's blocks are cut into at most `chunks`
+// ranges of at least `min_chunk_bytes` (0: `chunks` of them, where a block has that
+// many elements); the step between hosts runs on a second thread where chunks > 1.
+struct ByHostPipeline {
+  int chunks = 1;
+  size_t min_chunk_bytes = 0;
+};
+
 // Between hosts: a reduce-scatter (all-gather) inside each host, then among the ranks
 // of one position on every host (the other way round for the all-gather), so a host
 // sends (H-1)/H of a buffer once (algorithms/scatter_gather_by_host.cc). `in_host`
 // links this host's ranks (index: position), `between_hosts` this position's rank on
-// every host (index: host). Pipelined in `chunks` (the step between hosts on a second
-// thread, waiting until `deadline`); the two links are then used by one thread each.
+// every host (index: host). Pipelined as `pipeline` says (the second thread waiting
+// until `deadline`); the two links are then used by one thread each.
 Status reduce_scatter_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
                               Algorithm in_host_algorithm, Algorithm between_algorithm,
                               const std::vector<BlockBuffers>& segments, const Reduction& reduction,
-                              int chunks, const Deadline& deadline);
+                              const ByHostPipeline& pipeline, const Deadline& deadline);
 Status all_gather_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
                           Algorithm in_host_algorithm, Algorithm between_algorithm,
-                          const std::vector<BlockBuffers>& segments, int chunks,
+                          const std::vector<BlockBuffers>& segments, const ByHostPipeline& pipeline,
                           const Deadline& deadline);
 
 // Runs `algorithm` (kDirect or kRing) on this rank over every segment, in order, and

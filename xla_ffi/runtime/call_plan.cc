@@ -37,13 +37,15 @@ bool runs_by_host(const GroupLayout& g) {
 
 ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes, int chunks_setting) {
   const int per_host = static_cast<int>(g.host_ranks(0).size()), hosts = g.host_count();
-  const int chunks = chunks_setting > 0
-                         ? chunks_setting
-                         : static_cast<int>(std::clamp<size_t>(block_bytes / kByHostChunkBytes, 1,
-                                                               kByHostMaxChunks));
+  const ByHostPipeline pipeline =
+      chunks_setting > 0
+          ? ByHostPipeline{chunks_setting, 0}
+          : ByHostPipeline{static_cast<int>(std::clamp<size_t>(block_bytes / kByHostChunkBytes, 1,
+                                                               kByHostMaxChunks)),
+                           kByHostChunkBytes};
   return ByHostTiers{plan_scatter_gather(per_host, block_bytes * g.size(), Algorithm::kAuto, false),
                      plan_scatter_gather(hosts, block_bytes * hosts, Algorithm::kAuto, false),
-                     chunks};
+                     pipeline};
 }
 
 bool host_is_one_process(const GroupLayout& g) {
@@ -87,7 +89,7 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
     if (plan.schedule == Algorithm::kHierarchical) {
       const size_t block =
           request.collective == Collective::kReduceScatter ? bytes / g.size() : bytes;
-      plan.chunks = plan_by_host(g, block, request.chunks).chunks;
+      plan.chunks = plan_by_host(g, block, request.chunks).pipeline.chunks;
       if (plan.chunks > 1) plan.protocol = Protocol::kChunked;
     }
     return plan;
@@ -211,11 +213,11 @@ static double predict_data_seconds(const GroupLayout& g, const CallPlan& plan,
   const double between =
       (hosts - 1) * S / hosts * net.beta_s_per_byte +
       (reduces ? (hosts - 1) * S / (hosts * per_host) * model.gamma_s_per_byte : 0.0);
-  // Pipelined in C chunks: the longer tier, plus the shorter one's first (last) chunk,
-  // plus each chunk's fixed costs.
+  // Pipelined in C chunks, a two-stage pipeline: chunk times l and b (a tier's share of
+  // the data plus its fixed cost), C of the slower stage and one of the faster.
   const double c = std::max(1, plan.chunks);
-  return std::max(local, between) + std::min(local, between) / c +
-         c * (local_fixed + between_fixed);
+  const double l = local / c + local_fixed, b = between / c + between_fixed;
+  return c * std::max(l, b) + std::min(l, b);
 }
 
 double predict_call_seconds(const GroupLayout& g, const CallPlan& plan, const PlanRequest& request,

@@ -22,6 +22,7 @@
 #include <cstddef>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/scatter_gather.h"
 #include "algorithms/select.h"
 #include "topology/group_layout.h"
 
@@ -80,14 +81,14 @@ bool runs_by_host(const GroupLayout& g);
 // The two tiers of a reduce-scatter or all-gather by host (runtime/multiprocess.cc's
 // scatter_gather_by_host): among a host's ranks, then among each position's ranks on
 // every host, each direct or ring as plan_scatter_gather chooses for its size;
-// `block_bytes` is one rank's block (all segments). `chunks`: the pipeline's,
-// `chunks_setting` where above 0 (JAX_ACCL_PIPELINE_CHUNKS), else one per
+// `block_bytes` is one rank's block (all segments). The pipeline: `chunks_setting`
+// chunks per segment where above 0 (JAX_ACCL_PIPELINE_CHUNKS), else one per
 // kByHostChunkBytes of the block (what a rank sends each other host), at most
-// kByHostMaxChunks.
+// kByHostMaxChunks, and each segment cut into chunks of kByHostChunkBytes or more.
 struct ByHostTiers {
   Algorithm in_host;
   Algorithm between;
-  int chunks = 1;
+  ByHostPipeline pipeline;
 };
 constexpr size_t kByHostChunkBytes = 512 << 10;
 constexpr int kByHostMaxChunks = 8;

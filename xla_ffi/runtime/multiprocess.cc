@@ -187,7 +187,7 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
     blocks.push_back(BlockBuffers{b.in, b.out, block, b.elem_size, b.segment});
     bytes += block * b.elem_size;
   }
-  const auto [in_host, between, chunks] = plan_by_host(layout, bytes, pipeline_chunks_setting());
+  const auto [in_host, between, pipeline] = plan_by_host(layout, bytes, pipeline_chunks_setting());
   std::unique_ptr<ChannelLink> host_link, between_link;
   Status s = open_link(space, devices_of(devices, mine), grid.position, Fnv64(tag).mix(1).value(),
                        where, deadline, &host_link);
@@ -198,9 +198,9 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
   if (s.ok()) {
     s = collective == Collective::kReduceScatter
             ? reduce_scatter_by_host(*host_link, *between_link, grid, in_host, between, blocks,
-                                     reduction, chunks, deadline)
-            : all_gather_by_host(*host_link, *between_link, grid, in_host, between, blocks, chunks,
-                                 deadline);
+                                     reduction, pipeline, deadline)
+            : all_gather_by_host(*host_link, *between_link, grid, in_host, between, blocks,
+                                 pipeline, deadline);
   }
   for (ChannelLink* link : {host_link.get(), between_link.get()}) {
     if (link == nullptr) continue;

@@ -21,6 +21,7 @@
 
 #include "mpiabi/abi.h"
 #include "runtime/world.h"
+#include "selftest/checks.h"
 
 extern "C" {
 int MPIABI_Init_thread(int*, char***, int, int*);
@@ -42,18 +43,6 @@ int MPIABI_Barrier(MPIABI_Comm);
 
 namespace accl {
 namespace {
-
-struct Checks {
-  int checks = 0, failures = 0;
-  const char* who = "";
-  void expect(bool ok, const std::string& what) {
-    ++checks;
-    if (!ok) {
-      ++failures;
-      std::fprintf(stderr, "FAIL (mpiabi, %s): %s\n", who, what.c_str());
-    }
-  }
-};
 
 std::string message(int code) {
   char text[mpiabi::kMaxErrorString];
@@ -167,16 +156,16 @@ bool start_world(int me, int write_fd, int read_fd) {
 
 void run_mpiabi_selftest(int* checks, int* failures) {
   Checks self;
-  self.who = "MPI_COMM_SELF";
+  self.who = "mpiabi, MPI_COMM_SELF";
   on_comm_self(self);
   int to_child[2], to_parent[2];
   Checks parent;
-  parent.who = "process 0";
+  parent.who = "mpiabi, process 0";
   parent.expect(pipe(to_child) == 0 && pipe(to_parent) == 0, "pipes");
   const pid_t child = fork();
   if (child == 0) {
     Checks c;
-    c.who = "process 1";
+    c.who = "mpiabi, process 1";
     c.expect(start_world(1, to_parent[1], to_child[0]), "process 1 starts its World");
     as_xla_does(c, 1);
     World::stop(5.0);

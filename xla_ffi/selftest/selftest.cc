@@ -38,6 +38,8 @@
 #include "runtime/call_sequences.h"
 #include "runtime/collective_site.h"
 #include "runtime/one_shot.h"
+#include "selftest/by_host_selftest.h"
+#include "selftest/checks.h"
 #include "selftest/mpiabi_selftest.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
@@ -76,45 +78,11 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 namespace accl {
 namespace {
 
-int failures = 0, checks = 0;
-
 // Where the ranks of the self-test's in-process calls meet.
 const std::shared_ptr<Rendezvous> g_rendezvous = std::make_shared<Rendezvous>();
 
-void expect(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    std::fprintf(stderr, "FAIL: %s\n", what.c_str());
-  }
-}
-
-std::vector<std::vector<int32_t>> random_inputs(int n, size_t count, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count));
-  for (auto& v : in) {
-    for (auto& x : v) x = static_cast<int32_t>(rng());
-  }
-  return in;
-}
-
-std::vector<int32_t> reference_sum(const std::vector<std::vector<int32_t>>& in) {
-  std::vector<int32_t> out(in[0].size(), 0);
-  for (const auto& v : in) {
-    for (size_t i = 0; i < v.size(); ++i)
-      out[i] = static_cast<int32_t>(static_cast<uint32_t>(out[i]) + static_cast<uint32_t>(v[i]));
-  }
-  return out;
-}
-
-// Runs body(rank) on n threads; returns the statuses.
-std::vector<Status> on_threads(int n, const std::function<Status(int)>& body) {
-  std::vector<Status> status(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { status[r] = body(r); });
-  for (auto& t : threads) t.join();
-  return status;
-}
+Checks g_checks;
+void expect(bool ok, const std::string& what) { g_checks.expect(ok, what); }
 
 // in_place: out is in (XLA's aliased operand), as the lowering asks for.
 void test_in_process(Algorithm algorithm, int n, size_t count, bool in_place = false) {
@@ -404,69 +372,6 @@ void test_call_site() {
 
 void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
   make_memory_channels(x, y);
-}
-
-// Reduce-scatter then all-gather by host (`hosts` hosts of `per_host` ranks, interleaved:
-// host h holds ranks h, h + hosts, ...), over memory rings, each tier direct or ring,
-// pipelined in `chunks`.
-void test_scatter_gather_by_host(int hosts, int per_host, size_t block, int chunks) {
-  const int n = hosts * per_host;
-  HostGrid grid;
-  grid.hosts.assign(hosts, {});
-  for (int r = 0; r < n; ++r) grid.hosts[r % hosts].push_back(r);
-  auto in = random_inputs(n, n * block, n * 53 + block);
-  const auto total = reference_sum(in);
-  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
-  for (Algorithm algorithm : {Algorithm::kDirect, Algorithm::kRing}) {
-    const ChannelMesh mesh = make_channel_mesh(n, 1, memory_pair);
-    // This rank's view of the grid and its two links, over the mesh's channels.
-    auto tiers = [&](int r, HostGrid* mine, std::unique_ptr<Link>* in_host,
-                     std::unique_ptr<Link>* between) {
-      *mine = grid;
-      mine->host = r % hosts;
-      mine->position = r / hosts;
-      const auto all = channels_of(mesh, r);
-      std::vector<std::vector<Channel*>> local, across;
-      for (int q = 0; q < per_host; ++q) local.push_back(all[grid.hosts[mine->host][q]]);
-      for (int h = 0; h < hosts; ++h) across.push_back(all[grid.hosts[h][mine->position]]);
-      const Deadline deadline = Deadline::after_seconds(30);
-      *in_host = std::make_unique<ChannelLink>(mine->position, local, 21, "selftest", deadline);
-      *between = std::make_unique<ChannelLink>(mine->host, across, 22, "selftest", deadline);
-    };
-    std::vector<std::vector<int32_t>> scattered(n, std::vector<int32_t>(block));
-    auto status = on_threads(n, [&](int r) {
-      HostGrid mine;
-      std::unique_ptr<Link> in_host, between;
-      tiers(r, &mine, &in_host, &between);
-      return reduce_scatter_by_host(*in_host, *between, mine, algorithm, algorithm,
-                                    {BlockBuffers{in[r].data(), scattered[r].data(), block, 4, 0}},
-                                    sum, chunks, Deadline::after_seconds(30));
-    });
-    for (int r = 0; r < n; ++r) {
-      const std::vector<int32_t> want(total.begin() + r * block, total.begin() + (r + 1) * block);
-      expect(
-          status[r].ok() && scattered[r] == want,
-          str_cat("reduce-scatter by host ", algorithm_name(algorithm), " ", hosts, "x", per_host,
-                  " block=", block, " chunks=", chunks, " rank ", r, ": ", status[r].message()));
-    }
-    std::vector<std::vector<int32_t>> gathered(n, std::vector<int32_t>(n * block));
-    status = on_threads(n, [&](int r) {
-      HostGrid mine;
-      std::unique_ptr<Link> in_host, between;
-      tiers(r, &mine, &in_host, &between);
-      return all_gather_by_host(
-          *in_host, *between, mine, algorithm, algorithm,
-          {BlockBuffers{scattered[r].data(), gathered[r].data(), block, 4, 0}}, chunks,
-          Deadline::after_seconds(30));
-    });
-    std::vector<int32_t> want;
-    for (int r = 0; r < n; ++r) want.insert(want.end(), scattered[r].begin(), scattered[r].end());
-    for (int r = 0; r < n; ++r) {
-      expect(status[r].ok() && gathered[r] == want,
-             str_cat("all-gather by host ", algorithm_name(algorithm), " ", hosts, "x", per_host,
-                     " block=", block, " chunks=", chunks, " rank ", r, ": ", status[r].message()));
-    }
-  }
 }
 
 void shm_pair(int a, int b, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
@@ -901,9 +806,6 @@ int main() {
       test_scatter_gather_in_process(n, block);
       if (n == 1) continue;
       test_scatter_gather_channels("memory", memory_pair, n, block);
-      if (n <= 3) {  // 2x2, 3x2 hosts x ranks, whole and pipelined (more chunks than elements)
-        for (int chunks : {1, 3, 400}) test_scatter_gather_by_host(n, 2, block, chunks);
-      }
       if (n <= 3) test_scatter_gather_channels("shm", shm_pair, n, block);
       if (n <= 3) test_scatter_gather_channels("tcp", tcp_pair, n, block);
     }
@@ -946,7 +848,8 @@ int main() {
   test_killed_peer(/*cma=*/false);
   test_sha256();
   test_shm_refusals();
-  run_mpiabi_selftest(&checks, &failures);
-  std::printf("%d checks, %d failures\n", checks, failures);
-  return failures == 0 ? 0 : 1;
+  run_by_host_selftest(&g_checks.checks, &g_checks.failures);
+  run_mpiabi_selftest(&g_checks.checks, &g_checks.failures);
+  std::printf("%d checks, %d failures\n", g_checks.checks, g_checks.failures);
+  return g_checks.failures == 0 ? 0 : 1;
 }

@@ -1,0 +1,279 @@
+// Reduce-scatter and all-gather by host (algorithms/scatter_gather_by_host.cc) over
+// memory channels, hosts x ranks interleaved (host h holds ranks h, h + H, ...): every
+// block size against the exact int32 sum, whole and pipelined (more chunks than
+// elements too), several segments cut by size, and a rank that never comes (every other
+// rank's error names its link, none hangs). The pipeline's stage (InOrderThread),
+// threaded and inline: order, a failing step, a throwing step, a deadline.
+#include "selftest/by_host_selftest.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/in_order_thread.h"
+#include "algorithms/scatter_gather.h"
+#include "reduce/reduce.h"
+#include "selftest/checks.h"
+#include "transport/channel_link.h"
+#include "transport/ring_channel.h"
+
+namespace accl {
+namespace {
+
+Checks g;
+
+void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
+  make_memory_channels(x, y);
+}
+
+// hosts x per_host ranks over one memory mesh; rank r's grid and two links.
+struct ByHostRanks {
+  ByHostRanks(int hosts, int per_host, double timeout_s)
+      : hosts(hosts),
+        per_host(per_host),
+        mesh(make_channel_mesh(hosts * per_host, 1, memory_pair)),
+        deadline(Deadline::after_seconds(timeout_s)) {
+    grid.hosts.assign(hosts, {});
+    for (int r = 0; r < hosts * per_host; ++r) grid.hosts[r % hosts].push_back(r);
+  }
+  void tiers(int r, HostGrid* mine, std::unique_ptr<Link>* in_host,
+             std::unique_ptr<Link>* between) const {
+    *mine = grid;
+    mine->host = r % hosts;
+    mine->position = r / hosts;
+    const auto all = channels_of(mesh, r);
+    std::vector<std::vector<Channel*>> local, across;
+    for (int q = 0; q < per_host; ++q) local.push_back(all[grid.hosts[mine->host][q]]);
+    for (int h = 0; h < hosts; ++h) across.push_back(all[grid.hosts[h][mine->position]]);
+    *in_host =
+        std::make_unique<ChannelLink>(mine->position, local, 21, "selftest in host", deadline);
+    *between = std::make_unique<ChannelLink>(mine->host, across, 22, "selftest between", deadline);
+  }
+  int size() const { return hosts * per_host; }
+
+  int hosts, per_host;
+  HostGrid grid;
+  ChannelMesh mesh;
+  Deadline deadline;
+};
+
+std::string label(const char* what, int hosts, int per_host, const std::vector<size_t>& blocks,
+                  const ByHostPipeline& pipeline, int r) {
+  std::string sizes;
+  for (size_t b : blocks) sizes += str_cat(sizes.empty() ? "" : ",", b);
+  return str_cat(what, " by host ", hosts, "x", per_host, " blocks=", sizes,
+                 " chunks=", pipeline.chunks, " min_chunk_bytes=", pipeline.min_chunk_bytes,
+                 " rank ", r);
+}
+
+// One segment per entry of `blocks` (elements of a rank's block).
+void test_scatter_gather(int hosts, int per_host, const std::vector<size_t>& blocks,
+                         const ByHostPipeline& pipeline) {
+  const int n = hosts * per_host;
+  const size_t segments = blocks.size();
+  std::vector<std::vector<std::vector<int32_t>>> in(segments);  // [segment][rank]
+  std::vector<std::vector<int32_t>> total(segments);
+  for (size_t s = 0; s < segments; ++s) {
+    in[s] = random_inputs(n, n * blocks[s], n * 53 + blocks[s] + s);
+    total[s] = reference_sum(in[s]);
+  }
+  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
+  for (Algorithm algorithm : {Algorithm::kDirect, Algorithm::kRing}) {
+    std::vector<std::vector<std::vector<int32_t>>> scattered(
+        n, std::vector<std::vector<int32_t>>(segments));
+    std::vector<std::vector<std::vector<int32_t>>> gathered = scattered;
+    ByHostRanks ranks(hosts, per_host, 30);
+    auto status = on_threads(n, [&](int r) {
+      HostGrid mine;
+      std::unique_ptr<Link> in_host, between;
+      ranks.tiers(r, &mine, &in_host, &between);
+      std::vector<BlockBuffers> bufs;
+      for (size_t s = 0; s < segments; ++s) {
+        scattered[r][s].resize(blocks[s]);
+        bufs.push_back(BlockBuffers{in[s][r].data(), scattered[r][s].data(), blocks[s], 4,
+                                    static_cast<int>(s)});
+      }
+      return reduce_scatter_by_host(*in_host, *between, mine, algorithm, algorithm, bufs, sum,
+                                    pipeline, ranks.deadline);
+    });
+    for (int r = 0; r < n; ++r) {
+      bool exact = status[r].ok();
+      for (size_t s = 0; s < segments && exact; ++s) {
+        exact = scattered[r][s] == std::vector<int32_t>(total[s].begin() + r * blocks[s],
+                                                        total[s].begin() + (r + 1) * blocks[s]);
+      }
+      g.expect(exact, label("reduce-scatter", hosts, per_host, blocks, pipeline, r) + " " +
+                          algorithm_name(algorithm) + ": " + status[r].message());
+    }
+    ByHostRanks again(hosts, per_host, 30);
+    status = on_threads(n, [&](int r) {
+      HostGrid mine;
+      std::unique_ptr<Link> in_host, between;
+      again.tiers(r, &mine, &in_host, &between);
+      std::vector<BlockBuffers> bufs;
+      for (size_t s = 0; s < segments; ++s) {
+        gathered[r][s].resize(n * blocks[s]);
+        bufs.push_back(BlockBuffers{scattered[r][s].data(), gathered[r][s].data(), blocks[s], 4,
+                                    static_cast<int>(s)});
+      }
+      return all_gather_by_host(*in_host, *between, mine, algorithm, algorithm, bufs, pipeline,
+                                again.deadline);
+    });
+    for (int r = 0; r < n; ++r) {
+      bool exact = status[r].ok();
+      for (size_t s = 0; s < segments && exact; ++s) exact = gathered[r][s] == total[s];
+      g.expect(exact, label("all-gather", hosts, per_host, blocks, pipeline, r) + " " +
+                          algorithm_name(algorithm) + ": " + status[r].message());
+    }
+  }
+}
+
+// The last rank never calls: every other rank fails within its deadline with an error
+// of one of its links (the second stage's own, not a bare timeout of the pipeline).
+void test_absent_rank(bool gather, const ByHostPipeline& pipeline) {
+  const int hosts = 2, per_host = 2, n = hosts * per_host;
+  const size_t block = 3000;
+  auto in = random_inputs(n, n * block, 7);
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(n * block));
+  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
+  ByHostRanks ranks(hosts, per_host, 1.0);
+  const auto start = std::chrono::steady_clock::now();
+  auto status = on_threads(n, [&](int r) {
+    if (r == n - 1) return Status::Ok();
+    HostGrid mine;
+    std::unique_ptr<Link> in_host, between;
+    ranks.tiers(r, &mine, &in_host, &between);
+    const std::vector<BlockBuffers> bufs = {BlockBuffers{in[r].data(), out[r].data(), block, 4, 0}};
+    return gather ? all_gather_by_host(*in_host, *between, mine, Algorithm::kRing, Algorithm::kRing,
+                                       bufs, pipeline, ranks.deadline)
+                  : reduce_scatter_by_host(*in_host, *between, mine, Algorithm::kRing,
+                                           Algorithm::kRing, bufs, sum, pipeline, ranks.deadline);
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r + 1 < n; ++r) {
+    g.expect(
+        !status[r].ok() && status[r].code() == Code::kTimeout &&
+            status[r].message().find("selftest") != std::string::npos,
+        str_cat(gather ? "all-gather" : "reduce-scatter", " by host, rank ", n - 1,
+                " absent, chunks=", pipeline.chunks, ": rank ", r, " says: ", status[r].message()));
+  }
+  g.expect(seconds < 10,
+           str_cat("an absent rank ends every call by its deadline (1 s): took ", seconds, " s"));
+}
+
+// The stage alone: steps run once each, in order; the first failure is every later
+// ready's and wait's answer, and no later step runs.
+void test_in_order_thread(bool threaded) {
+  const char* mode = threaded ? "threaded" : "inline";
+  std::vector<int> ran;
+  {
+    InOrderThread stage(
+        5, threaded,
+        [&](int k) {
+          ran.push_back(k);
+          return Status::Ok();
+        },
+        Deadline::after_seconds(10), "stage");
+    Status s = Status::Ok();
+    for (int k = 0; k < 5 && s.ok(); ++k) s = stage.ready(k);
+    if (s.ok()) s = stage.wait(4);
+    g.expect(s.ok() && ran == std::vector<int>({0, 1, 2, 3, 4}),
+             str_cat("in-order stage (", mode, "): every step once, in order: ", s.message()));
+  }
+  ran.clear();
+  {
+    InOrderThread stage(
+        5, threaded,
+        [&](int k) {
+          ran.push_back(k);
+          return k == 2 ? Status(Code::kMismatch, "step 2 says no") : Status::Ok();
+        },
+        Deadline::after_seconds(10), "stage");
+    Status first = Status::Ok();
+    for (int k = 0; k < 5 && first.ok(); ++k) first = stage.ready(k);
+    const Status waited = stage.wait(4);
+    const Status later = stage.ready(4);
+    g.expect(
+        waited.code() == Code::kMismatch && waited.message() == "step 2 says no" &&
+            later.code() == Code::kMismatch && ran == std::vector<int>({0, 1, 2}),
+        str_cat("in-order stage (", mode, "): a failed step ends it: wait says '", waited.message(),
+                "', a later ready '", later.message(), "', ", ran.size(), " steps ran"));
+  }
+  if (!threaded) return;
+  {
+    InOrderThread stage(
+        3, true,
+        [](int k) -> Status {
+          if (k == 1) throw std::runtime_error("out of luck");
+          return Status::Ok();
+        },
+        Deadline::after_seconds(10), "stage");
+    stage.ready(2);
+    const Status s = stage.wait(2);
+    g.expect(s.code() == Code::kInternal && s.message().find("stage: chunk 2: out of luck") == 0,
+             "in-order stage: a step that throws is an error naming the chunk: " + s.message());
+  }
+  {
+    // The step outlives the wait's deadline and ends by its own, with its own error.
+    InOrderThread stage(
+        2, true,
+        [](int) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(400));
+          return Status(Code::kTimeout, "link: timed out waiting for peer 3");
+        },
+        Deadline::after_seconds(0.1), "stage");
+    stage.ready(1);
+    const Status s = stage.wait(1);
+    g.expect(
+        s.code() == Code::kTimeout && s.message() == "link: timed out waiting for peer 3",
+        "in-order stage: a wait past the deadline returns the step's own error: " + s.message());
+  }
+  {
+    // A step that succeeds late: the wait's own timeout, naming the stage.
+    InOrderThread stage(
+        2, true,
+        [](int) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          return Status::Ok();
+        },
+        Deadline::after_seconds(0.1), "stage");
+    stage.ready(1);
+    const Status s = stage.wait(1);
+    g.expect(s.code() == Code::kTimeout && s.message().find("stage: timed out") == 0,
+             "in-order stage: a step late past the deadline times the wait out: " + s.message());
+  }
+  {
+    // Nothing handed over: the stage's thread times out waiting, and says so.
+    InOrderThread stage(
+        2, true, [](int) { return Status::Ok(); }, Deadline::after_seconds(0.1), "stage");
+    const Status s = stage.wait(0);
+    g.expect(s.code() == Code::kTimeout && s.message().find("to be handed") != std::string::npos,
+             "in-order stage: a chunk never handed over times out: " + s.message());
+  }
+}
+
+}  // namespace
+
+void run_by_host_selftest(int* checks, int* failures) {
+  for (bool threaded : {true, false}) test_in_order_thread(threaded);
+  for (int hosts : {2, 3}) {
+    for (size_t block : {size_t(0), size_t(1), size_t(333), size_t(20001)}) {
+      for (int chunks : {1, 3, 400}) test_scatter_gather(hosts, 2, {block}, {chunks, 0});
+    }
+  }
+  // Segments cut by size: 8 chunks at most, of 4 KiB or more (2000 int32: 1 chunk; 5000: 4).
+  test_scatter_gather(2, 2, {2000, 0, 5000, 1, 9000}, {8, 4096});
+  test_scatter_gather(3, 2, {5000, 7}, {2, 4096});
+  for (bool gather : {false, true}) {
+    for (int chunks : {1, 3}) test_absent_rank(gather, {chunks, 0});
+  }
+  *checks += g.checks;
+  *failures += g.failures;
+}
+
+}  // namespace accl
