@@ -64,9 +64,9 @@ void InOrderThread::run() {
       } catch (const std::exception& e) {  // nothing may escape a thread
         s = Status(Code::kInternal, str_cat(where_, ": chunk ", c + 1, ": ", e.what()));
       }
-    } else if (stop_.load(std::memory_order_acquire)) {
+    } else if (stop_.load(std::memory_order_acquire) && !deadline_.expired()) {
       return;  // the caller failed and stopped us
-    } else {
+    } else {   // the deadline passed first (the caller's wait may have stopped us since)
       s = deadline_.ended(where_, str_cat("waiting for chunk ", c + 1, " of ", chunks_,
                                           " to be handed to the second stage"));
     }
