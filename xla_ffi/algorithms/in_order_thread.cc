@@ -20,7 +20,7 @@ Status InOrderThread::ready(int c) {
   if (failed_.load(std::memory_order_acquire)) return status_;
   if (!thread_.joinable()) {
     for (int k = static_cast<int>(done_.load()); k <= c && k < chunks_; ++k) {
-      Status s = step_(k);
+      Status s = run_step(k);
       if (!s.ok()) {
         status_ = s;
         failed_.store(true, std::memory_order_release);
@@ -53,17 +53,22 @@ void InOrderThread::finish() {
   thread_.join();
 }
 
+Status InOrderThread::run_step(int c) {
+  try {
+    return step_(c);
+  } catch (const std::exception& e) {  // nothing may escape a thread, nor the FFI handler
+    return Status(Code::kInternal, str_cat(where_, ": chunk ", c + 1, ": ", e.what()));
+  }
+}
+
 void InOrderThread::run() {
   for (int c = 0; c < chunks_; ++c) {
-    if (stop_.load(std::memory_order_acquire)) return;  // the caller failed and stopped us
+    // Stopped by a caller that failed: leave. Past the deadline, go on to say why.
+    if (stop_.load(std::memory_order_acquire) && !deadline_.expired()) return;
     Status s =
         ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
     if (s.ok()) {
-      try {
-        s = step_(c);
-      } catch (const std::exception& e) {  // nothing may escape a thread
-        s = Status(Code::kInternal, str_cat(where_, ": chunk ", c + 1, ": ", e.what()));
-      }
+      s = run_step(c);
     } else if (stop_.load(std::memory_order_acquire) && !deadline_.expired()) {
       return;  // the caller failed and stopped us
     } else {   // the deadline passed first (the caller's wait may have stopped us since)

@@ -40,6 +40,7 @@ class InOrderThread {
 
  private:
   void run();
+  Status run_step(int c);  // step(c), an exception as its error
 
   int chunks_;
   std::function<Status(int)> step_;

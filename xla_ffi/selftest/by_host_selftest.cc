@@ -204,10 +204,9 @@ void test_in_order_thread(bool threaded) {
         str_cat("in-order stage (", mode, "): a failed step ends it: wait says '", waited.message(),
                 "', a later ready '", later.message(), "', ", ran.size(), " steps ran"));
   }
-  if (!threaded) return;
   {
     InOrderThread stage(
-        3, true,
+        3, threaded,
         [](int k) -> Status {
           if (k == 1) throw std::runtime_error("out of luck");
           return Status::Ok();
@@ -216,8 +215,10 @@ void test_in_order_thread(bool threaded) {
     stage.ready(2);
     const Status s = stage.wait(2);
     g.expect(s.code() == Code::kInternal && s.message().find("stage: chunk 2: out of luck") == 0,
-             "in-order stage: a step that throws is an error naming the chunk: " + s.message());
+             str_cat("in-order stage (", mode,
+                     "): a step that throws is an error naming the chunk: ", s.message()));
   }
+  if (!threaded) return;
   {
     // The step outlives the wait's deadline and ends by its own, with its own error.
     InOrderThread stage(
