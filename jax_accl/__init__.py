@@ -51,5 +51,6 @@ __all__ = [
 ]
 
 _fusion.install()
+_routing.install_transposes()
 if _routing.active_globally():  # JAX_ACCL_ROUTING=1
     _routing.install()

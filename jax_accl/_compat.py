@@ -88,6 +88,19 @@ def hook_bind(primitive, make_bind) -> None:
     primitive.bind = make_bind(primitive.bind)
 
 
+def hook_transpose(primitive, make_rule) -> None:
+    """Replaces `primitive`'s transpose rule with make_rule(original rule)."""
+    ad.primitive_transposes[primitive] = make_rule(ad.primitive_transposes[primitive])
+
+
+def primitive_names_in(jaxpr) -> set[str]:
+    """The names of every primitive `jaxpr` binds, in its sub-jaxprs too."""
+    names = {eqn.primitive.name for eqn in jaxpr.eqns}
+    for sub in core.subjaxprs(jaxpr):
+        names |= primitive_names_in(sub)
+    return names
+
+
 def hook_bind_psum_invariant(make_bind) -> None:
     """jax.lax.psum binds each leaf through parallel.bind_psum_invariant under
     check_vma=True (inserting a pvary for the axes the leaf is invariant along first);

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import numpy as np
@@ -11,7 +10,6 @@ from jax import lax, tree_util
 
 from jax_accl import _compat as c
 from jax_accl import names, reduction, routing
-from jax_accl.errors import AcclWarning
 
 
 def _axes_tuple(axis_name) -> tuple:
@@ -51,32 +49,9 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_in
         for leaf in leaves:
             if mesh_named and isinstance(leaf, c.core.Tracer):
                 c.value_state_along(c.core.typeof(leaf), mesh_named, f"jax_accl.{api_name}")
-    if c.check_vma_enabled() and not routing.active():
-        _warn_gradients_stay_xlas(api_name)
+    reduction.warn_unless_routed(f"jax_accl.{api_name}")
     out = reduction.reduce_leaves(leaves, axes, op=op, groups=groups, algorithm=algorithm)
     return tree_util.tree_unflatten(treedef, out)
-
-
-_warned_fallback = False
-
-
-def _warn_gradients_stay_xlas(api_name: str) -> None:
-    """Once per process: jax_accl's reduction in a plain jax.shard_map body. Its own
-    all-reduce is jax_accl's, but under check_vma=True the gradient all-reduces autodiff
-    makes of replicated inputs (the transposes of JAX's pvary) stay XLA's, silently."""
-    global _warned_fallback
-    if _warned_fallback:
-        return
-    _warned_fallback = True
-    warnings.warn(
-        f"jax_accl.{api_name} inside jax.shard_map (check_vma=True): this reduction runs on "
-        "jax_accl, but if the step takes gradients, the all-reduces of its replicated "
-        "inputs' gradients stay XLA's. Use jax_accl.shard_map (or @jax_accl.routed) to "
-        "carry them too; jax_accl.collectives(step, *args) shows what a compiled step "
-        "holds. (Warned once.)",
-        AcclWarning,
-        stacklevel=3,
-    )
 
 
 def shard_map(f=None, /, **kwargs):

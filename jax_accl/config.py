@@ -202,6 +202,11 @@ def environment(name: str) -> str | None:
     return os.environ.get(name)
 
 
+def environment_with(**variables: str) -> dict[str, str]:
+    """This process's environment with `variables` set, for a child process."""
+    return {**os.environ, **variables}
+
+
 def set_environment(name: str, text: str) -> None:
     os.environ[name] = text
 

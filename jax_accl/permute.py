@@ -9,7 +9,7 @@ from jax import tree_util
 
 from jax_accl import _compat as c
 from jax_accl.primitives import permute as prim
-from jax_accl.reduction import bind_in_buckets
+from jax_accl.reduction import bind_in_buckets, warn_unless_routed
 
 
 def ppermute(x, axis_name, perm):
@@ -21,6 +21,7 @@ def ppermute(x, axis_name, perm):
     if not axes:
         return x
     c.check_axis_names(axes, "ppermute")
+    warn_unless_routed("jax_accl.ppermute")
     srcs, dsts = [s for s, _ in perm], [d for _, d in perm]
     if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):
         raise ValueError(f"jax_accl.ppermute: sources and destinations must be unique, got {perm}")

@@ -99,6 +99,28 @@ def install() -> None:
         _installed = True
 
 
+def install_transposes() -> None:
+    """At import: shard_map's transpose rule routes where its body holds jax_accl calls
+    (hands everything else to JAX's rule unchanged)."""
+    c.hook_transpose(c.shard_map_p, _routed_shard_map_transpose)
+
+
+def _routed_shard_map_transpose(jax_rule):
+    """A shard_map whose body holds jax_accl calls is transposed with routing on, where
+    the gradient is taken outside it (jax.grad(jax_accl.shard_map(...)), or a plain
+    jax.shard_map around jax_accl.psum): the all-reduces its transpose adds (the
+    transposes of pvary under check_vma=True; the sum of replicated inputs' cotangents
+    under check_vma=False) are then jax_accl's too."""
+
+    def rule(out_cts, *args, jaxpr, **params):
+        if active() or not any(n.startswith("accl_") for n in c.primitive_names_in(jaxpr)):
+            return jax_rule(out_cts, *args, jaxpr=jaxpr, **params)
+        with scope():
+            return jax_rule(out_cts, *args, jaxpr=jaxpr, **params)
+
+    return rule
+
+
 def _routed_reduction(jax_bind, op: str, invariant):
     """A bind of one of JAX's reduction primitives as accl_allreduce, with the result
     type JAX's gives: psum_invariant's invariant (True), psum's unchanged (False, it is

@@ -12,7 +12,7 @@ from jax import tree_util
 
 from jax_accl import _compat as c
 from jax_accl.primitives import scatter_gather as prim
-from jax_accl.reduction import bind_in_buckets
+from jax_accl.reduction import bind_in_buckets, warn_unless_routed
 
 
 def _axes_and_size(axis_name, axis_index_groups, api: str) -> tuple[tuple, int, object]:
@@ -44,6 +44,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "psum_scatter")
     if not axes:
         return x
+    warn_unless_routed("jax_accl.psum_scatter")
 
     def front(leaf):  # (the canonical operand, the scatter dimension)
         leaf = jnp.asarray(leaf)
@@ -113,6 +114,7 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
     axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "all_gather")
     if not axes:
         return x
+    warn_unless_routed("jax_accl.all_gather")
 
     def front(leaf):  # (the canonical operand, the gather dimension)
         leaf = c.insert_collective_pvary(axes, jnp.asarray(leaf))

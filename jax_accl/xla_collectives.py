@@ -21,6 +21,7 @@ import ctypes
 import importlib.metadata
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +32,8 @@ LIBRARY = Path(__file__).with_name("libjax_accl_mpi.so")
 # jaxlib versions whose MPIABI names CI checks against the library's
 # (tests/tools/test_mpiabi_names.py); any other is checked at enable time.
 VERIFIED_JAXLIB = ("0.10.2", "0.12.0", "0.12.0.1")
+# The MPI ABI version the library exports (xla_ffi/mpiabi/constants.cc).
+ABI_VERSION = "2.10.0"
 
 _prepared = False
 
@@ -120,18 +123,47 @@ def names_jaxlib_looks_up(binary: Path | None = None) -> set[str]:
 
 
 def check_jaxlib(library: str, binary: Path | None = None, version: str | None = None) -> None:
-    """Raises AcclError when the jaxlib installed (or `binary` of `version`) looks up an
-    MPI ABI name `library` lacks: its MPItrampoline would end the process at import.
-    A verified jaxlib is not scanned (its 350 MB binary takes seconds)."""
+    """Raises AcclError when the jaxlib installed (or `binary` of `version`) would not
+    load `library`: its MPItrampoline ends the process at import (exit(1)) when the
+    library's MPI ABI version is not one it accepts or a name it looks up is missing. A
+    child process loads the binary with the library, as `import jax` will, and the
+    error names the version and what MPItrampoline said. A verified jaxlib is taken as
+    is (CI checks its names, tests/tools/test_mpiabi_names.py)."""
     version = version or jaxlib_version()
     if version in VERIFIED_JAXLIB:
         return
+    binary = binary or jaxlib_binary()
+    load = "import ctypes, sys; ctypes.CDLL(sys.argv[1])"
+    env = config.environment_with(MPITRAMPOLINE_LIB=library, MPITRAMPOLINE_VERBOSE="1")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", load, str(binary)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:
+        raise AcclError(
+            f"jax_accl: loading jaxlib {version}'s {binary.name} with jax_accl's MPI library "
+            "took over 120 s in a child process; JAX_ACCL_XLA_COLLECTIVES=1 is verified with "
+            f"jaxlib {', '.join(VERIFIED_JAXLIB)}"
+        ) from None
+    if done.returncode == 0:
+        return
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "MPItrampoline" in line]
     lib = ctypes.CDLL(library)
     missing = sorted(n for n in names_jaxlib_looks_up(binary) if not hasattr(lib, n))
-    if missing:
-        shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
-        raise AcclError(
-            f"jax_accl: jaxlib {version} looks up MPI ABI names that jax_accl's MPI library "
-            f"lacks ({shown}; {len(missing)} in all), and would end the process at import. "
-            f"JAX_ACCL_XLA_COLLECTIVES=1 is verified with jaxlib {', '.join(VERIFIED_JAXLIB)}"
+    shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
+    raise AcclError(
+        f"jax_accl: jaxlib {version} does not load jax_accl's MPI library (MPI ABI "
+        f"{ABI_VERSION}) and would end the process at import (exit status "
+        f"{done.returncode}). "
+        + (
+            f"It looks up names the library lacks: {shown} ({len(missing)} in all). "
+            if missing
+            else ""
         )
+        + ("MPItrampoline said: " + " | ".join(said[-3:]) + ". " if said else "")
+        + f"JAX_ACCL_XLA_COLLECTIVES=1 is verified with jaxlib {', '.join(VERIFIED_JAXLIB)}"
+    )

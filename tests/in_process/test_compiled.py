@@ -43,9 +43,9 @@ def test_a_variadic_all_reduce_counts_its_operands():
 def test_jax_accl_psum_in_a_plain_shard_map_warns_once_that_gradients_stay_xlas(monkeypatch):
     import warnings
 
-    from jax_accl import api
+    from jax_accl import reduction
 
-    monkeypatch.setattr(api, "_warned_fallback", False)
+    monkeypatch.setattr(reduction, "_warned_fallback", False)
     mesh = Mesh(np.array(jax.devices()), ("i",))
     w = jnp.ones((5,))
     x = jnp.arange(8.0 * 5).reshape(8, 5)
@@ -63,5 +63,56 @@ def test_jax_accl_psum_in_a_plain_shard_map_warns_once_that_gradients_stay_xlas(
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once: neither again, nor under jax_accl.shard_map
         assert jax_accl.collectives(routed, w, x)["xla"] == {}
-        monkeypatch.setattr(api, "_warned_fallback", False)
+        monkeypatch.setattr(reduction, "_warned_fallback", False)
         jax_accl.collectives(routed, w, x)
+
+
+@pytest.mark.parametrize("collective", ["psum_scatter", "all_gather", "ppermute"])
+def test_the_sharding_collectives_warn_in_a_plain_shard_map_too(monkeypatch, collective):
+    from jax_accl import reduction
+
+    monkeypatch.setattr(reduction, "_warned_fallback", False)
+    mesh = Mesh(np.array(jax.devices()), ("i",))
+    n = mesh.size
+    ops = {
+        "psum_scatter": lambda y: jax_accl.psum_scatter(y, "i", tiled=True),
+        "all_gather": lambda y: jax_accl.all_gather(y, "i", tiled=True),
+        "ppermute": lambda y: jax_accl.ppermute(y, "i", [(k, (k + 1) % n) for k in range(n)]),
+    }
+
+    def loss(w, x):  # w replicated: its gradient needs an all-reduce over "i"
+        return jnp.sum(ops[collective](x @ w))
+
+    step = jax.jit(jax.shard_map(jax.grad(loss), mesh=mesh, in_specs=(P(), P("i")), out_specs=P()))
+    with pytest.warns(jax_accl.AcclWarning, match=f"jax_accl.{collective} inside jax.shard_map"):
+        found = jax_accl.collectives(step, jnp.ones((4, 4)), jnp.ones((n * n, 4)))
+    assert found["xla"]["all-reduce"]["ops"] == 1  # what it warns about
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+@pytest.mark.parametrize("wrap", ["jax.shard_map", "jax_accl.shard_map"])
+def test_a_gradient_taken_outside_a_shard_map_holding_jax_accl_calls_is_jax_accls(wrap, check_vma):
+    """jax.grad(shard_map(f)): the all-reduce of a replicated input's gradient is made
+    by shard_map's transpose (pvary's transpose under check_vma=True, a psum of the
+    cotangents under check_vma=False), outside f: routed where f holds jax_accl calls."""
+    mesh = Mesh(np.array(jax.devices()), ("i",))
+    w = jnp.linspace(-1.0, 1.0, 20).reshape(5, 4)
+    x = jnp.arange(8.0 * 2 * 5).reshape(16, 5) / 50
+
+    def loss_with(psum):
+        return lambda w, x: psum(jnp.sum(jnp.tanh(x @ w)), "i")
+
+    def grad_of(shard_map, psum):
+        f = shard_map(
+            loss_with(psum), mesh=mesh, in_specs=(P(), P("i")), out_specs=P(), check_vma=check_vma
+        )
+        return jax.jit(jax.grad(f))
+
+    shard_map = jax_accl.shard_map if wrap == "jax_accl.shard_map" else jax.shard_map
+    ours = grad_of(shard_map, jax_accl.psum)
+    found = jax_accl.collectives(ours, w, x)
+    assert found["xla"] == {}, found
+    assert found["jax_accl"]["accl_allreduce"] >= 1
+    reference = grad_of(jax.shard_map, jax.lax.psum)
+    assert jax_accl.collectives(reference, w, x)["xla"]["all-reduce"]["ops"] >= 1
+    np.testing.assert_allclose(ours(w, x), reference(w, x), rtol=1e-6)

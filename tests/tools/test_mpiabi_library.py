@@ -4,6 +4,7 @@ process (MPI_COMM_SELF and its splits), and the errors of what it does not do.""
 
 import ctypes
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -121,13 +122,68 @@ def test_errors_name_the_call_and_what_is_wrong(lib):
     assert "not one jax_accl returned" in error_string(lib, 999999)
 
 
-def test_a_jaxlib_that_looks_up_a_name_we_lack_is_an_error_naming_its_version(tmp_path):
-    binary = tmp_path / "libjax_common.so"
-    binary.write_bytes(b"\x7fELF\x00MPIABI_Allreduce\x00MPIABI_Future_call\x00 MPIABI_Send\x00")
+# A stand-in for jaxlib's libjax_common.so: its constructor does what MPItrampoline's
+# does at `import jax` (dlopen MPITRAMPOLINE_LIB, check the MPI ABI version, look names
+# up) and ends the process with exit(1) where that fails.
+TRAMPOLINE = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void load(void) {
+  const char* path = getenv("MPITRAMPOLINE_LIB");
+  void* lib = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+  if (!lib) { fprintf(stderr, "MPItrampoline: Could not dlopen library %s\n", path); exit(1); }
+  fprintf(stderr, "[MPItrampoline] Requiring MPI ABI version %d.%d.0\n", MAJOR, MINOR);
+  const int* major = (const int*)dlsym(lib, "mpiabi_version_major");
+  const int* minor = (const int*)dlsym(lib, "mpiabi_version_minor");
+  if (*major != MAJOR || *minor < MINOR) {
+    fprintf(stderr, "MPItrampoline: found MPI ABI version %d.%d\n", *major, *minor);
+    exit(1);
+  }
+  static const char* names[] = {NAMES};
+  for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); ++i)
+    if (!dlsym(lib, names[i])) exit(1);
+}
+"""
+
+
+def stand_in_jaxlib(tmp_path, name, major, minor, names):
+    source = tmp_path / f"{name}.c"
+    source.write_text(TRAMPOLINE)
+    binary = tmp_path / f"{name}.so"
+    listed = ",".join(f'"{n}"' for n in names)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", f"-DMAJOR={major}", f"-DMINOR={minor}"]
+        + [f"-DNAMES={listed}", "-o", str(binary), str(source), "-ldl"],
+        check=True,
+    )
+    return binary
+
+
+@pytest.mark.multiprocess
+def test_a_jaxlib_that_would_not_load_the_library_is_an_error_naming_why(tmp_path):
     library = str(xla_collectives.LIBRARY)
-    with pytest.raises(xla_collectives.AcclError, match=r"jaxlib 9\.9\.0 .*MPIABI_Future_call"):
-        xla_collectives.check_jaxlib(library, binary=binary, version="9.9.0")
-    binary.write_bytes(b"\x00MPIABI_Allreduce\x00MPIABI_COMM_WORLD\x00")
-    xla_collectives.check_jaxlib(library, binary=binary, version="9.9.0")  # all there
+    known = ["MPIABI_Allreduce", "MPIABI_COMM_WORLD", "MPIABI_Get_library_version"]
+    fine = stand_in_jaxlib(tmp_path, "fine", 2, 9, known)
+    xla_collectives.check_jaxlib(library, binary=fine, version="9.9.0")  # loads: no error
+    future_abi = stand_in_jaxlib(tmp_path, "future_abi", 3, 0, known)
+    with pytest.raises(
+        xla_collectives.AcclError, match=r"jaxlib 9\.9\.0 .*Requiring MPI ABI version 3\.0\.0"
+    ):
+        xla_collectives.check_jaxlib(library, binary=future_abi, version="9.9.0")
+    lacking = stand_in_jaxlib(tmp_path, "lacking", 2, 9, known + ["MPIABI_Future_call"])
+    with pytest.raises(xla_collectives.AcclError, match=r"lacks: MPIABI_Future_call \(1 in all\)"):
+        xla_collectives.check_jaxlib(library, binary=lacking, version="9.9.0")
     # The installed jaxlib: verified (CI checks its names, test_mpiabi_names.py).
     assert xla_collectives.jaxlib_version() in xla_collectives.VERIFIED_JAXLIB
+    xla_collectives.check_jaxlib(library, version="9.9.0")  # and loads the library, checked
+
+
+def test_the_library_answers_what_mpitrampoline_asks_when_verbose(lib):
+    text = ctypes.create_string_buffer(256)
+    length = ctypes.c_int()
+    assert lib.MPIABI_Get_library_version(text, ctypes.byref(length)) == 0
+    assert text.value.decode().startswith("jax_accl") and length.value == len(text.value)
+    version, subversion = ctypes.c_int(), ctypes.c_int()
+    assert lib.MPIABI_Get_version(ctypes.byref(version), ctypes.byref(subversion)) == 0
+    assert (version.value, subversion.value) == (3, 1)

@@ -289,6 +289,23 @@ int MPIABI_Error_string(int code, char* text, int* length) {
   return MPIABI_SUCCESS;
 }
 
+// MPItrampoline asks these when MPITRAMPOLINE_VERBOSE is set. MPI 3.1's API, as the
+// communicators XLA uses need; the text fits MPI_MAX_LIBRARY_VERSION_STRING (>= 256).
+int MPIABI_Get_version(int* version, int* subversion) {
+  *version = 3;
+  *subversion = 1;
+  return MPIABI_SUCCESS;
+}
+
+int MPIABI_Get_library_version(char* text, int* length) {
+  static constexpr char kText[] =
+      "jax_accl's MPI library: XLA:CPU's collectives on jax_accl (MPI ABI 2.10)";
+  static_assert(sizeof(kText) <= 256, "MPI_MAX_LIBRARY_VERSION_STRING is at least 256");
+  std::memcpy(text, kText, sizeof(kText));
+  *length = static_cast<int>(sizeof(kText) - 1);
+  return MPIABI_SUCCESS;
+}
+
 // No device memory here: MPIX_Query_*_support answer 0.
 int MPIXABI_Query_cuda_support(void) { return 0; }
 int MPIXABI_Query_hip_support(void) { return 0; }
