@@ -3,8 +3,10 @@
 One process per host (or several), each with --devices CPU devices; every all-reduce of
 the step (the gradients' and the loss's) is jax_accl's, over every rail between hosts.
 After training, each process prints its loss, what the compiled step holds and the bytes
-each transport (each rail) carried. Run it on every host, e.g. on two hosts with rails
-eth1 and eth2 (10.0.0.1 is host 0's address, port 8476 open between the hosts):
+each transport (each rail) carried. Install jax_accl with the demo extra (optax) on every
+host, `pip install ".[demo]"` from a checkout, then run this file on every host, e.g. on
+two hosts with rails eth1 and eth2 (10.0.0.1 is host 0's address, port 8476 open between
+the hosts):
 
     host 0:  JAX_ACCL_RAILS=eth1,eth2 python two_hosts.py --coordinator 10.0.0.1:8476 \\
                  --num-processes 2 --process-id 0
@@ -18,6 +20,14 @@ or under a launcher, where jax.distributed finds the rest itself:
 
 Behind a firewall, open the coordinator's port and give jax_accl's listeners a range:
 JAX_ACCL_PORTS=40000-40100.
+
+The training loop (train) is the README's "When a call fails": it keeps a host copy of
+the parameters and optimizer state every --checkpoint-every steps and, when a step
+fails (a peer late beyond JAX_ACCL_TIMEOUT_S, a call aborted), goes back to that copy
+and runs the steps from there again, where the step holds one jax_accl call (e.g.
+--width 128 with one device per process, as the test runs it; with several calls a
+failed step ends the job). tests/multiprocess/test_checkpoint_retry.py runs it with a
+step that fails.
 """
 
 import argparse
@@ -26,12 +36,41 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_accl
 
+FEATURES, CLASSES = 64, 8  # the task: 8 classes of 64-dimensional points
 
-def init_params(key, sizes):
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python two_hosts.py", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--coordinator", help="host:port of process 0 (omit under mpirun/srun)")
+    parser.add_argument("--num-processes", type=int)
+    parser.add_argument("--process-id", type=int)
+    parser.add_argument("--devices", type=int, default=1, help="CPU devices per process")
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=128, help="examples per device")
+    parser.add_argument("--width", type=int, default=512, help="the MLP's two hidden layers")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=10, help="steps between host copies of the state"
+    )
+    return parser.parse_args(argv)
+
+
+def join(args):
+    """This process's CPU devices, and the job joined through jax.distributed."""
+    jax.config.update("jax_num_cpu_devices", args.devices)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # for XLA's own, if any
+    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    return jax.make_mesh((jax.device_count(),), ("data",))
+
+
+def init_params(key, width):
+    sizes = [FEATURES, width, width, CLASSES]
     params = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         key, sub = jax.random.split(key)
@@ -47,22 +86,9 @@ def local_loss(params, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--coordinator", help="host:port of process 0 (omit under mpirun/srun)")
-    parser.add_argument("--num-processes", type=int)
-    parser.add_argument("--process-id", type=int)
-    parser.add_argument("--devices", type=int, default=1, help="CPU devices per process")
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--batch", type=int, default=128, help="examples per device")
-    args = parser.parse_args()
-
-    jax.config.update("jax_num_cpu_devices", args.devices)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # for XLA's own, if any
-    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-
-    mesh = jax.make_mesh((jax.device_count(),), ("data",))
-    optimizer = optax.adam(1e-3)
+def make_train_step(mesh, optimizer):
+    """The README's step: jax.lax inside, jax_accl.shard_map around it; params and
+    opt_state donated (their buffers are reused for the results)."""
 
     def loss_fn(params, x, y):
         return jax.lax.pmean(local_loss(params, x, y), "data")
@@ -73,18 +99,19 @@ def main():
         return optax.apply_updates(params, updates), opt_state, loss
 
     specs = dict(mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=(P(), P(), P()))
-    train_step = jax.jit(jax_accl.shard_map(step, **specs))
+    return jax.jit(jax_accl.shard_map(step, **specs), donate_argnums=(0, 1))
 
-    # A learnable task: the class is which of 8 fixed directions x points most along.
-    sizes = [64, 512, 512, 8]
-    params = init_params(jax.random.key(0), sizes)
-    opt_state = optimizer.init(params)
-    directions = np.random.default_rng(1).normal(size=(sizes[0], sizes[-1]))
-    global_batch = args.batch * jax.device_count()
-    sharding = jax.sharding.NamedSharding(mesh, P("data"))
 
-    def batch(i):  # every process makes the global batch; each places its own shards
-        x = np.random.default_rng(100 + i).normal(size=(global_batch, sizes[0]))
+def make_batches(mesh, per_device):
+    """batch(i): step i's global batch (the same on every process), each process placing
+    its own shards. A learnable task: the class is which of 8 fixed directions x points
+    most along."""
+    directions = np.random.default_rng(1).normal(size=(FEATURES, CLASSES))
+    global_batch = per_device * jax.device_count()
+    sharding = NamedSharding(mesh, P("data"))
+
+    def batch(i):
+        x = np.random.default_rng(100 + i).normal(size=(global_batch, FEATURES))
         x = x.astype(np.float32)
         y = np.argmax(x @ directions, axis=1).astype(np.int32)
         return tuple(
@@ -92,16 +119,71 @@ def main():
             for a in (x, y)
         )
 
-    x, y = batch(0)
-    report = jax_accl.collectives(train_step, params, opt_state, x, y)
+    return batch
+
+
+def placer(mesh):
+    """place(tree): host arrays, the same on every process, replicated on the mesh. Each
+    process places its own copies (jax.device_put would first check with every other
+    process that they are equal: a collective, which a peer still failing cannot join)."""
+    replicated = NamedSharding(mesh, P())
+
+    def put(a):
+        a = np.asarray(a)
+        return jax.make_array_from_callback(a.shape, replicated, lambda index: a[index])
+
+    return lambda tree: jax.tree.map(put, tree)
+
+
+def train(train_step, params, opt_state, batch, steps, place, checkpoint_every=10, retries=3):
+    """Trains `steps` steps, going back to the last host copy of the state when a step
+    fails (at most `retries` times in a row). `place` puts host arrays back on the mesh.
+    Returns params, opt_state, the losses of the steps kept and how many steps failed."""
+    me = jax.process_index()
+    step, checkpoint, losses, failures, in_a_row = 0, None, [], 0, 0
+    while step < steps:
+        try:
+            if step % checkpoint_every == 0:  # before the step, which donates both
+                checkpoint = step, jax.device_get((params, opt_state))
+            params, opt_state, loss = train_step(params, opt_state, *batch(step))
+            losses.append(float(loss))  # a failed call raises here, not at the call
+            step, in_a_row = step + 1, 0
+        except jax.errors.JaxRuntimeError as e:
+            # The failed step's params and opt_state were donated: they are gone. Every
+            # process of the job raised for this step too; the next call starts afresh.
+            failures, in_a_row = failures + 1, in_a_row + 1
+            if in_a_row > retries:  # e.g. a dead peer: restart the job from a checkpoint
+                raise
+            step, host_state = checkpoint
+            print(f"process {me}: step failed, again from step {step}: {str(e).splitlines()[0]}")
+            params, opt_state = place(host_state)
+            del losses[step:]
+    return params, opt_state, losses, failures
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    mesh = join(args)
+    optimizer = optax.adam(1e-3)
+    train_step = make_train_step(mesh, optimizer)
+    place = placer(mesh)
+    params = place(init_params(jax.random.key(0), args.width))
+    opt_state = place(optimizer.init(params))
+    batch = make_batches(mesh, args.batch)
+
+    report = jax_accl.collectives(train_step, params, opt_state, *batch(0))
+    # Running a failed step again in this job is exact where the step holds one jax_accl
+    # call; with several, a failed step ends the job, to be restarted from a checkpoint
+    # (the README's "When a call fails").
+    retries = 3 if sum(report["jax_accl"].values()) == 1 else 0
     jax_accl.reset_stats()
-    losses = []
-    for i in range(args.steps):
-        x, y = batch(i)
-        params, opt_state, loss = train_step(params, opt_state, x, y)
-        losses.append(float(loss))  # a failed all-reduce raises here (see the README)
+    params, opt_state, losses, failures = train(
+        train_step, params, opt_state, batch, args.steps, place, args.checkpoint_every, retries
+    )
     me = jax.process_index()
     print(f"process {me}: loss {losses[0]:.4f} -> {losses[-1]:.4f} in {args.steps} steps")
+    if failures:
+        print(f"process {me}: {failures} failed steps, each run again from a checkpoint")
     print(f"process {me}: the step's collectives: {report}")
     transports = jax_accl.stats()["transports"]
     print(f"process {me}: bytes sent per transport: ", end="")
