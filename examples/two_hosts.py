@@ -24,9 +24,8 @@ JAX_ACCL_PORTS=40000-40100.
 The training loop (train) is the README's "When a call fails": it keeps a host copy of
 the parameters and optimizer state every --checkpoint-every steps and, when a step
 fails (a peer late beyond JAX_ACCL_TIMEOUT_S, a call aborted), goes back to that copy
-and runs the steps from there again, where the step holds one jax_accl call (e.g.
---width 128 with one device per process, as the test runs it; with several calls a
-failed step ends the job). tests/multiprocess/test_checkpoint_retry.py runs it with a
+and, after jax_accl.recover() (every process's calls count the same steps again), runs
+the steps from there again. tests/multiprocess/test_checkpoint_retry.py runs it with a
 step that fails.
 """
 
@@ -154,6 +153,7 @@ def train(train_step, params, opt_state, batch, steps, place, checkpoint_every=1
             failures, in_a_row = failures + 1, in_a_row + 1
             if in_a_row > retries:  # e.g. a dead peer: restart the job from a checkpoint
                 raise
+            jax_accl.recover()  # every process: their calls count the same steps again
             step, host_state = checkpoint
             print(f"process {me}: step failed, again from step {step}: {str(e).splitlines()[0]}")
             params, opt_state = place(host_state)
@@ -172,13 +172,9 @@ def main(argv=None):
     batch = make_batches(mesh, args.batch)
 
     report = jax_accl.collectives(train_step, params, opt_state, *batch(0))
-    # Running a failed step again in this job is exact where the step holds one jax_accl
-    # call; with several, a failed step ends the job, to be restarted from a checkpoint
-    # (the README's "When a call fails").
-    retries = 3 if sum(report["jax_accl"].values()) == 1 else 0
     jax_accl.reset_stats()
     params, opt_state, losses, failures = train(
-        train_step, params, opt_state, batch, args.steps, place, args.checkpoint_every, retries
+        train_step, params, opt_state, batch, args.steps, place, args.checkpoint_every
     )
     me = jax.process_index()
     print(f"process {me}: loss {losses[0]:.4f} -> {losses[-1]:.4f} in {args.steps} steps")

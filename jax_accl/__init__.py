@@ -22,7 +22,7 @@ from jax_accl.errors import AcclError, AcclWarning  # noqa: E402
 from jax_accl.patch import patch_psum  # noqa: E402
 from jax_accl.permute import ppermute  # noqa: E402
 from jax_accl.primitives import lowering as _lowering  # noqa: E402,F401
-from jax_accl.recovery import abort  # noqa: E402
+from jax_accl.recovery import abort, recover  # noqa: E402
 from jax_accl.routing import routed  # noqa: E402
 from jax_accl.scatter_gather import all_gather, psum_scatter  # noqa: E402
 from jax_accl.stats import reset_stats, stats  # noqa: E402
@@ -44,6 +44,7 @@ __all__ = [
     "profiler",
     "psum",
     "psum_scatter",
+    "recover",
     "reset_stats",
     "routed",
     "shard_map",

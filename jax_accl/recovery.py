@@ -210,3 +210,107 @@ def _commit(client, waiter, commit: str, group: int, epoch: int, others: list, s
         if committed == start and not behind:
             return start
         time.sleep(0.02)  # a peer still commits an earlier start: it raises it on seeing ours
+
+
+_recover_generation = 0
+
+
+def recover(timeout_s: float | None = None) -> dict:
+    """After a failed step, before running it again: every process of the job calls it,
+    and it returns once their jax_accl calls count the same steps again.
+
+    XLA stops a launch at its first failed call, so a launch that failed in every
+    process may still have made more of its calls in one process than in another (an
+    independent call already started there, not yet here): the calls of that op would
+    then no longer count the same steps, and a step run again could be reduced with a
+    different step of a peer. recover() waits until this process has no jax_accl call
+    in flight, then the processes agree, through jax.distributed's key-value store, on
+    every lane's position (the latest call any process has reached, and the failed call)
+    and each moves its lanes there. Returns {"lanes": lanes agreed on, "moved": lanes
+    this process moved}. Raises AcclError naming the process it waited for in vain
+    within `timeout_s` (default JAX_ACCL_TIMEOUT_S). Without jax.distributed (one
+    process) there is nothing to align."""
+    from jax_accl import config
+    from jax_accl.errors import AcclError
+
+    global _recover_generation
+    client = c.distributed_client()
+    if client is None or not _accl.world_started():
+        return {"lanes": 0, "moved": 0}
+    timeout_s = config.current().timeout_s if timeout_s is None else timeout_s
+    deadline = time.monotonic() + timeout_s
+    while _accl.stats()["calls_in_flight"] > 0:
+        if time.monotonic() > deadline:
+            raise AcclError(
+                f"jax_accl.recover(): {_accl.stats()['calls_in_flight']} jax_accl calls of this "
+                f"process still run after {timeout_s:g} s; wait for the failed step's outputs "
+                f"(or the steps dispatched after it) before recovering"
+            )
+        time.sleep(0.01)
+    import jax
+
+    me, count = jax.process_index(), jax.process_count()
+    _recover_generation += 1
+    generation = _recover_generation
+    mine = {
+        lane: (processes, nxt, failed) for lane, processes, nxt, failed in _accl.lane_positions()
+    }
+    key = f"{_PREFIX}/recover/{generation}/{me}"
+    text = " ".join(
+        f"{lane}:{nxt}:{failed}:{','.join(map(str, processes))}"
+        for lane, (processes, nxt, failed) in sorted(mine.items())
+    )
+    client.key_value_set(key, _signed(key, text or "-"), allow_overwrite=True)
+    agreed: dict[int, list] = {
+        lane: [nxt, failed, set(ps)] for lane, (ps, nxt, failed) in mine.items()
+    }
+    for process in range(count):
+        if process == me:
+            continue
+        theirs = f"{_PREFIX}/recover/{generation}/{process}"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AcclError(
+                    f"jax_accl.recover() (the {generation}th) of process {me}: process "
+                    f"{process} did not call it within {timeout_s:g} s (every process of the "
+                    f"job calls it after a failed step; a process that did not see the step "
+                    f"fail must be restarted with the job)"
+                )
+            try:
+                value = client.blocking_key_value_get(
+                    theirs, max(1, int(min(left, _SLICE_S) * 1000))
+                )
+                break
+            except Exception as e:
+                if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
+                    raise AcclError(
+                        f"jax_accl.recover(): jax.distributed's store failed: {e}"
+                    ) from e
+        *fields, tag = value.split(" ")
+        body = " ".join(fields)
+        if _signed(theirs, body) != value:
+            raise AcclError(
+                f"jax_accl.recover(): the report of process {process} is not signed with the "
+                "job's secret"
+            )
+        for entry in body.split(" ") if body != "-" else []:
+            lane, nxt, failed, processes = entry.split(":")
+            lane, nxt, failed = int(lane), int(nxt), int(failed)
+            position = agreed.setdefault(
+                lane, [nxt, failed, {int(p) for p in processes.split(",")}]
+            )
+            position[0] = max(position[0], nxt)
+            if failed >= 0 and (position[1] < 0 or failed < position[1]):
+                position[1] = failed
+    moved = 0
+    for lane, (nxt, failed, processes) in agreed.items():
+        if lane in mine and (mine[lane][1], mine[lane][2]) == (nxt, failed):
+            continue
+        if me not in processes:  # a lane of other processes' groups only
+            continue
+        _accl.align_lane(lane, nxt, failed)
+        moved += 1
+    if generation > 2:  # every process has read it: they all agreed on generation - 1
+        _withdraw(client, f"{_PREFIX}/recover/{generation - 2}/{me}")
+    return {"lanes": len(agreed), "moved": moved}

@@ -105,3 +105,7 @@ def test_epoch_announcements_are_signed_with_the_jobs_secret():
     assert recovery._verified(key.replace("/0", "/1"), signed) is None  # another process's
     assert recovery._verified(key, "7 9 " + "0" * 64) is None  # made up without the secret
     assert recovery._verified(key, "7 9 ünïcode") is None  # garbage is refused, not raised
+
+
+def test_recover_in_one_process_has_nothing_to_align():
+    assert jax_accl.recover() == {"lanes": 0, "moved": 0}

@@ -244,6 +244,31 @@ NB_MODULE(_accl, m) {
       },
       "a PJRT_Api capsule whose profiler extension XLA's profiler sessions call "
       "(jax._src.lib._profiler.register_plugin_profiler)");
+  m.def(
+      "lane_positions",
+      [] {
+        nb::list out;
+        const std::shared_ptr<World> w = World::get();
+        if (!w) return out;
+        for (const World::LanePosition& l : w->lane_positions()) {
+          const bool failed = l.position.failed_call != Communicator::kNoCall;
+          out.append(nb::make_tuple(l.id, l.processes, l.position.next_call,
+                                    failed ? int64_t(l.position.failed_call) : int64_t{-1}));
+        }
+        return out;
+      },
+      "(lane id, the group's processes, next call, failed call or -1) per lane of this process");
+  m.def(
+      "align_lane",
+      [](uint64_t id, uint64_t next_call, int64_t failed_call) {
+        const std::shared_ptr<World> w = World::get();
+        if (!w) return;
+        w->align_lane(
+            id, Communicator::Position{
+                    next_call, failed_call < 0 ? Communicator::kNoCall : uint64_t(failed_call)});
+      },
+      nb::arg("id"), nb::arg("next_call"), nb::arg("failed_call"),
+      "moves this process's ranks of lane `id` to the agreed call (jax_accl.recover())");
   m.def("stats", &stats);
   m.def("reset_stats", &reset_stats);
   m.def("pending_calls", &pending_calls);

@@ -44,7 +44,9 @@ Status Communicator::make(ChannelMaker* maker, int process, const std::vector<in
 Status Communicator::begin_call(int64_t device, const std::string& where, const Deadline& deadline,
                                 uint64_t* call, std::shared_ptr<ChannelSpace>* space) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t c = *call = next_call_[device]++;
+  uint64_t& next_call = next_call_[device];
+  next_call = std::max(next_call, first_call_);
+  const uint64_t c = *call = next_call++;
   if (c < epoch_start_) {
     return error(Code::kAborted, where, ": call ", c, " of this group failed on another rank, ",
                  "and the group has recovered since (epoch ", space_->epoch(), " began at call ",
@@ -86,6 +88,7 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
 Status Communicator::wait_turn(int64_t device, uint64_t call, const std::string& where,
                                const Deadline& deadline) {
   std::unique_lock<std::mutex> lock(turn_mutex_);
+  turn_[device] = std::max(turn_[device], first_turn_);
   while (turn_[device] != call) {
     if (deadline.expired()) {
       return deadline.ended(where, str_cat("waiting for call ", turn_[device],
@@ -100,6 +103,7 @@ void Communicator::end_turn(int64_t device, uint64_t call) {
   {
     std::lock_guard<std::mutex> lock(turn_mutex_);
     uint64_t& turn = turn_[device];
+    turn = std::max(turn, first_turn_);
     std::set<uint64_t>& ended = finished_[device];
     ended.insert(call);
     while (ended.erase(turn) > 0) ++turn;
@@ -113,6 +117,32 @@ void Communicator::call_failed(uint64_t call, const ChannelSpace& space) {
 }
 
 uint64_t Communicator::recoveries() const { return recoveries_.load(); }
+
+Communicator::Position Communicator::position() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t next = first_call_;
+  for (const auto& [device, n] : next_call_) next = std::max(next, n);
+  return Position{next, failed_call_};
+}
+
+void Communicator::align(uint64_t next_call, uint64_t failed_call) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first_call_ = std::max(first_call_, next_call);
+    for (auto& [device, n] : next_call_) n = std::max(n, first_call_);
+    if (failed_call != kNoCall && failed_call >= epoch_start_) {
+      failed_call_ = std::min(failed_call_, failed_call);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(turn_mutex_);
+    first_turn_ = std::max(first_turn_, next_call);
+    for (auto& [device, turn] : turn_) turn = std::max(turn, first_turn_);
+    for (auto& [device, ended] : finished_)
+      ended.erase(ended.begin(), ended.lower_bound(first_turn_));
+  }
+  turn_changed_.notify_all();
+}
 
 std::optional<bool> Communicator::cross_memory_usable() const {
   const int known = cross_memory_.load();

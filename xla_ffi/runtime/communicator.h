@@ -96,6 +96,23 @@ class Communicator {
   void call_failed(uint64_t call, const ChannelSpace& space);
   uint64_t recoveries() const;
 
+  // Realignment after a failed step (jax_accl.recover()). XLA stops a launch at its first
+  // failed call, so a launch that failed in one process may never make its later calls
+  // there while another process made (and failed) them: that lane's calls would stop
+  // counting the same steps in both. position() is where this process is in the lane:
+  // the index of its ranks' next call (the highest) and the current epoch's failed call
+  // (kNoCall: none); align() moves every rank of this process to call `next_call`, the
+  // calls before it given up, with `failed_call` failed (the group's next call then
+  // starts a new epoch, as after any failed call). Only while no call of the lane runs.
+  static constexpr uint64_t kNoCall = ~uint64_t{0};
+  struct Position {
+    uint64_t next_call;
+    uint64_t failed_call;
+  };
+  Position position() const;
+  void align(uint64_t next_call, uint64_t failed_call);
+  const std::vector<int>& processes() const { return processes_; }
+
  private:
   ChannelMaker* maker_ = nullptr;
   int process_ = 0;  // this process's index
@@ -104,18 +121,19 @@ class Communicator {
   std::vector<int> processes_;  // the group's, ascending
   GroupLayout layout_;
   int rails_ = 1;
-  static constexpr uint64_t kNoCall = ~uint64_t{0};
   mutable std::mutex mutex_;             // held by the thread that recovers; the others wait for it
   std::shared_ptr<ChannelSpace> space_;  // the current epoch's
   uint64_t epoch_start_ = 0;             // the index of the current epoch's first call
   uint64_t failed_call_ = kNoCall;       // the current epoch's first failed call
   std::map<int64_t, uint64_t> next_call_;  // per device of this process
+  uint64_t first_call_ = 0;                // no rank's next call is before it (align)
   std::atomic<uint64_t> recoveries_{0};    // read without mutex_ (stats() during a recovery)
   std::atomic<int> cross_memory_{-1};      // -1 unknown, 0 refused, 1 usable
   std::mutex turn_mutex_;                  // never held across a wait for anything but a turn
   std::condition_variable turn_changed_;
   std::map<int64_t, uint64_t> turn_;                // per device: the next call to run
   std::map<int64_t, std::set<uint64_t>> finished_;  // per device: ended out of turn
+  uint64_t first_turn_ = 0;                         // no device's turn is before it (align)
 };
 
 }  // namespace accl

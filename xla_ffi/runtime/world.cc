@@ -213,8 +213,35 @@ Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
   std::shared_ptr<Communicator> made;
   Status s = Communicator::make(this, process_index_, devices, lane, places, rails, &made);
   if (!s.ok()) return error(s.code(), label, ": ", s.message());
+  auto aligned = aligned_before_made_.find(channel_space_id(devices, lane, 0));
+  if (aligned != aligned_before_made_.end()) {
+    made->align(aligned->second.next_call, aligned->second.failed_call);
+    aligned_before_made_.erase(aligned);
+  }
   *out = communicators_.emplace(std::make_pair(devices, lane), std::move(made)).first->second;
   return Status::Ok();
+}
+
+std::vector<World::LanePosition> World::lane_positions() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<LanePosition> out;
+  for (const auto& [group_and_lane, c] : communicators_) {
+    const auto& [devices, lane] = group_and_lane;
+    out.push_back(LanePosition{channel_space_id(devices, lane, 0), c->processes(), c->position()});
+  }
+  return out;
+}
+
+void World::align_lane(uint64_t id, Communicator::Position agreed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [group_and_lane, c] : communicators_) {
+    const auto& [devices, lane] = group_and_lane;
+    if (channel_space_id(devices, lane, 0) == id) {
+      c->align(agreed.next_call, agreed.failed_call);
+      return;
+    }
+  }
+  aligned_before_made_[id] = agreed;
 }
 
 }  // namespace accl

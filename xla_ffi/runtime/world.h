@@ -18,6 +18,7 @@
 
 #include "common/wait.h"
 #include "runtime/channel_space.h"
+#include "runtime/communicator.h"
 #include "transport/channel.h"
 #include "transport/tcp_transport.h"
 #include "transport/transport.h"
@@ -75,6 +76,17 @@ class World : public ChannelMaker {
   Status communicator(const std::vector<int64_t>& devices, uint64_t lane, const std::string& label,
                       std::shared_ptr<Communicator>* out);
   uint64_t refused_connections() const;
+  // Every lane's position in this process (jax_accl.recover(); Communicator::align): its
+  // id (the same in every process), the group's processes, and where this process is.
+  struct LanePosition {
+    uint64_t id;
+    std::vector<int> processes;
+    Communicator::Position position;
+  };
+  std::vector<LanePosition> lane_positions();
+  // Aligns lane `id` to the position the group's processes agreed on; a lane this
+  // process has not made yet is aligned when it is made.
+  void align_lane(uint64_t id, Communicator::Position agreed);
   // Epochs the communicators of this process started after a failed call.
   uint64_t recoveries();
   // Whether large transfers between processes of this host may use cross-memory attach.
@@ -104,6 +116,7 @@ class World : public ChannelMaker {
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.
   std::map<std::pair<std::vector<int64_t>, uint64_t>, std::shared_ptr<Communicator>> communicators_;
+  std::map<uint64_t, Communicator::Position> aligned_before_made_;  // by lane id
 };
 
 }  // namespace accl
