@@ -222,6 +222,50 @@ def test_a_dead_peer_fails_the_survivors_call_with_jax_accls_message():
     assert "jax_accl" in error and "MPI_Allreduce" in error, error
 
 
+# The MPI functions a survivor's error may name when its peer dies in a program's call.
+MID_CALL_DEATHS = {
+    "data_parallel": ("MPI_Allreduce",),  # XLA's gradient all-reduce
+    "roll": ("MPI_Isend", "MPI_Irecv", "MPI_Wait"),  # its collective-permute
+}
+
+
+@pytest.mark.parametrize("program", sorted(MID_CALL_DEATHS))
+def test_a_peer_killed_during_a_call_fails_the_survivors_call_long_before_the_timeout(
+    tmp_path, program
+):
+    """Both processes run the program back to back; 2 s in, a timer thread SIGKILLs
+    process 1 (its main thread in a run), so process 0 is in a call with it or entering
+    the next. With a 120 s collective timeout, process 0's call fails within 30 s of the
+    kill, with jax_accl's message naming the MPI call; so does its next run, at once,
+    without waiting for the dead process in a recovery (XLA makes the next call of a
+    collective after one failed, e.g. the next operand's, so that wait held the error
+    back until the timeout)."""
+    note = tmp_path / "killed_at"
+    results = job(
+        2,
+        [program],
+        accl=True,
+        extra=["--die", "1", "--die-mid-call", "2", "--kill-note", str(note)],
+        env=[{"JAX_ACCL_TIMEOUT_S": "120"}] * 2,
+        killed=(1,),
+    )
+    survivor, killed_at = results[0], float(note.read_text())
+    error = survivor["error"]
+    latency = survivor["error_at"] - killed_at
+    began = latency - survivor["failing_run_s"]  # the failing run's start, from the kill
+    print(f"{program}: {survivor['runs']} runs, then the failing one began {began:+.3f} s from")
+    print(f"the kill and failed {latency:.2f} s after it: {error[-400:]}")
+    assert survivor["runs"] > 0  # the two ran the program together until the kill
+    assert began < 1.0, began  # in a run at the kill, or entering the next
+    assert "jax_accl" in error and any(f in error for f in MID_CALL_DEATHS[program]), error
+    assert "died" in error, error  # the peer's death, not the collective timeout
+    assert 0 <= latency < 30, (latency, error)
+    later = survivor["later_error"]
+    print(f"the next run failed in {survivor['later_run_s']:.2f} s: {later[-300:]}")
+    assert "cannot recover" in later and "restart the job" in later, later
+    assert survivor["later_run_s"] < 10, survivor
+
+
 @pytest.mark.parametrize(
     "strategy,collectives,calls",
     [
