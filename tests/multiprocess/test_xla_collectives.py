@@ -129,6 +129,28 @@ def test_two_processes_every_program_on_jax_accl_equals_gloo(tmp_path):
         } <= calls
 
 
+# Plain jit programs (no shard_map) whose collectives only move data: a reshard that
+# all-gathers, one that all-to-alls and jnp.roll (a collective-permute).
+JIT_ONLY_MOVES = ["gather_reshard", "transpose_reshard", "roll"]
+
+
+def test_two_processes_on_an_auto_mesh():
+    """The jit programs without shard_map on an Auto mesh (sharding constraints, not
+    reshard), 2 processes: all-reduces, all-gathers, an all-to-all and a
+    collective-permute, all carried by jax_accl. (No reduce-scatter: where a sum's result
+    stays sharded, XLA:CPU makes an all-reduce and a slice, Auto or Explicit, jaxlib
+    0.10.2; only a shard_map's psum_scatter reaches MPI_Reduce_scatter.)"""
+    programs = ["data_parallel", "fsdp", "integer_sums", *JIT_ONLY_MOVES]
+    ours = job(2, programs, accl=True, axis_type="auto")
+    gloo = job(2, programs, accl=False, axis_type="auto")
+    assert_carried_and_equal(ours, gloo, 2, programs)
+    hlo = ours[0]["programs"]
+    assert set(hlo["gather_reshard"]["hlo"]) == {"all-gather"}, hlo["gather_reshard"]
+    assert set(hlo["transpose_reshard"]["hlo"]) == {"all-to-all"}, hlo["transpose_reshard"]
+    assert set(hlo["roll"]["hlo"]) == {"collective-permute"}, hlo["roll"]
+    assert "all-reduce" in hlo["data_parallel"]["hlo"], hlo["data_parallel"]
+
+
 @pytest.mark.parametrize("axis_type", ["explicit", "auto"])
 def test_four_processes(axis_type):
     programs = ["data_parallel", "fsdp", "transpose_reshard", "roll", "shard_map_collectives"]
@@ -140,6 +162,8 @@ def test_four_processes(axis_type):
 
 def test_two_namespaced_hosts_of_two_processes_over_both_rails(root_required):
     programs = ["data_parallel", "fsdp", "integer_sums", "shard_map_collectives", "large_sum"]
+    # fsdp's gather is already a reshard that all-gathers: the all-to-all and the roll.
+    programs += ["transpose_reshard", "roll"]
     with netns.virtual_hosts(2, 2) as names:
         spaces = [name for name in names for _ in range(2)]
         env = [{"JAX_ACCL_HOST_ID": s, "JAX_ACCL_RAILS": "rail0,rail1"} for s in spaces]
