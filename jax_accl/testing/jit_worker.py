@@ -22,6 +22,8 @@ import argparse
 import json
 import os
 import signal
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +53,17 @@ parser.add_argument(
     type=int,
     default=-1,
     help="this process is SIGKILLed after the first run; the others' second run must raise",
+)
+parser.add_argument(
+    "--die-mid-call",
+    type=float,
+    default=0.0,
+    help="with --die: every process runs the program over and over after its first run, "
+    "and the dying one is SIGKILLed this many seconds into that loop (by a timer thread, "
+    "so inside a call: the runs are back to back), not between runs",
+)
+parser.add_argument(
+    "--kill-note", default="", help="with --die-mid-call: the dying process's kill time goes here"
 )
 
 
@@ -247,6 +260,45 @@ PROGRAMS = {
 }
 
 
+def run_until_killed(run, dying: bool, after_s: float, note: str) -> dict:
+    """Runs `run` back to back. The dying process is SIGKILLed `after_s` into the loop
+    by a timer thread (its wall time, time.time(), written to `note` first), while its
+    main thread is in a run; the others run until a call fails, and report the error,
+    its wall time, how long the failing run took and the runs done before it; then the
+    error of one more run and how long that took."""
+    if dying:
+
+        def kill():
+            if note:
+                with open(note, "w") as f:
+                    f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Timer(after_s, kill).start()
+    runs = 0
+    while True:
+        began = time.monotonic()
+        try:
+            run()
+        except Exception as e:  # XLA's runtime error, carrying jax_accl's message
+            failed = {
+                "error": f"{type(e).__name__}: {e}",
+                "error_at": time.time(),
+                "failing_run_s": time.monotonic() - began,
+                "runs": runs,
+            }
+            break
+        runs += 1
+    began = time.monotonic()
+    try:
+        run()
+        failed["later_error"] = ""
+    except Exception as e:
+        failed["later_error"] = f"{type(e).__name__}: {e}"
+    failed["later_run_s"] = time.monotonic() - began
+    return failed
+
+
 def main(argv=None):
     args = parser.parse_args(argv)
     launch.join_job(
@@ -271,6 +323,10 @@ def main(argv=None):
                     mine["ops"] += count["ops"]
                     mine["buffers"] += count["buffers"]
             run()  # the first run makes XLA's communicators (MPI_Comm_split)
+            if args.die >= 0 and args.die_mid_call > 0:
+                dying = args.die == args.process_id
+                result.update(run_until_killed(run, dying, args.die_mid_call, args.kill_note))
+                break
             if args.die == args.process_id:
                 os.kill(os.getpid(), signal.SIGKILL)
             jax_accl.reset_stats()

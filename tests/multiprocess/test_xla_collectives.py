@@ -129,6 +129,28 @@ def test_two_processes_every_program_on_jax_accl_equals_gloo(tmp_path):
         } <= calls
 
 
+# Plain jit programs (no shard_map) whose collectives only move data: a reshard that
+# all-gathers, one that all-to-alls and jnp.roll (a collective-permute).
+JIT_ONLY_MOVES = ["gather_reshard", "transpose_reshard", "roll"]
+
+
+def test_two_processes_on_an_auto_mesh():
+    """The jit programs without shard_map on an Auto mesh (sharding constraints, not
+    reshard), 2 processes: all-reduces, all-gathers, an all-to-all and a
+    collective-permute, all carried by jax_accl. (No reduce-scatter: where a sum's result
+    stays sharded, XLA:CPU makes an all-reduce and a slice, Auto or Explicit, jaxlib
+    0.10.2; only a shard_map's psum_scatter reaches MPI_Reduce_scatter.)"""
+    programs = ["data_parallel", "fsdp", "integer_sums", *JIT_ONLY_MOVES]
+    ours = job(2, programs, accl=True, axis_type="auto")
+    gloo = job(2, programs, accl=False, axis_type="auto")
+    assert_carried_and_equal(ours, gloo, 2, programs)
+    hlo = ours[0]["programs"]
+    assert set(hlo["gather_reshard"]["hlo"]) == {"all-gather"}, hlo["gather_reshard"]
+    assert set(hlo["transpose_reshard"]["hlo"]) == {"all-to-all"}, hlo["transpose_reshard"]
+    assert set(hlo["roll"]["hlo"]) == {"collective-permute"}, hlo["roll"]
+    assert "all-reduce" in hlo["data_parallel"]["hlo"], hlo["data_parallel"]
+
+
 @pytest.mark.parametrize("axis_type", ["explicit", "auto"])
 def test_four_processes(axis_type):
     programs = ["data_parallel", "fsdp", "transpose_reshard", "roll", "shard_map_collectives"]
@@ -140,6 +162,8 @@ def test_four_processes(axis_type):
 
 def test_two_namespaced_hosts_of_two_processes_over_both_rails(root_required):
     programs = ["data_parallel", "fsdp", "integer_sums", "shard_map_collectives", "large_sum"]
+    # fsdp's gather is already a reshard that all-gathers: the all-to-all and the roll.
+    programs += ["transpose_reshard", "roll"]
     with netns.virtual_hosts(2, 2) as names:
         spaces = [name for name in names for _ in range(2)]
         env = [{"JAX_ACCL_HOST_ID": s, "JAX_ACCL_RAILS": "rail0,rail1"} for s in spaces]
@@ -220,6 +244,50 @@ def test_a_dead_peer_fails_the_survivors_call_with_jax_accls_message():
     )
     error = results[0]["error"]
     assert "jax_accl" in error and "MPI_Allreduce" in error, error
+
+
+# The MPI functions a survivor's error may name when its peer dies in a program's call.
+MID_CALL_DEATHS = {
+    "data_parallel": ("MPI_Allreduce",),  # XLA's gradient all-reduce
+    "roll": ("MPI_Isend", "MPI_Irecv", "MPI_Wait"),  # its collective-permute
+}
+
+
+@pytest.mark.parametrize("program", sorted(MID_CALL_DEATHS))
+def test_a_peer_killed_during_a_call_fails_the_survivors_call_long_before_the_timeout(
+    tmp_path, program
+):
+    """Both processes run the program back to back; 2 s in, a timer thread SIGKILLs
+    process 1 (its main thread in a run), so process 0 is in a call with it or entering
+    the next. With a 120 s collective timeout, process 0's call fails within 30 s of the
+    kill, with jax_accl's message naming the MPI call; so does its next run, at once,
+    without waiting for the dead process in a recovery (XLA makes the next call of a
+    collective after one failed, e.g. the next operand's, so that wait held the error
+    back until the timeout)."""
+    note = tmp_path / "killed_at"
+    results = job(
+        2,
+        [program],
+        accl=True,
+        extra=["--die", "1", "--die-mid-call", "2", "--kill-note", str(note)],
+        env=[{"JAX_ACCL_TIMEOUT_S": "120"}] * 2,
+        killed=(1,),
+    )
+    survivor, killed_at = results[0], float(note.read_text())
+    error = survivor["error"]
+    latency = survivor["error_at"] - killed_at
+    began = latency - survivor["failing_run_s"]  # the failing run's start, from the kill
+    print(f"{program}: {survivor['runs']} runs, then the failing one began {began:+.3f} s from")
+    print(f"the kill and failed {latency:.2f} s after it: {error[-400:]}")
+    assert survivor["runs"] > 0  # the two ran the program together until the kill
+    assert began < 1.0, began  # in a run at the kill, or entering the next
+    assert "jax_accl" in error and any(f in error for f in MID_CALL_DEATHS[program]), error
+    assert "died" in error, error  # the peer's death, not the collective timeout
+    assert 0 <= latency < 30, (latency, error)
+    later = survivor["later_error"]
+    print(f"the next run failed in {survivor['later_run_s']:.2f} s: {later[-300:]}")
+    assert "cannot recover" in later and "restart the job" in later, later
+    assert survivor["later_run_s"] < 10, survivor
 
 
 @pytest.mark.parametrize(

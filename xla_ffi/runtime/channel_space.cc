@@ -22,6 +22,14 @@ void ChannelSpace::poison_all(Code reason) {
   }
 }
 
+Status ChannelSpace::peer_process_ended() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [pair, list] : channels_) {
+    for (auto& c : list) ACCL_RETURN_IF_ERROR(c->peer_process_ended());
+  }
+  return Status::Ok();
+}
+
 Status ChannelSpace::channels(int64_t me, int64_t peer, const Deadline& deadline,
                               std::vector<Channel*>* out) {
   out->clear();

@@ -48,6 +48,9 @@ class ChannelSpace {
   uint32_t epoch() const { return epoch_; }
   // Marks every channel of the space broken and tells the peers (Channel::poison).
   void poison_all(Code reason);
+  // Fails, naming it, when the process at the other end of one of the space's channels
+  // is known to have ended (Channel::peer_process_ended).
+  Status peer_process_ended();
   // The channels from device `me` (of this process) to device `peer`.
   Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
 

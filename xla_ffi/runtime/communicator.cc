@@ -56,6 +56,15 @@ Status Communicator::begin_call(int64_t device, const std::string& where, const 
     *space = space_;
     return Status::Ok();
   }
+  // A peer process that ended (a dead one seen through shared memory) never announces:
+  // waiting for it in the agreement would hold every later call to its deadline (XLA
+  // makes the next call of a collective after one failed: the next operand, another
+  // thunk). Every call fails at once instead, the epoch left as it is.
+  if (Status ended = space_->peer_process_ended(); !ended.ok()) {
+    return error(ended.code(), where, ": call ", failed_call_,
+                 " of this group failed, and the group cannot recover: ", ended.message(),
+                 ", and a process that ended never rejoins: restart the job");
+  }
   AgreeOnEpoch agree;
   {
     std::lock_guard<std::mutex> hook(agreement_mutex());

@@ -18,7 +18,9 @@
 // the program can settle. A rank of this process that is still behind, beginning a
 // call of an epoch the group has left, fails that call at once. A process that has not
 // failed yet is not waited for in vain: its next call on the old channels, which its
-// peers poisoned, fails at once and it joins the agreement.
+// peers poisoned, fails at once and it joins the agreement. Nor is a process known to
+// have ended (a peer on shared memory whose pid is gone): every call after the failed
+// one fails at once, naming it, without an agreement.
 #pragma once
 
 #include <atomic>

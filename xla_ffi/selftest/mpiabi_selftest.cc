@@ -4,14 +4,16 @@
 // hosts: TCP), run XLA's sequence: Init_thread, Comm_rank/size on MPI_COMM_WORLD,
 // Comm_split (keys reversed, and a color MPI_UNDEFINED), Allreduce, Allgather,
 // Reduce_scatter, Sendrecv, Isend/Irecv/Wait, the errors of bad arguments and of a
-// function XLA never calls, Comm_free. In-process: MPI_COMM_SELF. Process 1 sets its
-// process table late, so process 0 connects to a peer that does not know it yet.
+// function XLA never calls, Comm_free, then splits that fail (failed_splits). In-process:
+// MPI_COMM_SELF. Process 1 sets its process table late, so process 0 connects to a peer
+// that does not know it yet.
 #include "selftest/mpiabi_selftest.h"
 
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -126,6 +128,65 @@ void as_xla_does(Checks& c, int me) {
   if (none != MPIABI_COMM_NULL) MPIABI_Comm_free(&none);
 }
 
+// Splits that fail (XLA ignores a split's error and keeps the communicator it got): the
+// split returns an error, the communicator is not MPI_COMM_NULL, and every later call on
+// it fails with a message (MPI_Error_string's, which XLA shows) that gives the split's
+// reason and says to restart the job. Two ways, each on a parent of its own, made first:
+//   mismatched participation: process 0 splits while process 1 makes an all-reduce as
+//     the parent's next call (both fail at once);
+//   a peer that never comes: process 0 alone splits, with a 1 s collective timeout.
+// Process 1 stays up (it waits for process 0's byte on `done_read`) until process 0 is
+// through, so process 0's split fails on its deadline, not on a peer that left.
+void failed_splits(Checks& c, int me, int done_write, int done_read) {
+  MPIABI_Comm mismatched = 0, unattended = 0;
+  c.expect(MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, me, &mismatched) == 0 &&
+               MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, me, &unattended) == 0,
+           "two parents for the failing splits");
+  std::vector<int64_t> x = {1, 2}, y(2);
+  if (me == 1) {
+    const int rc = MPIABI_Allreduce(x.data(), y.data(), 2, MPIABI_INT64_T, MPIABI_SUM, mismatched);
+    c.expect(rc != 0 && message(rc).find("MPI_Allreduce on") != std::string::npos,
+             "an all-reduce met by a split fails: " + message(rc));
+    pollfd done{done_read, POLLIN, 0};
+    char byte = 0;
+    c.expect(poll(&done, 1, 30000) == 1 && read(done_read, &byte, 1) == 1,
+             "process 0 got through its failing splits");
+    return;
+  }
+  auto expect_broken = [&](MPIABI_Comm parent, const char* how, const char* reason) {
+    MPIABI_Comm broken = MPIABI_COMM_NULL;
+    const auto start = std::chrono::steady_clock::now();
+    const int rc = MPIABI_Comm_split(parent, 7, 0, &broken);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    c.expect(rc != 0 && message(rc).find("MPI_Comm_split on") != std::string::npos &&
+                 message(rc).find(reason) != std::string::npos,
+             str_cat(how, ": the split fails (", took, " s): ", message(rc)));
+    c.expect(took < 10, str_cat(how, ": the split fails within its deadline, not ", took, " s"));
+    c.expect(broken != MPIABI_COMM_NULL, str_cat(how, ": XLA gets a communicator all the same"));
+    for (int i = 0; i < 2; ++i) {  // every later call, not only the first
+      const int later = MPIABI_Allreduce(x.data(), y.data(), 2, MPIABI_INT64_T, MPIABI_SUM, broken);
+      const std::string text = message(later);
+      c.expect(later != 0 && text.rfind("jax_accl: MPI_Allreduce on ", 0) == 0 &&
+                   text.find("restart the job") != std::string::npos &&
+                   text.find("The split: MPI_Comm_split on") != std::string::npos &&
+                   text.find(reason) != std::string::npos,
+               str_cat(how,
+                       ": a later call on the broken communicator fails with the "
+                       "split's reason: ",
+                       text));
+    }
+    MPIABI_Comm_free(&broken);
+  };
+  expect_broken(mismatched, "mismatched participation",
+                "MPI_Comm_split on MPI communicator [0 2048]");
+  World::announce_job(World::Job{0, 2, 1.0});  // the collective timeout: 1 s
+  expect_broken(unattended, "a peer that never comes", "timed out");
+  World::announce_job(World::Job{0, 2, 20.0});
+  const char byte = 1;
+  c.expect(write(done_write, &byte, 1) == 1, "tell process 1");
+}
+
 // Starts this process's World as process `me` of 2 (host h<me>, loopback), the ports
 // traded over the pipes.
 bool start_world(int me, int write_fd, int read_fd) {
@@ -168,11 +229,13 @@ void run_mpiabi_selftest(int* checks, int* failures) {
     c.who = "mpiabi, process 1";
     c.expect(start_world(1, to_parent[1], to_child[0]), "process 1 starts its World");
     as_xla_does(c, 1);
+    failed_splits(c, 1, -1, to_child[0]);
     World::stop(5.0);
     _exit(c.failures == 0 ? 0 : 1);
   }
   parent.expect(start_world(0, to_child[1], to_parent[0]), "process 0 starts its World");
   as_xla_does(parent, 0);
+  failed_splits(parent, 0, to_child[1], -1);
   World::stop(5.0);
   int wstatus = 0;
   for (int waited_ms = 0; waitpid(child, &wstatus, WNOHANG) == 0; waited_ms += 10) {

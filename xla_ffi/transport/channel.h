@@ -30,6 +30,9 @@ class Channel {
   virtual int poll_fd() const { return -1; }
   // Called while waiting: fails when the peer is known to be dead.
   virtual Status check_peer() { return Status::Ok(); }
+  // Fails when the peer's process is known to have ended (shared memory: its pid is
+  // gone), which is final: that process can never take part in a call again.
+  virtual Status peer_process_ended() { return Status::Ok(); }
   // After a failure mid-stream: makes the peer's next read or write fail at once
   // (the stream cannot be resynchronised), so errors spread instead of hanging.
   // `reason`: what failed on this side, passed on where the transport can (memory rings).

@@ -76,7 +76,9 @@ bool process_dead(int pid) {
 
 }  // namespace
 
-Status RingChannel::check_peer() {
+Status RingChannel::check_peer() { return peer_process_ended(); }
+
+Status RingChannel::peer_process_ended() {
   if (!check_pid_) return Status::Ok();
   const int pid = header_->pid[1 - side_].load(std::memory_order_acquire);
   if (pid > 0 && process_dead(pid)) {

@@ -45,6 +45,7 @@ class RingChannel : public Channel {
   Status write_some(const void* data, size_t bytes, size_t* done) override;
   Status read_some(void* data, size_t bytes, size_t* done) override;
   Status check_peer() override;
+  Status peer_process_ended() override;
   void poison(Code reason) override;
   std::string describe() const override { return label_; }
   void set_touching_peer(bool touching) override {
