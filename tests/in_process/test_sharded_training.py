@@ -12,6 +12,7 @@ from accl_testing import P, assert_same, put, values
 from jax.sharding import NamedSharding
 
 import jax_accl
+from jax_accl.compiled import compiled_collectives
 
 XLA_COLLECTIVES = ("all-reduce(", "reduce-scatter(", "all-gather(", "collective-permute(")
 
@@ -182,10 +183,17 @@ EXPECTED_CALLS = {
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_routed_sharded_step_holds_no_xla_collective(name, route):
     lax_step, args = build(name, "lax")
-    assert xla_collectives(compiled_text(lax_step, args, "lax")), "the reference uses XLA's"
+    lax_text = compiled_text(lax_step, args, "lax")
+    assert xla_collectives(lax_text), "the reference uses XLA's"
     step, args = build(name, route)
     text = compiled_text(step, args, route)
     assert xla_collectives(text) == {}, xla_collectives(text)
+    for counted in (lax_text, text):  # jax_accl.collectives reads the HLO as this file does
+        found = compiled_collectives(counted)
+        assert {kind + "(": c["ops"] for kind, c in found["xla"].items()} == xla_collectives(
+            counted
+        )
+        assert set(found["jax_accl"]) == accl_calls(counted)
     assert EXPECTED_CALLS[name] <= accl_calls(text), accl_calls(text)
     if name == "fsdp":  # w1's and w2's gathers fused into one call, their gradients' too
         for target in ("accl_all_gather", "accl_reduce_scatter"):
