@@ -151,7 +151,7 @@ def train(train_step, params, opt_state, batch, steps, place, checkpoint_every=1
             # The failed step's params and opt_state were donated: they are gone. Every
             # process of the job raised for this step too; the next call starts afresh.
             failures, in_a_row = failures + 1, in_a_row + 1
-            if in_a_row > retries:  # e.g. a dead peer: restart the job from a checkpoint
+            if in_a_row > retries or "restart the job" in str(e):  # e.g. a dead peer
                 raise
             jax_accl.recover()  # every process: their calls count the same steps again
             step, host_state = checkpoint

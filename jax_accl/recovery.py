@@ -67,15 +67,21 @@ def _signed(key: str, value: str) -> str:
     return f"{value} {tag}"
 
 
-def _verified(key: str, signed: str) -> list[int] | None:
-    """The integers of a signed value, or None when its signature is not the job's."""
+def _verified_text(key: str, signed: str) -> str | None:
+    """A signed value's text, or None when its signature is not the job's."""
     *fields, tag = signed.split(" ")
     value = " ".join(fields)
     want = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(tag.encode(), want.encode()):  # bytes: any text compares
         return None
+    return value
+
+
+def _verified(key: str, signed: str) -> list[int] | None:
+    """The integers of a signed value, or None when its signature is not the job's."""
+    value = _verified_text(key, signed)
     try:
-        return [int(f) for f in fields]
+        return None if value is None else [int(f) for f in value.split(" ")]
     except ValueError:
         return None
 
@@ -90,10 +96,11 @@ def _unsigned(what: str, process: int, epoch: int) -> str:
 class _Waiter:
     """Reads keys of the store within the agreement's deadline, noticing abort()."""
 
-    def __init__(self, client, me, epoch, timeout_s, generation):
+    def __init__(self, client, me, epoch, timeout_s, generation, late=""):
         self.client, self.me, self.epoch, self.generation = client, me, epoch, generation
         self.deadline = time.monotonic() + timeout_s
         self.why = ""  # why phase 2 ended without an agreement
+        self.late = late  # what a process that never came means, if not an epoch's
 
     def read(self, key: str, process: int, waiting_for: str) -> tuple[str, str | None]:
         """(why not, value): the value of `key` once it exists, or why it did not come."""
@@ -108,6 +115,8 @@ class _Waiter:
             if left <= 0 and not final_look:
                 final_look = True  # one last look: it may have come while we slept
                 left = 0.001
+            elif left <= 0 and self.late:
+                return self.late.format(process=process), None
             elif left <= 0:
                 return (
                     f"process {process} did not {waiting_for} epoch {self.epoch} within the "
@@ -219,25 +228,28 @@ def recover(timeout_s: float | None = None) -> dict:
     """After a failed step, before running it again: every process of the job calls it,
     and it returns once their jax_accl calls count the same steps again.
 
-    XLA stops a launch at its first failed call, so a launch that failed in every
-    process may still have made more of its calls in one process than in another (an
-    independent call already started there, not yet here): the calls of that op would
-    then no longer count the same steps, and a step run again could be reduced with a
-    different step of a peer. recover() waits until this process has no jax_accl call
-    in flight, then the processes agree, through jax.distributed's key-value store, on
-    every lane's position (the latest call any process has reached, and the failed call)
-    and each moves its lanes there. Returns {"lanes": lanes agreed on, "moved": lanes
-    this process moved}. Raises AcclError naming the process it waited for in vain
-    within `timeout_s` (default JAX_ACCL_TIMEOUT_S). Without jax.distributed (one
-    process) there is nothing to align."""
+    A launch that fails does not always make the same calls in every process (XLA does
+    not start calls after a failed one, while an independent call may already run in
+    another process): the calls of that op would then no longer count the same steps,
+    and a step run again could be reduced with a different step of a peer. recover()
+    waits until this process has no jax_accl call in flight, then the processes report
+    every op's position (epoch, the latest call reached, the failed call) in
+    jax.distributed's key-value store, signed, and each moves its ops to the latest
+    call; the next call of an op that failed anywhere starts a new epoch, as after any
+    failed call. Returns {"lanes": ops agreed on, "moved": ops this process moved}.
+
+    Raises AcclError naming the process it waited for in vain within `timeout_s`
+    (default 2 x JAX_ACCL_TIMEOUT_S + 30 s: a peer may still wait out a call of the
+    failed launch that this process never made), or when the processes disagree on
+    which calls failed (restart the job then). One process: nothing to align."""
     from jax_accl import config
     from jax_accl.errors import AcclError
 
     global _recover_generation
     client = c.distributed_client()
-    if client is None or not _accl.world_started():
+    if client is None:
         return {"lanes": 0, "moved": 0}
-    timeout_s = config.current().timeout_s if timeout_s is None else timeout_s
+    timeout_s = 2 * config.current().timeout_s + 30 if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     while _accl.stats()["calls_in_flight"] > 0:
         if time.monotonic() > deadline:
@@ -253,62 +265,54 @@ def recover(timeout_s: float | None = None) -> dict:
     _recover_generation += 1
     generation = _recover_generation
     mine = {
-        lane: (processes, nxt, failed) for lane, processes, nxt, failed in _accl.lane_positions()
+        lane: (set(ps), epoch, nxt, failed)
+        for lane, ps, epoch, nxt, failed in _accl.lane_positions()
     }
     key = f"{_PREFIX}/recover/{generation}/{me}"
     text = " ".join(
-        f"{lane}:{nxt}:{failed}:{','.join(map(str, processes))}"
-        for lane, (processes, nxt, failed) in sorted(mine.items())
+        f"{lane}:{epoch}:{nxt}:{failed}:{','.join(map(str, sorted(ps)))}"
+        for lane, (ps, epoch, nxt, failed) in sorted(mine.items())
     )
     client.key_value_set(key, _signed(key, text or "-"), allow_overwrite=True)
-    agreed: dict[int, list] = {
-        lane: [nxt, failed, set(ps)] for lane, (ps, nxt, failed) in mine.items()
-    }
-    for process in range(count):
-        if process == me:
-            continue
+    late = (
+        f"jax_accl.recover() (call {generation} of it) in process {me}: process {{process}} "
+        f"did not call it within {timeout_s:g} s (every process of the job calls it after a "
+        f"failed step; a process that died, or did not see the step fail, means restarting "
+        f"the job)"
+    )
+    waiter = _Waiter(client, me, 0, max(0.0, deadline - time.monotonic()), -1, late)
+    agreed = dict(mine)  # lane -> (processes, epoch, next call, failed call)
+    for process in (p for p in range(count) if p != me):
         theirs = f"{_PREFIX}/recover/{generation}/{process}"
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AcclError(
-                    f"jax_accl.recover() (the {generation}th) of process {me}: process "
-                    f"{process} did not call it within {timeout_s:g} s (every process of the "
-                    f"job calls it after a failed step; a process that did not see the step "
-                    f"fail must be restarted with the job)"
-                )
-            try:
-                value = client.blocking_key_value_get(
-                    theirs, max(1, int(min(left, _SLICE_S) * 1000))
-                )
-                break
-            except Exception as e:
-                if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
-                    raise AcclError(
-                        f"jax_accl.recover(): jax.distributed's store failed: {e}"
-                    ) from e
-        *fields, tag = value.split(" ")
-        body = " ".join(fields)
-        if _signed(theirs, body) != value:
+        why, value = waiter.read(theirs, process, "recover")
+        if why:
+            raise AcclError(why)
+        body = _verified_text(theirs, value)
+        if body is None:
             raise AcclError(
                 f"jax_accl.recover(): the report of process {process} is not signed with the "
                 "job's secret"
             )
         for entry in body.split(" ") if body != "-" else []:
-            lane, nxt, failed, processes = entry.split(":")
-            lane, nxt, failed = int(lane), int(nxt), int(failed)
-            position = agreed.setdefault(
-                lane, [nxt, failed, {int(p) for p in processes.split(",")}]
-            )
-            position[0] = max(position[0], nxt)
-            if failed >= 0 and (position[1] < 0 or failed < position[1]):
-                position[1] = failed
+            lane, epoch, nxt, failed, ps = entry.split(":")
+            lane, epoch, nxt, failed = int(lane), int(epoch), int(nxt), int(failed)
+            ps = {int(p) for p in ps.split(",")}
+            if lane not in agreed:
+                agreed[lane] = (ps, epoch, nxt, failed)
+                continue
+            _, our_epoch, our_next, our_failed = agreed[lane]
+            if our_epoch != epoch or -1 not in (failed, our_failed) and failed != our_failed:
+                raise AcclError(
+                    f"jax_accl.recover(): processes {me} and {process} disagree on an op's "
+                    f"failed calls (epoch {our_epoch}, failed call {our_failed}; epoch {epoch}, "
+                    f"failed call {failed}; -1: none): they cannot go on in step; restart the "
+                    f"job from a checkpoint"
+                )
+            agreed[lane] = (ps, epoch, max(nxt, our_next), max(failed, our_failed))
     moved = 0
-    for lane, (nxt, failed, processes) in agreed.items():
-        if lane in mine and (mine[lane][1], mine[lane][2]) == (nxt, failed):
-            continue
-        if me not in processes:  # a lane of other processes' groups only
-            continue
+    for lane, (ps, _, nxt, failed) in agreed.items():
+        if me not in ps or (lane in mine and mine[lane][2:] == (nxt, failed)):
+            continue  # another group's op, or already there
         _accl.align_lane(lane, nxt, failed)
         moved += 1
     if generation > 2:  # every process has read it: they all agreed on generation - 1

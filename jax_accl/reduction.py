@@ -143,8 +143,8 @@ def warn_unless_routed(api: str) -> None:
     """Once per process: a jax_accl collective traced in a plain jax.shard_map body
     (check_vma=True, routing off). The call itself is jax_accl's, but the gradient
     all-reduces autodiff makes of replicated inputs inside the body (the transposes of
-    JAX's pvary) stay XLA's, silently. (A gradient taken outside the shard_map is
-    routed: routing's shard_map transpose.)"""
+    JAX's pvary) stay XLA's, silently. (A gradient taken outside the shard_map, whose
+    differentiated part holds jax_accl calls, is routed: routing's shard_map transpose.)"""
     global _warned_fallback
     from jax_accl import routing  # routing imports this module
 

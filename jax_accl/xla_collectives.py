@@ -32,8 +32,6 @@ LIBRARY = Path(__file__).with_name("libjax_accl_mpi.so")
 # jaxlib versions whose MPIABI names CI checks against the library's
 # (tests/tools/test_mpiabi_names.py); any other is checked at enable time.
 VERIFIED_JAXLIB = ("0.10.2", "0.12.0", "0.12.0.1")
-# The MPI ABI version the library exports (xla_ffi/mpiabi/constants.cc).
-ABI_VERSION = "2.10.0"
 
 _prepared = False
 
@@ -151,19 +149,29 @@ def check_jaxlib(library: str, binary: Path | None = None, version: str | None =
         ) from None
     if done.returncode == 0:
         return
-    said = [line for line in (done.stdout + done.stderr).splitlines() if "MPItrampoline" in line]
     lib = ctypes.CDLL(library)
+    abi = ".".join(
+        str(ctypes.c_int.in_dll(lib, f"mpiabi_version_{part}").value)
+        for part in ("major", "minor", "patch")
+    )
     missing = sorted(n for n in names_jaxlib_looks_up(binary) if not hasattr(lib, n))
     shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
+    lines = (done.stdout + done.stderr).splitlines()
+    said = [line for line in lines if "MPItrampoline" in line] or lines
+    how = (
+        f"killed by signal {-done.returncode}"
+        if done.returncode < 0
+        else f"exit status {done.returncode}"
+    )
     raise AcclError(
-        f"jax_accl: jaxlib {version} does not load jax_accl's MPI library (MPI ABI "
-        f"{ABI_VERSION}) and would end the process at import (exit status "
-        f"{done.returncode}). "
+        f"jax_accl: jaxlib {version} does not load jax_accl's MPI library (MPI ABI {abi}): "
+        f"a process that loads it with the library ended ({how}), as this one would at "
+        "import. "
         + (
             f"It looks up names the library lacks: {shown} ({len(missing)} in all). "
             if missing
             else ""
         )
-        + ("MPItrampoline said: " + " | ".join(said[-3:]) + ". " if said else "")
+        + ("It said: " + " | ".join(said[-3:]) + ". " if said else "")
         + f"JAX_ACCL_XLA_COLLECTIVES=1 is verified with jaxlib {', '.join(VERIFIED_JAXLIB)}"
     )

@@ -1,6 +1,6 @@
 """The README's checkpoint/retry loop (examples/two_hosts.py's train) through a failed
 step: 2 processes train the example's MLP with its donated jax_accl.shard_map step; the
-last process is late for one step by more than JAX_ACCL_TIMEOUT_S (a checkpoint being
+one process (either) is late for one step by more than JAX_ACCL_TIMEOUT_S (a checkpoint being
 written, a slow compile), so that step's all-reduce fails on both processes. Each
 process's `except jax.errors.JaxRuntimeError` catches it (at float(loss)), the loop puts
 its last host copy of the state back on the mesh and runs the steps from there again:
@@ -9,7 +9,7 @@ without the failure (bitwise: the same steps on the same data).
 
 The step holds two jax_accl calls (the loss and the gradients' bucket). A launch that
 failed at one of them may have made the other in one process and not in the other (XLA
-stops a launch at its first failed call): without jax_accl.recover() in the loop, the
+starts no call after a failed one): without jax_accl.recover() in the loop, the
 processes' calls of that op then count different steps and a retry paired one process's
 step 3 with the other's step 4 (2 runs of 4 here); the loop calls recover() first.
 
@@ -18,8 +18,11 @@ This file is also the job's worker (run by path: `python test_checkpoint_retry.p
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two_hosts.py"
 TIMEOUT_S = 5.0  # JAX_ACCL_TIMEOUT_S of the job
@@ -28,7 +31,8 @@ LATE_STEP = 5  # the step it is late for
 STEPS, CHECKPOINT_EVERY = 8, 3  # so the loop goes back from step 5 to step 3
 
 
-def test_a_failed_step_is_run_again_from_the_checkpoint_and_training_ends_alike():
+@pytest.mark.parametrize("late_process", [1, 0])
+def test_a_failed_step_is_run_again_from_the_checkpoint_and_training_ends_alike(late_process):
     from jax_accl.testing import launch
 
     results = launch.run_job(
@@ -37,7 +41,10 @@ def test_a_failed_step_is_run_again_from_the_checkpoint_and_training_ends_alike(
         1,
         extra=["--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY)]
         + ["--batch", "32"],
-        env=[{"JAX_ACCL_TIMEOUT_S": str(TIMEOUT_S)}] * 2,
+        env=[
+            {"JAX_ACCL_TIMEOUT_S": str(TIMEOUT_S), "LATE_FOR_A_STEP": str(int(p == late_process))}
+            for p in range(2)
+        ],
         timeout=240,
     )
     for r in results:
@@ -51,8 +58,9 @@ def test_a_failed_step_is_run_again_from_the_checkpoint_and_training_ends_alike(
         assert len(r["clean"]["losses"]) == STEPS
         assert r["clean"]["losses"][-1] < r["clean"]["losses"][0]
         assert r["recoveries"] >= 1, r
-    early, late = results
-    # Process 0 waited for the late one until its deadline: its first error says so.
+    late = results[late_process]
+    early = results[1 - late_process]
+    # The early process waited for the late one until its deadline: its error says so.
     assert "timed out" in early["failed"]["printed"][0], early
     assert early["failed"]["params"] == late["failed"]["params"]  # one replicated model
 
@@ -109,7 +117,7 @@ def worker(argv):
     multihost_utils.sync_global_devices("compiled")
     clean = run(batch)
 
-    late_for = {LATE_STEP} if jax.process_index() == args.num_processes - 1 else set()
+    late_for = {LATE_STEP} if os.environ.get("LATE_FOR_A_STEP") == "1" else set()
 
     def late_batch(i):
         if i in late_for:  # once: the steps run again are on time

@@ -286,7 +286,9 @@ def test_a_peer_killed_during_a_call_fails_the_survivors_call_long_before_the_ti
     assert 0 <= latency < 30, (latency, error)
     later = survivor["later_error"]
     print(f"the next run failed in {survivor['later_run_s']:.2f} s: {later[-300:]}")
-    assert "cannot recover" in later and "restart the job" in later, later
+    # The group cannot recover (or, for a point-to-point lane whose channel saw it first,
+    # the peer died): at once either way, never the collective timeout.
+    assert ("cannot recover" in later and "restart the job" in later) or "died" in later, later
     assert survivor["later_run_s"] < 10, survivor
 
 

@@ -250,22 +250,31 @@ NB_MODULE(_accl, m) {
         nb::list out;
         const std::shared_ptr<World> w = World::get();
         if (!w) return out;
-        for (const World::LanePosition& l : w->lane_positions()) {
+        std::vector<World::LanePosition> lanes;
+        {
+          // A call recovering holds its communicator's lock while it waits for the GIL
+          // (the epoch agreement runs in Python).
+          nb::gil_scoped_release release;
+          lanes = w->lane_positions();
+        }
+        for (const World::LanePosition& l : lanes) {
           const bool failed = l.position.failed_call != Communicator::kNoCall;
-          out.append(nb::make_tuple(l.id, l.processes, l.position.next_call,
+          out.append(nb::make_tuple(l.id, l.processes, l.position.epoch, l.position.next_call,
                                     failed ? int64_t(l.position.failed_call) : int64_t{-1}));
         }
         return out;
       },
-      "(lane id, the group's processes, next call, failed call or -1) per lane of this process");
+      "(lane id, the group's processes, epoch, next call, failed call or -1) per lane of this "
+      "process");
   m.def(
       "align_lane",
       [](uint64_t id, uint64_t next_call, int64_t failed_call) {
         const std::shared_ptr<World> w = World::get();
         if (!w) return;
+        nb::gil_scoped_release release;
         w->align_lane(
             id, Communicator::Position{
-                    next_call, failed_call < 0 ? Communicator::kNoCall : uint64_t(failed_call)});
+                    0, next_call, failed_call < 0 ? Communicator::kNoCall : uint64_t(failed_call)});
       },
       nb::arg("id"), nb::arg("next_call"), nb::arg("failed_call"),
       "moves this process's ranks of lane `id` to the agreed call (jax_accl.recover())");

@@ -299,7 +299,7 @@ int MPIABI_Get_version(int* version, int* subversion) {
 
 int MPIABI_Get_library_version(char* text, int* length) {
   static constexpr char kText[] =
-      "jax_accl's MPI library: XLA:CPU's collectives on jax_accl (MPI ABI 2.10)";
+      "jax_accl's MPI library: XLA:CPU's collectives on jax_accl's runtime";
   static_assert(sizeof(kText) <= 256, "MPI_MAX_LIBRARY_VERSION_STRING is at least 256");
   std::memcpy(text, kText, sizeof(kText));
   *length = static_cast<int>(sizeof(kText) - 1);

@@ -131,7 +131,7 @@ Communicator::Position Communicator::position() const {
   std::lock_guard<std::mutex> lock(mutex_);
   uint64_t next = first_call_;
   for (const auto& [device, n] : next_call_) next = std::max(next, n);
-  return Position{next, failed_call_};
+  return Position{space_->epoch(), next, failed_call_};
 }
 
 void Communicator::align(uint64_t next_call, uint64_t failed_call) {

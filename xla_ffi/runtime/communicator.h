@@ -108,6 +108,7 @@ class Communicator {
   // starts a new epoch, as after any failed call). Only while no call of the lane runs.
   static constexpr uint64_t kNoCall = ~uint64_t{0};
   struct Position {
+    uint32_t epoch;
     uint64_t next_call;
     uint64_t failed_call;
   };

@@ -223,25 +223,33 @@ Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
 }
 
 std::vector<World::LanePosition> World::lane_positions() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<LanePosition> out;
-  for (const auto& [group_and_lane, c] : communicators_) {
-    const auto& [devices, lane] = group_and_lane;
-    out.push_back(LanePosition{channel_space_id(devices, lane, 0), c->processes(), c->position()});
+  // The communicators copied under the lock, asked without it: a call recovering holds its
+  // communicator's lock for as long as the epoch agreement takes.
+  std::vector<std::pair<uint64_t, std::shared_ptr<Communicator>>> lanes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [group_and_lane, c] : communicators_) {
+      lanes.emplace_back(channel_space_id(group_and_lane.first, group_and_lane.second, 0), c);
+    }
   }
+  std::vector<LanePosition> out;
+  for (const auto& [id, c] : lanes) out.push_back(LanePosition{id, c->processes(), c->position()});
   return out;
 }
 
 void World::align_lane(uint64_t id, Communicator::Position agreed) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [group_and_lane, c] : communicators_) {
-    const auto& [devices, lane] = group_and_lane;
-    if (channel_space_id(devices, lane, 0) == id) {
-      c->align(agreed.next_call, agreed.failed_call);
+  std::shared_ptr<Communicator> lane;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [group_and_lane, c] : communicators_) {
+      if (channel_space_id(group_and_lane.first, group_and_lane.second, 0) == id) lane = c;
+    }
+    if (!lane) {
+      aligned_before_made_[id] = agreed;
       return;
     }
   }
-  aligned_before_made_[id] = agreed;
+  lane->align(agreed.next_call, agreed.failed_call);
 }
 
 }  // namespace accl
