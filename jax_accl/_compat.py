@@ -89,8 +89,14 @@ def hook_bind(primitive, make_bind) -> None:
 
 
 def hook_transpose(primitive, make_rule) -> None:
-    """Replaces `primitive`'s transpose rule with make_rule(original rule)."""
-    ad.primitive_transposes[primitive] = make_rule(ad.primitive_transposes[primitive])
+    """Replaces `primitive`'s transpose rule with make_rule(original rule): in
+    ad.primitive_transposes (jax 0.10) or ad.fancy_transposes (jax 0.12: shard_map's
+    transpose accumulates into its arguments); both take (cts, *args, jaxpr=, ...)."""
+    for table in (ad.primitive_transposes, getattr(ad, "fancy_transposes", {})):
+        if primitive in table:
+            table[primitive] = make_rule(table[primitive])
+            return
+    raise NotImplementedError(f"jax_accl: this jax has no transpose rule for {primitive}")
 
 
 def primitive_names_in(jaxpr) -> set[str]:
