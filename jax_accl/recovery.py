@@ -31,8 +31,9 @@ import hashlib
 import hmac
 import time
 
-from jax_accl import _accl
+from jax_accl import _accl, config
 from jax_accl import _compat as c
+from jax_accl.errors import AcclError
 
 _PREFIX = "jax_accl/v1/epoch"
 _SLICE_S = 0.25  # a wait in the store re-checks abort() this often
@@ -242,9 +243,6 @@ def recover(timeout_s: float | None = None) -> dict:
     (default 2 x JAX_ACCL_TIMEOUT_S + 30 s: a peer may still wait out a call of the
     failed launch that this process never made), or when the processes disagree on
     which calls failed (restart the job then). One process: nothing to align."""
-    from jax_accl import config
-    from jax_accl.errors import AcclError
-
     global _recover_generation
     client = c.distributed_client()
     if client is None:

@@ -272,9 +272,8 @@ NB_MODULE(_accl, m) {
         const std::shared_ptr<World> w = World::get();
         if (!w) return;
         nb::gil_scoped_release release;
-        w->align_lane(
-            id, Communicator::Position{
-                    0, next_call, failed_call < 0 ? Communicator::kNoCall : uint64_t(failed_call)});
+        w->align_lane(id, next_call,
+                      failed_call < 0 ? Communicator::kNoCall : uint64_t(failed_call));
       },
       nb::arg("id"), nb::arg("next_call"), nb::arg("failed_call"),
       "moves this process's ranks of lane `id` to the agreed call (jax_accl.recover())");

@@ -98,10 +98,10 @@ class Communicator {
   void call_failed(uint64_t call, const ChannelSpace& space);
   uint64_t recoveries() const;
 
-  // Realignment after a failed step (jax_accl.recover()). XLA stops a launch at its first
-  // failed call, so a launch that failed in one process may never make its later calls
-  // there while another process made (and failed) them: that lane's calls would stop
-  // counting the same steps in both. position() is where this process is in the lane:
+  // Realignment after a failed step (jax_accl.recover()). XLA starts no call of a launch
+  // after a failed one, so a launch that failed in one process may never make its later
+  // calls there while another process made (and failed) them: that lane's calls would
+  // stop counting the same steps in both. position() is where this process is in the lane:
   // the index of its ranks' next call (the highest) and the current epoch's failed call
   // (kNoCall: none); align() moves every rank of this process to call `next_call`, the
   // calls before it given up, with `failed_call` failed (the group's next call then

@@ -215,7 +215,7 @@ Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
   if (!s.ok()) return error(s.code(), label, ": ", s.message());
   auto aligned = aligned_before_made_.find(channel_space_id(devices, lane, 0));
   if (aligned != aligned_before_made_.end()) {
-    made->align(aligned->second.next_call, aligned->second.failed_call);
+    made->align(aligned->second.first, aligned->second.second);
     aligned_before_made_.erase(aligned);
   }
   *out = communicators_.emplace(std::make_pair(devices, lane), std::move(made)).first->second;
@@ -237,7 +237,7 @@ std::vector<World::LanePosition> World::lane_positions() {
   return out;
 }
 
-void World::align_lane(uint64_t id, Communicator::Position agreed) {
+void World::align_lane(uint64_t id, uint64_t next_call, uint64_t failed_call) {
   std::shared_ptr<Communicator> lane;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -245,11 +245,11 @@ void World::align_lane(uint64_t id, Communicator::Position agreed) {
       if (channel_space_id(group_and_lane.first, group_and_lane.second, 0) == id) lane = c;
     }
     if (!lane) {
-      aligned_before_made_[id] = agreed;
+      aligned_before_made_[id] = {next_call, failed_call};
       return;
     }
   }
-  lane->align(agreed.next_call, agreed.failed_call);
+  lane->align(next_call, failed_call);
 }
 
 }  // namespace accl

@@ -84,9 +84,9 @@ class World : public ChannelMaker {
     Communicator::Position position;
   };
   std::vector<LanePosition> lane_positions();
-  // Aligns lane `id` to the position the group's processes agreed on; a lane this
-  // process has not made yet is aligned when it is made.
-  void align_lane(uint64_t id, Communicator::Position agreed);
+  // Aligns lane `id` to the call the group's processes agreed on (Communicator::align);
+  // a lane this process has not made yet is aligned when it is made.
+  void align_lane(uint64_t id, uint64_t next_call, uint64_t failed_call);
   // Epochs the communicators of this process started after a failed call.
   uint64_t recoveries();
   // Whether large transfers between processes of this host may use cross-memory attach.
@@ -116,7 +116,8 @@ class World : public ChannelMaker {
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.
   std::map<std::pair<std::vector<int64_t>, uint64_t>, std::shared_ptr<Communicator>> communicators_;
-  std::map<uint64_t, Communicator::Position> aligned_before_made_;  // by lane id
+  // By lane id: (next call, failed call) agreed for a lane not made yet.
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> aligned_before_made_;
 };
 
 }  // namespace accl
