@@ -162,8 +162,47 @@ def mesh_axis_names() -> tuple:
 
 
 def module_scratch(ctx) -> dict:
-    """A dict that lives as long as the MLIR module being lowered."""
-    return ctx.module_context.cached_primitive_lowerings
+    """A dict that lives as long as the MLIR module being lowered (the `scratch` of its
+    lowering cache, hooked by hook_lowering_caches)."""
+    return ctx.module_context.cached_primitive_lowerings.scratch
+
+
+def hook_lowering_caches(cache_type) -> None:
+    """Every module context's two lowering caches (JAX's per-equation cache, and its
+    cache of lowered functions that nested jits and called jaxprs use) are instances
+    of `cache_type` (a dict subclass taking the entries): a context made from another
+    (replace) shares its caches, as JAX's own do."""
+    init = mlir.ModuleContext.__init__
+    if getattr(init, "_jax_accl_hooked", False):
+        return
+
+    def hooked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        for name in ("lowering_cache", "cached_primitive_lowerings"):
+            cache = getattr(self, name)
+            if not isinstance(cache, cache_type):
+                setattr(self, name, cache_type(cache))
+
+    hooked._jax_accl_hooked, hooked.__wrapped__ = True, init
+    mlir.ModuleContext.__init__ = hooked
+
+
+def hook_module_lowering(check) -> None:
+    """After JAX lowers a program to an MLIR module (jit, pmap, shard_map: all through
+    mlir.lower_jaxpr_to_module), check(module_name, module, began) runs, where `began`
+    is what check returned when called with module None as the lowering began."""
+    lower = mlir.lower_jaxpr_to_module
+    if getattr(lower, "_jax_accl_hooked", False):
+        return
+
+    def hooked(module_name, *args, **kwargs):
+        began = check(module_name, None, None)
+        result = lower(module_name, *args, **kwargs)
+        check(module_name, result.module, began)
+        return result
+
+    hooked._jax_accl_hooked = True
+    mlir.lower_jaxpr_to_module = hooked
 
 
 def device_assignment(ctx) -> tuple:

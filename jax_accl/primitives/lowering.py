@@ -35,6 +35,7 @@ from jax_accl import _accl, config, cost_model, distributed, log
 from jax_accl import _compat as c
 from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
 from jax_accl.plan.runtime import runtime_plan
+from jax_accl.primitives import lanes
 from jax_accl.primitives.allreduce import accl_allreduce_p
 from jax_accl.primitives.permute import accl_ppermute_p
 from jax_accl.primitives.scatter_gather import API as SCATTER_GATHER_API
@@ -81,7 +82,9 @@ def _lane(ctx, groups) -> int:
     an int64 attribute). Not its shapes: processes that call different shapes meet in
     one lane, where the call's signature tells them apart. Not the module: programs
     share lanes (and their channels), so a process has as many as its largest program
-    has calls, and a lane's calls of one device run in turn."""
+    has calls, and a lane's calls of one device run in turn. No two calls of a program
+    share one (lanes.py: a helper used twice is lowered twice)."""
+    lanes.note_call_lowered()
     scratch = c.module_scratch(ctx)
     index = scratch.get("jax_accl_lanes", 0)
     scratch["jax_accl_lanes"] = index + 1
@@ -284,6 +287,7 @@ def _manual_lowering(ctx, *xs, **params):
     return _emit_call(ctx, xs, **params)
 
 
+lanes.install()
 # Not cacheable: JAX would lower identical equations (an unrolled scan's, a remat's) to
 # one shared function, and their calls would share a lane.
 c.mlir.register_lowering(accl_allreduce_p, _lowering, platform="cpu", cacheable=False)

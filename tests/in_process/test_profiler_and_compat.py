@@ -79,8 +79,20 @@ def test_compat_names_exist():
         "lower_fully_manual",
         "spec_along_auto_axes",
         "lowering_rule",
+        "hook_lowering_caches",
+        "hook_module_lowering",
     ]:
         assert callable(getattr(_compat, name)), name
+    # What lanes.py hooks: both lowering caches of a module context, the module lowering.
+    from jax_accl.primitives import lanes
+
+    assert getattr(_compat.mlir.ModuleContext.__init__, "_jax_accl_hooked", False)
+    assert getattr(_compat.mlir.lower_jaxpr_to_module, "_jax_accl_hooked", False)
+    import inspect
+
+    init = inspect.signature(_compat.mlir.ModuleContext.__init__.__wrapped__)
+    assert {"lowering_cache", "cached_primitive_lowerings"} <= set(init.parameters)
+    assert issubclass(lanes.LoweringCache, dict)
     # The primitives routing takes over, and the rule fusion wraps.
     for prim in ["pvary_p", "psum_invariant_p", "psum_p", "pmax_p", "pmin_p", "shard_map_p"]:
         assert isinstance(getattr(_compat, prim), _compat.core.Primitive), prim
