@@ -12,6 +12,9 @@ two phases in jax.distributed's key-value store under
    (``commit/<process>``), raising its commit whenever it sees a later one, until every
    process commits the same call S.
 
+Both phases end by the call's deadline, whether the keys they read exist or not (the
+native caller holds the group's communicator lock meanwhile).
+
 Then calls from S on run on fresh channels (new TCP connections, new shared-memory
 segments; the epoch is in every frame, and a call's index in every call tag), and a
 process whose current call is before S fails it at once: a peer is already further on
