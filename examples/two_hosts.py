@@ -24,9 +24,9 @@ JAX_ACCL_PORTS=40000-40100.
 The training loop (train) is the README's "When a call fails": it keeps a host copy of
 the parameters and optimizer state every --checkpoint-every steps and, when a step
 fails (a peer late beyond JAX_ACCL_TIMEOUT_S, a call aborted), goes back to that copy
-and, after jax_accl.recover() (every process's calls count the same steps again), runs
-the steps from there again. tests/multiprocess/test_checkpoint_retry.py runs it with a
-step that fails.
+and, after jax_accl.recover() (every process's calls count the same steps again, and
+every process resumes from the same step), runs the steps from there again.
+tests/multiprocess/test_checkpoint_retry.py runs it with a step that fails.
 """
 
 import argparse
@@ -153,8 +153,10 @@ def train(train_step, params, opt_state, batch, steps, place, checkpoint_every=1
             failures, in_a_row = failures + 1, in_a_row + 1
             if in_a_row > retries or "restart the job" in str(e):  # e.g. a dead peer
                 raise
-            jax_accl.recover()  # every process: their calls count the same steps again
             step, host_state = checkpoint
+            # Every process: their calls count the same steps again, and they all resume
+            # from this step (else it raises: restart the job).
+            jax_accl.recover(resume_from=step)
             print(f"process {me}: step failed, again from step {step}: {str(e).splitlines()[0]}")
             params, opt_state = place(host_state)
             del losses[step:]

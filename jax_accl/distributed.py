@@ -93,11 +93,29 @@ def _start() -> list[dict]:
         )
     index, count = jax.process_index(), jax.process_count()
     timeout_ms = int(config.current().timeout_s * 1000)
-    if index == 0:
-        secret = secrets.token_hex(16)
-        client.key_value_set(f"{_PREFIX}/secret", secret)
-    else:
+    if index != 0:
         secret = client.blocking_key_value_get(f"{_PREFIX}/secret", timeout_ms)
+        return _join(client, index, count, secret, timeout_ms)
+    secret = secrets.token_hex(16)
+    client.key_value_set(f"{_PREFIX}/secret", secret)
+    try:
+        return _join(client, index, count, secret, timeout_ms)
+    except BaseException:
+        # Out of the store on failure too: the job may go on (a caller that catches
+        # this), and nobody who reaches the coordinator later may read it.
+        _delete_secret(client)
+        raise
+
+
+def _delete_secret(client) -> None:
+    try:
+        client.key_value_delete(f"{_PREFIX}/secret")
+    except Exception as e:  # the store may be gone with the job: then so is the secret
+        log.logger.warning("jax_accl: could not delete the job's secret from the store: %s", e)
+
+
+def _join(client, index: int, count: int, secret: str, timeout_ms: int) -> list[dict]:
+    """Listeners up, this process's entry published, everybody's read (steps 2 and 3)."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     rails = rails_lib.resolve()
@@ -134,7 +152,7 @@ def _start() -> list[dict]:
     if index == 0:
         # Every process read the secret before it published its entry: it has served.
         # Out of the store, nobody who reaches the coordinator later can read it.
-        client.key_value_delete(f"{_PREFIX}/secret")
+        _delete_secret(client)
     _accl.world_set_processes(
         [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table]
     )

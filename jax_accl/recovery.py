@@ -12,6 +12,9 @@ two phases in jax.distributed's key-value store under
    (``commit/<process>``), raising its commit whenever it sees a later one, until every
    process commits the same call S.
 
+Both phases end by the call's deadline, whether the keys they read exist or not (the
+native caller holds the group's communicator lock meanwhile).
+
 Then calls from S on run on fresh channels (new TCP connections, new shared-memory
 segments; the epoch is in every frame, and a call's index in every call tag), and a
 process whose current call is before S fails it at once: a peer is already further on
@@ -95,45 +98,67 @@ def _unsigned(what: str, process: int, epoch: int) -> str:
 
 
 class _Waiter:
-    """Reads keys of the store within the agreement's deadline, noticing abort()."""
+    """Reads keys of the store within the agreement's deadline, noticing abort(). Every
+    wait of the agreement and of recover() ends by this deadline, whether the keys it
+    waits for came or not: read() waits at most until it (then looks once more), and the
+    loops that read again (phase 2, recover()'s generations) stop at expired()."""
 
-    def __init__(self, client, me, epoch, timeout_s, generation, late=""):
+    def __init__(self, client, me, epoch, timeout_s, generation):
         self.client, self.me, self.epoch, self.generation = client, me, epoch, generation
         self.deadline = time.monotonic() + timeout_s
         self.why = ""  # why phase 2 ended without an agreement
-        self.late = late  # what a process that never came means, if not an epoch's
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def aborted(self, process: int, waiting_for: str) -> str:
+        """Why not, when abort() was called since the agreement began; else ""."""
+        if self.generation < 0 or _accl.abort_generation() == self.generation:
+            return ""
+        return (
+            f"aborted by jax_accl.abort() while process {self.me} waited for process "
+            f"{process} to {waiting_for} epoch {self.epoch}"
+        )
+
+    def never_came(self, process: int, waiting_for: str) -> str:
+        return (
+            f"process {process} did not {waiting_for} epoch {self.epoch} within the "
+            f"call's timeout (JAX_ACCL_TIMEOUT_S): it has not failed a call of this "
+            f"group yet (its next call fails at once on the poisoned channels and "
+            f"then joins), it is late, or it is gone"
+        )
 
     def read(self, key: str, process: int, waiting_for: str) -> tuple[str, str | None]:
-        """(why not, value): the value of `key` once it exists, or why it did not come."""
-        final_look = False
+        """(why not, value): the value of `key` once it exists, or why it did not come
+        by the deadline (past it, one last look: it may have come while we slept)."""
         while True:
-            if self.generation >= 0 and _accl.abort_generation() != self.generation:
-                return (
-                    f"aborted by jax_accl.abort() while process {self.me} waited for process "
-                    f"{process} to {waiting_for} epoch {self.epoch}"
-                ), None
-            left = self.deadline - time.monotonic()
-            if left <= 0 and not final_look:
-                final_look = True  # one last look: it may have come while we slept
-                left = 0.001
-            elif left <= 0 and self.late:
-                return self.late.format(process=process), None
-            elif left <= 0:
-                return (
-                    f"process {process} did not {waiting_for} epoch {self.epoch} within the "
-                    f"call's timeout (JAX_ACCL_TIMEOUT_S): it has not failed a call of this "
-                    f"group yet (its next call fails at once on the poisoned channels and "
-                    f"then joins), it is late, or it is gone"
-                ), None
+            why = self.aborted(process, waiting_for)
+            if why:
+                return why, None
+            last = self.expired()
             try:
-                value = self.client.blocking_key_value_get(
-                    key, max(1, int(min(left, _SLICE_S) * 1000))
-                )
-            except Exception as e:  # a slice that ended without the key: look again
-                if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
-                    return f"jax.distributed's key-value store failed: {e}", None
-                continue
-            return "", value
+                value = self.get(key, _SLICE_S)
+            except AcclError as e:
+                return str(e), None
+            if value is not None:
+                return "", value
+            if last:
+                return self.never_came(process, waiting_for), None
+
+    def get(self, key: str, slice_s: float) -> str | None:
+        """One look at `key`, waiting up to `slice_s` but never past the deadline (past
+        it, a millisecond): its value, or None."""
+        left = min(slice_s, self.deadline - time.monotonic())
+        try:
+            return self.client.blocking_key_value_get(key, max(1, int(left * 1000)))
+        except Exception as e:
+            if "DEADLINE_EXCEEDED" not in str(e) and "timed out" not in str(e).lower():
+                raise AcclError(f"jax.distributed's key-value store failed: {e}") from e
+            return None
+
+    def pause(self, seconds: float) -> None:
+        """Sleeps before reading again, never past the deadline."""
+        time.sleep(max(0.0, min(seconds, self.deadline - time.monotonic())))
 
 
 def agree_on_epoch(
@@ -200,13 +225,14 @@ def _withdraw(client, key: str) -> None:
 
 def _commit(client, waiter, commit: str, group: int, epoch: int, others: list, start: int) -> int:
     """Phase 2: commits `start`, raised to the latest any process commits, until every
-    process commits the same; returns it, or -1 (waiter.why says why)."""
+    process commits the same; returns it, or -1 (waiter.why says why). Ends by the
+    waiter's deadline also when every commit exists but they never agree."""
     committed = -1
     while True:
         if committed != start:
             client.key_value_set(commit, _signed(commit, str(start)), allow_overwrite=True)
             committed = start
-        behind = False
+        theirs = {}
         for process in others:
             key = _key(group, epoch, "commit", process)
             why, value = waiter.read(key, process, "commit to")
@@ -216,16 +242,29 @@ def _commit(client, waiter, commit: str, group: int, epoch: int, others: list, s
             if why:
                 waiter.why = why
                 return -1
-            start, behind = max(start, fields[0]), behind or fields[0] < start
-        if committed == start and not behind:
+            theirs[process] = fields[0]
+        start = max(start, *theirs.values())
+        if committed == start and all(s == start for s in theirs.values()):
             return start
-        time.sleep(0.02)  # a peer still commits an earlier start: it raises it on seeing ours
+        if waiter.expired():
+            waiter.why = _no_common_start(waiter.me, epoch, committed, theirs)
+            return -1
+        waiter.pause(0.02)  # a peer still commits an earlier start: it raises it on seeing ours
 
 
-_recover_generation = 0
+def _no_common_start(me: int, epoch: int, committed: int, theirs: dict) -> str:
+    seen = ", ".join(f"process {p} call {s}" for p, s in sorted(theirs.items()))
+    return (
+        f"the processes did not commit the same start of epoch {epoch} within the call's "
+        f"timeout (JAX_ACCL_TIMEOUT_S): process {me} commits call {committed}, {seen} (a "
+        f"process that left the agreement by its deadline no longer raises its commit)"
+    )
 
 
-def recover(timeout_s: float | None = None) -> dict:
+_recover_generation = 0  # the latest generation of recover() this process took part in
+
+
+def recover(timeout_s: float | None = None, *, resume_from: int | None = None) -> dict:
     """After a failed step, before running it again: every process of the job calls it,
     and it returns once their jax_accl calls count the same steps again.
 
@@ -237,18 +276,47 @@ def recover(timeout_s: float | None = None) -> dict:
     every op's position (epoch, the latest call reached, the failed call) in
     jax.distributed's key-value store, signed, and each moves its ops to the latest
     call; the next call of an op that failed anywhere starts a new epoch, as after any
-    failed call. Returns {"lanes": ops agreed on, "moved": ops this process moved}.
+    failed call. `resume_from`, the step the caller runs again from (its checkpoint's),
+    is compared too: every process must resume from the same step. Returns {"lanes": ops
+    agreed on, "moved": ops this process moved}.
 
-    Raises AcclError naming the process it waited for in vain within `timeout_s`
-    (default 2 x JAX_ACCL_TIMEOUT_S + 30 s: a peer may still wait out a call of the
-    failed launch that this process never made), or when the processes disagree on
-    which calls failed (restart the job then). One process: nothing to align."""
-    global _recover_generation
+    Raises AcclError on every process, with the same message, when their reports
+    disagree: on an op's epoch or failed call, when one process finished a call that
+    another failed (their steps differ: the replicated state would diverge), or on
+    `resume_from`; restart the job from a checkpoint then. Raises AcclError naming the
+    process it waited for in vain within `timeout_s` (default 2 x JAX_ACCL_TIMEOUT_S +
+    30 s: a peer may still wait out a call of the failed launch that this process never
+    made). A process that calls it once more than its peers fails so by its deadline,
+    and the next call of every process pairs up again. One process: nothing to align."""
     client = c.distributed_client()
     if client is None:
         return {"lanes": 0, "moved": 0}
     timeout_s = 2 * config.current().timeout_s + 30 if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
+    _wait_for_calls_in_flight(deadline, timeout_s)
+    import jax
+
+    me, count = jax.process_index(), jax.process_count()
+    step = "-" if resume_from is None else str(int(resume_from))
+    body = f"{step} {_lanes_text(_accl.lane_positions())}"
+    reports = _exchange_reports(client, me, count, body, deadline, timeout_s)
+    steps, lanes = {}, {}
+    for process, text in reports.items():
+        step, lanes_text = text.split(" ", 1)
+        steps[process] = None if step == "-" else int(step)
+        lanes[process] = _parse_lanes(lanes_text)
+    agreed = _agreed_lanes(lanes)
+    _check_steps(steps)
+    mine, moved = lanes[me], 0
+    for lane, (ps, _, nxt, failed) in agreed.items():
+        if me not in ps or (lane in mine and mine[lane][2:] == (nxt, failed)):
+            continue  # another group's op, or already there
+        _accl.align_lane(lane, nxt, failed)
+        moved += 1
+    return {"lanes": len(agreed), "moved": moved}
+
+
+def _wait_for_calls_in_flight(deadline: float, timeout_s: float) -> None:
     while _accl.stats()["calls_in_flight"] > 0:
         if time.monotonic() > deadline:
             raise AcclError(
@@ -257,62 +325,177 @@ def recover(timeout_s: float | None = None) -> dict:
                 f"(or the steps dispatched after it) before recovering"
             )
         time.sleep(0.01)
-    import jax
 
-    me, count = jax.process_index(), jax.process_count()
-    _recover_generation += 1
-    generation = _recover_generation
-    mine = {
-        lane: (set(ps), epoch, nxt, failed)
-        for lane, ps, epoch, nxt, failed in _accl.lane_positions()
-    }
-    key = f"{_PREFIX}/recover/{generation}/{me}"
-    text = " ".join(
-        f"{lane}:{epoch}:{nxt}:{failed}:{','.join(map(str, sorted(ps)))}"
-        for lane, (ps, epoch, nxt, failed) in sorted(mine.items())
+
+def _lanes_text(positions) -> str:
+    """_accl.lane_positions() as the report's text: lane:epoch:next:failed:processes."""
+    entries = sorted(
+        (lane, epoch, nxt, failed, sorted(ps)) for lane, ps, epoch, nxt, failed in positions
     )
-    client.key_value_set(key, _signed(key, text or "-"), allow_overwrite=True)
-    late = (
-        f"jax_accl.recover() (call {generation} of it) in process {me}: process {{process}} "
-        f"did not call it within {timeout_s:g} s (every process of the job calls it after a "
-        f"failed step; a process that died, or did not see the step fail, means restarting "
-        f"the job)"
+    text = " ".join(f"{i}:{e}:{n}:{f}:{','.join(map(str, ps))}" for i, e, n, f, ps in entries)
+    return text or "-"
+
+
+def _parse_lanes(text: str) -> dict:
+    """A report's lanes: lane -> (processes, epoch, next call, failed call or -1)."""
+    lanes = {}
+    for entry in text.split(" ") if text != "-" else []:
+        lane, epoch, nxt, failed, ps = entry.split(":")
+        lanes[int(lane)] = ({int(p) for p in ps.split(",")}, int(epoch), int(nxt), int(failed))
+    return lanes
+
+
+def _report_key(generation: int, process: int) -> str:
+    return f"{_PREFIX}/recover/{generation}/{process}"
+
+
+def _latest_key(process: int) -> str:
+    return f"{_PREFIX}/recover/latest/{process}"
+
+
+_published: set[int] = set()  # the generations whose report of this process is in the store
+
+
+def _exchange_reports(client, me, count, body, deadline, timeout_s) -> dict:
+    """Every process's report of the same generation of recover(): {process: body}.
+
+    A call takes the generation after the latest this process took part in, publishes
+    its report under it and that generation as its latest, and reads every peer's
+    report of that generation. Where a peer's report is not there but the peer's latest
+    generation is later (it called recover() once more), the call joins that generation.
+    A call that ends without every report withdraws its own, so that no later call pairs
+    with it; the next call of every process then meets at the highest generation
+    published, and none waits for a generation nobody writes. Ends by the deadline."""
+    global _recover_generation
+    generation = _recover_generation + 1
+    _publish_report(client, me, generation, body)
+    waiter = _Waiter(client, me, 0, max(0.0, deadline - time.monotonic()), -1)
+    bodies = {me: body}
+    try:
+        while len(bodies) < count:
+            furthest = generation
+            missing = [p for p in range(count) if p not in bodies]
+            for process in missing:
+                value = waiter.get(_report_key(generation, process), _SLICE_S)
+                if value is not None:
+                    bodies[process] = _verified_report(_report_key(generation, process), value)
+                else:
+                    furthest = max(furthest, _latest_generation(waiter, process))
+            if len(bodies) == count:
+                break
+            if waiter.expired():
+                raise AcclError(_never_came(me, [p for p in missing if p not in bodies], timeout_s))
+            if furthest > generation:  # a peer called recover() once more: join it
+                generation, bodies = furthest, {me: body}
+                _publish_report(client, me, generation, body)
+    except BaseException:
+        _recover_generation = generation  # never again: a peer may have read it
+        _withdraw(client, _report_key(generation, me))
+        _published.discard(generation)
+        raise
+    _recover_generation = generation
+    # Every peer published this generation, so each has left the earlier ones: nobody
+    # reads this process's earlier reports again.
+    for old in sorted(g for g in _published if g < generation):
+        _withdraw(client, _report_key(old, me))
+        _published.discard(old)
+    return bodies
+
+
+def _publish_report(client, me: int, generation: int, body: str) -> None:
+    key, latest = _report_key(generation, me), _latest_key(me)
+    client.key_value_set(key, _signed(key, body), allow_overwrite=True)
+    _published.add(generation)
+    client.key_value_set(latest, _signed(latest, str(generation)), allow_overwrite=True)
+
+
+def _verified_report(key: str, value: str) -> str:
+    text = _verified_text(key, value)
+    if text is None:
+        raise AcclError(f"jax_accl.recover(): the report {key} is not signed with the job's secret")
+    return text
+
+
+def _latest_generation(waiter, process: int) -> int:
+    """The latest generation of recover() `process` took part in (0: none yet)."""
+    value = waiter.get(_latest_key(process), 0.001)
+    if value is None:
+        return 0
+    fields = _verified(_latest_key(process), value)
+    if fields is None or len(fields) != 1:
+        raise AcclError(
+            f"jax_accl.recover(): the generation of process {process} is not signed with "
+            "the job's secret"
+        )
+    return fields[0]
+
+
+def _never_came(me: int, missing: list, timeout_s: float) -> str:
+    who = f"process{'es' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+    return (
+        f"jax_accl.recover() in process {me}: {who} did not call it within {timeout_s:g} s "
+        f"(every process of the job calls it once after a failed step; a process that "
+        f"died, or did not see the step fail, means restarting the job)"
     )
-    waiter = _Waiter(client, me, 0, max(0.0, deadline - time.monotonic()), -1, late)
-    agreed = dict(mine)  # lane -> (processes, epoch, next call, failed call)
-    for process in (p for p in range(count) if p != me):
-        theirs = f"{_PREFIX}/recover/{generation}/{process}"
-        why, value = waiter.read(theirs, process, "recover")
-        if why:
-            raise AcclError(why)
-        body = _verified_text(theirs, value)
-        if body is None:
-            raise AcclError(
-                f"jax_accl.recover(): the report of process {process} is not signed with the "
-                "job's secret"
+
+
+def _agreed_lanes(reports: dict) -> dict:
+    """lane -> (processes, epoch, next call, failed call or -1) agreed from every
+    process's report ({process: {lane: position}}), or AcclError where they disagree.
+    Depends on the reports alone, so every process reaches the same verdict."""
+    by_lane = {}
+    for process in sorted(reports):
+        for lane, position in reports[process].items():
+            by_lane.setdefault(lane, {})[process] = position
+    return {lane: _agree_on_lane(positions) for lane, positions in sorted(by_lane.items())}
+
+
+def _agree_on_lane(positions: dict) -> tuple:
+    """One op's agreed position from {process: (processes, epoch, next, failed)}."""
+    first = min(positions)
+    ps, epoch = positions[first][0], positions[first][1]
+    for process, (_, their_epoch, _, _) in sorted(positions.items()):
+        if their_epoch != epoch:
+            raise _disagree(
+                f"an op's epoch: process {first} is in epoch {epoch}, process {process} in "
+                f"epoch {their_epoch}"
             )
-        for entry in body.split(" ") if body != "-" else []:
-            lane, epoch, nxt, failed, ps = entry.split(":")
-            lane, epoch, nxt, failed = int(lane), int(epoch), int(nxt), int(failed)
-            ps = {int(p) for p in ps.split(",")}
-            if lane not in agreed:
-                agreed[lane] = (ps, epoch, nxt, failed)
-                continue
-            _, our_epoch, our_next, our_failed = agreed[lane]
-            if our_epoch != epoch or -1 not in (failed, our_failed) and failed != our_failed:
-                raise AcclError(
-                    f"jax_accl.recover(): processes {me} and {process} disagree on an op's "
-                    f"failed calls (epoch {our_epoch}, failed call {our_failed}; epoch {epoch}, "
-                    f"failed call {failed}; -1: none): they cannot go on in step; restart the "
-                    f"job from a checkpoint"
+    failed = {p: f for p, (_, _, _, f) in sorted(positions.items()) if f >= 0}
+    if failed:
+        p, g = next(iter(failed.items()))
+        for q, h in failed.items():
+            if h != g:
+                raise _disagree(
+                    f"which call failed: process {p} failed call {g} of the op, process {q} "
+                    f"call {h} (one of them finished a call the other failed)"
                 )
-            agreed[lane] = (ps, epoch, max(nxt, our_next), max(failed, our_failed))
-    moved = 0
-    for lane, (ps, _, nxt, failed) in agreed.items():
-        if me not in ps or (lane in mine and mine[lane][2:] == (nxt, failed)):
-            continue  # another group's op, or already there
-        _accl.align_lane(lane, nxt, failed)
-        moved += 1
-    if generation > 2:  # every process has read it: they all agreed on generation - 1
-        _withdraw(client, f"{_PREFIX}/recover/{generation - 2}/{me}")
-    return {"lanes": len(agreed), "moved": moved}
+        for q, (_, _, nxt, f) in sorted(positions.items()):
+            if f < 0 and nxt > g:
+                raise _disagree(
+                    f"which call failed: process {p} failed call {g} of the op, process {q} "
+                    f"finished it (its next call is {nxt}; one of them finished a call the "
+                    f"other failed)"
+                )
+    nxt = max(n for _, _, n, _ in positions.values())
+    return ps, epoch, nxt, next(iter(failed.values()), -1)
+
+
+def _disagree(what: str) -> AcclError:
+    return AcclError(
+        f"jax_accl.recover(): the processes disagree on {what}; they cannot go on in "
+        f"step, so the program must restart them: restart the job from a checkpoint"
+    )
+
+
+def _check_steps(steps: dict) -> None:
+    """Raises where the processes would resume from different steps ({process: step or
+    None})."""
+    if len(set(steps.values())) > 1:
+        said = ", ".join(
+            f"process {p} from {'no step given' if s is None else f'step {s}'}"
+            for p, s in sorted(steps.items())
+        )
+        raise AcclError(
+            f"jax_accl.recover(): the processes would resume from different steps ({said}): "
+            f"their replicated state would diverge; restart the job from a checkpoint"
+        )
