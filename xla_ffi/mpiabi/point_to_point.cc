@@ -86,21 +86,30 @@ std::vector<Status> run_step(Comm& comm, const std::vector<std::shared_ptr<Reque
                         " posted a message to itself with no matching one from itself");
     }
   }
-  // Nothing escapes a message's thread (std::terminate): an exception is its error. A
-  // thread that cannot start fails its message; the others run and are joined.
+  // Nothing escapes a message's thread (std::terminate): an exception is its error.
   auto message = [&](size_t i) {
     status[i] = guarded("MPI_Wait", [&] { return run_message(comm, *step[i]); });
   };
+  // A thread that cannot start fails its message and those not yet begun (running them
+  // one after the other here instead could deadlock a ring of ranks); the started ones
+  // end and are joined.
+  Status started;
   std::vector<std::thread> threads;
-  for (size_t k = 0; k + 1 < messages.size(); ++k) {
-    const Status started = guarded("MPI_Wait", [&] {
-      fault_point();
-      threads.emplace_back(message, messages[k]);
-      return Status::Ok();
-    });
-    if (!started.ok()) status[messages[k]] = started;
+  for (size_t k = 0; k < messages.size(); ++k) {
+    const size_t i = messages[k];
+    if (!started.ok()) {
+      status[i] = started;
+    } else if (k + 1 == messages.size()) {
+      message(i);  // the last on this thread
+    } else {
+      started = guarded("MPI_Wait", [&] {
+        fault_point();  // a thread start, injected by tests (common/faults.h)
+        threads.emplace_back(message, i);
+        return Status::Ok();
+      });
+      if (!started.ok()) status[i] = started;
+    }
   }
-  if (!messages.empty()) message(messages.back());
   for (std::thread& t : threads) t.join();
   return status;
 }
