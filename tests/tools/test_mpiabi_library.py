@@ -303,6 +303,18 @@ def test_a_failed_post_or_wait_leaves_no_request_posted(lib, faults):
     assert "MPI_Wait: out of memory" in error_string(lib, wait(0))
     assert requests[0] == null
     assert "MPI_Wait: an unknown request" in error_string(lib, wait(1))
+    # A step of three whose second wait fails (a message to itself that nothing from
+    # itself matches): the third request goes with it.
+    three = (ctypes.c_size_t * 3)()
+    assert lib.MPIABI_Irecv(ptr(y), 32, byte, 0, 0, self_comm, ctypes.byref(three, 0)) == 0
+    assert lib.MPIABI_Isend(ptr(x), 32, byte, 0, 0, self_comm, ctypes.byref(three, 8)) == 0
+    assert lib.MPIABI_Isend(ptr(x), 16, byte, 0, 0, self_comm, ctypes.byref(three, 16)) == 0
+    assert lib.MPIABI_Wait(ctypes.byref(three, 0), ignore) == 0
+    code = lib.MPIABI_Wait(ctypes.byref(three, 16), ignore)
+    assert "no matching one from itself" in error_string(lib, code)
+    assert three[2] == null
+    code = lib.MPIABI_Wait(ctypes.byref(three, 8), ignore)
+    assert "MPI_Wait: an unknown request" in error_string(lib, code)
     assert _accl.stats()["calls_in_flight"] == 0
     # And the next op runs.
     assert lib.MPIABI_Irecv(ptr(y), 32, byte, 0, 0, self_comm, ctypes.byref(requests, 0)) == 0

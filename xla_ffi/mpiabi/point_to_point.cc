@@ -221,14 +221,16 @@ Status wait(MPIABI_Request* request, MPIABI_Status* status) {
     return error(Code::kTimeout, "MPI_Wait: the step of this request did not end within ",
                  timeout_seconds() + 10.0, " s");
   }
-  all.posted.erase(*request);
-  *request = MPIABI_REQUEST_NULL;
   if (status != nullptr && static_cast<void*>(status) != MPIABI_STATUS_IGNORE) {
     status->MPI_SOURCE = mine->send ? MPIABI_PROC_NULL : mine->peer;
     status->MPI_TAG = 0;
     status->MPI_ERROR = mine->status.ok() ? MPIABI_SUCCESS : MPIABI_ERR_OTHER;
   }
-  return mine->status;
+  // A failed one stays posted until MPI_Wait's cleanup releases its whole step with it.
+  if (!mine->status.ok()) return mine->status;
+  all.posted.erase(*request);
+  *request = MPIABI_REQUEST_NULL;
+  return Status::Ok();
 }
 
 }  // namespace accl::mpiabi
