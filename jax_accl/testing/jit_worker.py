@@ -65,6 +65,15 @@ parser.add_argument(
 parser.add_argument(
     "--kill-note", default="", help="with --die-mid-call: the dying process's kill time goes here"
 )
+parser.add_argument(
+    "--inject-fault",
+    action="append",
+    default=[],
+    choices=["allocation", "thread_start"],
+    help="after the first run, for each: arm this fault in jax_accl's MPI library "
+    "(jax_accl._accl_testing.inject_mpi_fault) for one call and run (which must raise), "
+    "then run again (which must not)",
+)
 
 
 def hlo_collectives(compiled_text: str) -> dict:
@@ -299,6 +308,29 @@ def run_until_killed(run, dying: bool, after_s: float, note: str) -> dict:
     return failed
 
 
+def run_with_faults(run, kinds) -> dict:
+    """For each fault kind: a run with it armed for the next MPI call of this process
+    (its error: type, module and message) and a run after it (its outputs, or error)."""
+    from jax_accl import _accl_testing
+
+    out = {}
+    for kind in kinds:
+        _accl_testing.inject_mpi_fault(kind, 1)
+        try:
+            run()
+            failed = None
+        except Exception as e:  # XLA's runtime error, carrying jax_accl's message
+            failed = {"type": type(e).__name__, "module": type(e).__module__, "message": str(e)}
+        finally:
+            _accl_testing.inject_mpi_fault("none", 0)
+        try:
+            after = {"outputs": run()}
+        except Exception as e:
+            after = {"error": f"{type(e).__name__}: {e}"}
+        out[kind] = {"failed": failed, "after": after}
+    return out
+
+
 def main(argv=None):
     args = parser.parse_args(argv)
     launch.join_job(
@@ -322,7 +354,11 @@ def main(argv=None):
                     mine = hlo.setdefault(kind, {"ops": 0, "buffers": 0})
                     mine["ops"] += count["ops"]
                     mine["buffers"] += count["buffers"]
-            run()  # the first run makes XLA's communicators (MPI_Comm_split)
+            first = run()  # the first run makes XLA's communicators (MPI_Comm_split)
+            if args.inject_fault:
+                result["first"] = first
+                result["faults"] = run_with_faults(run, args.inject_fault)
+                break
             if args.die >= 0 and args.die_mid_call > 0:
                 dying = args.die == args.process_id
                 result.update(run_until_killed(run, dying, args.die_mid_call, args.kill_note))

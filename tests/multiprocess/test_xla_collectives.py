@@ -246,6 +246,32 @@ def test_a_dead_peer_fails_the_survivors_call_with_jax_accls_message():
     assert "jax_accl" in error and "MPI_Allreduce" in error, error
 
 
+def test_a_failed_allocation_or_thread_start_in_an_mpi_call_is_a_jax_error_not_an_abort():
+    """A training step (data_parallel: XLA all-reduces the gradients) in 2 processes,
+    whose next MPI call fails as a failed allocation, then as a failed thread start,
+    would (injected through jax_accl._accl_testing, in both): each run raises
+    jax.errors.JaxRuntimeError at float(loss), carrying jax_accl's message naming
+    MPI_Allreduce (not SIGABRT: run_job requires every process to exit cleanly), and
+    the run after it trains exactly as the first."""
+    results = job(
+        2,
+        ["data_parallel"],
+        accl=True,
+        extra=["--inject-fault", "allocation", "--inject-fault", "thread_start"],
+    )
+    expected = {
+        "allocation": "out of memory (an allocation failed: std::bad_alloc)",
+        "thread_start": "could not start a thread",
+    }
+    for r in results:
+        for kind, text in expected.items():
+            failed, after = r["faults"][kind]["failed"], r["faults"][kind]["after"]
+            assert failed is not None, (kind, r)
+            assert (failed["module"], failed["type"]) == ("jax.errors", "JaxRuntimeError"), failed
+            assert f"jax_accl: MPI_Allreduce: {text}" in failed["message"], failed
+            assert after.get("outputs") == r["first"], (kind, after)
+
+
 # The MPI functions a survivor's error may name when its peer dies in a program's call.
 MID_CALL_DEATHS = {
     "data_parallel": ("MPI_Allreduce",),  # XLA's gradient all-reduce

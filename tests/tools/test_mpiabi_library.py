@@ -1,16 +1,21 @@
 """jax_accl's MPI library (libjax_accl_mpi.so) loaded directly, as MPItrampoline loads
 it: the version and constants it must export, the communicators that need no other
-process (MPI_COMM_SELF and its splits), and the errors of what it does not do."""
+process (MPI_COMM_SELF and its splits), the errors of what it does not do, and what
+would otherwise end the process: negative counts, a failed allocation or thread start
+(injected through jax_accl._accl_testing), a process marked unusable."""
 
 import ctypes
+import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from jax_accl import xla_collectives
+from jax_accl import _accl, _accl_testing, xla_collectives
+from jax_accl.testing import launch
 
 TABLE = Path(__file__).resolve().parents[2] / "xla_ffi" / "mpiabi" / "abi_names.inc"
 
@@ -187,3 +192,175 @@ def test_the_library_answers_what_mpitrampoline_asks_when_verbose(lib):
     version, subversion = ctypes.c_int(), ctypes.c_int()
     assert lib.MPIABI_Get_version(ctypes.byref(version), ctypes.byref(subversion)) == 0
     assert (version.value, subversion.value) == (3, 1)
+
+
+def ptr(a):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def test_negative_counts_are_refused_naming_the_function_and_the_count(lib):
+    """XLA passes counts as C ints: a collective-permute of 2 GiB or more (whose bytes it
+    counts) reaches MPI_Isend as a negative count. Each call refuses one, naming itself
+    and the count, instead of posting a wrapped-around size."""
+    self_comm, byte, dbl = (
+        handle(lib, n) for n in ("MPIABI_COMM_SELF", "MPIABI_BYTE", "MPIABI_DOUBLE")
+    )
+    x = np.zeros(4)
+    sum_op = handle(lib, "MPIABI_SUM")
+    request = ctypes.c_size_t()
+    two_gib = -(2**31)  # 2 GiB of bytes, narrowed to int
+    calls = {
+        "MPI_Allreduce": (
+            -1,
+            lambda: lib.MPIABI_Allreduce(ptr(x), ptr(x), -1, dbl, sum_op, self_comm),
+        ),
+        "MPI_Allgather": (
+            -2,
+            lambda: lib.MPIABI_Allgather(ptr(x), -2, dbl, ptr(x), -2, dbl, self_comm),
+        ),
+        "MPI_Reduce_scatter": (
+            -3,
+            lambda: lib.MPIABI_Reduce_scatter(
+                ptr(x), ptr(x), (ctypes.c_int * 1)(-3), dbl, sum_op, self_comm
+            ),
+        ),
+        "MPI_Sendrecv": (
+            -5,
+            lambda: lib.MPIABI_Sendrecv(
+                ptr(x), 4, byte, 0, 0, ptr(x), -5, byte, 0, 0, self_comm, None
+            ),
+        ),
+        "MPI_Isend": (
+            two_gib,
+            lambda: lib.MPIABI_Isend(ptr(x), two_gib, byte, 0, 0, self_comm, ctypes.byref(request)),
+        ),
+        "MPI_Irecv": (
+            two_gib,
+            lambda: lib.MPIABI_Irecv(ptr(x), two_gib, byte, 0, 0, self_comm, ctypes.byref(request)),
+        ),
+    }
+    for function, (count, call) in calls.items():
+        code = call()
+        assert code != 0, function
+        text = error_string(lib, code)
+        assert f"{function}: count {count} is negative" in text, text
+        assert "2 GiB" in text, text
+
+
+@pytest.fixture
+def faults():
+    """jax_accl._accl_testing.inject_mpi_fault, disarmed after the test."""
+    yield _accl_testing.inject_mpi_fault
+    _accl_testing.inject_mpi_fault("none", 0)
+
+
+INJECTED = {
+    "allocation": "out of memory (an allocation failed: std::bad_alloc)",
+    "thread_start": "could not start a thread",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(INJECTED))
+def test_an_allocation_or_thread_start_that_fails_is_an_mpi_error_not_an_abort(lib, faults, kind):
+    """An injected std::bad_alloc / std::system_error inside a call is the call's MPI
+    error, naming the function (without the library's guard: std::terminate, SIGABRT);
+    the call is no longer counted in flight, and the next call works."""
+    self_comm, dbl, sum_op = (
+        handle(lib, n) for n in ("MPIABI_COMM_SELF", "MPIABI_DOUBLE", "MPIABI_SUM")
+    )
+    x, y = np.arange(3.0), np.zeros(3)
+    faults(kind, 1)
+    code = lib.MPIABI_Allreduce(ptr(x), ptr(y), 3, dbl, sum_op, self_comm)
+    assert code != 0
+    assert error_string(lib, code).startswith(f"jax_accl: MPI_Allreduce: {INJECTED[kind]}")
+    assert _accl.stats()["calls_in_flight"] == 0
+    assert lib.MPIABI_Allreduce(ptr(x), ptr(y), 3, dbl, sum_op, self_comm) == 0
+    np.testing.assert_array_equal(y, x)
+
+
+def test_a_failed_post_or_wait_leaves_no_request_posted(lib, faults):
+    """A post that fails drops what its op posted before (XLA returns without waiting);
+    a wait that fails releases its step's other requests (XLA waits for none of them):
+    a later wait finds them gone, none is left posted forever."""
+    self_comm, byte = handle(lib, "MPIABI_COMM_SELF"), handle(lib, "MPIABI_BYTE")
+    x, y = np.arange(4.0), np.zeros(4)
+    requests = (ctypes.c_size_t * 2)()
+    ignore = ctypes.c_void_p(value(lib, ctypes.c_void_p, "MPIABI_STATUS_IGNORE"))
+    null = value(lib, ctypes.c_size_t, "MPIABI_REQUEST_NULL")
+
+    def wait(i):
+        return lib.MPIABI_Wait(ctypes.byref(requests, 8 * i), ignore)
+
+    assert lib.MPIABI_Irecv(ptr(y), 32, byte, 0, 0, self_comm, ctypes.byref(requests, 0)) == 0
+    faults("allocation", 1)
+    code = lib.MPIABI_Isend(ptr(x), 32, byte, 0, 0, self_comm, ctypes.byref(requests, 8))
+    assert "MPI_Isend: out of memory" in error_string(lib, code)
+    assert "MPI_Wait: an unknown request" in error_string(lib, wait(0))  # dropped
+    # A step posted, its first wait fails: the other request is released with it.
+    assert lib.MPIABI_Irecv(ptr(y), 32, byte, 0, 0, self_comm, ctypes.byref(requests, 0)) == 0
+    assert lib.MPIABI_Isend(ptr(x), 32, byte, 0, 0, self_comm, ctypes.byref(requests, 8)) == 0
+    faults("allocation", 1)
+    assert "MPI_Wait: out of memory" in error_string(lib, wait(0))
+    assert requests[0] == null
+    assert "MPI_Wait: an unknown request" in error_string(lib, wait(1))
+    # A step of three whose second wait fails (a message to itself that nothing from
+    # itself matches): the third request goes with it.
+    three = (ctypes.c_size_t * 3)()
+    assert lib.MPIABI_Irecv(ptr(y), 32, byte, 0, 0, self_comm, ctypes.byref(three, 0)) == 0
+    assert lib.MPIABI_Isend(ptr(x), 32, byte, 0, 0, self_comm, ctypes.byref(three, 8)) == 0
+    assert lib.MPIABI_Isend(ptr(x), 16, byte, 0, 0, self_comm, ctypes.byref(three, 16)) == 0
+    assert lib.MPIABI_Wait(ctypes.byref(three, 0), ignore) == 0
+    code = lib.MPIABI_Wait(ctypes.byref(three, 16), ignore)
+    assert "no matching one from itself" in error_string(lib, code)
+    assert three[2] == null
+    code = lib.MPIABI_Wait(ctypes.byref(three, 8), ignore)
+    assert "MPI_Wait: an unknown request" in error_string(lib, code)
+    assert _accl.stats()["calls_in_flight"] == 0
+    # And the next op runs.
+    assert lib.MPIABI_Irecv(ptr(y), 32, byte, 0, 0, self_comm, ctypes.byref(requests, 0)) == 0
+    assert lib.MPIABI_Isend(ptr(x), 32, byte, 0, 0, self_comm, ctypes.byref(requests, 8)) == 0
+    assert wait(0) == 0 and wait(1) == 0
+    np.testing.assert_array_equal(y, x)
+
+
+UNUSABLE = r"""
+import ctypes, json
+from jax_accl import _accl_testing, xla_collectives
+lib = ctypes.CDLL(str(xla_collectives.LIBRARY))
+h = lambda n: ctypes.c_size_t(ctypes.c_size_t.in_dll(lib, n).value)
+def text(code):
+    buf, n = ctypes.create_string_buffer(1024), ctypes.c_int()
+    assert lib.MPIABI_Error_string(code, buf, ctypes.byref(n)) == 0
+    return buf.value.decode()
+x = (ctypes.c_double * 2)()
+_accl_testing.mark_process_unusable("a fence did not end (test)")
+request, rank = ctypes.c_size_t(), ctypes.c_int(-1)
+print("RESULT " + json.dumps({
+    "allreduce": text(lib.MPIABI_Allreduce(x, x, 2, h("MPIABI_DOUBLE"), h("MPIABI_SUM"),
+                                           h("MPIABI_COMM_SELF"))),
+    "isend": text(lib.MPIABI_Isend(x, 16, h("MPIABI_BYTE"), 0, 0, h("MPIABI_COMM_SELF"),
+                                   ctypes.byref(request))),
+    "rank": lib.MPIABI_Comm_rank(h("MPIABI_COMM_SELF"), ctypes.byref(rank)),
+}))
+"""
+
+
+@pytest.mark.multiprocess  # a fresh process: being unusable is for good
+def test_a_process_marked_unusable_refuses_mpi_calls():
+    done = subprocess.run(
+        [sys.executable, "-c", UNUSABLE],
+        env=launch.worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    result = json.loads(line[len("RESULT ") :])
+    for function, key in (("MPI_Allreduce", "allreduce"), ("MPI_Isend", "isend")):
+        assert result[key].startswith(
+            f"jax_accl: {function} refused: this process is no longer usable (restart the job): "
+            "a fence did not end (test)"
+        ), result
+    assert result["rank"] == 0  # what communicates is refused, not a rank's question

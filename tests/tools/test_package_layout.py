@@ -72,6 +72,8 @@ HARNESS = {
     "connect_handshake",
     "tcp_channel_options",
     "receive_frames",
+    "inject_mpi_fault",  # test-only faults of the MPI library (common/faults.h)
+    "mark_process_unusable",
 }
 
 
@@ -82,7 +84,12 @@ def test_the_test_harness_is_not_in_the_module_users_import():
     assert public == HARNESS
     assert not HARNESS & set(vars(_accl))
     library = Path(_accl.__file__).read_bytes()
-    for marker in (b"hierarchical_threads", b"simulated_hosts", b"run_on_simulated_hosts"):
+    for marker in (
+        b"hierarchical_threads",
+        b"simulated_hosts",
+        b"run_on_simulated_hosts",
+        b"inject_mpi_fault",
+    ):
         assert marker not in library, marker
     assert b"run_on_simulated_hosts" in Path(_accl_testing.__file__).read_bytes()
     offending = {

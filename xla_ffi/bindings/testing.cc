@@ -26,6 +26,8 @@
 #include "algorithms/algorithm.h"
 #include "bindings/parse.h"
 #include "common/dtype.h"
+#include "common/faults.h"
+#include "common/health.h"
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
 #include "runtime/call_plan.h"
@@ -348,6 +350,18 @@ nb::tuple receive_frames(nb::bytes data, size_t expected, double timeout_s, bool
   return nb::make_tuple(std::string(), nb::bytes(payload.data(), payload.size()));
 }
 
+// Arms a fault (common/faults.h) for the next `times` fault points of jax_accl's MPI
+// library in this process: "allocation" (std::bad_alloc), "thread_start"
+// (std::system_error) or "none" (disarms).
+void inject_mpi_fault(const std::string& kind, int times) {
+  static const std::map<std::string, Fault> kinds = {{"none", Fault::kNone},
+                                                     {"allocation", Fault::kAllocation},
+                                                     {"thread_start", Fault::kThreadStart}};
+  auto it = kinds.find(kind);
+  if (it == kinds.end()) throw std::invalid_argument("unknown fault " + kind);
+  inject_fault(it->second, times);
+}
+
 }  // namespace
 }  // namespace accl
 
@@ -374,4 +388,7 @@ NB_MODULE(_accl_testing, m) {
   m.def("tcp_channel_options", &tcp_channel_options);
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002, nb::arg("tcp") = false);
+  m.def("inject_mpi_fault", &inject_mpi_fault, nb::arg("kind"), nb::arg("times") = 1);
+  // For good: a process marked so refuses every later call (common/health.h).
+  m.def("mark_process_unusable", &mark_process_unusable, nb::arg("why"));
 }

@@ -28,7 +28,7 @@ Status process_usable() {
   if (!g_unusable.load(std::memory_order_acquire)) return Status::Ok();
   std::lock_guard<std::mutex> lock(g_mutex);
   return error(Code::kAborted,
-               "jax_accl: this process is no longer usable (restart it): ", why_unusable());
+               "jax_accl: this process is no longer usable (restart the job): ", why_unusable());
 }
 
 }  // namespace accl

@@ -1,7 +1,7 @@
 // Whether this process can still trust jax_accl: it cannot once a failed call had to
 // return while a peer might still have been writing into its buffers (a fence that did
 // not end in time, see ChannelLink::fail and LocalLink's destructor). From then on
-// every call fails at once, naming what happened; the process must be restarted.
+// every call fails at once, naming what happened; the job must be restarted.
 #pragma once
 
 #include <string>

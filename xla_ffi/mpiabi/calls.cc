@@ -19,8 +19,6 @@
 namespace accl::mpiabi {
 namespace {
 
-int result(const Status& s) { return s.ok() ? MPIABI_SUCCESS : fail(s); }
-
 // The element type of an MPI datatype XLA passes, or false.
 bool dtype_of(MPIABI_Datatype type, DType* out) {
   struct Entry {
@@ -84,15 +82,32 @@ Status bad_type(const char* function, MPIABI_Datatype type) {
                "complex)");
 }
 
-// The communicator, datatype and count of a call, checked.
+// The bytes of `count` elements of `dtype`, `blocks` times, or an error naming
+// `function` and the count: a negative one (XLA passes counts as C ints, so a count of
+// 2^31 or more, such as a collective-permute's byte count of 2 GiB or more, arrives
+// negative) or one whose byte size overflows.
+Status byte_size(const char* function, int count, DType dtype, uint64_t blocks, uint64_t* bytes) {
+  if (count < 0) {
+    return error(Code::kInvalidArgument, function, ": count ", count,
+                 " is negative (XLA passes counts as C ints: a buffer of 2^31 elements or more, "
+                 "or a collective-permute of 2 GiB or more, whose bytes it counts, arrives "
+                 "negative; split it into smaller ones)");
+  }
+  if (__builtin_mul_overflow(static_cast<uint64_t>(count), dtype_size(dtype) * blocks, bytes)) {
+    return error(Code::kInvalidArgument, function, ": count ", count, " of ", dtype_size(dtype),
+                 "-byte elements, ", blocks, " blocks, overflows a 64-bit byte size");
+  }
+  return Status::Ok();
+}
+
+// The communicator, datatype and count of a call, checked: `count` elements once per
+// rank fit a byte size (an all-gather's output, a reduce-scatter's input).
 Status begin(const char* function, MPIABI_Comm handle, MPIABI_Datatype type, int count,
              std::shared_ptr<Comm>* comm, DType* dtype) {
   ACCL_RETURN_IF_ERROR(find_comm(handle, function, comm));
   if (!dtype_of(type, dtype)) return bad_type(function, type);
-  if (count < 0) {
-    return error(Code::kInvalidArgument, function, " on ", (*comm)->label, ": count ", count);
-  }
-  return Status::Ok();
+  uint64_t bytes = 0;
+  return byte_size(function, count, *dtype, (*comm)->devices.size(), &bytes);
 }
 
 Status allreduce(const void* in, void* out, int count, MPIABI_Datatype type, MPIABI_Op op,
@@ -146,14 +161,14 @@ Status sendrecv(const void* in, int count, MPIABI_Datatype type, int dest, void*
   DType dtype, out_dtype;
   ACCL_RETURN_IF_ERROR(begin("MPI_Sendrecv", handle, type, count, &comm, &dtype));
   if (!dtype_of(out_type, &out_dtype)) return bad_type("MPI_Sendrecv", out_type);
-  const uint64_t bytes = uint64_t(count) * dtype_size(dtype);
+  uint64_t bytes = 0, out_bytes = 0;
+  ACCL_RETURN_IF_ERROR(byte_size("MPI_Sendrecv", count, dtype, 1, &bytes));
+  ACCL_RETURN_IF_ERROR(byte_size("MPI_Sendrecv", out_count, out_dtype, 1, &out_bytes));
   const int n = static_cast<int>(comm->devices.size());
-  if (bytes != uint64_t(out_count) * dtype_size(out_dtype) || dest < 0 || dest >= n || source < 0 ||
-      source >= n) {
+  if (bytes != out_bytes || dest < 0 || dest >= n || source < 0 || source >= n) {
     return error(Code::kInvalidArgument, "MPI_Sendrecv on ", comm->label, ": rank ", comm->rank,
-                 " sends ", bytes, " bytes to ", dest, " and receives ",
-                 uint64_t(out_count) * dtype_size(out_dtype), " from ", source,
-                 "; jax_accl exchanges equal blocks with ranks of the communicator");
+                 " sends ", bytes, " bytes to ", dest, " and receives ", out_bytes, " from ",
+                 source, "; jax_accl exchanges equal blocks with ranks of the communicator");
   }
   if (status != nullptr && static_cast<void*>(status) != MPIABI_STATUS_IGNORE) {
     status->MPI_SOURCE = source;
@@ -166,9 +181,12 @@ Status sendrecv(const void* in, int count, MPIABI_Datatype type, int dest, void*
 
 Status post_point_to_point(bool send, const void* in, void* out, int count, MPIABI_Datatype type,
                            int peer, MPIABI_Comm handle, MPIABI_Request* request) {
+  const char* function = send ? "MPI_Isend" : "MPI_Irecv";
   DType dtype;
-  if (!dtype_of(type, &dtype)) return bad_type(send ? "MPI_Isend" : "MPI_Irecv", type);
-  return post(handle, send, in, out, uint64_t(count) * dtype_size(dtype), peer, request);
+  if (!dtype_of(type, &dtype)) return bad_type(function, type);
+  uint64_t bytes = 0;
+  ACCL_RETURN_IF_ERROR(byte_size(function, count, dtype, 1, &bytes));
+  return post(handle, send, in, out, bytes, peer, request);
 }
 
 }  // namespace
@@ -211,82 +229,110 @@ int MPIABI_Is_thread_main(int* flag) {
   return MPIABI_SUCCESS;
 }
 
+// Every entry point below that can fail runs inside entry() (errors.h): an exception
+// becomes the call's MPI error; those that communicate or post inside communicating():
+// refused on an unusable process, counted in flight.
+
 int MPIABI_Comm_rank(MPIABI_Comm handle, int* rank) {
-  int size = 0;
-  if (handle == MPIABI_COMM_WORLD) return result(world_identity(rank, &size));
-  std::shared_ptr<Comm> comm;
-  if (Status s = find_comm(handle, "MPI_Comm_rank", &comm); !s.ok()) return result(s);
-  *rank = comm->rank;
-  return MPIABI_SUCCESS;
+  return entry("MPI_Comm_rank", [&] {
+    int size = 0;
+    if (handle == MPIABI_COMM_WORLD) return world_identity(rank, &size);
+    std::shared_ptr<Comm> comm;
+    ACCL_RETURN_IF_ERROR(find_comm(handle, "MPI_Comm_rank", &comm));
+    *rank = comm->rank;
+    return Status::Ok();
+  });
 }
 
 int MPIABI_Comm_size(MPIABI_Comm handle, int* size) {
-  int rank = 0;
-  if (handle == MPIABI_COMM_WORLD) return result(world_identity(&rank, size));
-  std::shared_ptr<Comm> comm;
-  if (Status s = find_comm(handle, "MPI_Comm_size", &comm); !s.ok()) return result(s);
-  *size = static_cast<int>(comm->devices.size());
-  return MPIABI_SUCCESS;
+  return entry("MPI_Comm_size", [&] {
+    int rank = 0;
+    if (handle == MPIABI_COMM_WORLD) return world_identity(&rank, size);
+    std::shared_ptr<Comm> comm;
+    ACCL_RETURN_IF_ERROR(find_comm(handle, "MPI_Comm_size", &comm));
+    *size = static_cast<int>(comm->devices.size());
+    return Status::Ok();
+  });
 }
 
 int MPIABI_Comm_split(MPIABI_Comm handle, int color, int key, MPIABI_Comm* newcomm) {
-  std::shared_ptr<Comm> parent;
-  if (Status s = find_comm(handle, "MPI_Comm_split", &parent); !s.ok()) {
-    *newcomm = MPIABI_COMM_NULL;
-    return result(s);
-  }
-  return result(split(*parent, color, key, newcomm));
+  *newcomm = MPIABI_COMM_NULL;  // what XLA keeps where the split is refused
+  return communicating("MPI_Comm_split", [&] {
+    std::shared_ptr<Comm> parent;
+    ACCL_RETURN_IF_ERROR(find_comm(handle, "MPI_Comm_split", &parent));
+    return split(*parent, color, key, newcomm);
+  });
 }
 
 int MPIABI_Comm_free(MPIABI_Comm* handle) {
-  free_comm(*handle);
-  *handle = MPIABI_COMM_NULL;
-  return MPIABI_SUCCESS;
+  return entry("MPI_Comm_free", [&] {
+    free_comm(*handle);
+    *handle = MPIABI_COMM_NULL;
+    return Status::Ok();
+  });
 }
 
 int MPIABI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPIABI_Datatype type,
                      MPIABI_Op op, MPIABI_Comm comm) {
-  return result(allreduce(sendbuf, recvbuf, count, type, op, comm));
+  return communicating("MPI_Allreduce",
+                       [&] { return allreduce(sendbuf, recvbuf, count, type, op, comm); });
 }
 
 int MPIABI_Allgather(const void* sendbuf, int sendcount, MPIABI_Datatype sendtype, void* recvbuf,
                      int recvcount, MPIABI_Datatype recvtype, MPIABI_Comm comm) {
-  return result(allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+  return communicating("MPI_Allgather", [&] {
+    return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
 }
 
 int MPIABI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
                           MPIABI_Datatype type, MPIABI_Op op, MPIABI_Comm comm) {
-  return result(reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm));
+  return communicating("MPI_Reduce_scatter", [&] {
+    return reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm);
+  });
 }
 
 int MPIABI_Sendrecv(const void* sendbuf, int sendcount, MPIABI_Datatype sendtype, int dest,
                     int /*sendtag*/, void* recvbuf, int recvcount, MPIABI_Datatype recvtype,
                     int source, int /*recvtag*/, MPIABI_Comm comm, MPIABI_Status* status) {
-  return result(sendrecv(sendbuf, sendcount, sendtype, dest, recvbuf, recvcount, recvtype, source,
-                         comm, status));
+  return communicating("MPI_Sendrecv", [&] {
+    return sendrecv(sendbuf, sendcount, sendtype, dest, recvbuf, recvcount, recvtype, source, comm,
+                    status);
+  });
 }
 
+// A post that fails drops this thread's unclaimed posts (XLA returns without waiting).
 int MPIABI_Isend(const void* buf, int count, MPIABI_Datatype type, int dest, int /*tag*/,
                  MPIABI_Comm comm, MPIABI_Request* request) {
-  return result(post_point_to_point(true, buf, nullptr, count, type, dest, comm, request));
+  return communicating(
+      "MPI_Isend",
+      [&] { return post_point_to_point(true, buf, nullptr, count, type, dest, comm, request); },
+      drop_unclaimed);
 }
 
 int MPIABI_Irecv(void* buf, int count, MPIABI_Datatype type, int source, int /*tag*/,
                  MPIABI_Comm comm, MPIABI_Request* request) {
-  return result(post_point_to_point(false, nullptr, buf, count, type, source, comm, request));
+  return communicating(
+      "MPI_Irecv",
+      [&] { return post_point_to_point(false, nullptr, buf, count, type, source, comm, request); },
+      drop_unclaimed);
 }
 
+// A wait that fails releases its request's step (XLA waits for none of the others).
 int MPIABI_Wait(MPIABI_Request* request, MPIABI_Status* status) {
-  return result(wait(request, status));
+  return communicating(
+      "MPI_Wait", [&] { return wait(request, status); }, [&] { release_step(request); });
 }
 
 int MPIABI_Error_string(int code, char* text, int* length) {
-  const std::string message = message_of(code);
-  const size_t n = std::min<size_t>(message.size(), kMaxErrorString - 1);
-  std::memcpy(text, message.data(), n);
-  text[n] = '\0';
-  *length = static_cast<int>(n);
-  return MPIABI_SUCCESS;
+  return entry("MPI_Error_string", [&] {
+    const std::string message = message_of(code);
+    const size_t n = std::min<size_t>(message.size(), kMaxErrorString - 1);
+    std::memcpy(text, message.data(), n);
+    text[n] = '\0';
+    *length = static_cast<int>(n);
+    return Status::Ok();
+  });
 }
 
 // MPItrampoline asks these when MPITRAMPOLINE_VERBOSE is set. MPI 3.1's API, as the

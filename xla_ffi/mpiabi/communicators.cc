@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/faults.h"
 #include "common/hash.h"
 #include "runtime/allreduce.h"
 #include "runtime/stats.h"
@@ -177,6 +178,7 @@ Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out)
 Status run_collective_on(Comm& comm, const char* function, Collective collective, DType dtype,
                          ReduceOp op, const void* in, void* out, uint64_t count,
                          PermutePeers peers) {
+  fault_point();  // an allocation or thread start of the call, injected by tests
   const auto start = Clock::now();
   const uint64_t call = comm.calls.fetch_add(1);
   const size_t bytes = count * dtype_size(dtype);

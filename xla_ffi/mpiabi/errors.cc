@@ -1,11 +1,17 @@
 #include "mpiabi/errors.h"
 
 #include <cstdio>
+#include <exception>
 #include <mutex>
+#include <new>
 #include <set>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
+#include "common/health.h"
 #include "mpiabi/abi.h"
+#include "runtime/stats.h"
 
 namespace accl::mpiabi {
 namespace {
@@ -38,6 +44,10 @@ int fail(const Status& why) {
 
 std::string message_of(int code) {
   if (code == MPIABI_SUCCESS) return "MPI_SUCCESS: no error";
+  if (code == MPIABI_ERR_NO_MEM) {
+    return "jax_accl: MPI_ERR_NO_MEM: a call failed out of memory, with none left to record "
+           "which call";
+  }
   if (code >= kFirstCode && code < kFirstCode + kKept) {
     Recorded& r = recorded();
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -46,7 +56,7 @@ std::string message_of(int code) {
   return str_cat("jax_accl: MPI error code ", code, " (not one jax_accl returned)");
 }
 
-int unsupported(const char* name) {
+Status unsupported(const char* name) {
   const std::string abi(name);  // MPIABI_Send -> MPI_Send, MPIXABI_... -> MPIX_...
   const size_t cut = abi.find("ABI_");
   const std::string function = abi.substr(0, cut) + "_" + abi.substr(cut + 4);
@@ -61,7 +71,56 @@ int unsupported(const char* name) {
       std::fprintf(stderr, "jax_accl: %s\n", why.message().c_str());
     }
   }
-  return fail(why);
+  return why;
 }
+
+namespace {
+
+// The message of the exception being handled (rethrown here); may itself throw
+// std::bad_alloc.
+Status describe_exception(const char* function) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return error(Code::kInternal, function,
+                 ": out of memory (an allocation failed: ", "std::bad_alloc)");
+  } catch (const std::system_error& e) {
+    return error(Code::kInternal, function, ": could not start a thread or take a lock (",
+                 "std::system_error: ", e.what(), ")");
+  } catch (const std::exception& e) {
+    return error(Code::kInternal, function, ": an exception: ", e.what());
+  } catch (...) {
+    return error(Code::kInternal, function, ": an exception of unknown type");
+  }
+}
+
+}  // namespace
+
+Status exception_error(const char* function) noexcept {
+  try {
+    return describe_exception(function);
+  } catch (...) {  // no memory for the message: an error all the same
+    return Status(Code::kInternal, std::string());
+  }
+}
+
+int fail_exception(const char* function) noexcept {
+  try {
+    return fail(exception_error(function));
+  } catch (...) {  // no memory left for the message
+    return MPIABI_ERR_NO_MEM;
+  }
+}
+
+Status usable_for(const char* function) {
+  Status usable = process_usable();
+  if (usable.ok()) return usable;
+  std::string_view why = usable.message();
+  if (why.rfind("jax_accl: ", 0) == 0) why.remove_prefix(10);  // fail() adds it back
+  return error(usable.code(), function, " refused: ", why);
+}
+
+InFlight::InFlight() { call_began(); }
+InFlight::~InFlight() { call_ended(); }
 
 }  // namespace accl::mpiabi

@@ -9,7 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/faults.h"
 #include "mpiabi/communicators.h"
+#include "mpiabi/errors.h"
 
 namespace accl::mpiabi {
 namespace {
@@ -23,6 +25,7 @@ struct Request {
   uint64_t bytes = 0;
   int peer = -1;
   bool claimed = false;  // a wait runs it
+  uint64_t step = 0;     // which wait's step (claimed ones)
   bool done = false;
   Status status;
 };
@@ -32,6 +35,7 @@ struct Requests {
   std::condition_variable finished;
   std::map<MPIABI_Request, std::shared_ptr<Request>> posted;
   MPIABI_Request next_handle = kFirstDynamicHandle;
+  uint64_t next_step = 1;
 };
 
 Requests& requests() {
@@ -82,26 +86,71 @@ std::vector<Status> run_step(Comm& comm, const std::vector<std::shared_ptr<Reque
                         " posted a message to itself with no matching one from itself");
     }
   }
+  // Nothing escapes a message's thread (std::terminate): an exception is its error.
+  auto message = [&](size_t i) {
+    status[i] = guarded("MPI_Wait", [&] { return run_message(comm, *step[i]); });
+  };
+  // A thread that cannot start fails its message and those not yet begun (running them
+  // one after the other here instead could deadlock a ring of ranks); the started ones
+  // end and are joined.
+  Status started;
   std::vector<std::thread> threads;
-  for (size_t k = 0; k + 1 < messages.size(); ++k) {
-    threads.emplace_back([&, i = messages[k]] { status[i] = run_message(comm, *step[i]); });
+  for (size_t k = 0; k < messages.size(); ++k) {
+    const size_t i = messages[k];
+    if (!started.ok()) {
+      status[i] = started;
+    } else if (k + 1 == messages.size()) {
+      message(i);  // the last on this thread
+    } else {
+      started = guarded("MPI_Wait", [&] {
+        fault_point();  // a thread start, injected by tests (common/faults.h)
+        threads.emplace_back(message, i);
+        return Status::Ok();
+      });
+      if (!started.ok()) status[i] = started;
+    }
   }
-  if (!messages.empty()) status[messages.back()] = run_message(comm, *step[messages.back()]);
   for (std::thread& t : threads) t.join();
   return status;
 }
 
-// Drops what this thread posted and no wait claimed: the op they belong to failed to
-// post (XLA then returns without waiting), and a later wait must not run them into
-// buffers that are gone.
-void drop_unclaimed(Requests& all) {
-  const std::thread::id me = std::this_thread::get_id();
-  for (auto it = all.posted.begin(); it != all.posted.end();) {
-    it = it->second->poster == me && !it->second->claimed ? all.posted.erase(it) : std::next(it);
-  }
+// Erases the posted requests `drop` selects (under the lock, which it takes).
+template <typename Select>
+void erase_posted(Select drop) noexcept {
+  Requests& all = requests();
+  guarded("MPI request cleanup", [&] {
+    std::lock_guard<std::mutex> lock(all.mutex);
+    for (auto it = all.posted.begin(); it != all.posted.end();) {
+      it = drop(*it->second) ? all.posted.erase(it) : std::next(it);
+    }
+    return Status::Ok();
+  });
 }
 
 }  // namespace
+
+void drop_unclaimed() noexcept {
+  const std::thread::id me = std::this_thread::get_id();
+  erase_posted([&](const Request& r) { return r.poster == me && !r.claimed; });
+}
+
+void release_step(MPIABI_Request* request) noexcept {
+  if (*request == MPIABI_REQUEST_NULL) return;
+  std::shared_ptr<Request> mine;
+  guarded("MPI_Wait", [&] {
+    Requests& all = requests();
+    std::lock_guard<std::mutex> lock(all.mutex);
+    if (auto it = all.posted.find(*request); it != all.posted.end()) mine = it->second;
+    return Status::Ok();
+  });
+  if (mine == nullptr) return;  // unknown, or already released
+  // Its step's requests, or (a wait that failed before claiming) those it would claim.
+  erase_posted([&](const Request& r) {
+    return r.comm == mine->comm && r.poster == mine->poster &&
+           (mine->claimed ? r.claimed && r.step == mine->step : !r.claimed);
+  });
+  *request = MPIABI_REQUEST_NULL;
+}
 
 Status post(MPIABI_Comm comm, bool send, const void* in, void* out, uint64_t bytes, int peer,
             MPIABI_Request* request) {
@@ -113,11 +162,8 @@ Status post(MPIABI_Comm comm, bool send, const void* in, void* out, uint64_t byt
     found = error(Code::kInvalidArgument, send ? "MPI_Isend" : "MPI_Irecv", " on ", c->label,
                   ": rank ", peer, " is outside the communicator");
   }
-  std::lock_guard<std::mutex> lock(all.mutex);
-  if (!found.ok()) {
-    drop_unclaimed(all);
-    return found;
-  }
+  ACCL_RETURN_IF_ERROR(found);
+  fault_point();  // the request's allocation, injected by tests (common/faults.h)
   auto r = std::make_shared<Request>();
   r->comm = comm;
   r->poster = std::this_thread::get_id();
@@ -126,6 +172,7 @@ Status post(MPIABI_Comm comm, bool send, const void* in, void* out, uint64_t byt
   r->out = out;
   r->bytes = bytes;
   r->peer = peer == MPIABI_PROC_NULL ? -1 : peer;
+  std::lock_guard<std::mutex> lock(all.mutex);
   *request = all.next_handle++;
   all.posted[*request] = std::move(r);
   return Status::Ok();
@@ -136,6 +183,7 @@ Status wait(MPIABI_Request* request, MPIABI_Status* status) {
   Requests& all = requests();
   std::shared_ptr<Request> mine;
   std::vector<std::shared_ptr<Request>> step;
+  fault_point();  // the step's allocation, injected by tests (common/faults.h)
   {
     std::lock_guard<std::mutex> lock(all.mutex);
     auto it = all.posted.find(*request);
@@ -144,9 +192,11 @@ Status wait(MPIABI_Request* request, MPIABI_Status* status) {
     }
     mine = it->second;
     if (!mine->claimed) {  // this wait runs what its thread posted on the communicator
+      const uint64_t id = all.next_step++;
       for (auto& [handle, r] : all.posted) {
         if (r->comm == mine->comm && r->poster == mine->poster && !r->claimed) {
           r->claimed = true;
+          r->step = id;
           step.push_back(r);
         }
       }
@@ -171,14 +221,16 @@ Status wait(MPIABI_Request* request, MPIABI_Status* status) {
     return error(Code::kTimeout, "MPI_Wait: the step of this request did not end within ",
                  timeout_seconds() + 10.0, " s");
   }
-  all.posted.erase(*request);
-  *request = MPIABI_REQUEST_NULL;
   if (status != nullptr && static_cast<void*>(status) != MPIABI_STATUS_IGNORE) {
     status->MPI_SOURCE = mine->send ? MPIABI_PROC_NULL : mine->peer;
     status->MPI_TAG = 0;
     status->MPI_ERROR = mine->status.ok() ? MPIABI_SUCCESS : MPIABI_ERR_OTHER;
   }
-  return mine->status;
+  // A failed one stays posted until MPI_Wait's cleanup releases its whole step with it.
+  if (!mine->status.ok()) return mine->status;
+  all.posted.erase(*request);
+  *request = MPIABI_REQUEST_NULL;
+  return Status::Ok();
 }
 
 }  // namespace accl::mpiabi

@@ -20,4 +20,13 @@ Status post(MPIABI_Comm comm, bool send, const void* in, void* out, uint64_t byt
 // error.
 Status wait(MPIABI_Request* request, MPIABI_Status* status);
 
+// After a post that failed (XLA then returns without waiting for what the op posted):
+// drops what this thread posted and no wait claimed, so that no later wait runs it
+// into buffers that are gone.
+void drop_unclaimed() noexcept;
+// After a wait that failed (XLA then returns without waiting for the op's other
+// requests): releases *request, the other requests of its step and what its step would
+// have run, and sets *request to MPI_REQUEST_NULL. None is left posted.
+void release_step(MPIABI_Request* request) noexcept;
+
 }  // namespace accl::mpiabi

@@ -4,8 +4,10 @@
 #include "mpiabi/abi.h"
 #include "mpiabi/errors.h"
 
-#define ACCL_MPI_FUNCTION(name) \
-  extern "C" __attribute__((weak)) int name() { return accl::mpiabi::unsupported(#name); }
+#define ACCL_MPI_FUNCTION(name)                                                         \
+  extern "C" __attribute__((weak)) int name() {                                         \
+    return accl::mpiabi::entry(#name, [] { return accl::mpiabi::unsupported(#name); }); \
+  }
 #define ACCL_MPI_INT(name)
 #define ACCL_MPI_HANDLE(name)
 #define ACCL_MPI_POINTER(name)

@@ -4,7 +4,9 @@
 // hosts: TCP), run XLA's sequence: Init_thread, Comm_rank/size on MPI_COMM_WORLD,
 // Comm_split (keys reversed, and a color MPI_UNDEFINED), Allreduce, Allgather,
 // Reduce_scatter, Sendrecv, Isend/Irecv/Wait, the errors of bad arguments and of a
-// function XLA never calls, Comm_free, then splits that fail (failed_splits). In-process:
+// function XLA never calls, Comm_free, then splits that fail (failed_splits), and what
+// must be an error rather than an abort (calls_that_must_not_abort): a negative count, a
+// failed allocation, a thread that cannot start, a process marked unusable. In-process:
 // MPI_COMM_SELF. Process 1 sets its process table late, so process 0 connects to a peer
 // that does not know it yet.
 #include "selftest/mpiabi_selftest.h"
@@ -15,15 +17,23 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/faults.h"
+#include "common/health.h"
 #include "mpiabi/abi.h"
+#include "runtime/stats.h"
 #include "runtime/world.h"
 #include "selftest/checks.h"
+
+// selftest.cc's allocation failures on demand: this thread's k+1-th allocation throws.
+extern thread_local int64_t t_allocations_left;
 
 extern "C" {
 int MPIABI_Init_thread(int*, char***, int, int*);
@@ -79,6 +89,8 @@ void on_comm_self(Checks& c) {
            "MPI_COMM_NULL is an error: " + message(gone));
 }
 
+void calls_that_must_not_abort(Checks& c, MPIABI_Comm comm, int r);
+
 // One process of the pair: rank `me` of 2, its World started by the caller.
 void as_xla_does(Checks& c, int me) {
   int provided = -1, rank = -1, size = -1;
@@ -120,6 +132,7 @@ void as_xla_does(Checks& c, int me) {
   c.expect(rc == 0 && rc2 == 0 && recv[76] == 2.5 - r && status.MPI_SOURCE == 1 - r &&
                requests[0] == MPIABI_REQUEST_NULL,
            "Isend/Irecv/Wait: " + message(rc));
+  calls_that_must_not_abort(c, comm, r);
   // A mismatch (the ranks give different counts) fails on both, naming the call.
   rc = MPIABI_Allreduce(x.data(), y.data(), 100 + r, MPIABI_INT32_T, MPIABI_SUM, comm);
   c.expect(rc != 0 && message(rc).find("MPI_Allreduce on MPI communicator") != std::string::npos,
@@ -153,10 +166,20 @@ void failed_splits(Checks& c, int me, int done_write, int done_read) {
              "process 0 got through its failing splits");
     return;
   }
-  auto expect_broken = [&](MPIABI_Comm parent, const char* how, const char* reason) {
+  auto expect_broken = [&](MPIABI_Comm parent, const char* how, const char* reason, bool waits) {
     MPIABI_Comm broken = MPIABI_COMM_NULL;
     const auto start = std::chrono::steady_clock::now();
+    // The split is counted in flight while it waits (jax_accl.recover() waits for it).
+    int64_t in_flight = 0;
+    std::thread sampler([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      in_flight = calls_in_flight();
+    });
     const int rc = MPIABI_Comm_split(parent, 7, 0, &broken);
+    sampler.join();
+    c.expect((!waits || in_flight == 1) && calls_in_flight() == 0,
+             str_cat(how, ": the split counted in flight while it ran (", in_flight,
+                     "), not after (", calls_in_flight(), ")"));
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     c.expect(rc != 0 && message(rc).find("MPI_Comm_split on") != std::string::npos &&
@@ -179,12 +202,69 @@ void failed_splits(Checks& c, int me, int done_write, int done_read) {
     MPIABI_Comm_free(&broken);
   };
   expect_broken(mismatched, "mismatched participation",
-                "MPI_Comm_split on MPI communicator [0 2048]");
+                "MPI_Comm_split on MPI communicator [0 2048]", /*waits=*/false);
   World::announce_job(World::Job{0, 2, 1.0});  // the collective timeout: 1 s
-  expect_broken(unattended, "a peer that never comes", "timed out");
+  expect_broken(unattended, "a peer that never comes", "timed out", /*waits=*/true);
   World::announce_job(World::Job{0, 2, 20.0});
   const char byte = 1;
   c.expect(write(done_write, &byte, 1) == 1, "tell process 1");
+}
+
+// What would end the process if it escaped the library, an error instead, on `comm`
+// (rank r of 2, both processes at once): a negative count (a collective-permute of
+// 2 GiB or more, as XLA's int narrows it), the first allocation of an all-reduce failing
+// in both processes, the thread of a permutation's message that cannot start (the wait
+// fails, its step's other request is released, not left posted) and each time the next
+// call is exact; then (process 1, at its end) a process marked unusable refuses calls.
+void calls_that_must_not_abort(Checks& c, MPIABI_Comm comm, int r) {
+  std::vector<uint8_t> bytes(64, 1);
+  MPIABI_Request requests[2];
+  int rc = MPIABI_Isend(bytes.data(), INT32_MIN, MPIABI_BYTE, 1 - r, 0, comm, &requests[0]);
+  c.expect(
+      rc != 0 && message(rc).find("MPI_Isend: count -2147483648 is negative") != std::string::npos,
+      "a negative count is an error naming the function and count: " + message(rc));
+  std::vector<int32_t> x(100, r + 1), y(100);
+  auto exact_allreduce = [&](const char* after) {
+    const int code = MPIABI_Allreduce(x.data(), y.data(), 100, MPIABI_INT32_T, MPIABI_SUM, comm);
+    c.expect(code == 0 && y[99] == 3,
+             str_cat("after ", after, ", an all-reduce is exact: ", message(code)));
+  };
+  t_allocations_left = 0;  // this thread's next allocation fails, in the call
+  rc = MPIABI_Allreduce(x.data(), y.data(), 100, MPIABI_INT32_T, MPIABI_SUM, comm);
+  t_allocations_left = -1;
+  c.expect(rc != 0 && message(rc).find("MPI_Allreduce: out of memory") != std::string::npos,
+           "a failed allocation is the call's error: " + message(rc));
+  exact_allreduce("a failed allocation");
+  std::vector<double> send(9, 1.0 + r), recv(9);
+  MPIABI_Irecv(recv.data(), 9, MPIABI_DOUBLE, 1 - r, 0, comm, &requests[0]);
+  MPIABI_Isend(send.data(), 9, MPIABI_DOUBLE, 1 - r, 0, comm, &requests[1]);
+  inject_fault(Fault::kThreadStart, 1);  // the receive's thread
+  rc = MPIABI_Wait(&requests[0], static_cast<MPIABI_Status*>(MPIABI_STATUS_IGNORE));
+  inject_fault(Fault::kNone, 0);
+  c.expect(rc != 0 && message(rc).find("MPI_Wait: could not start a thread") != std::string::npos,
+           "a thread that cannot start is the wait's error: " + message(rc));
+  const int released = MPIABI_Wait(&requests[1], static_cast<MPIABI_Status*>(MPIABI_STATUS_IGNORE));
+  c.expect(requests[0] == MPIABI_REQUEST_NULL &&
+               message(released).find("an unknown request") != std::string::npos,
+           "the failed wait released its step's other request: " + message(released));
+  c.expect(calls_in_flight() == 0, str_cat(calls_in_flight(), " calls left in flight"));
+  exact_allreduce("a thread that could not start");
+}
+
+// A process marked unusable refuses what communicates (before it would touch a peer),
+// with the error's advice; other questions are answered.
+void unusable_process_refuses(Checks& c) {
+  mark_process_unusable("a fence did not end (self-test)");
+  std::vector<double> x(3);
+  const int rc =
+      MPIABI_Allreduce(x.data(), x.data(), 3, MPIABI_DOUBLE, MPIABI_SUM, MPIABI_COMM_SELF);
+  c.expect(
+      rc != 0 && message(rc).find("MPI_Allreduce refused: this process is no longer usable "
+                                  "(restart the job): a fence did not end") != std::string::npos,
+      "an unusable process refuses MPI calls: " + message(rc));
+  int rank = -1;
+  c.expect(MPIABI_Comm_rank(MPIABI_COMM_SELF, &rank) == 0 && rank == 0,
+           "and still answers MPI_Comm_rank");
 }
 
 // Starts this process's World as process `me` of 2 (host h<me>, loopback), the ports
@@ -230,6 +310,7 @@ void run_mpiabi_selftest(int* checks, int* failures) {
     c.expect(start_world(1, to_parent[1], to_child[0]), "process 1 starts its World");
     as_xla_does(c, 1);
     failed_splits(c, 1, -1, to_child[0]);
+    unusable_process_refuses(c);  // for good: the last of this process
     World::stop(5.0);
     _exit(c.failures == 0 ? 0 : 1);
   }

@@ -781,8 +781,14 @@ void test_killed_peer(bool cma) {
 }  // namespace
 }  // namespace accl
 
-int main() {
+// `accl_selftest mpiabi` runs the MPI library's part alone (mpiabi_selftest.cc).
+int main(int argc, char** argv) {
   using namespace accl;
+  if (argc > 1 && std::strcmp(argv[1], "mpiabi") == 0) {
+    run_mpiabi_selftest(&g_checks.checks, &g_checks.failures);
+    std::printf("%d checks, %d failures\n", g_checks.checks, g_checks.failures);
+    return g_checks.failures == 0 ? 0 : 1;
+  }
   const Algorithm all[] = {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling,
                            Algorithm::kReduceBroadcast, Algorithm::kAuto};
   const Algorithm messages[] = {Algorithm::kDirect, Algorithm::kRing, Algorithm::kHalvingDoubling};
