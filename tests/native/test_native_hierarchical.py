@@ -152,6 +152,21 @@ def test_pipelined_chunks_match_numpy_bitwise(name, chunks, count):
         np.testing.assert_array_equal(out, expected)
 
 
+def test_two_hosts_reduce_large_slices_by_halves_small_ones_directly():
+    """Between two hosts every schedule sends a slice once each way; direct reduces all
+    of it, halving-doubling (the ring, for two) half and receives the rest into the
+    output: the runtime runs it for large slices, direct for small ones and where it
+    streams beside a processes tier (slices up to 4 MiB)."""
+
+    def between(layout, nbytes):
+        return _accl.plan(places_of(layout), nbytes, rails=2, chunks=0)["between"]
+
+    assert between([[1], [1]], 64 << 20) in ("ring", "halving_doubling")
+    assert between([[1], [1]], 64 << 10) == "direct"
+    assert between([[1, 1], [1, 1]], 64 << 20) in ("ring", "halving_doubling")
+    assert between([[1, 1], [1, 1]], 4 << 20) == "direct"
+
+
 def test_pipelined_mismatch_fails_every_rank_without_hanging():
     n = len(places_of(LAYOUTS["2x2x2"]))
     inputs = int_inputs(n, 1 << 16)
@@ -165,10 +180,12 @@ def test_pipelined_mismatch_fails_every_rank_without_hanging():
 def test_cost_model_pipelines_large_calls_between_hosts_only():
     assert _accl.pipeline_chunks(2, 1, 2, 2, 4 << 10) == 1  # small: one chunk
     assert _accl.pipeline_chunks(1, 2, 4, 2, 64 << 20) == 1  # one host: nothing to overlap
-    # Two hosts of several processes: direct between them, streamed, a chunk per 80 KiB of
-    # a slice, at most 16; of one process each: the cost model's count.
+    # Two hosts of several processes, slices up to 4 MiB: direct between them, streamed,
+    # a chunk per 80 KiB of a slice, at most 16; larger slices (halving-doubling between
+    # them) and hosts of one process each: the cost model's count.
     assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) == (1 << 20) // 2 // (80 << 10)
-    assert _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20) == 16
+    assert _accl.pipeline_chunks(2, 2, 1, 2, 8 << 20) == 16
+    assert 2 <= _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20) <= 16
     assert 1 <= _accl.pipeline_chunks(2, 1, 2, 2, 4 << 20) <= 8
     # More hosts: the cost model's count, no chunk under 256 KiB.
     assert 2 <= _accl.pipeline_chunks(3, 2, 1, 2, 64 << 20) <= 16

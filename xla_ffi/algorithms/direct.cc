@@ -24,7 +24,10 @@ Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reducti
   const size_t bytes = buf.count * buf.elem_size;
   PeerMemory* peers = link.peer_memory();
   if (buf.in == buf.out && bytes > 0 && !(peers && peers->inputs_staged())) {
-    std::vector<char> result(bytes);
+    // Kept by the thread from call to call: a fresh buffer would cost its page faults
+    // (and zeroing) every time.
+    thread_local std::vector<char> result;
+    if (result.size() < bytes) result.resize(bytes);
     Buffers aside = buf;
     aside.out = result.data();
     if (peers) {

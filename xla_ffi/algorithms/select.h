@@ -127,9 +127,13 @@ double one_host_seconds(Algorithm algorithm, int n, int processes, int k, size_t
                         const CostModel& model);
 // The algorithm with the least predicted time (never kAuto).
 Algorithm choose_algorithm(int n, size_t bytes, bool peer_memory, const CostModel& model);
-// Between `hosts` hosts, for a slice of `bytes`: direct for two (every algorithm sends
-// the slice once each way there, direct in one step, and it streams the pipeline's
-// chunks), else the cost model's choice over `net`.
-Algorithm choose_between_hosts(int hosts, size_t bytes, const CostModel& net);
+// Between `hosts` hosts, for a slice of `bytes` of a host with `processes` processes:
+// the cost model's choice over `net`, but direct between two hosts for slices up to
+// 4 MiB beside a processes tier (it streams the pipeline's chunks there). For two hosts
+// every algorithm sends the slice once each way; direct does it in one step,
+// halving-doubling (or the ring, the same schedule for two) reduces half as many bytes
+// and receives the other half straight into the output, which is what counts where
+// the CPU, not the wire, is the limit.
+Algorithm choose_between_hosts(int hosts, size_t bytes, int processes, const CostModel& net);
 
 }  // namespace accl

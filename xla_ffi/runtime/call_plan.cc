@@ -125,10 +125,10 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
     // j of that among the host's processes.
     const size_t slice = Blocks{bytes, g.thread_owners()}.length(g.device_position(rank));
     const size_t owned = Blocks{slice, g.process_owners()}.length(g.process_position(rank));
-    plan.between =
-        request.between != Algorithm::kAuto
-            ? request.between
-            : choose_between_hosts(g.host_count(), owned, network_model(model, request.rails));
+    plan.between = request.between != Algorithm::kAuto
+                       ? request.between
+                       : choose_between_hosts(g.host_count(), owned, g.process_owners(),
+                                              network_model(model, request.rails));
   }
   plan.chunks = request.chunks > 0
                     ? request.chunks

@@ -14,7 +14,12 @@ namespace {
 
 constexpr size_t kMinStripeBytes = 16 << 10;  // smaller messages use one channel
 constexpr auto kLivenessInterval = std::chrono::milliseconds(200);
-constexpr size_t kReducePieceBytes = 256 << 10;  // reduce-as-received granularity
+// A reducing receive reads each stripe into a window of its own, reused round and
+// round, and reduces each half as soon as it is full: the received bytes are reduced
+// while they are in cache, and no buffer the size of the message is allocated (and
+// faulted in) per call.
+constexpr size_t kReduceWindowBytes = 512 << 10;
+constexpr size_t kReducePieceBytes = kReduceWindowBytes / 2;
 
 }  // namespace
 
@@ -197,9 +202,10 @@ Status ChannelLink::step_recv(Transfer& t, bool* progressed) {
   while (!t.finished()) {
     size_t n = 0;
     const bool in_header = t.header_done < sizeof(FrameHeader);
+    if (!in_header && t.room() == 0) return Status::Ok();  // the window is full
     Status s = in_header ? t.channel->read_some(reinterpret_cast<char*>(&t.header) + t.header_done,
                                                 sizeof(FrameHeader) - t.header_done, &n)
-                         : t.channel->read_some(t.data + t.done, t.bytes - t.done, &n);
+                         : t.channel->read_some(t.next_at(), t.room(), &n);
     if (!s.ok()) {
       t.channel->broken = s;
       return error(s.code(), where_, ": receiving from ", peer_label(t.peer), ": ", s.message());
@@ -343,8 +349,10 @@ Status ChannelLink::post_recvs(int peer, void* dst, size_t bytes, std::vector<Tr
     if (lengths[i] == 0 && !(i == 0 && bytes == 0)) continue;
     Channel* c = channels_[peer][i];
     ACCL_RETURN_IF_ERROR(check(c, peer));
-    recvs->push_back(
-        Transfer{c, peer, FrameHeader{}, 0, static_cast<char*>(dst) + offset, lengths[i]});
+    Transfer t{c,         peer, FrameHeader{}, 0, dst ? static_cast<char*>(dst) + offset : nullptr,
+               lengths[i]};
+    t.offset = offset;
+    recvs->push_back(t);
     offset += lengths[i];
   }
   return Status::Ok();
@@ -358,22 +366,34 @@ Status ChannelLink::recv(int peer, void* dst, size_t bytes) {
 
 Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                                 const Reduction& reduction) {
-  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  // One window per stripe, reused by every reducing receive of this thread.
+  thread_local std::vector<char> windows;
   std::vector<Transfer> recvs;
-  ACCL_RETURN_IF_ERROR(post_recvs(peer, scratch_.data(), bytes, &recvs));
+  ACCL_RETURN_IF_ERROR(post_recvs(peer, nullptr, bytes, &recvs));
+  if (windows.size() < recvs.size() * kReduceWindowBytes) {
+    windows.resize(recvs.size() * kReduceWindowBytes);
+  }
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    recvs[i].data = windows.data() + i * kReduceWindowBytes;
+    recvs[i].window = kReduceWindowBytes;
+  }
   // Reduce what has arrived while the rest is on its way: each stripe's received prefix,
-  // whole elements, in pieces of at least kReducePieceBytes (and the tail at the end).
+  // whole elements, half a window at a time (and the tail at the end), at most up to the
+  // window's end at once.
   const size_t elem = reduction.elem_size;
-  std::vector<size_t> reduced(recvs.size(), 0);
   auto reduce_arrived = [&](bool all) {
     for (size_t i = 0; i < recvs.size(); ++i) {
-      const Transfer& t = recvs[i];
+      Transfer& t = recvs[i];
       const size_t ready = t.header_done == sizeof(FrameHeader) ? t.done / elem * elem : 0;
-      if (ready == reduced[i] || (!all && ready - reduced[i] < kReducePieceBytes)) continue;
-      const size_t at = static_cast<size_t>(t.data - scratch_.data()) + reduced[i];
-      reduction.fn(static_cast<char*>(dst) + at, static_cast<const char*>(local) + at,
-                   scratch_.data() + at, (ready - reduced[i]) / elem);
-      reduced[i] = ready;
+      if (ready == t.consumed || (!all && ready - t.consumed < kReducePieceBytes)) continue;
+      while (t.consumed < ready) {
+        const size_t in_window = t.consumed % t.window;
+        const size_t n = std::min(ready - t.consumed, t.window - in_window);
+        const size_t at = t.offset + t.consumed;
+        reduction.fn(static_cast<char*>(dst) + at, static_cast<const char*>(local) + at,
+                     t.data + in_window, n / elem);
+        t.consumed += n;
+      }
     }
   };
   ACCL_RETURN_IF_ERROR(drive(&recvs, /*all_sends=*/false, [&] { reduce_arrived(false); }));

@@ -15,6 +15,7 @@
 // between looks at memory rings; it checks the deadline and the peers' liveness.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -87,7 +88,18 @@ class ChannelLink : public Link {
     char* data;
     size_t bytes;
     size_t done = 0;
+    // A receive into a window (recv_reduce): byte p of the payload lands at
+    // data[p % window], and at most `window` bytes past `consumed` are read.
+    size_t window = 0;
+    size_t consumed = 0;
+    size_t offset = 0;  // where this stripe starts in its message
     bool finished() const { return header_done == sizeof(FrameHeader) && done == bytes; }
+    // Where the next payload byte goes and how many may be read there now.
+    char* next_at() const { return data + (window ? done % window : done); }
+    size_t room() const {
+      if (!window) return bytes - done;
+      return std::min({bytes - done, window - done % window, consumed + window - done});
+    }
   };
   Status check(Channel* channel, int peer);
   Status step_send(Transfer& t, bool* progressed);
@@ -96,7 +108,8 @@ class ChannelLink : public Link {
   // the sends too); calls on_progress after every round that moved bytes.
   Status drive(std::vector<Transfer>* recvs, bool all_sends,
                const std::function<void()>& on_progress = nullptr);
-  // The transfers that receive the next `bytes` from `peer` into dst, one per stripe.
+  // The transfers that receive the next `bytes` from `peer` into dst, one per stripe
+  // (dst nullptr: the caller points each at its memory; `offset` says where it starts).
   Status post_recvs(int peer, void* dst, size_t bytes, std::vector<Transfer>* recvs);
   Status wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds);
   std::string peer_label(int peer) const;
@@ -109,7 +122,6 @@ class ChannelLink : public Link {
   Deadline deadline_;
   std::vector<Transfer> sends_;
   std::vector<Channel*> busy_;  // channels with a send in the middle of a frame (drive)
-  std::vector<char> scratch_;
   Clock::time_point last_liveness_check_;
   std::map<std::string, uint64_t> sent_by_rail_;
   std::function<Status()> also_failed_;
