@@ -72,6 +72,7 @@ HARNESS = {
     "connect_handshake",
     "tcp_channel_options",
     "receive_frames",
+    "cma_lanes",
 }
 
 
@@ -82,7 +83,12 @@ def test_the_test_harness_is_not_in_the_module_users_import():
     assert public == HARNESS
     assert not HARNESS & set(vars(_accl))
     library = Path(_accl.__file__).read_bytes()
-    for marker in (b"hierarchical_threads", b"simulated_hosts", b"run_on_simulated_hosts"):
+    for marker in (
+        b"hierarchical_threads",
+        b"simulated_hosts",
+        b"run_on_simulated_hosts",
+        b"run_cma_lanes",
+    ):
         assert marker not in library, marker
     assert b"run_on_simulated_hosts" in Path(_accl_testing.__file__).read_bytes()
     offending = {
