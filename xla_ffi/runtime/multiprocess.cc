@@ -132,6 +132,8 @@ Status allreduce_cross_memory(World& world, Link& link, Communicator& communicat
   *done = false;
   if (known.has_value() && !*known) return Status::Ok();
   bool usable = known.value_or(false);
+  // Held past allreduce_cma's own hold until the World keeps one: no lapse in between.
+  const CrossMemoryPermission permission;
   ACCL_RETURN_IF_ERROR(allreduce_cma(link, cross_memory(), mine, reduction,
                                      /*probe=*/!known.has_value(), &usable));
   if (!known.has_value()) {

@@ -147,7 +147,8 @@ uint64_t World::recoveries() {
 }
 
 void World::cross_memory_probed(bool usable) {
-  // Taken while the probing call still holds its own: the permission never lapses.
+  // Taken while the probing call still holds its own (allreduce_cross_memory): the
+  // permission never lapses.
   if (usable) {
     std::call_once(cross_memory_kept_once_,
                    [this] { cross_memory_kept_ = std::make_unique<CrossMemoryPermission>(); });
