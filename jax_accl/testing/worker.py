@@ -765,8 +765,10 @@ def scenario_lockout():
     else:
         client.blocking_key_value_get("lockout/held", 120_000)
     exact, _, placed = checked_psum(1 << 16, seed=14)
+    start = time.monotonic()
     for k in range(3):
         exact(f"call {k}, the job's first connections under siege")
+    first_calls_s = time.monotonic() - start
     bad = allreduce_program(jax_accl, ALL, algorithm="ring" if me == 0 else "direct")
     error = None
     try:
@@ -775,7 +777,13 @@ def scenario_lockout():
         error = str(e)
     for k in range(3):
         exact(f"call {k} after the failure, on the recovery's connections")
-    return {"error": error, "recoveries": jax_accl.stats()["recoveries"]}
+    stats = jax_accl.stats()
+    return {
+        "error": error,
+        "recoveries": stats["recoveries"],
+        "first_calls_s": first_calls_s,
+        "refused": stats["refused_connections"],
+    }
 
 
 def scenario_until_error():

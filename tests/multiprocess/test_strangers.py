@@ -245,6 +245,44 @@ def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_requ
         assert r["recoveries"] == 1, r
 
 
+def test_a_program_on_a_job_host_holding_every_place_from_its_address_cannot_lock_the_job_out(
+    root_required, tmp_path
+):
+    """A program on process 0's own host (inside its namespace, so its connections come
+    from the job's rail addresses, which process 1 counts as its peers') holds 40 silent
+    connections to each of process 1's listeners, where the job's connections arrive:
+    80 for the job's 64 handshake places, every lost one opened again at once, from
+    before the job's first call. Each new connection takes the oldest place, so the
+    job's first connections and, after a failed call, its recovery's new ones get in
+    (deadline 30 s), every call exact; the holder only evicts itself."""
+    with netns.virtual_hosts(2, 2) as names:
+        job = BackgroundJob("lockout", names, tmp_path, env={"JAX_ACCL_TIMEOUT_S": "30"})
+        ports = job.ports()
+        holder = subprocess.Popen(
+            ["ip", "netns", "exec", names[0], sys.executable, "-c", HOLDER]
+            + [ports.read_text(), "40", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        job.join()
+        (tmp_path / "done").touch()
+        out, _ = holder.communicate(timeout=60)
+    assert not job.failure, job.failure
+    held, reopened = map(int, out.split())
+    assert held == 80 and reopened > 0, out  # every place taken, and taken again
+    by_process = {r["process"]: r for r in job.results}
+    print(
+        f"\nthe job's first 3 calls took {by_process[1]['first_calls_s']:.2f} s; "
+        f"{by_process[1]['refused']} of the holder's connections evicted, {reopened} reopened"
+    )
+    assert by_process[1]["refused"] > 0  # its places were full: the holder was evicted
+    for r in job.results:
+        assert r["error"] is not None and "jax_accl" in r["error"], r  # the designed failure
+        assert r["recoveries"] == 1, r
+        assert r["first_calls_s"] < 20, r
+
+
 FIREWALLED = (40960, 41087)  # JAX_ACCL_PORTS of the job below, closed on rail 1
 
 

@@ -245,10 +245,40 @@ def test_a_flood_of_silent_connections_is_bounded_and_the_job_still_gets_in(list
             s.close()
 
 
+def test_a_new_connection_takes_the_oldest_place_so_holders_never_lock_the_job_out(listener):
+    """A program on the job's host, connecting from the job's own address (127.0.0.1
+    here), holds every one of the 64 places: one connection waits for our response after
+    the listener's challenge, 63 say nothing. The job's next connection is admitted at
+    once, its first try; the oldest holder is closed saying busy (in place of the
+    admission byte, where the challenge was sent), then the next oldest for the next."""
+    secret, port = listener
+    before = _accl.stats()["refused_connections"]
+    challenged = socket.create_connection(("127.0.0.1", port), timeout=10)
+    challenged.sendall(hello(src=40))
+    assert len(challenged.recv(CHALLENGE_BYTES, socket.MSG_WAITALL)) == CHALLENGE_BYTES
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(63)]
+    try:
+        time.sleep(0.5)  # every one accepted: all places taken, none refused
+        assert _accl.stats()["refused_connections"] == before
+        start = time.monotonic()
+        assert exchange(port, secret, hello(src=41))[1] == b"K"
+        assert challenged.recv(1) == b"B"  # evicted after its challenge: try again
+        silent.append(socket.create_connection(("127.0.0.1", port), timeout=10))  # full again
+        assert exchange(port, secret, hello(src=42))[1] == b"K"
+        assert silent[0].recv(1) == b"B"  # evicted before its hello: busy
+        assert time.monotonic() - start < 2, "the job waited for a place"
+        assert wait_for_refused(before, 2) == 2
+    finally:
+        challenged.close()
+        for s in silent:
+            s.close()
+
+
 def test_strangers_get_a_few_short_places_and_never_the_jobs(listener):
     """Silent connections from 5 addresses that are not the job's (127.0.0.2-6; the job's
     peer is 127.0.0.1), 10 each: at most 4 handshakes at once per stranger and 16 for all
-    of them, the rest closed unread at once (saying busy), and those 16 closed after 1 s;
+    of them, the older ones closed unread at once (saying busy) as newer ones come, and
+    the 16 left closed after 1 s;
     meanwhile the job is admitted at once, every time."""
     secret, port = listener
     before = _accl.stats()["refused_connections"]
@@ -263,7 +293,7 @@ def test_strangers_get_a_few_short_places_and_never_the_jobs(listener):
     silent = [from_stranger(f"127.0.0.{2 + k % 5}") for k in range(50)]
     try:
         assert wait_for_refused(before, 34) >= 34  # all but 16, at once
-        assert silent[-1].recv(1) in (b"B", b"")  # a refused one: busy, or already closed
+        assert silent[0].recv(1) in (b"B", b"")  # the oldest evicted: busy, or already closed
         for k in range(5):  # the job's own places are free
             assert exchange(port, secret, hello(src=20 + k))[1] == b"K"
         assert wait_for_refused(before, 50) == 50  # the 16 timed out after 1 s

@@ -74,6 +74,7 @@ HARNESS = {
     "receive_frames",
     "inject_mpi_fault",  # test-only faults of the MPI library (common/faults.h)
     "mark_process_unusable",
+    "cma_lanes",
 }
 
 
@@ -89,6 +90,7 @@ def test_the_test_harness_is_not_in_the_module_users_import():
         b"simulated_hosts",
         b"run_on_simulated_hosts",
         b"inject_mpi_fault",
+        b"run_cma_lanes",
     ):
         assert marker not in library, marker
     assert b"run_on_simulated_hosts" in Path(_accl_testing.__file__).read_bytes()

@@ -15,12 +15,16 @@
 //   a peer-access phase of the link (Link::begin_peer_access): a rank looks for a failed
 //   peer before every tile, and a peer that fails waits until every rank has left the
 //   phase before it returns, so nobody writes into buffers that XLA may have freed.
+//   Every rank holds this process's ptrace permission (transport/cma.h) from before it
+//   publishes its buffers to its end, so that no other lane's call, ending or finding
+//   cross-memory attach unusable, takes it away from this one meanwhile.
 #include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "transport/cma.h"
 
 namespace accl {
 namespace {
@@ -45,6 +49,7 @@ Status exchange(Link& link, const void* mine, size_t bytes, std::vector<std::vec
 Status allreduce_cma(Link& link, ProcessMemory& memory, const std::vector<Buffers>& segments,
                      const Reduction& reduction, bool probe, bool* usable) {
   const int n = link.size(), me = link.rank();
+  const CrossMemoryPermission permission;  // peers may read and write us until we return
   // 1. Addresses: a random token, where it lives, the pid, then (in, out) per segment.
   //    The probe reads each peer's token through its handle (a pid): one that names
   //    another process (another pid namespace, a host id shared by mistake) cannot pass.

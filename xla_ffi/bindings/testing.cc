@@ -32,6 +32,7 @@
 #include "runtime/allreduce.h"
 #include "runtime/call_plan.h"
 #include "runtime/rendezvous.h"
+#include "testing/cma_lanes.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
 #include "transport/handshake.h"
@@ -362,6 +363,28 @@ void inject_mpi_fault(const std::string& kind, int times) {
   inject_fault(it->second, times);
 }
 
+// Two lanes of cross-memory-attach all-reduces sharing the ptrace permission
+// (testing/cma_lanes.h): what each found, and when the permission was held.
+nb::dict cma_lanes(int ranks, uint64_t count, double timeout_s) {
+  CmaLanesReport report;
+  {
+    nb::gil_scoped_release release;
+    report = run_cma_lanes(ranks, count, timeout_s);
+  }
+  nb::dict out;
+  out["allowed_before"] = report.allowed_before;
+  out["allowed_after_lone_lane"] = report.allowed_after_lone_lane;
+  out["lane_a_usable"] = report.lane_a_usable;
+  out["allowed_while_b_waits"] = report.allowed_while_b_waits;
+  out["lane_b_usable"] = report.lane_b_usable;
+  out["lane_b_exact"] = report.lane_b_exact;
+  out["lane_b_bytes"] = report.lane_b_bytes;
+  out["refused"] = report.refused;
+  out["allowed_after"] = report.allowed_after;
+  out["errors"] = report.errors;
+  return out;
+}
+
 }  // namespace
 }  // namespace accl
 
@@ -391,4 +414,6 @@ NB_MODULE(_accl_testing, m) {
   m.def("inject_mpi_fault", &inject_mpi_fault, nb::arg("kind"), nb::arg("times") = 1);
   // For good: a process marked so refuses every later call (common/health.h).
   m.def("mark_process_unusable", &mark_process_unusable, nb::arg("why"));
+  m.def("cma_lanes", &cma_lanes, nb::arg("ranks") = 2, nb::arg("count") = 1 << 18,
+        nb::arg("timeout_s") = 30.0);
 }

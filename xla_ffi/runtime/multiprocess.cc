@@ -123,18 +123,17 @@ void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_
 
 // Runs allreduce_cma over `link` (the group of `communicator`, all on this host); *done
 // tells whether it ran. The group's first such call probes whether cross-memory attach
-// works; the communicator remembers the answer, and the World whether any group of
-// this process still needs the ptrace permission it takes.
+// works; the communicator remembers the answer, and the World keeps the ptrace
+// permission (allreduce_cma holds it for the call) once a group found it usable.
 Status allreduce_cross_memory(World& world, Link& link, Communicator& communicator,
                               const std::vector<Buffers>& mine, const Reduction& reduction,
                               bool* done) {
   const std::optional<bool> known = communicator.cross_memory_usable();
   *done = false;
   if (known.has_value() && !*known) return Status::Ok();
-  // Before this rank publishes its buffers (inside allreduce_cma), so that peers
-  // probing it find it allowed.
-  allow_cross_memory_attach();
   bool usable = known.value_or(false);
+  // Held past allreduce_cma's own hold until the World keeps one: no lapse in between.
+  const CrossMemoryPermission permission;
   ACCL_RETURN_IF_ERROR(allreduce_cma(link, cross_memory(), mine, reduction,
                                      /*probe=*/!known.has_value(), &usable));
   if (!known.has_value()) {

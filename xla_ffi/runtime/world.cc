@@ -110,10 +110,8 @@ bool World::stop(double wait_s) {
     w.reset();  // (if stopped) the transports stop accepting; channels close
     g_stopping.store(false, std::memory_order_release);
   }
-  if (stopped) {
-    shm_cleanup();
-    revoke_cross_memory_attach();
-  }
+  // (The ptrace permission went with the World, if it was its last holder.)
+  if (stopped) shm_cleanup();
   return stopped;
 }
 
@@ -149,10 +147,11 @@ uint64_t World::recoveries() {
 }
 
 void World::cross_memory_probed(bool usable) {
+  // Taken while the probing call still holds its own (allreduce_cross_memory): the
+  // permission never lapses.
   if (usable) {
-    cross_memory_groups_.fetch_add(1);
-  } else if (cross_memory_groups_.load() == 0) {
-    revoke_cross_memory_attach();
+    std::call_once(cross_memory_kept_once_,
+                   [this] { cross_memory_kept_ = std::make_unique<CrossMemoryPermission>(); });
   }
 }
 

@@ -20,6 +20,7 @@
 #include "runtime/channel_space.h"
 #include "runtime/communicator.h"
 #include "transport/channel.h"
+#include "transport/cma.h"
 #include "transport/tcp_transport.h"
 #include "transport/transport.h"
 
@@ -92,7 +93,9 @@ class World : public ChannelMaker {
   // Whether large transfers between processes of this host may use cross-memory attach.
   bool cross_memory_attach() const { return cross_memory_attach_; }
   // A rank's first probe of cross-memory attach in its group found it `usable` or not:
-  // once probes were made and none found it usable, the ptrace permission is taken back.
+  // once one did, the World keeps the ptrace permission (transport/cma.h) until it is
+  // destroyed (jax.distributed.shutdown(), or the last call still holding it ends);
+  // otherwise only the calls that probe or copy hold it, each while it runs.
   void cross_memory_probed(bool usable);
 
   ~World() override;
@@ -110,8 +113,9 @@ class World : public ChannelMaker {
   std::vector<ProcessEntry> processes_;
   std::map<int64_t, int> device_process_;
   std::vector<std::unique_ptr<Transport>> transports_;
-  TcpTransport* tcp_ = nullptr;              // one of transports_
-  std::atomic<int> cross_memory_groups_{0};  // probes (one per rank) that found it usable
+  TcpTransport* tcp_ = nullptr;  // one of transports_
+  std::once_flag cross_memory_kept_once_;
+  std::unique_ptr<CrossMemoryPermission> cross_memory_kept_;  // once a group found it usable
 
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.

@@ -41,6 +41,7 @@
 #include "selftest/by_host_selftest.h"
 #include "selftest/checks.h"
 #include "selftest/mpiabi_selftest.h"
+#include "testing/cma_lanes.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
 #include "transport/cma.h"
@@ -260,6 +261,23 @@ void test_cma(int n, size_t count, bool in_place) {
            str_cat("cma", in_place ? " in place" : "", " n=", n, " count=", count, " rank ", r,
                    ": ", status[r].message()));
   }
+}
+
+// The ptrace permission is counted (testing/cma_lanes.h): a lane that finds cross-memory
+// attach unusable and ends revokes it only when it was the last to hold it.
+void test_cma_permission() {
+  const CmaLanesReport r = run_cma_lanes(3, 100003, 30);
+  std::string errors;
+  for (const std::string& e : r.errors) errors += "; " + e;
+  expect(r.errors.empty(), str_cat("cma permission: errors", errors));
+  expect(!r.allowed_before && !r.allowed_after_lone_lane && !r.lane_a_usable,
+         "cma permission: a lone lane that found it unusable revoked it at its end");
+  expect(r.allowed_while_b_waits && r.lane_b_usable && r.lane_b_exact && r.refused == 0 &&
+             r.lane_b_bytes > 0,
+         str_cat("cma permission: the other lane kept it (allowed ", r.allowed_while_b_waits,
+                 ", usable ", r.lane_b_usable, ", exact ", r.lane_b_exact, ", refused ", r.refused,
+                 ")"));
+  expect(!r.allowed_after, "cma permission: revoked once both lanes ended");
 }
 
 // Launch ids are not ordered: a launch with a small id still running while thousands of
@@ -828,6 +846,7 @@ int main(int argc, char** argv) {
       test_cma(n, count, true);
     }
   }
+  test_cma_permission();
   const std::vector<std::vector<std::vector<int>>> layouts = {
       {{2}, {2}},         {{1, 1}, {1, 1}}, {{2, 2}, {2, 2}}, {{1, 1}, {1, 1}, {1, 1}},
       {{2, 1}, {2}, {1}}, {{3}, {1, 1}},    {{1, 2, 1}}};

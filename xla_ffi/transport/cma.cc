@@ -4,9 +4,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 namespace accl {
 namespace {
@@ -38,25 +38,36 @@ Status transfer(bool read, pid_t pid, uint64_t remote, void* local, size_t bytes
 
 }  // namespace
 
+// The holders of the permission, counted under a lock so that the prctl calls happen in
+// the order of the count's changes (a revoke never lands after a later allow).
 namespace {
-std::atomic<bool> allowed{false};
+std::mutex permission_mutex;
+int permission_holders = 0;
+
+void set_ptracer_any(bool any) {
+#ifdef PR_SET_PTRACER
+  // Fails harmlessly without Yama.
+  prctl(PR_SET_PTRACER, any ? PR_SET_PTRACER_ANY : 0UL, 0, 0, 0);
+#else
+  (void)any;
+#endif
+}
 }  // namespace
 
-void allow_cross_memory_attach() {
-#ifdef PR_SET_PTRACER
-  if (!allowed.exchange(true)) {
-    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // fails harmlessly without Yama
-  }
-#endif
+CrossMemoryPermission::CrossMemoryPermission() {
+  std::lock_guard<std::mutex> lock(permission_mutex);
+  if (permission_holders++ == 0) set_ptracer_any(true);
 }
 
-void revoke_cross_memory_attach() {
-#ifdef PR_SET_PTRACER
-  if (allowed.exchange(false)) prctl(PR_SET_PTRACER, 0, 0, 0, 0);
-#endif
+CrossMemoryPermission::~CrossMemoryPermission() {
+  std::lock_guard<std::mutex> lock(permission_mutex);
+  if (--permission_holders == 0) set_ptracer_any(false);
 }
 
-bool cross_memory_attach_allowed() { return allowed.load(); }
+bool cross_memory_attach_allowed() {
+  std::lock_guard<std::mutex> lock(permission_mutex);
+  return permission_holders > 0;
+}
 
 Status read_remote(pid_t pid, uint64_t remote, void* local, size_t bytes) {
   return transfer(true, pid, remote, local, bytes);

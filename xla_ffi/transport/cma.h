@@ -1,8 +1,8 @@
 // Cross-memory attach: copying straight between this process's memory and another
 // process's (process_vm_readv / process_vm_writev), one copy by the kernel instead of
 // the two of a shared-memory ring (into the ring, out of it). Needs the right to ptrace
-// the peer: same user, and under Yama ptrace_scope 1 the peer's consent, which
-// allow_cross_memory_attach() gives for this process.
+// the peer: same user, and under Yama ptrace_scope 1 the peer's consent, which a
+// CrossMemoryPermission gives for this process while it lives.
 #pragma once
 
 #include <sys/types.h>
@@ -17,11 +17,19 @@ namespace accl {
 
 // Lets any process of this user ptrace, and so read and write the memory of, this
 // process (PR_SET_PTRACER_ANY: Yama's ptrace_scope 1 takes one tracer pid, and a group
-// may have several peers; a no-op without Yama). Called when this process first joins
-// a group of several processes of its host that tries cross-memory attach, never
-// before; revoke_cross_memory_attach() undoes it when the World stops.
-void allow_cross_memory_attach();
-void revoke_cross_memory_attach();
+// may have several peers; a no-op without Yama) for as long as any holder lives: every
+// rank in a cross-memory-attach call holds it (allreduce_cma, from before it publishes
+// its buffers to its end) and the World once a group found it usable (until the World
+// stops). The first holder allows, the last one to go revokes: a lane that ends, or
+// finds it unusable, never takes it from another lane still probing or copying.
+class CrossMemoryPermission {
+ public:
+  CrossMemoryPermission();
+  ~CrossMemoryPermission();
+  CrossMemoryPermission(const CrossMemoryPermission&) = delete;
+  CrossMemoryPermission& operator=(const CrossMemoryPermission&) = delete;
+};
+// Whether some holder lives (so PR_SET_PTRACER_ANY is in force).
 bool cross_memory_attach_allowed();
 
 // Copies `bytes` from address `remote` of process `pid` into `local`, or from `local` to

@@ -118,8 +118,22 @@ Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
   ACCL_RETURN_IF_ERROR(write_all(fd, response.data(), response.size(), deadline));
   char ack = 0;
   ACCL_RETURN_IF_ERROR(read_all(fd, &ack, 1, deadline));
+  if (ack == kHandshakeBusy) {  // evicted for a newer connection: worth another try
+    if (closed_unread != nullptr) *closed_unread = true;
+    return error(Code::kAborted, "the listener was busy");
+  }
   if (ack != kHandshakeAccepted) return error(Code::kAborted, "handshake refused");
   return Status::Ok();
+}
+
+void AcceptorHandshake::evict() {
+  // One byte into a send buffer that holds at most the 48-byte challenge: never waits.
+  // Mid-challenge (a full send buffer) nothing fits the protocol: the connector fails.
+  if (state_ == State::kReadHello || state_ == State::kReadResponse) {
+    ssize_t ignored = send(fd_, &kHandshakeBusy, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)ignored;
+  }
+  refuse(error(Code::kAborted, "evicted by a newer connection"));
 }
 
 short AcceptorHandshake::events() const {

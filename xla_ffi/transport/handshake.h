@@ -37,8 +37,9 @@ constexpr uint32_t kProtocolVersion = 4;
 constexpr size_t kSecretBytes = 32;
 constexpr size_t kNonceBytes = 16;
 constexpr char kHandshakeAccepted = 'K';
-// What a busy acceptor sends, alone, before it closes a connection it will not read:
-// try again (a refusal closes with nothing, a challenge is 48 bytes).
+// What a busy acceptor sends, alone, before it closes a connection it will not read, or
+// in place of the admission byte when it evicts a handshake: try again (a refusal
+// closes with nothing, a challenge is 48 bytes).
 constexpr char kHandshakeBusy = 'B';
 
 struct Hello {
@@ -85,7 +86,7 @@ void random_bytes(void* out, size_t bytes);  // from the kernel's generator
 
 // The connector's side of the exchange on `fd` (hello's nonce is filled in here).
 // *closed_unread (if given) tells that the listener was busy (it sent kHandshakeBusy
-// alone and closed): worth another try.
+// alone and closed, or sent it in place of the admission byte): worth another try.
 Status handshake_as_connector(int fd, const std::string& secret, Hello hello,
                               const Deadline& deadline, bool* closed_unread = nullptr);
 
@@ -116,6 +117,10 @@ class AcceptorHandshake {
   bool answered_busy() const { return answered_busy_; }  // refused only for now
   // Closed without counting as a refused connection: answered busy, or a probe.
   bool uncounted() const { return answered_busy_ || probe_; }
+  // Gives up this handshake for a newer connection's (the caller closes the socket):
+  // says busy where the connector reads it, before the challenge or instead of the
+  // admission byte, so that a peer's connector tries again.
+  void evict();
 
  private:
   State refuse(Status why);

@@ -21,8 +21,9 @@
 namespace accl {
 namespace {
 // Handshakes in progress at once, and how long each may take (see tcp_transport.h): a
-// connection beyond its budget is closed unread (and counted as refused), so a flood of
-// strangers can exhaust neither descriptors, memory, nor the job's own places.
+// new connection beyond its budget evicts the oldest handshake of that budget (closed,
+// counted as refused), so a flood of strangers can exhaust neither descriptors nor
+// memory, and holds no place against a newer connection.
 constexpr double kHandshakeSeconds = 5.0;
 constexpr size_t kMaxPendingHandshakes = 64;
 constexpr double kStrangerHandshakeSeconds = 1.0;
@@ -94,15 +95,19 @@ bool TcpTransport::known_peer(uint32_t address) {
   return known_peers_.count(address) > 0;
 }
 
-bool TcpTransport::has_place(const std::vector<Pending>& pending, uint32_t address,
-                             bool known) const {
-  size_t of_kind = 0, of_address = 0;
-  for (const Pending& p : pending) {
-    of_kind += p.known == known;
-    of_address += p.address == address;
+std::vector<TcpTransport::Pending>::iterator TcpTransport::displaced(std::vector<Pending>& pending,
+                                                                     uint32_t address, bool known) {
+  // Pending is in arrival order: the first match is the oldest.
+  auto oldest = [&](auto matches) { return std::find_if(pending.begin(), pending.end(), matches); };
+  auto same_kind = [known](const Pending& p) { return p.known == known; };
+  auto same_address = [&](const Pending& p) { return same_kind(p) && p.address == address; };
+  const size_t of_kind = std::count_if(pending.begin(), pending.end(), same_kind);
+  if (!known && std::count_if(pending.begin(), pending.end(), same_address) >=
+                    static_cast<std::ptrdiff_t>(kHandshakesPerStranger)) {
+    return oldest(same_address);
   }
-  if (known) return of_kind < kMaxPendingHandshakes;
-  return of_kind < kStrangerHandshakes && of_address < kHandshakesPerStranger;
+  if (of_kind >= (known ? kMaxPendingHandshakes : kStrangerHandshakes)) return oldest(same_kind);
+  return pending.end();
 }
 
 void TcpTransport::accept_loop() {
@@ -180,13 +185,12 @@ bool TcpTransport::accept_round(std::vector<Pending>* pending, Clock::time_point
     }
     const uint32_t address = from.sin_family == AF_INET ? from.sin_addr.s_addr : 0;
     const bool known = known_peer(address);
-    if (!has_place(*pending, address, known)) {
+    const auto victim = displaced(*pending, address, known);
+    if (victim != pending->end()) {  // the oldest goes, saying busy: the newest gets in
+      victim->handshake->evict();
       refused_.fetch_add(1);
-      // Into the empty send buffer of a fresh connection: never waits.
-      ssize_t ignored = send(fd, &kHandshakeBusy, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-      (void)ignored;
-      close(fd);
-      continue;
+      close(victim->handshake->fd());
+      pending->erase(victim);
     }
     auto wanted = [this](const Hello& hello) { return where_(hello.dst_device); };
     pending->push_back(Pending{

@@ -7,9 +7,13 @@
 // Strangers cannot lock the job out: the job's own peers (the rail addresses of the
 // process table) have handshake places of their own, at most 64 in progress, 5 s each;
 // any other address gets at most 4 places of 16 shared by all strangers, 1 s each for
-// the whole exchange. A connection beyond its budget is closed unread (counted as
-// refused). A hello for a device that does not live here is refused before anything is
-// proved to it.
+// the whole exchange. A new connection whose places are full takes the place of the
+// oldest handshake in them (that address's own, for a stranger at its 4), which is
+// closed saying busy and counted as refused: a program on a job host, connecting from
+// that host's rail address, shares the job's 64 places but cannot hold them, since the
+// newest connection, a real peer's, always gets in and finishes its exchange in a round
+// trip while the holders' older ones go first. A hello for a device that does not live
+// here is refused before anything is proved to it.
 #pragma once
 
 #include <atomic>
@@ -67,8 +71,10 @@ class TcpTransport final : public Transport {
   };
   // One round of the event loop; false when the transport stops.
   bool accept_round(std::vector<Pending>* pending, Clock::time_point* backoff_until);
-  // Whether a new connection from `address` may start a handshake now.
-  bool has_place(const std::vector<Pending>& pending, uint32_t address, bool known) const;
+  // The handshake whose place a new connection from `address` takes (the top), or
+  // pending.end() when there is room.
+  static std::vector<Pending>::iterator displaced(std::vector<Pending>& pending, uint32_t address,
+                                                  bool known);
   bool known_peer(uint32_t address);
   // A handshake passed: files the connection for connect(), or refuses it.
   void admit(const AcceptorHandshake& h);
