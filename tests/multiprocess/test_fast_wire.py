@@ -1,0 +1,49 @@
+"""Large calls on a fast wire: unshaped namespaced hosts, where the paths the CPU-bound
+regime takes run (windowed reducing receives, halving-doubling between two hosts, the
+chunked pipeline beside a processes tier). Every result bitwise against NumPy at 64 and
+256 MiB per device; a peer killed in the middle of a 256 MiB call makes its survivor
+raise within seconds; a peer 25 s late for one is waited for and the call is exact.
+The worker: jax_accl/testing/fast_wire_worker.py."""
+
+import pytest
+
+from jax_accl.testing import launch, netns
+
+WORKER = ["-m", "jax_accl.testing.fast_wire_worker"]
+
+
+def run(scenario, per_host, devices, *, killed=(), timeout_s="60", **kw):
+    with netns.virtual_hosts(2, 2) as names:  # unshaped: plain veth pairs and a bridge
+        spaces = [name for name in names for _ in range(per_host)]
+        return launch.run_on_namespaced_hosts(
+            [*WORKER, "--scenario", scenario],
+            spaces,
+            devices,
+            "rail0,rail1",
+            env=[{"JAX_ACCL_TIMEOUT_S": timeout_s}] * len(spaces),
+            killed=killed,
+            timeout=600,
+            **kw,
+        )
+
+
+@pytest.mark.parametrize("per_host,devices", [(1, 1), (2, 1)])
+def test_large_calls_on_a_fast_wire_are_exact(root_required, per_host, devices):
+    results = run("exact", per_host, devices)
+    for r in results:
+        assert r["checked"] == [64 << 20, 256 << 20], r
+    # Between two hosts the large slices went by halving-doubling (or the ring, the
+    # same schedule for two) inside the hierarchy, never direct.
+    assert results[0]["stats"]["hierarchical"]["calls"] >= 4, results[0]["stats"]
+
+
+def test_a_peer_killed_in_a_256mib_call_makes_its_survivor_raise_at_once(root_required):
+    survivor, *_ = run("kill", 1, 1, killed=(1,))
+    assert survivor["error"] is not None and "jax_accl" in survivor["error"], survivor
+    assert survivor["seconds_to_error"] < 15, survivor
+
+
+def test_a_peer_25s_late_for_a_256mib_call_is_waited_for(root_required):
+    results = run("late", 1, 1)
+    on_time = results[0]
+    assert 20 < on_time["waited_s"] < 59, on_time
