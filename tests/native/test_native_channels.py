@@ -48,6 +48,24 @@ def test_message_path_matches_numpy_bitwise(algorithm, n, count, stripes):
         np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling"])
+@pytest.mark.parametrize("count", [(1 << 19), (3 << 20) + 5, (16 << 20) + 1])
+@pytest.mark.parametrize("stripes", [1, 2])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_two_ranks_stream_their_halves_exact(algorithm, count, stripes, in_place):
+    """Two ranks from 2 MiB on (algorithms/pair_exchange.cc): halves exchanged chunk by
+    chunk, a chunk's results beside the next chunk's halves (2 to 16 chunks, uneven
+    halves), in place too (a chunk's results land where its halves were sent from)."""
+    rng = np.random.default_rng(count + stripes)
+    inputs = [rng.integers(-(2**31), 2**31 - 1, count, dtype=np.int32) for _ in range(2)]
+    with np.errstate(over="ignore"):
+        want = np.sum(inputs, axis=0, dtype=np.int32)
+    outputs, errors = run_channels(inputs, algorithm, stripes, in_place=in_place)
+    assert errors == ["", ""]
+    for out in outputs:
+        np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling"])
 @pytest.mark.parametrize("n", [3, 4])
 def test_in_place_message_path(algorithm, n):

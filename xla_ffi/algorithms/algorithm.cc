@@ -31,8 +31,14 @@ Status run_segment(Algorithm algorithm, Link& link, const Buffers& buf,
                    const Reduction& reduction) {
   switch (algorithm) {
     case Algorithm::kDirect: return allreduce_direct(link, buf, reduction);
-    case Algorithm::kRing: return allreduce_ring(link, buf, reduction);
-    case Algorithm::kHalvingDoubling: return allreduce_halving_doubling(link, buf, reduction);
+    case Algorithm::kRing:
+    case Algorithm::kHalvingDoubling:
+      // For two ranks both are one exchange of halves: streamed where the link allows.
+      if (pair_streams(link, buf.count * buf.elem_size)) {
+        return allreduce_pair_streamed(link, buf, reduction);
+      }
+      return algorithm == Algorithm::kRing ? allreduce_ring(link, buf, reduction)
+                                           : allreduce_halving_doubling(link, buf, reduction);
     case Algorithm::kReduceBroadcast: return allreduce_reduce_broadcast(link, buf, reduction);
     case Algorithm::kHierarchical:  // composed by runtime/multiprocess.cc, not a Link algorithm
     case Algorithm::kAuto: break;

@@ -44,6 +44,11 @@ struct Blocks {
 };
 
 Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reduction);
+// Two ranks over a link that queues sends, at least 2 MiB (pair_streams): halves
+// exchanged chunk by chunk, the results of a chunk travelling beside the next chunk's
+// halves (algorithms/pair_exchange.cc). Ring and halving-doubling run it there.
+bool pair_streams(const Link& link, size_t bytes);
+Status allreduce_pair_streamed(Link& link, const Buffers& buf, const Reduction& reduction);
 // Direct over messages in two halves, for a caller that streams several buffers: post
 // `buf.in` to every peer; later, receive every peer's and fold them into `buf.out` in rank
 // order, as allreduce_direct does. buf.in must differ from buf.out and stay intact until

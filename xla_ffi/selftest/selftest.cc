@@ -734,6 +734,7 @@ class DyingLink final : public Link {
     return inner_.check_peer_access();
   }
   void end_peer_access() override { inner_.end_peer_access(); }
+  bool queues_sends() const override { return inner_.queues_sends(); }
   std::string where() const override { return inner_.where(); }
 
  private:

@@ -66,6 +66,7 @@ class ChannelLink : public Link {
   Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                      const Reduction& reduction) override;
   std::string where() const override { return where_; }
+  bool queues_sends() const override { return true; }
   Status begin_peer_access() override;
   Status check_peer_access() override;
   void end_peer_access() override;

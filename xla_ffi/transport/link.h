@@ -105,6 +105,9 @@ class Link {
   virtual Status begin_peer_access() { return Status::Ok(); }
   virtual Status check_peer_access() { return Status::Ok(); }
   virtual void end_peer_access() {}
+  // True where post_send only queues (any number of sends in flight per peer, driven
+  // by every later wait), so a schedule may post ahead of what it receives.
+  virtual bool queues_sends() const { return false; }
   // A label for error messages, e.g. "rank 3 of group [0 1 2 3], op 17 seq 2".
   virtual std::string where() const = 0;
 };
