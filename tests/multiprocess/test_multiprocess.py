@@ -311,6 +311,52 @@ def test_ranks_in_different_calls_all_raise():
     assert all("different call" in r["error"] for r in results), results
 
 
+TWO_HOSTS = [{"JAX_ACCL_HOST_ID": h, "JAX_ACCL_RAILS": "lo"} for h in ("host-a", "host-b")]
+
+
+@pytest.mark.parametrize(
+    "settings,plans",
+    [
+        (
+            [{"JAX_ACCL_PIPELINE_CHUNKS": "4"}, {"JAX_ACCL_PIPELINE_CHUNKS": "1"}],
+            ["hierarchical in 4 chunks", "hierarchical in 1 chunk"],
+        ),
+        (
+            [{"JAX_ACCL_PIPELINE_CHUNKS": "1"}, {"JAX_ACCL_ALGORITHM": "ring"}],
+            ["hierarchical", "ring"],
+        ),
+    ],
+    ids=["chunks", "algorithm"],
+)
+def test_processes_that_plan_a_call_differently_both_raise_naming_both_plans(settings, plans):
+    """Two processes (two hosts by JAX_ACCL_HOST_ID, TCP over loopback, 2 devices each)
+    configured differently plan the same 4 MiB all-reduce differently: every frame
+    carries its sender's plan, so both raise within seconds (the deadline is 60 s), each
+    naming both processes' plans and the settings to align, not a length mismatch."""
+    env = [{**TWO_HOSTS[i], **settings[i]} for i in range(2)]
+    results = run(2, 2, "plan_mismatch", env=env, timeout=180)
+    assert len(results) == 2
+    for r in results:
+        assert r["error"] is not None, r
+        assert r["seconds_to_error"] < 10, r
+        assert "plan this call differently" in r["error"], r["error"]
+        assert "JAX_ACCL_PIPELINE_CHUNKS" in r["error"] and "JAX_ACCL_ALGORITHM" in r["error"]
+        for process, plan in enumerate(plans):
+            assert f"process {process} runs {plan}" in r["error"] or (
+                f"process {process} {plan}" in r["error"]
+            ), r["error"]
+
+
+def test_processes_that_plan_a_call_alike_are_exact():
+    """The same job with the same settings in both processes: exact, pipelined."""
+    env = [{**TWO_HOSTS[i], "JAX_ACCL_PIPELINE_CHUNKS": "4"} for i in range(2)]
+    results = run(2, 2, "plan_mismatch", env=env, timeout=180)
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0, r["stats"]
+        assert any(k.startswith("tcp:") for k in r["stats"]["transports"]), r["stats"]
+
+
 def test_a_small_dev_shm_is_a_clear_error_on_every_rank_not_a_crash(root_required):
     """/dev/shm a 1 MiB tmpfs (as in a tight container) and no cross-memory attach: the
     rings between the two processes (2 devices each) cannot be allocated. Both raise an
