@@ -210,7 +210,7 @@ int told_by(const Status& s) {
   return at == std::string::npos ? -1 : std::atoi(s.message().c_str() + at + key.size());
 }
 
-// Rank r's result of test_local_failure's call: its block of the sum (reduce-scatter),
+// Rank r's result of test_by_host_local_failure's call: its block of the sum (reduce-scatter),
 // or every rank's first block (all-gather).
 bool exact_by_host(bool gather, const std::vector<std::vector<int32_t>>& in,
                    const std::vector<int32_t>& out, int r, size_t block) {
@@ -231,7 +231,7 @@ bool exact_by_host(bool gather, const std::vector<std::vector<int32_t>>& in,
 // both its links (fail_links_on_error, as the runtime does), and so does every rank that learns of
 // it: each other rank ends within seconds, long before the deadline (20 s), its error
 // naming the rank it learnt it from, a chain that leads back to rank 0.
-void test_local_failure(bool gather, bool between_hosts, bool throws, int chunks) {
+void test_by_host_local_failure(bool gather, bool between_hosts, bool throws, int chunks) {
   const int hosts = 2, per_host = 2, n = hosts * per_host;
   const size_t block = 20000;
   auto in = random_inputs(n, n * block, 11);
@@ -392,7 +392,7 @@ void run_by_host_selftest(int* checks, int* failures) {
   for (bool gather : {false, true}) {
     for (bool between_hosts : {false, true}) {
       for (bool throws : {false, true}) {
-        for (int chunks : {1, 4}) test_local_failure(gather, between_hosts, throws, chunks);
+        for (int chunks : {1, 4}) test_by_host_local_failure(gather, between_hosts, throws, chunks);
       }
     }
   }
