@@ -124,13 +124,62 @@ WirePlan group_plan(const Communicator& group, size_t bytes, const Signature& si
                   by_host && pipeline_chunks_setting() > 0};
 }
 
+// What rank 0 answers every process's first rank in the plan check: its own plan, and
+// the first process whose plan differs from it (-1: none).
+struct PlanVerdict {
+  uint64_t plan;
+  int64_t differing_process;
+  uint64_t differing_plan;
+};
+
+// The plan check's exchange, on rank 0: every other process's plan gathered, the
+// verdict sent to each; an error where a process's plan differs.
+Status gather_plans(Link& link, const std::vector<int>& processes, uint64_t mine,
+                    const std::string& where) {
+  PlanVerdict verdict{mine, -1, 0};
+  std::vector<uint64_t> plans(processes.size(), mine);
+  for (size_t i = 1; i < processes.size(); ++i) {
+    ACCL_RETURN_IF_ERROR(link.recv(static_cast<int>(i), &plans[i], sizeof(uint64_t)));
+    if (plans[i] != mine && verdict.differing_process < 0) {
+      verdict.differing_process = processes[i];
+      verdict.differing_plan = plans[i];
+    }
+  }
+  for (size_t i = 1; i < processes.size(); ++i) {
+    ACCL_RETURN_IF_ERROR(link.post_send(static_cast<int>(i), &verdict, sizeof(verdict)));
+  }
+  ACCL_RETURN_IF_ERROR(link.wait_sends());
+  if (verdict.differing_process < 0) return Status::Ok();
+  return error(Code::kMismatch, where, ": ",
+               plan_mismatch(processes[0], mine, static_cast<int>(verdict.differing_process),
+                             verdict.differing_plan));
+}
+
+// The plan check's exchange, on another process's first rank (link rank 1): its plan
+// sent to rank 0, the verdict received; an error where any process's plan differs.
+Status send_plan(Link& link, int process, int rank0_process, uint64_t mine,
+                 const std::string& where) {
+  PlanVerdict verdict{};
+  ACCL_RETURN_IF_ERROR(link.post_send(0, &mine, sizeof(mine)));
+  ACCL_RETURN_IF_ERROR(link.recv(0, &verdict, sizeof(verdict)));
+  ACCL_RETURN_IF_ERROR(link.wait_sends());
+  if (verdict.plan != mine) {
+    return error(Code::kMismatch, where, ": ",
+                 plan_mismatch(process, mine, rank0_process, verdict.plan));
+  }
+  if (verdict.differing_process < 0) return Status::Ok();
+  return error(Code::kMismatch, where, ": ",
+               plan_mismatch(rank0_process, verdict.plan,
+                             static_cast<int>(verdict.differing_process), verdict.differing_plan));
+}
+
 // Whether the group's processes plan this call alike, checked at the first call of each
 // channel space (a lane's calls all plan alike: one shape, the settings fixed at job
 // start). Processes whose plans differ may use disjoint pairs of devices (a flat ring
 // against the hierarchy) and never read each other's frames, so one rank per process
-// (its first of the group) exchanges an empty frame with rank 0, whose header carries
-// `plan` (ChannelLink compares it, naming both plans); the process's other ranks wait
-// for its verdict, so that every rank of both processes raises at once.
+// (its first of the group) sends rank 0 its plan, and rank 0 answers every one with its
+// own and the first that differs: every process raises where any differs, naming both
+// plans. The process's other ranks wait for its first rank's verdict.
 Status check_plans_agree(ChannelSpace& space, const GroupLayout& layout,
                          const std::vector<int64_t>& devices, int rank, uint64_t tag,
                          const PlanOnWire& plan, const std::string& where,
@@ -140,23 +189,24 @@ Status check_plans_agree(ChannelSpace& space, const GroupLayout& layout,
     if (verdict.ok() || verdict.code() == Code::kTimeout) return verdict;
     return error(verdict.code(), where, ": this process's first rank found: ", verdict.message());
   }
-  std::vector<int64_t> members;  // rank 0, then every other process's first rank
+  // Rank 0, then every other process's first rank (rank 0's link), or only this one.
+  std::vector<int64_t> members;
+  std::vector<int> processes;
   for (int r = 0; r < layout.size(); ++r) {
     if (layout.process_ranks(r)[0] == r && (r == 0 || r == rank || rank == 0)) {
       members.push_back(devices[r]);
+      processes.push_back(plan.world->process_of(devices[r]));
     }
   }
-  const int me = rank == 0 ? 0 : 1;
+  const uint64_t mine = encode_wire_plan(plan.plan);
   std::unique_ptr<ChannelLink> link;
-  Status s = open_link(space, members, me, Fnv64(tag).mix(0x706c616e).value(), plan, where,
-                       deadline, &link);
-  for (int peer = 0; s.ok() && peer < static_cast<int>(members.size()); ++peer) {
-    if (peer != me) s = link->post_send(peer, nullptr, 0);
+  // (The exchange's own frames carry no plan: it compares them itself.)
+  Status s = open_link(space, members, rank == 0 ? 0 : 1, Fnv64(tag).mix(0x706c616e).value(),
+                       PlanOnWire{WirePlan{}, plan.world}, where, deadline, &link);
+  if (s.ok()) {
+    s = rank == 0 ? gather_plans(*link, processes, mine, where)
+                  : send_plan(*link, processes[1], processes[0], mine, where);
   }
-  for (int peer = 0; s.ok() && peer < static_cast<int>(members.size()); ++peer) {
-    if (peer != me) s = link->recv(peer, nullptr, 0);
-  }
-  if (s.ok()) s = link->wait_sends();
   if (!s.ok() && link) link->fail(s.code());
   space.set_plans_agree(s);
   return s;
@@ -396,9 +446,14 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   };
 
   {
+    // The check's tag leaves the algorithm out: the plans it compares name it.
+    Signature unplanned = sig;
+    unplanned.algorithm = Algorithm::kAuto;
     const PlanOnWire agreed{group_plan(*group, bytes, sig, world->cross_memory_attach()),
                             world.get()};
-    Status s = check_plans_agree(*space, layout, devices, spec.rank, call, agreed, where, deadline);
+    Status s =
+        check_plans_agree(*space, layout, devices, spec.rank,
+                          call_tag(unplanned, spec.size, call_index), agreed, where, deadline);
     if (!s.ok()) return finish(s);
   }
 
