@@ -22,6 +22,11 @@
 // on one host): the algorithm runs over all devices of the group at once, with memory
 // rings between device threads of one process, shared memory between processes of a
 // host and TCP between hosts.
+//
+// The plan is on the wire: every frame's header carries its sender's (call_plan.h's
+// WirePlan), and the first call of each channel space checks that the group's
+// processes plan alike (check_plans_agree), so that processes configured differently
+// raise at once, naming both plans, instead of waiting for each other's frames.
 #include <algorithm>
 #include <chrono>
 #include <cstring>

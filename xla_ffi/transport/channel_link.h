@@ -1,11 +1,12 @@
 // A Link over byte-stream channels (TCP rails, shared-memory rings, in-process rings).
 //
 // Every message travels as frames: a header (magic, the channels' epoch, call tag, the
-// call's plan, per-channel sequence number, length) and the payload. A message to a peer reached
-// over several channels (rails) is striped across them in proportion to their weights, one frame
-// per channel; both ends compute the same split. The receiver checks every header, so a peer in a
-// different call (other shape, dtype or op), a lost or extra frame or a stranger's bytes are an
-// error, never a wrong result.
+// sender's plan of the call, per-channel sequence number, length) and the payload. A
+// message to a peer reached over several channels (rails) is striped across them in
+// proportion to their weights, one frame per channel; both ends compute the same split.
+// The receiver checks every header, so a peer in a different call (other shape, dtype,
+// op or plan), a lost or extra frame or a stranger's bytes are an error, never a wrong
+// result.
 //
 // Sends are asynchronous: post_send only queues; every wait (recv, wait_sends) drives
 // all queued sends and the awaited receives together, so two ranks that send to each
@@ -33,7 +34,7 @@ struct FrameHeader {
   uint32_t epoch;  // the group's epoch (runtime/communicator.h): a frame from before a
                    // recovery is refused
   uint64_t tag;    // identifies the call (signature); equal on both ends
-  uint64_t plan;   // the schedule the sender runs (runtime/call_plan.h's wire_plan): two
+  uint64_t plan;   // the sender's plan (runtime/call_plan.h's encode_wire_plan): two
                    // processes configured differently fail at the first frame, naming both
   uint64_t seq;    // frame number on this channel
   uint64_t bytes;  // payload length
