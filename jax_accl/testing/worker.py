@@ -467,6 +467,19 @@ def scenario_mismatch():
     return {"error": None}
 
 
+def scenario_plan_mismatch():
+    """One 4 MiB int32 all-reduce over every device, as this process's settings plan it
+    (the test gives the processes different JAX_ACCL_PIPELINE_CHUNKS or
+    JAX_ACCL_ALGORITHM): exact, or the error it raised and how long that took."""
+    exact, _, _ = checked_psum(1 << 20, seed=19)
+    start = time.perf_counter()
+    try:
+        exact("4 MiB psum")
+    except Exception as e:
+        return {"error": str(e), "seconds_to_error": time.perf_counter() - start}
+    return {"error": None, "seconds": time.perf_counter() - start}
+
+
 def scenario_large_call():
     """One 16 MiB all-reduce: checked against NumPy, or the error it raised."""
     x = global_input((4 << 20,), np.float32, seed=2)
@@ -835,6 +848,7 @@ SCENARIOS = {
     "survive_kill": scenario_survive_kill,
     "soak": scenario_soak,
     "mismatch": scenario_mismatch,
+    "plan_mismatch": scenario_plan_mismatch,
     "hierarchy": scenario_hierarchy,
     "scatter_gather": scenario_scatter_gather,
     "exact_scatter": scenario_exact_scatter,
@@ -863,7 +877,7 @@ def main(argv=None):
     result["process"] = jax.process_index()
     result.setdefault("stats", jax_accl.stats())
     result["topology"] = jax_accl.distributed.topology()
-    if args.scenario in ("survive_kill", "mismatch"):
+    if args.scenario in ("survive_kill", "mismatch", "plan_mismatch"):
         print("RESULT " + json.dumps(result), flush=True)
         os._exit(0)  # a peer is gone: jax.distributed's shutdown barrier would wait for it
     jax.distributed.shutdown()

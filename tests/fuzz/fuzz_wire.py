@@ -33,9 +33,9 @@ _accl_testing = load_native()
 
 HELLO = struct.Struct("<IIqqIIdQ16s")  # magic, version, src, dst, rail, stripe, weight, space,
 # nonce
-FRAME = struct.Struct("<IIQQQ")  # magic, epoch, tag, seq, bytes
+FRAME = struct.Struct("<IIQQQQ")  # magic, epoch, tag, plan, seq, bytes
 HANDSHAKE_MAGIC, FRAME_MAGIC, TAG = 0x4C434341, 0x46434341, 42
-PROTOCOL_VERSION = 4  # transport/handshake.h
+PROTOCOL_VERSION = 5  # transport/handshake.h
 
 
 @atheris.instrument_func
@@ -54,9 +54,14 @@ def check_frames(raw: bytes, expected: int, tcp: bool = False):
     error, payload = _accl_testing.receive_frames(raw, expected, 2.0 if tcp else 0.002, tcp)
     valid = len(raw) >= FRAME.size + expected
     if valid:
-        magic, epoch, tag, seq, nbytes = FRAME.unpack(raw[: FRAME.size])
+        magic, epoch, tag, plan, seq, nbytes = FRAME.unpack(raw[: FRAME.size])
         valid = (
-            magic == FRAME_MAGIC and epoch == 0 and tag == TAG and seq == 0 and nbytes == expected
+            magic == FRAME_MAGIC
+            and epoch == 0
+            and tag == TAG
+            and plan == 0
+            and seq == 0
+            and nbytes == expected
         )
     assert (error == "") == valid, (raw[:40], expected, error)
     if valid:
@@ -112,12 +117,12 @@ def test_one_input(data: bytes):
         check_frames(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)), fdp.ConsumeIntInRange(0, 256))
     else:  # a near-valid frame: one header field changed, or cut short
         expected = fdp.ConsumeIntInRange(0, 256)
-        fields = [FRAME_MAGIC, 0, TAG, 0, expected]
-        k = fdp.ConsumeIntInRange(0, 5)
-        if k < 5:
+        fields = [FRAME_MAGIC, 0, TAG, 0, 0, expected]
+        k = fdp.ConsumeIntInRange(0, 6)
+        if k < 6:
             fields[k] = fdp.ConsumeIntInRange(0, 2**32 - 1)
         frame = FRAME.pack(*fields) + fdp.ConsumeBytes(expected)
-        cut = frame[: fdp.ConsumeIntInRange(0, len(frame))] if k == 5 else frame
+        cut = frame[: fdp.ConsumeIntInRange(0, len(frame))] if k == 6 else frame
         check_frames(cut, expected, tcp=fdp.ConsumeBool())  # a memory ring, or loopback TCP
 
 

@@ -311,6 +311,56 @@ def test_ranks_in_different_calls_all_raise():
     assert all("different call" in r["error"] for r in results), results
 
 
+def hosts_by_id(n):
+    """n processes as n hosts (JAX_ACCL_HOST_ID), over loopback."""
+    return [{"JAX_ACCL_HOST_ID": f"host-{i}", "JAX_ACCL_RAILS": "lo"} for i in range(n)]
+
+
+FOUR, ONE = {"JAX_ACCL_PIPELINE_CHUNKS": "4"}, {"JAX_ACCL_PIPELINE_CHUNKS": "1"}
+
+
+@pytest.mark.parametrize(
+    "devices,settings,plans",
+    [
+        (2, [FOUR, ONE], {0: "hierarchical in 4 chunks", 1: "hierarchical in 1 chunk"}),
+        (2, [ONE, {"JAX_ACCL_ALGORITHM": "ring"}], {0: "hierarchical", 1: "ring"}),
+        (1, [FOUR, ONE, FOUR], {0: "hierarchical in 4 chunks", 1: "hierarchical in 1 chunk"}),
+    ],
+    ids=["chunks", "algorithm", "three_processes"],
+)
+def test_processes_that_plan_a_call_differently_both_raise_naming_both_plans(
+    devices, settings, plans
+):
+    """Processes on hosts of their own (JAX_ACCL_HOST_ID, TCP over loopback) configured
+    differently plan the same 4 MiB all-reduce differently: the first call's plan check
+    (and every frame's header) makes every process raise within seconds (the deadline is
+    60 s), each naming both plans and the settings to align, not a length mismatch nor
+    a wait for a connection the other plan never makes; a third process whose plan
+    agrees with rank 0's raises too."""
+    env = [{**host, **setting} for host, setting in zip(hosts_by_id(len(settings)), settings)]
+    results = run(len(settings), devices, "plan_mismatch", env=env, timeout=180)
+    assert len(results) == len(settings)
+    for r in results:
+        assert r["error"] is not None, r
+        assert r["seconds_to_error"] < 10, r
+        assert "plan this call differently" in r["error"], r["error"]
+        assert "JAX_ACCL_PIPELINE_CHUNKS" in r["error"] and "JAX_ACCL_ALGORITHM" in r["error"]
+        for process, plan in plans.items():
+            assert f"process {process} runs {plan}" in r["error"] or (
+                f"process {process} {plan}" in r["error"]
+            ), r["error"]
+
+
+def test_processes_that_plan_a_call_alike_are_exact():
+    """The same job with the same settings in both processes: exact, pipelined."""
+    env = [{**host, **FOUR} for host in hosts_by_id(2)]
+    results = run(2, 2, "plan_mismatch", env=env, timeout=180)
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0, r["stats"]
+        assert any(k.startswith("tcp:") for k in r["stats"]["transports"]), r["stats"]
+
+
 def test_a_small_dev_shm_is_a_clear_error_on_every_rank_not_a_crash(root_required):
     """/dev/shm a 1 MiB tmpfs (as in a tight container) and no cross-memory attach: the
     rings between the two processes (2 devices each) cannot be allocated. Both raise an

@@ -91,7 +91,7 @@ def test_mismatched_lengths_are_an_error_on_every_rank(algorithm):
 
 HELLO = struct.Struct("<IIqqIIdQ16s")  # transport/handshake.h: magic .. weight, space, nonce
 CHALLENGE_BYTES = 48  # the acceptor's nonce and its proof
-MAGIC, VERSION = 0x4C434341, 4
+MAGIC, VERSION = 0x4C434341, 5
 
 
 def hello(dst=7, *, src=1, rail=0, stripe=0, weight=1.0, version=VERSION, space=0):
@@ -205,6 +205,7 @@ def test_strangers_are_refused_and_the_listener_keeps_serving(listener):
         hello(version=1),  # the old protocol, which sent the secret itself
         hello(version=2),  # the protocol before channel spaces
         hello(version=3),  # the protocol before proofs bound the endpoints
+        hello(version=4),  # the protocol before frames carried the call's plan
         hello(weight=float("nan")),  # a senseless rail weight
         hello()[:60],  # truncated
     ]

@@ -16,6 +16,38 @@ const char* protocol_name(Protocol protocol) {
   return "?";
 }
 
+// One byte each for the schedule, the algorithm between hosts and the protocol, one bit
+// for chunks forced, 32 bits of chunks.
+uint64_t encode_wire_plan(const WirePlan& p) {
+  return static_cast<uint64_t>(p.schedule) | static_cast<uint64_t>(p.between) << 8 |
+         static_cast<uint64_t>(p.protocol) << 16 | static_cast<uint64_t>(p.chunks_forced) << 24 |
+         static_cast<uint64_t>(static_cast<uint32_t>(p.chunks)) << 32;
+}
+
+WirePlan decode_wire_plan(uint64_t word) {
+  WirePlan p;
+  p.schedule = static_cast<Algorithm>(word & 0xff);
+  p.between = static_cast<Algorithm>(word >> 8 & 0xff);
+  p.protocol = static_cast<Protocol>(word >> 16 & 0xff);
+  p.chunks_forced = (word >> 24 & 1) != 0;
+  p.chunks = static_cast<int>(word >> 32);
+  return p;
+}
+
+std::string describe_wire_plan(uint64_t word) {
+  const WirePlan p = decode_wire_plan(word);
+  const int schedule = static_cast<int>(p.schedule), between = static_cast<int>(p.between);
+  if (schedule >= kNumAlgorithms || between >= kNumAlgorithms) return str_cat("plan ", word);
+  std::string out = algorithm_name(p.schedule);
+  if (p.schedule != Algorithm::kHierarchical) return out;
+  out += str_cat(" in ", p.chunks, p.chunks == 1 ? " chunk" : " chunks");
+  if (p.chunks_forced) out += " (JAX_ACCL_PIPELINE_CHUNKS)";
+  if (p.between != Algorithm::kAuto)
+    out += str_cat(", ", algorithm_name(p.between), " between hosts");
+  if (p.protocol == Protocol::kStreamed) out += " (streamed)";
+  return out;
+}
+
 int& pipeline_chunks_setting() {
   static int chunks = 0;
   return chunks;

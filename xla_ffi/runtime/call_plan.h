@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/scatter_gather.h"
@@ -45,6 +47,23 @@ struct CallPlan {
   int chunks = 1;                        // hierarchical: pipeline chunks
   Protocol protocol = Protocol::kWhole;
 };
+
+// The part of a call's plan that decides what crosses one link, as every frame carries
+// it (transport/channel_link.h): processes whose settings differ (JAX_ACCL_ALGORITHM,
+// JAX_ACCL_PIPELINE_CHUNKS, another calibration of the cost model) plan a call
+// differently, and fail at its first frame naming both plans instead of reading each
+// other's messages as a length mismatch or waiting to the deadline.
+struct WirePlan {
+  Algorithm schedule = Algorithm::kAuto;
+  Algorithm between = Algorithm::kAuto;  // on the link between hosts only
+  int chunks = 1;
+  Protocol protocol = Protocol::kWhole;
+  bool chunks_forced = false;  // by host: JAX_ACCL_PIPELINE_CHUNKS, not cut by size
+};
+uint64_t encode_wire_plan(const WirePlan& plan);
+WirePlan decode_wire_plan(uint64_t word);
+// e.g. "hierarchical in 4 chunks, direct between hosts (streamed)", "ring".
+std::string describe_wire_plan(uint64_t word);
 
 // What a call asks for, besides its group.
 struct PlanRequest {

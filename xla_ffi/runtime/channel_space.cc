@@ -1,5 +1,7 @@
 #include "runtime/channel_space.h"
 
+#include <chrono>
+
 #include "common/hash.h"
 
 namespace accl {
@@ -53,6 +55,33 @@ Status ChannelSpace::channels(int64_t me, int64_t peer, const Deadline& deadline
   }
   for (auto& c : slot) out->push_back(c.get());
   return Status::Ok();
+}
+
+bool ChannelSpace::plans_checked() {
+  std::lock_guard<std::mutex> lock(verdict_mutex_);
+  return checked_;
+}
+
+void ChannelSpace::set_plans_agree(const Status& verdict) {
+  {
+    std::lock_guard<std::mutex> lock(verdict_mutex_);
+    if (checked_) return;
+    checked_ = true;
+    verdict_ = verdict;
+  }
+  verdict_set_.notify_all();
+}
+
+Status ChannelSpace::plans_agree(const std::string& where, const Deadline& deadline) {
+  std::unique_lock<std::mutex> lock(verdict_mutex_);
+  // In short waits, so that an abort (which ends the deadline) is seen promptly.
+  while (!checked_) {
+    if (deadline.expired()) {
+      return deadline.ended(where, "waiting for this process's check of the processes' plans");
+    }
+    verdict_set_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return verdict_;
 }
 
 }  // namespace accl

@@ -8,10 +8,12 @@
 // nothing of an older epoch can be taken for part of a newer one.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/wait.h"
@@ -54,12 +56,23 @@ class ChannelSpace {
   // The channels from device `me` (of this process) to device `peer`.
   Status channels(int64_t me, int64_t peer, const Deadline& deadline, std::vector<Channel*>* out);
 
+  // Whether the group's processes plan the space's first call alike, as one rank of this
+  // process found (runtime/multiprocess.cc's check_plans_agree): set once; the other
+  // ranks of the process wait for it, within their deadline.
+  bool plans_checked();
+  void set_plans_agree(const Status& verdict);
+  Status plans_agree(const std::string& where, const Deadline& deadline);
+
  private:
   ChannelMaker* maker_;
   uint64_t id_;
   uint32_t epoch_;
   std::mutex mutex_;
   std::map<std::pair<int64_t, int64_t>, std::vector<std::unique_ptr<Channel>>> channels_;
+  std::mutex verdict_mutex_;
+  std::condition_variable verdict_set_;
+  bool checked_ = false;
+  Status verdict_;
 };
 
 // The id of epoch `epoch` of lane `lane` of the group of `devices` (global ids in rank

@@ -22,6 +22,11 @@
 // on one host): the algorithm runs over all devices of the group at once, with memory
 // rings between device threads of one process, shared memory between processes of a
 // host and TCP between hosts.
+//
+// The plan is on the wire: every frame's header carries its sender's (call_plan.h's
+// WirePlan), and the first call of each channel space checks that the group's
+// processes plan alike (check_plans_agree), so that processes configured differently
+// raise at once, naming both plans, instead of waiting for each other's frames.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -73,9 +78,28 @@ uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
 }
 
-// A link to `members` (where this device is `rank`) over the channels of `space`.
+// The plan a link's frames carry (call_plan.h's WirePlan, encoded), and the World that
+// names a peer's process when its plan differs.
+struct PlanOnWire {
+  WirePlan plan;
+  const World* world = nullptr;
+};
+
+// What a rank says when a peer's frame carries another plan: both processes' plans, and
+// the settings that must agree.
+std::string plan_mismatch(int process, uint64_t mine, int peer_process, uint64_t theirs) {
+  return str_cat("the peer is in a different call: process ", process, " runs ",
+                 describe_wire_plan(mine), ", process ", peer_process, " ",
+                 describe_wire_plan(theirs),
+                 "; the processes plan this call differently: set its algorithm, "
+                 "JAX_ACCL_ALGORITHM, JAX_ACCL_PIPELINE_CHUNKS and JAX_ACCL_CMA the same on "
+                 "every process (and the cost model: JAX_ACCL_CACHE's calibration)");
+}
+
+// A link to `members` (where this device is `rank`) over the channels of `space`, its
+// frames carrying `wire`'s plan.
 Status open_link(ChannelSpace& space, const std::vector<int64_t>& members, int rank, uint64_t tag,
-                 const std::string& where, const Deadline& deadline,
+                 const PlanOnWire& wire, const std::string& where, const Deadline& deadline,
                  std::unique_ptr<ChannelLink>* link) {
   std::vector<std::vector<Channel*>> channels(members.size());
   for (size_t r = 0; r < members.size(); ++r) {
@@ -86,18 +110,123 @@ Status open_link(ChannelSpace& space, const std::vector<int64_t>& members, int r
   }
   *link =
       std::make_unique<ChannelLink>(rank, std::move(channels), tag, where, deadline, space.epoch());
+  const uint64_t mine = encode_wire_plan(wire.plan);
+  const World* world = wire.world;
+  (*link)->set_plan(mine, [world, members, rank, mine](int peer, uint64_t theirs) {
+    return plan_mismatch(world->process_of(members[rank]), mine, world->process_of(members[peer]),
+                         theirs);
+  });
   return Status::Ok();
+}
+
+// The group's plan of a call as every process computes it (rank 0's, which always
+// takes part between hosts), as the plan check compares it.
+WirePlan group_plan(const Communicator& group, size_t bytes, const Signature& sig, bool cma) {
+  const CallPlan p = group.plan(0, bytes, sig.algorithm, cma, sig.collective);
+  const bool by_host =
+      p.schedule == Algorithm::kHierarchical && sig.collective != Collective::kAllReduce;
+  return WirePlan{p.schedule, p.between, p.chunks, p.protocol,
+                  by_host && pipeline_chunks_setting() > 0};
+}
+
+// What rank 0 answers every process's first rank in the plan check: its own plan, and
+// the first process whose plan differs from it (-1: none).
+struct PlanVerdict {
+  uint64_t plan;
+  int64_t differing_process;
+  uint64_t differing_plan;
+};
+
+// The plan check's exchange, on rank 0: every other process's plan gathered, the
+// verdict sent to each; an error where a process's plan differs.
+Status gather_plans(Link& link, const std::vector<int>& processes, uint64_t mine,
+                    const std::string& where) {
+  PlanVerdict verdict{mine, -1, 0};
+  std::vector<uint64_t> plans(processes.size(), mine);
+  for (size_t i = 1; i < processes.size(); ++i) {
+    ACCL_RETURN_IF_ERROR(link.recv(static_cast<int>(i), &plans[i], sizeof(uint64_t)));
+    if (plans[i] != mine && verdict.differing_process < 0) {
+      verdict.differing_process = processes[i];
+      verdict.differing_plan = plans[i];
+    }
+  }
+  for (size_t i = 1; i < processes.size(); ++i) {
+    ACCL_RETURN_IF_ERROR(link.post_send(static_cast<int>(i), &verdict, sizeof(verdict)));
+  }
+  ACCL_RETURN_IF_ERROR(link.wait_sends());
+  if (verdict.differing_process < 0) return Status::Ok();
+  return error(Code::kMismatch, where, ": ",
+               plan_mismatch(processes[0], mine, static_cast<int>(verdict.differing_process),
+                             verdict.differing_plan));
+}
+
+// The plan check's exchange, on another process's first rank (link rank 1): its plan
+// sent to rank 0, the verdict received; an error where any process's plan differs.
+Status send_plan(Link& link, int process, int rank0_process, uint64_t mine,
+                 const std::string& where) {
+  PlanVerdict verdict{};
+  ACCL_RETURN_IF_ERROR(link.post_send(0, &mine, sizeof(mine)));
+  ACCL_RETURN_IF_ERROR(link.recv(0, &verdict, sizeof(verdict)));
+  ACCL_RETURN_IF_ERROR(link.wait_sends());
+  if (verdict.plan != mine) {
+    return error(Code::kMismatch, where, ": ",
+                 plan_mismatch(process, mine, rank0_process, verdict.plan));
+  }
+  if (verdict.differing_process < 0) return Status::Ok();
+  return error(Code::kMismatch, where, ": ",
+               plan_mismatch(rank0_process, verdict.plan,
+                             static_cast<int>(verdict.differing_process), verdict.differing_plan));
+}
+
+// Whether the group's processes plan this call alike, checked at the first call of each
+// channel space (a lane's calls all plan alike: one shape, the settings fixed at job
+// start). Processes whose plans differ may use disjoint pairs of devices (a flat ring
+// against the hierarchy) and never read each other's frames, so one rank per process
+// (its first of the group) sends rank 0 its plan, and rank 0 answers every one with its
+// own and the first that differs: every process raises where any differs, naming both
+// plans. The process's other ranks wait for its first rank's verdict.
+Status check_plans_agree(ChannelSpace& space, const GroupLayout& layout,
+                         const std::vector<int64_t>& devices, int rank, uint64_t tag,
+                         const PlanOnWire& plan, const std::string& where,
+                         const Deadline& deadline) {
+  if (layout.process_ranks(rank)[0] != rank || space.plans_checked()) {
+    const Status verdict = space.plans_agree(where, deadline);
+    if (verdict.ok() || verdict.code() == Code::kTimeout) return verdict;
+    return error(verdict.code(), where, ": this process's first rank found: ", verdict.message());
+  }
+  // Rank 0, then every other process's first rank (rank 0's link), or only this one.
+  std::vector<int64_t> members;
+  std::vector<int> processes;
+  for (int r = 0; r < layout.size(); ++r) {
+    if (layout.process_ranks(r)[0] == r && (r == 0 || r == rank || rank == 0)) {
+      members.push_back(devices[r]);
+      processes.push_back(plan.world->process_of(devices[r]));
+    }
+  }
+  const uint64_t mine = encode_wire_plan(plan.plan);
+  std::unique_ptr<ChannelLink> link;
+  // (The exchange's own frames carry no plan: it compares them itself.)
+  Status s = open_link(space, members, rank == 0 ? 0 : 1, Fnv64(tag).mix(0x706c616e).value(),
+                       PlanOnWire{WirePlan{}, plan.world}, where, deadline, &link);
+  if (s.ok()) {
+    s = rank == 0 ? gather_plans(*link, processes, mine, where)
+                  : send_plan(*link, processes[1], processes[0], mine, where);
+  }
+  if (!s.ok() && link) link->fail(s.code());
+  space.set_plans_agree(s);
+  return s;
 }
 
 // Runs `collective` by `algorithm` over channels to `members`; *sent_by_rail receives
 // the bytes sent per rail.
 Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, int rank,
-                     uint64_t tag, const std::string& where, const Deadline& deadline,
-                     Collective collective, Algorithm algorithm,
+                     uint64_t tag, const World& world, const std::string& where,
+                     const Deadline& deadline, Collective collective, Algorithm algorithm,
                      const std::vector<Buffers>& segments, const Reduction& reduction,
                      const PermutePeers& peers, std::map<std::string, uint64_t>* sent_by_rail) {
   std::unique_ptr<ChannelLink> link;
-  ACCL_RETURN_IF_ERROR(open_link(space, members, rank, tag, where, deadline, &link));
+  const PlanOnWire wire{WirePlan{algorithm}, &world};
+  ACCL_RETURN_IF_ERROR(open_link(space, members, rank, tag, wire, where, deadline, &link));
   Status s = run_collective(collective, algorithm, *link, segments,
                             static_cast<int>(members.size()), reduction, peers);
   if (!s.ok()) link->fail(s.code());
@@ -166,9 +295,9 @@ std::vector<int64_t> devices_of(const std::vector<int64_t>& devices,
 // ring as plan_by_host chooses (runtime/call_plan.h); *sent_by_rail as run_over_link's.
 Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
                               const std::vector<int64_t>& devices, int rank, uint64_t tag,
-                              const std::string& where, const Deadline& deadline,
-                              Collective collective, const std::vector<Buffers>& segments,
-                              const Reduction& reduction,
+                              const World& world, const std::string& where,
+                              const Deadline& deadline, Collective collective,
+                              const std::vector<Buffers>& segments, const Reduction& reduction,
                               std::map<std::string, uint64_t>* sent_by_rail) {
   HostGrid grid;
   for (int h = 0; h < layout.host_count(); ++h) grid.hosts.push_back(layout.host_ranks(h));
@@ -187,23 +316,34 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
     bytes += block * b.elem_size;
   }
   const auto [in_host, between, pipeline] = plan_by_host(layout, bytes, pipeline_chunks_setting());
+  // The pipeline on the wire: its chunks, and whether they are forced or cut by size.
+  WirePlan plan{Algorithm::kHierarchical, Algorithm::kAuto, pipeline.chunks, Protocol::kWhole,
+                pipeline.min_chunk_bytes == 0};
   std::unique_ptr<ChannelLink> host_link, between_link;
   Status s = open_link(space, devices_of(devices, mine), grid.position, Fnv64(tag).mix(1).value(),
-                       where, deadline, &host_link);
+                       PlanOnWire{plan, &world}, where, deadline, &host_link);
   if (s.ok()) {
+    plan.between = between;
     s = open_link(space, devices_of(devices, position_peers), grid.host, Fnv64(tag).mix(2).value(),
-                  where, deadline, &between_link);
+                  PlanOnWire{plan, &world}, where, deadline, &between_link);
   }
   if (s.ok()) {
-    s = collective == Collective::kReduceScatter
-            ? reduce_scatter_by_host(*host_link, *between_link, grid, in_host, between, blocks,
-                                     reduction, pipeline, deadline)
-            : all_gather_by_host(*host_link, *between_link, grid, in_host, between, blocks,
-                                 pipeline, deadline);
+    // A local failure (a step's error, an exception) fails both links at once, after
+    // the second stage has stopped: the peers learn it then, not at their deadline.
+    s = fail_links_on_error({host_link.get(), between_link.get()}, where, [&] {
+      return collective == Collective::kReduceScatter
+                 ? reduce_scatter_by_host(*host_link, *between_link, grid, in_host, between, blocks,
+                                          reduction, pipeline, deadline)
+                 : all_gather_by_host(*host_link, *between_link, grid, in_host, between, blocks,
+                                      pipeline, deadline);
+    });
+  } else {
+    for (ChannelLink* link : {host_link.get(), between_link.get()}) {
+      if (link != nullptr) link->fail(s.code());
+    }
   }
   for (ChannelLink* link : {host_link.get(), between_link.get()}) {
     if (link == nullptr) continue;
-    if (!s.ok()) link->fail(s.code());
     for (const auto& [rail, sent] : link->bytes_sent_by_rail()) (*sent_by_rail)[rail] += sent;
   }
   return s;
@@ -309,6 +449,18 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     return s;
   };
 
+  {
+    // The check's tag leaves the algorithm out: the plans it compares name it.
+    Signature unplanned = sig;
+    unplanned.algorithm = Algorithm::kAuto;
+    const PlanOnWire agreed{group_plan(*group, bytes, sig, world->cross_memory_attach()),
+                            world.get()};
+    Status s =
+        check_plans_agree(*space, layout, devices, spec.rank,
+                          call_tag(unplanned, spec.size, call_index), agreed, where, deadline);
+    if (!s.ok()) return finish(s);
+  }
+
   std::vector<Buffers> segments;
   for (size_t i = 0; i < counts.size(); ++i) {
     segments.push_back(Buffers{in[i], out[i], counts[i], elem, static_cast<int>(i)});
@@ -321,7 +473,8 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   };
   if (schedule == Algorithm::kReduceBroadcast) {
     std::unique_ptr<ChannelLink> link;
-    Status s = open_link(*space, devices, spec.rank, tag, where, deadline, &link);
+    Status s = open_link(*space, devices, spec.rank, tag,
+                         PlanOnWire{WirePlan{schedule}, world.get()}, where, deadline, &link);
     bool done = false;
     if (s.ok()) s = allreduce_cross_memory(*world, *link, *group, segments, reduction, &done);
     if (!s.ok()) {
@@ -339,16 +492,16 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   }
   if (schedule == Algorithm::kHierarchical && sig.collective != Collective::kAllReduce) {
     std::map<std::string, uint64_t> sent;
-    Status s = scatter_gather_by_host(*space, layout, devices, spec.rank, tag, where, deadline,
-                                      sig.collective, segments, reduction, &sent);
+    Status s = scatter_gather_by_host(*space, layout, devices, spec.rank, tag, *world, where,
+                                      deadline, sig.collective, segments, reduction, &sent);
     trace_rails(str_cat(collective_name(sig.collective), " by host").c_str(), sent, spec.device,
                 start, Clock::now(), spec.label);
     return finish(s);
   }
   if (schedule != Algorithm::kHierarchical) {
     std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*space, devices, spec.rank, tag, where, deadline, sig.collective,
-                             schedule, segments, reduction, spec.peers, &sent);
+    Status s = run_over_link(*space, devices, spec.rank, tag, *world, where, deadline,
+                             sig.collective, schedule, segments, reduction, spec.peers, &sent);
     const std::string what = sig.collective == Collective::kAllReduce
                                  ? std::string("flat")
                                  : std::string(collective_name(sig.collective));
@@ -364,7 +517,15 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
                                 plan.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
                              std::unique_ptr<ChannelLink>* link) {
-    return open_link(*space, devices_of(devices, ranks), index, tag, where, deadline, link);
+    // Every link carries the pipeline's chunks; the one between hosts also the
+    // algorithm there (and whether it streams), which the host's tier does not know.
+    WirePlan wire{Algorithm::kHierarchical, Algorithm::kAuto, plan.chunks};
+    if (layout.host_of(ranks.front()) != layout.host_of(ranks.back())) {
+      wire.between = plan.between;
+      wire.protocol = plan.protocol;
+    }
+    return open_link(*space, devices_of(devices, ranks), index, tag, PlanOnWire{wire, world.get()},
+                     where, deadline, link);
   };
   HierarchyResult result;
   unwound.siblings = 0;  // from here on run_hierarchy tells them

@@ -1,13 +1,16 @@
 // Reduce-scatter and all-gather by host (algorithms/scatter_gather_by_host.cc) over
 // memory channels, hosts x ranks interleaved (host h holds ranks h, h + H, ...): every
 // block size against the exact int32 sum, whole and pipelined (more chunks than
-// elements too), several segments cut by size, and a rank that never comes (every other
-// rank's error names its link, none hangs). The pipeline's stage (InOrderThread),
-// threaded and inline: order, a failing step, a throwing step, a deadline.
+// elements too), several segments cut by size, a rank that never comes (every other
+// rank's error names its link, none hangs) and a rank that fails locally (every other
+// rank ends within seconds, learning it from a chain of peers that starts at it). The pipeline's
+// stage (InOrderThread), threaded and inline: order, a failing step, a throwing step, a deadline.
 #include "selftest/by_host_selftest.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,8 +29,9 @@ namespace {
 
 Checks g;
 
-void memory_pair(int, int, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
-  make_memory_channels(x, y);
+// Each end named after the rank at its other end, so that an error names the peer.
+void memory_pair(int a, int b, std::unique_ptr<Channel>* x, std::unique_ptr<Channel>* y) {
+  make_memory_channels(x, y, str_cat("memory to rank ", b), str_cat("memory to rank ", a));
 }
 
 // hosts x per_host ranks over one memory mesh; rank r's grid and two links.
@@ -40,8 +44,8 @@ struct ByHostRanks {
     grid.hosts.assign(hosts, {});
     for (int r = 0; r < hosts * per_host; ++r) grid.hosts[r % hosts].push_back(r);
   }
-  void tiers(int r, HostGrid* mine, std::unique_ptr<Link>* in_host,
-             std::unique_ptr<Link>* between) const {
+  void tiers(int r, HostGrid* mine, std::unique_ptr<ChannelLink>* in_host,
+             std::unique_ptr<ChannelLink>* between) const {
     *mine = grid;
     mine->host = r % hosts;
     mine->position = r / hosts;
@@ -89,7 +93,7 @@ void test_scatter_gather(int hosts, int per_host, const std::vector<size_t>& blo
     ByHostRanks ranks(hosts, per_host, 30);
     auto status = on_threads(n, [&](int r) {
       HostGrid mine;
-      std::unique_ptr<Link> in_host, between;
+      std::unique_ptr<ChannelLink> in_host, between;
       ranks.tiers(r, &mine, &in_host, &between);
       std::vector<BlockBuffers> bufs;
       for (size_t s = 0; s < segments; ++s) {
@@ -112,7 +116,7 @@ void test_scatter_gather(int hosts, int per_host, const std::vector<size_t>& blo
     ByHostRanks again(hosts, per_host, 30);
     status = on_threads(n, [&](int r) {
       HostGrid mine;
-      std::unique_ptr<Link> in_host, between;
+      std::unique_ptr<ChannelLink> in_host, between;
       again.tiers(r, &mine, &in_host, &between);
       std::vector<BlockBuffers> bufs;
       for (size_t s = 0; s < segments; ++s) {
@@ -145,7 +149,7 @@ void test_absent_rank(bool gather, const ByHostPipeline& pipeline) {
   auto status = on_threads(n, [&](int r) {
     if (r == n - 1) return Status::Ok();
     HostGrid mine;
-    std::unique_ptr<Link> in_host, between;
+    std::unique_ptr<ChannelLink> in_host, between;
     ranks.tiers(r, &mine, &in_host, &between);
     const std::vector<BlockBuffers> bufs = {BlockBuffers{in[r].data(), out[r].data(), block, 4, 0}};
     return gather ? all_gather_by_host(*in_host, *between, mine, Algorithm::kRing, Algorithm::kRing,
@@ -164,6 +168,118 @@ void test_absent_rank(bool gather, const ByHostPipeline& pipeline) {
   }
   g.expect(seconds < 10,
            str_cat("an absent rank ends every call by its deadline (1 s): took ", seconds, " s"));
+}
+
+// A link whose `after`-th receive fails on this rank: an error of its own, or a throw.
+class FailingLink final : public Link {
+ public:
+  FailingLink(Link& inner, int after, bool throws)
+      : inner_(inner), after_(after), throws_(throws) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Status post_send(int peer, const void* data, size_t bytes) override {
+    return inner_.post_send(peer, data, bytes);
+  }
+  Status wait_sends() override { return inner_.wait_sends(); }
+  Status recv(int peer, void* dst, size_t bytes) override {
+    ACCL_RETURN_IF_ERROR(tick());
+    return inner_.recv(peer, dst, bytes);
+  }
+  Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
+                     const Reduction& reduction) override {
+    ACCL_RETURN_IF_ERROR(tick());
+    return inner_.recv_reduce(peer, local, dst, bytes, reduction);
+  }
+  std::string where() const override { return inner_.where(); }
+
+ private:
+  Status tick() {
+    if (++seen_ != after_) return Status::Ok();
+    if (throws_) throw std::runtime_error("injected exception");
+    return Status(Code::kInternal, "injected failure");
+  }
+  Link& inner_;
+  int after_, seen_ = 0;
+  bool throws_;
+};
+
+// The rank an error learnt its failure from: the K of its first "memory to rank K", or -1.
+int told_by(const Status& s) {
+  const std::string key = "memory to rank ";
+  const size_t at = s.message().find(key);
+  return at == std::string::npos ? -1 : std::atoi(s.message().c_str() + at + key.size());
+}
+
+// Rank r's result of test_by_host_local_failure's call: its block of the sum (reduce-scatter),
+// or every rank's first block (all-gather).
+bool exact_by_host(bool gather, const std::vector<std::vector<int32_t>>& in,
+                   const std::vector<int32_t>& out, int r, size_t block) {
+  if (gather) {
+    for (size_t j = 0; j < in.size(); ++j) {
+      if (!std::equal(in[j].begin(), in[j].begin() + block, out.begin() + j * block)) return false;
+    }
+    return true;
+  }
+  std::vector<std::vector<int32_t>> mine;
+  for (const auto& v : in) mine.emplace_back(v.begin() + r * block, v.begin() + (r + 1) * block);
+  const std::vector<int32_t> want = reference_sum(mine);
+  return std::equal(want.begin(), want.end(), out.begin());
+}
+
+// Rank 0 fails locally at a receive (its second with several chunks), in the host (the caller's
+// thread) or between hosts (the pipeline's second stage), by an error or an exception. It fails
+// both its links (fail_links_on_error, as the runtime does), and so does every rank that learns of
+// it: each other rank ends within seconds, long before the deadline (20 s), its error
+// naming the rank it learnt it from, a chain that leads back to rank 0.
+void test_by_host_local_failure(bool gather, bool between_hosts, bool throws, int chunks) {
+  const int hosts = 2, per_host = 2, n = hosts * per_host;
+  const size_t block = 20000;
+  auto in = random_inputs(n, n * block, 11);
+  std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(n * block));
+  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
+  const ByHostPipeline pipeline{chunks, 0};
+  ByHostRanks ranks(hosts, per_host, 20.0);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<double> seconds(n);
+  auto status = on_threads(n, [&](int r) {
+    HostGrid mine;
+    std::unique_ptr<ChannelLink> in_host, between;
+    ranks.tiers(r, &mine, &in_host, &between);
+    // With one chunk, a ring of two ranks receives once per link.
+    FailingLink failing(between_hosts ? static_cast<Link&>(*between) : *in_host, chunks > 1 ? 2 : 1,
+                        throws);
+    Link& host_link = r == 0 && !between_hosts ? failing : static_cast<Link&>(*in_host);
+    Link& between_link = r == 0 && between_hosts ? failing : static_cast<Link&>(*between);
+    const std::vector<BlockBuffers> bufs = {BlockBuffers{in[r].data(), out[r].data(), block, 4, 0}};
+    Status s =
+        fail_links_on_error({in_host.get(), between.get()}, str_cat("selftest rank ", r), [&] {
+          return gather ? all_gather_by_host(host_link, between_link, mine, Algorithm::kRing,
+                                             Algorithm::kRing, bufs, pipeline, ranks.deadline)
+                        : reduce_scatter_by_host(host_link, between_link, mine, Algorithm::kRing,
+                                                 Algorithm::kRing, bufs, sum, pipeline,
+                                                 ranks.deadline);
+        });
+    seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return s;
+  });
+  const std::string what =
+      str_cat(gather ? "all-gather" : "reduce-scatter", " by host, chunks=", chunks, ", rank 0 ",
+              throws ? "throws" : "fails", between_hosts ? " between hosts" : " in the host");
+  g.expect(!status[0].ok() && status[0].message().find("injected") != std::string::npos,
+           what + ": rank 0 says: " + status[0].message());
+  for (int r = 1; r < n; ++r) {
+    if (status[r].ok()) {  // done with rank 0's data before it failed: exact
+      g.expect(exact_by_host(gather, in, out[r], r, block),
+               str_cat(what, ": rank ", r, " succeeded, exact"));
+      continue;
+    }
+    // Follow who told whom: every step to a rank that failed, ending at rank 0.
+    int k = r, steps = 0;
+    while (k > 0 && steps++ < n) k = told_by(status[k]);
+    g.expect(status[r].code() != Code::kTimeout && k == 0 && seconds[r] < 5,
+             str_cat(what, ": rank ", r, " ends in ", seconds[r],
+                     " s (deadline 20 s) from rank 0: ", status[r].message()));
+  }
 }
 
 // The stage alone: steps run once each, in order; the first failure is every later
@@ -272,6 +388,13 @@ void run_by_host_selftest(int* checks, int* failures) {
   test_scatter_gather(3, 2, {5000, 7}, {2, 4096});
   for (bool gather : {false, true}) {
     for (int chunks : {1, 3}) test_absent_rank(gather, {chunks, 0});
+  }
+  for (bool gather : {false, true}) {
+    for (bool between_hosts : {false, true}) {
+      for (bool throws : {false, true}) {
+        for (int chunks : {1, 4}) test_by_host_local_failure(gather, between_hosts, throws, chunks);
+      }
+    }
   }
   *checks += g.checks;
   *failures += g.failures;

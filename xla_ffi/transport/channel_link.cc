@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "common/health.h"
 
@@ -159,7 +160,7 @@ Status ChannelLink::post_send(int peer, const void* data, size_t bytes) {
     ACCL_RETURN_IF_ERROR(check(c, peer));
     Transfer t{c,
                peer,
-               FrameHeader{kFrameMagic, epoch_, tag_, c->next_send_seq++, lengths[i]},
+               FrameHeader{kFrameMagic, epoch_, tag_, plan_, c->next_send_seq++, lengths[i]},
                0,
                const_cast<char*>(static_cast<const char*>(data)) + offset,
                lengths[i]};
@@ -229,6 +230,10 @@ Status ChannelLink::step_recv(Transfer& t, bool* progressed) {
     } else if (h.seq != expected_seq) {
       bad = error(Code::kMismatch, "frame ", h.seq, " arrived where frame ", expected_seq,
                   " was due (lost or extra message)");
+    } else if (h.plan != plan_) {
+      bad = error(Code::kMismatch, plan_mismatch_ ? plan_mismatch_(t.peer, h.plan)
+                                                  : str_cat("the peer runs plan ", h.plan,
+                                                            ", this rank plan ", plan_));
     } else if (h.tag != tag_ || h.bytes != t.bytes) {
       bad = error(Code::kMismatch, "the peer is in a different call: it sent ", h.bytes,
                   " bytes for call tag ", std::hex, h.tag, std::dec, ", this rank expects ",
@@ -310,10 +315,8 @@ Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends,
   int idle_rounds = 0;
   for (;;) {
     bool progressed = false, pending = false;
-    for (Transfer& t : *recvs) {
-      ACCL_RETURN_IF_ERROR(step_recv(t, &progressed));
-      pending |= !t.finished();
-    }
+    // Sends first: a rank whose peer's first frame is refused (another call, another
+    // plan) has written its own header by then, so that peer learns what differs too.
     // A channel carries one frame at a time: only the oldest unfinished send of each
     // channel moves, so two frames queued for one channel never interleave their bytes.
     busy_.clear();
@@ -326,6 +329,10 @@ Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends,
     sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
                                 [](const Transfer& t) { return t.finished(); }),
                  sends_.end());
+    for (Transfer& t : *recvs) {
+      ACCL_RETURN_IF_ERROR(step_recv(t, &progressed));
+      pending |= !t.finished();
+    }
     if (all_sends) pending |= !sends_.empty();
     if (progressed && on_progress) on_progress();
     if (!pending) return Status::Ok();
@@ -399,6 +406,21 @@ Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t b
   ACCL_RETURN_IF_ERROR(drive(&recvs, /*all_sends=*/false, [&] { reduce_arrived(false); }));
   reduce_arrived(true);
   return Status::Ok();
+}
+
+Status fail_links_on_error(const std::vector<ChannelLink*>& links, const std::string& where,
+                           const std::function<Status()>& body) {
+  Status s;
+  try {
+    s = body();
+  } catch (const std::exception& e) {  // an allocation that failed, say
+    s = error(Code::kInternal, where, ": ", e.what());
+  }
+  if (s.ok()) return s;
+  for (ChannelLink* link : links) {
+    if (link != nullptr) link->fail(s.code());
+  }
+  return s;
 }
 
 }  // namespace accl

@@ -1,11 +1,12 @@
 // A Link over byte-stream channels (TCP rails, shared-memory rings, in-process rings).
 //
-// Every message travels as frames: a header (magic, the channels' epoch, call tag,
-// per-channel sequence number, length) and the payload. A message to a peer reached over several
-// channels (rails) is striped across them in proportion to their weights, one frame per channel;
-// both ends compute the same split. The receiver checks every header, so a peer in a different call
-// (other shape, dtype or op), a lost or extra frame or a stranger's bytes are an error, never a
-// wrong result.
+// Every message travels as frames: a header (magic, the channels' epoch, call tag, the
+// sender's plan of the call, per-channel sequence number, length) and the payload. A
+// message to a peer reached over several channels (rails) is striped across them in
+// proportion to their weights, one frame per channel; both ends compute the same split.
+// The receiver checks every header, so a peer in a different call (other shape, dtype,
+// op or plan), a lost or extra frame or a stranger's bytes are an error, never a wrong
+// result.
 //
 // Sends are asynchronous: post_send only queues; every wait (recv, wait_sends) drives
 // all queued sends and the awaited receives together, so two ranks that send to each
@@ -34,6 +35,8 @@ struct FrameHeader {
   uint32_t epoch;  // the group's epoch (runtime/communicator.h): a frame from before a
                    // recovery is refused
   uint64_t tag;    // identifies the call (signature); equal on both ends
+  uint64_t plan;   // the sender's plan (runtime/call_plan.h's encode_wire_plan): two
+                   // processes configured differently fail at the first frame, naming both
   uint64_t seq;    // frame number on this channel
   uint64_t bytes;  // payload length
 };
@@ -76,6 +79,13 @@ class ChannelLink : public Link {
   // then waits (up to kDrainSeconds) until no peer is in a phase that touches this
   // rank's buffers, so that they can be released.
   void fail(Code reason);
+  // The plan word every frame carries and every received frame must match (0 unless
+  // set); `describe(peer, theirs)` says what differs when a peer's does not.
+  using PlanMismatch = std::function<std::string(int peer, uint64_t theirs)>;
+  void set_plan(uint64_t plan, PlanMismatch describe) {
+    plan_ = plan;
+    plan_mismatch_ = std::move(describe);
+  }
   // Every wait of this link also ends as soon as `failed()` gives an error (the call
   // failed on another thread of this process, e.g. a sibling of the hierarchy).
   void also_fail_when(std::function<Status()> failed) { also_failed_ = std::move(failed); }
@@ -118,6 +128,8 @@ class ChannelLink : public Link {
   int rank_;
   std::vector<std::vector<Channel*>> channels_;
   uint64_t tag_;
+  uint64_t plan_ = 0;
+  PlanMismatch plan_mismatch_;
   uint32_t epoch_;
   std::string where_;
   Deadline deadline_;
@@ -128,5 +140,13 @@ class ChannelLink : public Link {
   std::function<Status()> also_failed_;
   bool touching_ = false;  // inside begin_peer_access .. end_peer_access
 };
+
+// Runs `body`, one rank's part of a call over `links` (threads it starts joined before
+// it returns); where it fails or throws, every link is failed (ChannelLink::fail: each
+// peer fails at once, and this rank's buffers are fenced) before the error returns, so
+// no peer waits for this rank to its deadline. `where` names the rank in an exception's
+// error.
+Status fail_links_on_error(const std::vector<ChannelLink*>& links, const std::string& where,
+                           const std::function<Status()>& body);
 
 }  // namespace accl

@@ -33,7 +33,7 @@ namespace accl {
 constexpr uint32_t kHandshakeMagic = 0x4c434341;  // "ACCL" little-endian
 // A hello with this magic is a reachability probe (tcp_probe): closed, not a refusal.
 constexpr uint32_t kProbeMagic = 0x424f5250;  // "PROB" little-endian
-constexpr uint32_t kProtocolVersion = 4;
+constexpr uint32_t kProtocolVersion = 5;      // 5: the plan in every frame header
 constexpr size_t kSecretBytes = 32;
 constexpr size_t kNonceBytes = 16;
 constexpr char kHandshakeAccepted = 'K';

@@ -106,14 +106,15 @@ Status RingChannel::poisoned_error() const {
   if (reason == Code::kMismatch) {
     return error(Code::kMismatch, label_,
                  ": the peer found a mismatch: the ranks are in different calls (shapes, "
-                 "dtypes, ops or algorithm differ between ranks)");
+                 "dtypes, ops, algorithm or the processes' plans differ between ranks)");
   }
   return error(reason == Code::kTimeout ? Code::kTimeout : Code::kAborted, label_,
                ": the peer aborted this stream after an error of its own (", code_name(reason),
                ")");
 }
 
-void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1) {
+void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1,
+                          const std::string& label0, const std::string& label1) {
   const size_t bytes = ring_pair_region_bytes();
   void* region = std::aligned_alloc(64, bytes);
   if (region == nullptr) throw std::bad_alloc();
@@ -124,8 +125,8 @@ void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Chann
     c.tail.store(0);
   }
   std::shared_ptr<void> owner(region, [](void* p) { std::free(p); });
-  *side0 = std::make_unique<RingChannel>(region, 0, owner, "memory", false);
-  *side1 = std::make_unique<RingChannel>(region, 1, owner, "memory", false);
+  *side0 = std::make_unique<RingChannel>(region, 0, owner, label0, false);
+  *side1 = std::make_unique<RingChannel>(region, 1, owner, label1, false);
 }
 
 }  // namespace accl

@@ -72,7 +72,10 @@ class RingChannel : public Channel {
   bool check_pid_;
 };
 
-// Heap ring pair for two device threads of one process: returns both ends.
-void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1);
+// Heap ring pair for two device threads of one process: returns both ends, each
+// described as its label says (errors name the peer by it).
+void make_memory_channels(std::unique_ptr<Channel>* side0, std::unique_ptr<Channel>* side1,
+                          const std::string& label0 = "memory",
+                          const std::string& label1 = "memory");
 
 }  // namespace accl
