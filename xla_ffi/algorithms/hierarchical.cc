@@ -134,16 +134,20 @@ Status gather_by_messages(Link& link, int owners, const std::vector<Buffers>& se
 // as direct does everywhere.
 class BetweenHosts {
  public:
+  // `staged`: where in-place slices are copied while they stream, kept by the caller's
+  // thread from call to call (fresh copies would cost their page faults every call).
   BetweenHosts(Link* link, Algorithm algorithm, const Reduction& reduction,
                const std::vector<std::vector<Buffers>>* slices, int chunks,
-               const Deadline& deadline, HierarchicalTimes* times)
+               const Deadline& deadline, HierarchicalTimes* times,
+               std::vector<std::vector<char>>* staged)
       : link_(link),
         algorithm_(algorithm),
         reduction_(reduction),
         slices_(slices),
         chunks_(chunks),
         deadline_(deadline),
-        times_(times) {
+        times_(times),
+        staged_(*staged) {
     if (link_ == nullptr || chunks_ < 2) return;
     try {
       thread_ = std::thread([this] {
@@ -281,7 +285,7 @@ class BetweenHosts {
   HierarchicalTimes own_times_;
   Status status_;
   std::vector<std::vector<Buffers>> streamed_;  // streamed: each chunk's slices as posted
-  std::vector<std::vector<char>> staged_;       // streamed: copies of in-place slices in flight
+  std::vector<std::vector<char>>& staged_;      // streamed: copies of in-place slices in flight
   Flag ready_, done_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::thread thread_;
@@ -306,14 +310,15 @@ Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
   // Kept by the calling thread from call to call: a fresh buffer would cost its page
   // faults every time (~1 ms per 4 MiB). One per segment and chunk, as chunk c + 1 is
   // folded while chunk c's slice travels between hosts.
-  thread_local std::vector<std::vector<char>> scratch;
+  thread_local std::vector<std::vector<char>> scratch, staged;
   if (scratch.size() < segments.size() * chunks) scratch.resize(segments.size() * chunks);
 
   // at[c][l]: this rank's part of chunk c entering tier l; at[c][l + 1] its slice of it.
   std::vector<std::vector<std::vector<Buffers>>> at(chunks);
   std::vector<std::vector<Buffers>> slices(chunks);  // what goes between hosts, by chunk
   bool owner = true;
-  BetweenHosts network(between, between_algorithm, reduction, &slices, chunks, deadline, times);
+  BetweenHosts network(between, between_algorithm, reduction, &slices, chunks, deadline, times,
+                       &staged);
   auto fail = [&](Status s) {
     network.finish();
     return s;
