@@ -21,6 +21,7 @@
 #include "algorithms/scatter_gather.h"
 #include "reduce/reduce.h"
 #include "selftest/checks.h"
+#include "selftest/interposed_link.h"
 #include "transport/channel_link.h"
 #include "transport/ring_channel.h"
 
@@ -171,34 +172,17 @@ void test_absent_rank(bool gather, const ByHostPipeline& pipeline) {
 }
 
 // A link whose `after`-th receive fails on this rank: an error of its own, or a throw.
-class FailingLink final : public Link {
+class FailingLink final : public InterposedLink {
  public:
   FailingLink(Link& inner, int after, bool throws)
-      : inner_(inner), after_(after), throws_(throws) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  Status post_send(int peer, const void* data, size_t bytes) override {
-    return inner_.post_send(peer, data, bytes);
-  }
-  Status wait_sends() override { return inner_.wait_sends(); }
-  Status recv(int peer, void* dst, size_t bytes) override {
-    ACCL_RETURN_IF_ERROR(tick());
-    return inner_.recv(peer, dst, bytes);
-  }
-  Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
-                     const Reduction& reduction) override {
-    ACCL_RETURN_IF_ERROR(tick());
-    return inner_.recv_reduce(peer, local, dst, bytes, reduction);
-  }
-  std::string where() const override { return inner_.where(); }
+      : InterposedLink(inner), after_(after), throws_(throws) {}
 
  private:
-  Status tick() {
+  Status before_receive() override {
     if (++seen_ != after_) return Status::Ok();
     if (throws_) throw std::runtime_error("injected exception");
     return Status(Code::kInternal, "injected failure");
   }
-  Link& inner_;
   int after_, seen_ = 0;
   bool throws_;
 };

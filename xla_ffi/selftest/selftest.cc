@@ -40,6 +40,7 @@
 #include "runtime/one_shot.h"
 #include "selftest/by_host_selftest.h"
 #include "selftest/checks.h"
+#include "selftest/interposed_link.h"
 #include "selftest/mpiabi_selftest.h"
 #include "testing/cma_lanes.h"
 #include "testing/simulated_hosts.h"
@@ -710,38 +711,22 @@ void test_allocation_failures(const char* transport, const PairMaker& make_pair,
 
 // A link that kills its own process (SIGKILL) at its `after`-th receive or peer-access
 // check: a peer that dies in the middle of a call, at a chosen point.
-class DyingLink final : public Link {
+class DyingLink final : public InterposedLink {
  public:
-  DyingLink(Link& inner, int after) : inner_(inner), after_(after) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  Status post_send(int peer, const void* data, size_t bytes) override {
-    return inner_.post_send(peer, data, bytes);
-  }
-  Status wait_sends() override { return inner_.wait_sends(); }
-  Status recv(int peer, void* dst, size_t bytes) override {
-    tick();
-    return inner_.recv(peer, dst, bytes);
-  }
-  Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
-                     const Reduction& reduction) override {
-    tick();
-    return inner_.recv_reduce(peer, local, dst, bytes, reduction);
-  }
-  Status begin_peer_access() override { return inner_.begin_peer_access(); }
+  DyingLink(Link& inner, int after) : InterposedLink(inner), after_(after) {}
   Status check_peer_access() override {
     tick();
-    return inner_.check_peer_access();
+    return InterposedLink::check_peer_access();
   }
-  void end_peer_access() override { inner_.end_peer_access(); }
-  bool queues_sends() const override { return inner_.queues_sends(); }
-  std::string where() const override { return inner_.where(); }
 
  private:
+  Status before_receive() override {
+    tick();
+    return Status::Ok();
+  }
   void tick() {
     if (++seen_ == after_) kill(getpid(), SIGKILL);
   }
-  Link& inner_;
   int after_, seen_ = 0;
 };
 
