@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <mutex>
 
 #include "common/health.h"
 
@@ -21,6 +22,46 @@ constexpr auto kLivenessInterval = std::chrono::milliseconds(200);
 // faulted in) per call.
 constexpr size_t kReduceWindowBytes = 512 << 10;
 constexpr size_t kReducePieceBytes = kReduceWindowBytes / 2;
+
+// The windows of reducing receives, kept for the next receive of any thread (the step
+// between hosts of a pipelined call runs on a thread of its own per call, so windows
+// kept per thread would be faulted in afresh every call).
+class WindowPool {
+ public:
+  std::vector<char> take(size_t bytes) {
+    std::vector<char> window;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        window = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (window.size() < bytes) window.resize(bytes);
+    return window;
+  }
+  void give(std::vector<char> window) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.size() < kKept) free_.push_back(std::move(window));
+  }
+
+ private:
+  static constexpr size_t kKept = 16;
+  std::mutex mutex_;
+  std::vector<std::vector<char>> free_;
+};
+
+WindowPool& window_pool() {
+  static WindowPool* pool = new WindowPool;  // never destroyed: used until the process ends
+  return *pool;
+}
+
+// A window taken from the pool for one receive, given back when it ends.
+struct BorrowedWindows {
+  explicit BorrowedWindows(size_t bytes) : memory(window_pool().take(bytes)) {}
+  ~BorrowedWindows() { window_pool().give(std::move(memory)); }
+  std::vector<char> memory;
+};
 
 }  // namespace
 
@@ -373,15 +414,11 @@ Status ChannelLink::recv(int peer, void* dst, size_t bytes) {
 
 Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                                 const Reduction& reduction) {
-  // One window per stripe, reused by every reducing receive of this thread.
-  thread_local std::vector<char> windows;
   std::vector<Transfer> recvs;
   ACCL_RETURN_IF_ERROR(post_recvs(peer, nullptr, bytes, &recvs));
-  if (windows.size() < recvs.size() * kReduceWindowBytes) {
-    windows.resize(recvs.size() * kReduceWindowBytes);
-  }
+  BorrowedWindows windows(recvs.size() * kReduceWindowBytes);  // one per stripe
   for (size_t i = 0; i < recvs.size(); ++i) {
-    recvs[i].data = windows.data() + i * kReduceWindowBytes;
+    recvs[i].data = windows.memory.data() + i * kReduceWindowBytes;
     recvs[i].window = kReduceWindowBytes;
   }
   // Reduce what has arrived while the rest is on its way: each stripe's received prefix,
