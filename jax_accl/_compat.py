@@ -164,7 +164,13 @@ def mesh_axis_names() -> tuple:
 def module_scratch(ctx) -> dict:
     """A dict that lives as long as the MLIR module being lowered (the `scratch` of its
     lowering cache, hooked by hook_lowering_caches)."""
-    return ctx.module_context.cached_primitive_lowerings.scratch
+    scratch = getattr(ctx.module_context.cached_primitive_lowerings, "scratch", None)
+    if scratch is None:
+        raise RuntimeError(
+            "jax_accl: a module is being lowered without jax_accl's lowering caches (was "
+            "its lowering started before jax_accl was imported?); import jax_accl first"
+        )
+    return scratch
 
 
 def hook_lowering_caches(cache_type) -> None:

@@ -21,6 +21,7 @@ import time
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_accl
@@ -28,16 +29,24 @@ from jax_accl.testing import worker as w
 from jax_accl.units import parse_size
 
 
-def _int_input(per_device_bytes: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(-1000, 1000, (w.NP * w.ND, per_device_bytes // 4), dtype=np.int32)
+def _row(index: int, count: int, seed: int) -> np.ndarray:
+    """Device `index`'s input: small integers, the same in every process that asks."""
+    rng = np.random.default_rng([seed, index])
+    return rng.integers(-1000, 1000, (1, count), dtype=np.int32)
 
 
 def _checked_call(per_device_bytes: int, seed: int):
-    """The placed input and a function running the all-reduce, checked bitwise."""
-    x = _int_input(per_device_bytes, seed)
-    placed = w.place(x, P(w.ALL))
-    want = x.sum(0, dtype=np.int32)
+    """The placed input and a function running the all-reduce, checked bitwise. Each
+    process makes only its own devices' rows and sums the rest one at a time (a 256 MiB
+    row per device: the whole input at once would be 1 GiB per process at 2 x 2)."""
+    rows, count = w.NP * w.ND, per_device_bytes // 4
+    sharding = NamedSharding(w.MESH_2D, P(w.ALL))
+    placed = jax.make_array_from_callback(
+        (rows, count), sharding, lambda index: _row(index[0].start, count, seed)
+    )
+    want = np.zeros(count, np.int32)
+    for index in range(rows):
+        want += _row(index, count, seed)[0]
     program = w.allreduce_program(jax_accl, w.ALL)
 
     def run(name: str) -> None:

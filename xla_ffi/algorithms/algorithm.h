@@ -44,6 +44,12 @@ struct Blocks {
 };
 
 Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reduction);
+// After a call that succeeded (no send of it still posted), a buffer a thread keeps from
+// call to call is given back above 64 MiB: it would otherwise keep its largest size for
+// the thread's life.
+inline void release_if_large(std::vector<char>& kept) {
+  if (kept.capacity() > (size_t{64} << 20)) std::vector<char>().swap(kept);
+}
 // Two ranks over a link that queues sends, at least 2 MiB (pair_streams): halves
 // exchanged chunk by chunk, the results of a chunk travelling beside the next chunk's
 // halves (algorithms/pair_exchange.cc). Ring and halving-doubling run it there.

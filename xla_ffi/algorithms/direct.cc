@@ -37,6 +37,7 @@ Status allreduce_direct(Link& link, const Buffers& buf, const Reduction& reducti
       ACCL_RETURN_IF_ERROR(direct_messages(link, aside, reduction));  // sends done on return
     }
     std::memcpy(buf.out, result.data(), bytes);
+    release_if_large(result);
     return Status::Ok();
   }
   if (peers) {

@@ -384,6 +384,7 @@ Status allreduce_hierarchical(const std::vector<Tier>& tiers, Link* between,
     }
   }
   network.finish();
+  for (std::vector<char>& kept : staged) release_if_large(kept);
   return Status::Ok();
 }
 

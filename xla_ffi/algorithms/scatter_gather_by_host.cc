@@ -102,12 +102,6 @@ class ChunkStaging {
   std::vector<char>& narrow_;
 };
 
-// After a call that succeeded (no send of it still posted), staging above 64 MiB is
-// given back: a thread-local buffer otherwise keeps its largest size for the thread's life.
-void release_if_large(std::vector<char>& staging) {
-  if (staging.capacity() > (size_t{64} << 20)) std::vector<char>().swap(staging);
-}
-
 }  // namespace
 
 Status reduce_scatter_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
