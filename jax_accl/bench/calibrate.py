@@ -136,7 +136,7 @@ def main(args) -> int:
         + [weight(size) * len(ONE_HOST_ALGORITHMS) for _ in shapes for size in ONE_HOST_SIZES],
     )
     progress.begin(f"{n} devices in one process")
-    rows, _, _, _ = sweep.measure(
+    rows, _, _, _, _ = sweep.measure(
         4096, n, ["reduce_broadcast"], timing.chain_length(4096, 50, n), 5, baseline=False
     )
     values = in_process(dict(rows)["accl:reduce_broadcast"])
@@ -231,7 +231,7 @@ def calibration_points(n: int, reps: int, on_size=None) -> list[dict]:
         if on_size:
             on_size(size)
         algorithms = [a for a in ONE_HOST_ALGORITHMS if a != "direct" or size <= DIRECT_MAX_BYTES]
-        rows, _, ran, _ = sweep.measure(
+        rows, _, ran, _, _ = sweep.measure(
             size, n, algorithms, timing.chain_length(size, 0, n), reps, baseline=False
         )
         points += [

@@ -8,7 +8,7 @@ import json
 import os
 
 import jax_accl.bench as package
-from jax_accl.bench import calibrate, memory, mpi, overlap, profiler_cost, report, sweep
+from jax_accl.bench import calibrate, memory, mpi, overlap, profiler_cost, report, sweep, wire
 from jax_accl.bench.progress import Progress, report_piece, weight
 from jax_accl.bench.timing import JOB_TIMEOUT_S
 from jax_accl.testing import launch, netns
@@ -48,6 +48,13 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--mtu", type=int, default=1500, help="MTU of every namespaced rail (9000: jumbo frames)"
+    )
+    parser.add_argument(
+        "--wire-seconds",
+        type=float,
+        default=2.0,
+        help="with --hosts unshaped: seconds of the wire's own bidirectional TCP test per "
+        "rail and on all rails at once, before each job (0: skip it)",
     )
     parser.add_argument(
         "--all-rails-only", action="store_true", help="with --hosts: skip the run on one rail"
@@ -90,7 +97,7 @@ def parse_args(argv):
         "--mpi",
         choices=("auto", "on", "off"),
         default="auto",
-        help="with --processes on one host: also time mpi4jax over Open MPI "
+        help="across processes (on one host or --hosts): also time mpi4jax over Open MPI "
         "(auto: where installed, see scripts/install_mpi.sh)",
     )
     parser.add_argument(
@@ -184,7 +191,7 @@ def multi_process_main(args, out) -> int:
             progress.finish()
             overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
             return 0
-        rows = results[0]["rows"]
+        rows = report.job_rows(results)
         progress.begin("the MPI baseline")
         mpi_lines = mpi.add_mpi_rows(rows, args, label)
         progress.finish()
@@ -205,7 +212,9 @@ def multi_process_main(args, out) -> int:
     rail_counts = [args.rails] if args.all_rails_only else sorted({1, args.rails})
     pipelines = [c for c in args.pipeline_chunks.split(",") if c] or [None]
     jobs = [(rails, chunks) for rails in rail_counts for chunks in pipelines]
-    progress = Progress("jax_accl.bench", [weight(s) for _ in jobs for s in sizes_of(args)])
+    sizes = [weight(s) for s in sizes_of(args)]
+    with_mpi = [sum(sizes) / 4] if mpi.will_run(args) and not args.overlap else []
+    progress = Progress("jax_accl.bench", [w for _ in jobs for w in sizes + with_mpi])
     for rails, chunks in jobs:
         multi_host_job(args, per_host, rails, rate, chunks, out, progress)
     progress.finish()
@@ -228,6 +237,8 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
             f"{rails} of {args.rails} rails {speed}"
             + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else "")
         )
+        measure_wire = not args.rate_mbit and args.wire_seconds > 0 and not args.overlap
+        wire_rates = wire.measure_rails(names, rails, args.wire_seconds) if measure_wire else {}
         results = launch.run_on_namespaced_hosts(
             ["-m", "jax_accl.bench"],
             spaces,
@@ -238,19 +249,21 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
             timeout=JOB_TIMEOUT_S,
             on_progress=lambda piece: progress.begin(f"{label}: {human(piece['size'])}"),
         )
-    if args.overlap:
-        overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
-        return
-    rows = results[0]["rows"]
-    h = args.hosts
-    # Every host must send 2(h-1)/h of the buffer over its rails at least once.
-    link_limit = lambda r: 2 * (h - 1) / h * r["size_bytes"] / (rails * rate)  # noqa: E731
-    for r in rows:
-        r["rails_used"] = rails
-        if args.rate_mbit:
-            r["link_limit_s"] = link_limit(r)
-    print(f"# {label}; baseline: jax.lax.psum over gloo on rail0")
-    report.print_rows(rows, [("link", link_limit)] if args.rate_mbit else [], out)
+        if args.overlap:
+            overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
+            return
+        rows = report.job_rows(results)
+        if mpi.will_run(args):
+            progress.begin(f"{label}: the MPI baseline")
+        # As many MPI processes on each host as the job has devices there.
+        ranks = [(name, count * args.devices) for name, count in zip(names, per_host)]
+        mpi_lines = mpi.add_mpi_rows(rows, args, label, hosts=ranks)
+    limits = network_limits(rows, args, rails, rate, wire_rates)
+    wire_note = f"; the wire each way at once: {wire.describe(wire_rates)}" if wire_rates else ""
+    print(f"# {label}; baseline: jax.lax.psum over gloo on rail0{wire_note}")
+    report.print_rows(rows, limits, out)
+    for line in mpi_lines:
+        print("#", line)
     report.print_phases(rows)
     if args.plot:
         stem, ext = os.path.splitext(args.plot)
@@ -259,6 +272,25 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         "# bytes sent per rail by process 0:",
         {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()},
     )
+
+
+def network_limits(rows, args, rails: int, rate: float, wire_rates: dict) -> list:
+    """The rows' network limits as table columns, each also stored in the rows: every
+    host must send and receive 2(H-1)/H of the buffer over its rails at least once, at
+    the shaped rate ("vs link"), or unshaped at the rate the wire test measured each way
+    on the rails in use ("x wire": every rail at once, or rail0 alone)."""
+    h = args.hosts
+    share = 2 * (h - 1) / h
+    columns = []
+    if args.rate_mbit:
+        columns.append(("vs link", "link_limit_s", rails * rate))
+    if wire_rates:
+        columns.append(("x wire", "wire_limit_s", list(wire_rates.values())[-1]))
+    for r in rows:
+        r["rails_used"] = rails
+        for _, key, bytes_per_s in columns:
+            r[key] = share * r["size_bytes"] / bytes_per_s
+    return [(name, lambda r, key=key: r[key]) for name, key, _ in columns]
 
 
 def main(argv=None) -> int:

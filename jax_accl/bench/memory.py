@@ -59,6 +59,6 @@ def describe_bandwidths(bandwidths: dict) -> str:
 
 
 MEMORY_LIMITS = [
-    ("copy", lambda r: r["memory_limit_s"]),
-    ("NT copy", lambda r: r["memory_limit_stream_s"]),
+    ("vs copy", lambda r: r["memory_limit_s"]),
+    ("vs NT copy", lambda r: r["memory_limit_stream_s"]),
 ]

@@ -44,8 +44,14 @@ def missing() -> str:
     return ""
 
 
-def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> list[dict]:
-    """Runs the baseline as n MPI processes; its rows (variant "mpi4jax")."""
+def will_run(args) -> bool:
+    """Whether --mpi asks for the baseline where it can run (on: always)."""
+    return args.mpi == "on" or (args.mpi == "auto" and not missing())
+
+
+def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0, hosts=None) -> list[dict]:
+    """Runs the baseline as n MPI processes; its rows (variant "mpi4jax"). `hosts`:
+    [(namespace, ranks)] of namespaced hosts to spread them over (mpirun_on_hosts)."""
     reason = missing()
     if reason:
         raise RuntimeError(f"MPI baseline: {reason} (bash scripts/install_mpi.sh)")
@@ -55,14 +61,52 @@ def run(n: int, sizes: str, loop: int, reps: int, timeout: float = 600.0) -> lis
         prefix="accl_bench_mpi_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
     )
     try:
-        return _run_in(backing, n, sizes, loop, reps, timeout)
+        launcher = mpirun_on_hosts(hosts, backing) if hosts else [mpirun()]
+        return _run_in(launcher, backing, n, sizes, loop, reps, timeout)
     finally:
         shutil.rmtree(backing, ignore_errors=True)
 
 
-def _run_in(backing: str, n: int, sizes: str, loop: int, reps: int, timeout: float) -> list[dict]:
+def mpirun_on_hosts(hosts, directory: str) -> list[str]:
+    """mpirun on namespaced hosts [(namespace, ranks)] (netns.virtual_hosts'): started in
+    the first host's namespace, each host named by its rail0 address, and Open MPI's
+    remote launch (its ssh agent) a script of `directory` that runs the daemon in the
+    namespace of the address it is given. Each host also gets a hostname of its own (a
+    UTS namespace): Open MPI names its session files by hostname, and two daemons
+    sharing theirs crash their processes (SIGBUS, SIGSEGV). MPI's traffic between hosts
+    goes by TCP on rail0 (as gloo's), within a host by shared memory (which Open MPI
+    never uses between two of its daemons, so never between namespaced hosts)."""
+    from jax_accl.testing import netns
+
+    addresses = [netns.rail_ip(h, 0) for h in range(len(hosts))]
+    agent = Path(directory) / "netns_agent.sh"
+    cases = "".join(f"  {a}) ns={name} ;;\n" for a, (name, _) in zip(addresses, hosts))
+    agent.write_text(
+        "#!/bin/sh\n# Open MPI's ssh agent: <address> <command>, run in that host's namespace.\n"
+        f"address=$1; shift\ncase $address in\n{cases}  *) exit 1 ;;\nesac\n"
+        'exec ip netns exec "$ns" unshare --uts /bin/sh -c "hostname $ns; $*"\n'
+    )
+    agent.chmod(0o755)
+    first = hosts[0][0]
+    return [
+        *("ip", "netns", "exec", first, "unshare", "--uts", "/bin/sh", "-c"),
+        *(f'hostname {first}; exec "$0" "$@"', mpirun()),
+        *("--prtemca", "plm_ssh_agent", str(agent)),
+        *("--host", ",".join(f"{a}:{ranks}" for a, (_, ranks) in zip(addresses, hosts))),
+        *("--prtemca", "oob_tcp_if_include", "rail0"),
+        *("--mca", "btl_tcp_if_include", "rail0"),
+        # Each daemon takes this machine's cores for its host's own, so its processes
+        # would poll without yielding to the other hosts' (and to the TCP they wait for):
+        # 2 hosts x 2 processes, 4 MiB, 805 ms per all-reduce, 23 ms yielding.
+        *("--mca", "mpi_yield_when_idle", "1"),
+    ]
+
+
+def _run_in(
+    launcher: list, backing: str, n: int, sizes: str, loop: int, reps: int, timeout: float
+) -> list[dict]:
     cmd = [
-        mpirun(),
+        *launcher,
         "--mca",
         "btl_sm_backing_directory",
         backing,
@@ -107,16 +151,16 @@ def _run_in(backing: str, n: int, sizes: str, loop: int, reps: int, timeout: flo
     return json.loads(results[-1][len("RESULT ") :])
 
 
-def add_mpi_rows(rows: list[dict], args, label: str) -> list[str]:
-    """Runs the MPI baseline (--mpi) with as many processes as the job has devices and
-    appends its rows; returns the comment lines comparing jax_accl with it."""
+def add_mpi_rows(rows: list[dict], args, label: str, hosts=None) -> list[str]:
+    """Runs the MPI baseline (--mpi) with as many processes as the job has devices (on
+    the namespaced `hosts` [(namespace, ranks)], if given) and appends its rows; returns
+    the comment lines comparing jax_accl with it."""
     n = rows[0]["devices"]
-    reason = missing()
-    if args.mpi == "off" or (args.mpi == "auto" and reason):
-        return [f"MPI baseline not run: {reason or '--mpi off'}"]
+    if not will_run(args):
+        return [f"MPI baseline not run: {missing() or '--mpi off'}"]
     gloo = {r["size_bytes"]: r["seconds_per_op"] for r in rows if r["variant"] == "jax.lax.psum"}
     mpi = {}
-    for r in run(n, args.sizes, args.loop, args.reps):
+    for r in run(n, args.sizes, args.loop, args.reps, hosts=hosts):
         rows.append(nccl_row({**r, "setting": label}, gloo[r["size_bytes"]]))
         mpi[r["size_bytes"]] = r["seconds_per_op"]
     rows.sort(key=lambda r: r["size_bytes"])  # stable: each size's rows stay together
@@ -126,7 +170,8 @@ def add_mpi_rows(rows: list[dict], args, label: str) -> list[str]:
             lines.append(
                 f"{human(r['size_bytes'])}: jax_accl auto is "
                 f"{mpi[r['size_bytes']] / r['seconds_per_op']:.2f}x faster than "
-                f"mpi4jax (Open MPI, {n} processes x 1 device)"
+                f"mpi4jax (Open MPI, {n} processes x 1 device"
+                + (f" on {len(hosts)} hosts, rail0)" if hosts else ")")
             )
     return lines
 
@@ -162,7 +207,8 @@ def worker_main(argv=None) -> int:
         single = median_call_seconds(once, x, args.reps)
         loop = chain_length(size, args.loop, n)
         chains = {"mpi4jax": (program(loop), program(2 * loop))}
-        t = per_op_interleaved(chains, x, loop, args.reps, size)["mpi4jax"]
+        per_op, cpu = per_op_interleaved(chains, x, loop, args.reps, size)
+        t = per_op["mpi4jax"]
         rows.append(
             dict(
                 size_bytes=size,
@@ -170,6 +216,8 @@ def worker_main(argv=None) -> int:
                 variant="mpi4jax",
                 seconds_per_op=t,
                 single_call_s=single,
+                # Every rank's CPU seconds per op, summed (the job's, as the sweep's rows).
+                cpu_s_per_op=comm.allreduce(cpu["mpi4jax"], op=MPI.SUM),
             )
         )
     if rank == 0:

@@ -21,6 +21,17 @@ def nccl_row(row: dict, baseline_seconds: float) -> dict:
     }
 
 
+def job_rows(results: list[dict]) -> list[dict]:
+    """Process 0's rows of a multi-process job, each with the CPU seconds per op of every
+    process of the job summed (each process measured its own, all its threads)."""
+    cpu = {}
+    for result in results:
+        for r in result["rows"]:
+            key = (r["size_bytes"], r["variant"])
+            cpu[key] = cpu.get(key, 0.0) + r["cpu_s_per_op"]
+    return [{**r, "cpu_s_per_op": cpu[(r["size_bytes"], r["variant"])]} for r in results[0]["rows"]]
+
+
 def auto_vs_best(rows: list[dict]) -> list[str]:
     """Per size: which algorithm the automatic choice ran, and how far its time is from
     the best forced algorithm's (where both are the same algorithm, the ratio is noise)."""
@@ -48,6 +59,7 @@ LIMIT_LINES = [
     ("memory_limit_s", "memory limit (copy)", "--"),
     ("memory_limit_stream_s", "memory limit (non-temporal copy)", ":"),
     ("link_limit_s", "network limit (all rails)", "--"),
+    ("wire_limit_s", "network limit (measured wire)", "--"),
 ]
 
 
@@ -100,12 +112,15 @@ def plot(rows: list[dict], path: str, title: str) -> tuple[list[str], list[str]]
 
 
 def print_rows(rows: list[dict], limits, out) -> None:
-    """limits: [(name, seconds of row)], one "vs <name>" column each."""
+    """limits: [(column, seconds of row)], time / limit in each column. "CPU/op": the
+    CPU seconds per op (user + system) of every process of the job, where rows carry it."""
+    cpu = all("cpu_s_per_op" in r for r in rows)
     print(
         f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
         f"{'busbw GB/s':>10} {'vs base':>8} "
-        + "".join(f"{'vs ' + name:>11} " for name, _ in limits)
+        + "".join(f"{name:>11} " for name, _ in limits)
         + f"{'1-call':>10}"
+        + (f" {'CPU/op':>11}" if cpu else "")
     )
     for r in rows:
         t = r["seconds_per_op"]
@@ -114,6 +129,7 @@ def print_rows(rows: list[dict], limits, out) -> None:
             f"{r['algbw_gbs']:>10.3f} {r['busbw_gbs']:>10.3f} {r['speedup_vs_baseline']:>7.2f}x "
             + "".join(f"{t / limit(r):>10.2f}x " for _, limit in limits)
             + f"{r['single_call_s'] * 1e6:>8.0f}us"
+            + (f" {r['cpu_s_per_op'] * 1e6:>9.1f}us" if cpu else "")
         )
         if out:
             out.write(json.dumps(r) + "\n")

@@ -51,8 +51,9 @@ def _first_local_block(array) -> np.ndarray:
 
 def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline: bool = True):
     """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant: the
-    algorithm it ran}, {variant: seconds per call in each phase of the hierarchy}: per op
-    is (time of 2K chained ops - time of K) / K, with K = loop. The variants:
+    algorithm it ran}, {variant: seconds per call in each phase of the hierarchy},
+    {variant: this process's CPU seconds per all-reduce}: per op is (time of 2K chained
+    ops - time of K) / K, with K = loop. The variants:
     jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
     mesh = mesh_of(n)
     host = test_data(size_bytes, n)
@@ -81,7 +82,8 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
             calls = (reps + 1) * jax.local_device_count()
             phases[name] = {k: (phases_after[k] - phases_before[k]) / calls for k in phases_after}
         chains[name] = (chained(mesh, reduce, loop), chained(mesh, reduce, 2 * loop))
-    return list(per_op_interleaved(chains, x, loop, reps, size_bytes).items()), single, ran, phases
+    per_op, cpu = per_op_interleaved(chains, x, loop, reps, size_bytes)
+    return list(per_op.items()), single, ran, phases, cpu
 
 
 def _calls_by_algorithm() -> dict:
@@ -147,7 +149,7 @@ def run_sweep(args, n: int, label: str, on_size=None) -> list[dict]:
     for size in (parse_size(s) for s in args.sizes.split(",")):
         if on_size:
             on_size(size)
-        timings, single, ran, phases = measure(
+        timings, single, ran, phases, cpu = measure(
             size, n, algorithms, chain_length(size, args.loop, n), args.reps
         )
         base = dict(timings)["jax.lax.psum"]
@@ -160,6 +162,7 @@ def run_sweep(args, n: int, label: str, on_size=None) -> list[dict]:
                     variant=name,
                     seconds_per_op=t,
                     single_call_s=single[name],
+                    cpu_s_per_op=cpu[name],
                     **({"ran": ran[name]} if name in ran else {}),
                     **({"phase_s": phases[name]} if name in phases else {}),
                 ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import resource
 import statistics
 import time
 
@@ -12,6 +13,13 @@ import jax
 
 # A multi-process run's bound: long, but a hung worker still ends it with everyone's output.
 JOB_TIMEOUT_S = 3600.0
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time so far, user + system, over all its threads (the device
+    threads, jax_accl's and gloo's transport threads included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def call_seconds(fn, arg) -> float:
@@ -70,33 +78,39 @@ def warm_up_calls(size_bytes: int, loop: int) -> int:
     return max(1, math.ceil(ops / (3 * loop)))
 
 
-def per_op_interleaved(chains: dict, arg, loop: int, reps: int, size_bytes: int) -> dict:
-    """Seconds per all-reduce of every variant {name: (short, long)}: the median of (time
+def per_op_interleaved(chains: dict, arg, loop: int, reps: int, size_bytes: int):
+    """({name: seconds per op}, {name: CPU seconds per op}) of every variant {name:
+    (short, long)}. Seconds per all-reduce: the median of (time
     of `long` - time of `short`) / loop, where `long` chains 2·loop all-reduces and
     `short` loop. After a warm-up of each, the repetitions go round the variants in a
     new order each round (in a fixed order, the variant after jax.lax.psum's gloo ran
     1.1-1.8x slower than itself elsewhere), so a slow spell of the machine (they last
     seconds here) and whatever a variant leaves behind hit all of them alike. Where the
     noise hides the difference (a median of 5% of `long` / 2·loop or less), that upper
-    bound, dispatch included, rather than a zero."""
+    bound, dispatch included, rather than a zero. CPU seconds per op: this process's CPU
+    time (cpu_seconds) over a variant's timed calls, divided by the all-reduces they ran
+    (3·loop a repetition), so dispatch included."""
     for short, long in chains.values():
         for _ in range(warm_up_calls(size_bytes, loop)):  # the first also compiles
             call_seconds(short, arg), call_seconds(long, arg)
     differences = {name: [] for name in chains}
     longs = {name: [] for name in chains}
+    cpu = dict.fromkeys(chains, 0.0)
     for rep in range(reps):
         order = list(chains)
         random.Random(rep).shuffle(order)  # seeded: every process runs the same order
         for name in order:
             short, long = chains[name]
+            cpu_before = cpu_seconds()
             longs[name].append(call_seconds(long, arg))
             differences[name].append((longs[name][-1] - call_seconds(short, arg)) / loop)
+            cpu[name] += cpu_seconds() - cpu_before
     result = {}
     for name in chains:
         difference = statistics.median(differences[name])
         upper_bound = statistics.median(longs[name]) / (2 * loop)
         result[name] = difference if difference > 0.05 * upper_bound else upper_bound
-    return result
+    return result, {name: cpu[name] / (3 * loop * reps) for name in chains}
 
 
 def chain_length(size_bytes: int, loop: int, n: int) -> int:

@@ -81,6 +81,58 @@ def test_the_plot_draws_the_limits_the_rows_carry(tmp_path):
     assert ticks == ["1KiB", "1MiB"]
 
 
+def test_a_jobs_table_sums_every_processs_cpu_and_sets_time_against_the_wire(capsys):
+    """Process 0's rows with every process's CPU seconds per op summed; unshaped, the
+    "x wire" column: time over 2(H-1)/H·S at the wire's measured rate (the last one given,
+    every rail in use at once), beside "CPU/op"."""
+    from jax_accl.bench import cli, report
+
+    def rows(cpu):
+        return {
+            "rows": [
+                report.nccl_row(
+                    dict(
+                        size_bytes=1 << 20,
+                        devices=2,
+                        variant=v,
+                        seconds_per_op=2e-3,
+                        single_call_s=3e-3,
+                        cpu_s_per_op=cpu,
+                    ),
+                    2e-3,
+                )
+                for v in ("jax.lax.psum", "accl:auto")
+            ]
+        }
+
+    rows = report.job_rows([rows(1e-3), rows(2e-3)])
+    assert [r["cpu_s_per_op"] for r in rows] == [3e-3, 3e-3]
+    args = cli.parse_args(["--hosts", "2", "--rate-mbit", "0"])
+    limits = cli.network_limits(rows, args, 2, 0.0, {"rail0": 0.5e9, "all rails": 1 << 30})
+    assert [name for name, _ in limits] == ["x wire"]
+    assert rows[0]["wire_limit_s"] == (1 << 20) / (1 << 30) and rows[0]["rails_used"] == 2
+    report.print_rows(rows, limits, None)
+    head, psum = capsys.readouterr().out.splitlines()[:2]
+    assert head.split()[-3:] == ["wire", "1-call", "CPU/op"], head
+    assert psum.split()[-3:] == [f"{2e-3 * 1024:.2f}x", "3000us", "3000.0us"], psum
+
+
+def test_the_wire_rate_is_each_ways_bytes_over_its_time_averaged():
+    from jax_accl.bench import wire
+
+    server = {"streams": [{"sent": 0, "received": 4e9, "seconds": 2.0}]}
+    client = {
+        "streams": [
+            {"sent": 0, "received": 1e9, "seconds": 1.0},
+            {"sent": 0, "received": 1e9, "seconds": 2.0},
+        ]
+    }
+    assert wire.rate_each_way(server, client) == (2e9 + 1e9) / 2
+    assert (
+        wire.describe({"rail0": 1.5e9, "all rails": 2e9}) == "rail0 1.50 GB/s, all rails 2.00 GB/s"
+    )
+
+
 @pytest.mark.multiprocess  # bench --calibrate: one process, then a job of two
 def test_calibrate_stores_what_it_measured_and_a_fresh_process_goes_by_it(tmp_path):
     env = {"JAX_ACCL_CACHE": str(tmp_path)}

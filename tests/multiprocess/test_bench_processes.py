@@ -1,10 +1,11 @@
-"""The benchmark across processes on one host: gloo psum, jax_accl and the MPI baseline
-(mpi4jax over Open MPI, installed by scripts/install_mpi.sh, which the test command runs)
-in one table, every row checked against NumPy by the workers; the demo across processes
-and on namespaced hosts."""
+"""The benchmark across processes, on one host and on namespaced hosts: gloo psum,
+jax_accl and the MPI baseline (mpi4jax over Open MPI, installed by scripts/install_mpi.sh,
+which the test command runs) in one table, every row checked against NumPy by the
+workers; the demo across processes and on namespaced hosts."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -72,8 +73,12 @@ def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
 
 @pytest.mark.netns
 def test_hosts_table_has_each_tier_and_progress(tmp_path):
-    """`bench --hosts` on two namespaced hosts (root; CI runs it): the table, the time per
-    tier, the bytes per rail, the plot and the progress of every size."""
+    """`bench --hosts` on two namespaced hosts (root; CI runs it), unshaped: the wire's
+    own rate measured per rail and on both at once, every row's time against that wire
+    limit and its CPU seconds per op (every process's), the MPI baseline on the same
+    hosts (2 processes on each), the time per tier, the bytes per rail, the plot and the
+    progress of every size."""
+    rows_path = tmp_path / "rows.jsonl"
     done = bench(
         "--hosts",
         "2",
@@ -89,24 +94,47 @@ def test_hosts_table_has_each_tier_and_progress(tmp_path):
         "--sizes",
         "64KiB,1MiB",
         "--algorithms",
-        "auto",
+        "auto,ring",
         "--reps",
         "1",
         "--loop",
         "2",
+        "--wire-seconds",
+        "1",
+        "--mpi",
+        "on",
         "--plot",
         str(tmp_path / "hosts.png"),
+        "--json",
+        str(rows_path),
         timeout=300,
     )
     label = "2 hosts x 1 processes x 2 devices, 2 of 2 rails unshaped"
-    assert f"# {label}; baseline: jax.lax.psum over gloo on rail0" in done.stdout
+    header = f"# {label}; baseline: jax.lax.psum over gloo on rail0; the wire each way at once: "
+    wire = next(line for line in done.stdout.splitlines() if line.startswith(header))
+    rates = re.findall(r"(rail\d|all rails) ([\d.]+) GB/s", wire[len(header) :])
+    assert [name for name, _ in rates] == ["rail0", "rail1", "all rails"], wire
+    assert all(float(rate) > 0 for _, rate in rates), wire
+    assert "x wire" in done.stdout and "CPU/op" in done.stdout
+    rows = [json.loads(line) for line in open(rows_path)]
+    assert {r["variant"] for r in rows} == {"jax.lax.psum", "accl:auto", "accl:ring", "mpi4jax"}
+    assert "mpi4jax (Open MPI, 4 processes x 1 device on 2 hosts, rail0)" in done.stdout
+    table = [line.split() for line in done.stdout.splitlines() if line.endswith("us")]
+    for r, printed in zip(rows, table, strict=True):
+        assert r["wire_limit_s"] > 0 and r["cpu_s_per_op"] > 0, r
+        # x wire, the 7th column: time per op over the wire limit.
+        assert printed[6] == f"{r['seconds_per_op'] / r['wire_limit_s']:.2f}x", printed
+        # Sanity, not speed: no whole call beats the wire by 2x. (Per op, the difference
+        # of 2K and K chained calls, one repetition on a loaded 2-core machine can.)
+        assert r["single_call_s"] / r["wire_limit_s"] >= 0.5, r
     assert "# 1MiB accl:auto (hierarchical) per call: local reduce-scatter" in done.stdout
     assert "'tcp:rail0'" in done.stdout and "'tcp:rail1'" in done.stdout
     assert (tmp_path / "hosts-2rail.png").read_bytes()[:4] == b"\x89PNG"
     progress = [line for line in done.stderr.splitlines() if line.startswith("[jax_accl")]
-    assert progress[0].startswith(f"[jax_accl.bench] 1/2 {label}: 64KiB (")
-    assert progress[1].startswith(f"[jax_accl.bench] 2/2 {label}: 1MiB (")
-    assert progress[2].startswith("[jax_accl.bench] done: 2 pieces in ")
+    assert progress[0].startswith(f"[jax_accl.bench] 1/3 {label}: 64KiB (")
+    assert progress[1].startswith(f"[jax_accl.bench] 2/3 {label}: 1MiB (")
+    assert progress[2].startswith(f"[jax_accl.bench] 3/3 {label}: the MPI baseline (")
+    assert progress[3].startswith("[jax_accl.bench] done: 3 pieces in ")
 
 
 @pytest.mark.timeout(1200)  # past the demo's own 900 s
