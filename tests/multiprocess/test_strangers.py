@@ -216,6 +216,22 @@ print(held, reopened)
 """
 
 
+def hold_places_while(job, namespace, ports, connections, tmp_path) -> str:
+    """Runs HOLDER in `namespace` (`connections` to each listener of process 1) until
+    `job` ends; returns what it printed (places held, places taken again)."""
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", HOLDER]
+        + [ports.read_text(), str(connections), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    job.join()
+    (tmp_path / "done").touch()
+    out, _ = holder.communicate(timeout=60)
+    return out
+
+
 def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_required, tmp_path):
     """A stranger on a third namespaced host holds 80 silent connections to each of process
     1's listeners (where the job's connections arrive) from before the job's first call,
@@ -226,16 +242,7 @@ def test_a_stranger_holding_silent_connections_cannot_lock_the_job_out(root_requ
         stranger = names[2]
         job = BackgroundJob("lockout", names[:2], tmp_path)
         ports = job.ports()
-        holder = subprocess.Popen(
-            ["ip", "netns", "exec", stranger, sys.executable, "-c", HOLDER]
-            + [ports.read_text(), "80", str(tmp_path)],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd="/",
-        )
-        job.join()
-        (tmp_path / "done").touch()
-        out, _ = holder.communicate(timeout=60)
+        out = hold_places_while(job, stranger, ports, 80, tmp_path)
     assert not job.failure, job.failure
     held, reopened = map(int, out.split())
     assert held == 160 and reopened > 0, out  # it held on, and lost places it took again
@@ -258,16 +265,7 @@ def test_a_program_on_a_job_host_holding_every_place_from_its_address_cannot_loc
     with netns.virtual_hosts(2, 2) as names:
         job = BackgroundJob("lockout", names, tmp_path, env={"JAX_ACCL_TIMEOUT_S": "30"})
         ports = job.ports()
-        holder = subprocess.Popen(
-            ["ip", "netns", "exec", names[0], sys.executable, "-c", HOLDER]
-            + [ports.read_text(), "40", str(tmp_path)],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd="/",
-        )
-        job.join()
-        (tmp_path / "done").touch()
-        out, _ = holder.communicate(timeout=60)
+        out = hold_places_while(job, names[0], ports, 40, tmp_path)
     assert not job.failure, job.failure
     held, reopened = map(int, out.split())
     assert held == 80 and reopened > 0, out  # every place taken, and taken again
