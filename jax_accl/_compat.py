@@ -193,22 +193,20 @@ def hook_lowering_caches(cache_type) -> None:
     mlir.ModuleContext.__init__ = hooked
 
 
-def hook_module_lowering(check) -> None:
-    """After JAX lowers a program to an MLIR module (jit, pmap, shard_map: all through
-    mlir.lower_jaxpr_to_module), check(module_name, module, began) runs, where `began`
-    is what check returned when called with module None as the lowering began."""
-    lower = mlir.lower_jaxpr_to_module
-    if getattr(lower, "_jax_accl_hooked", False):
+def hook_module_lowering(wrap) -> None:
+    """JAX lowers every program to an MLIR module (jit, pmap, shard_map) through
+    mlir.lower_jaxpr_to_module: it becomes wrap(the original), which takes and returns
+    what it does (lowered_module reads the module from its result)."""
+    if getattr(mlir.lower_jaxpr_to_module, "_jax_accl_hooked", False):
         return
-
-    def hooked(module_name, *args, **kwargs):
-        began = check(module_name, None, None)
-        result = lower(module_name, *args, **kwargs)
-        check(module_name, result.module, began)
-        return result
-
+    hooked = wrap(mlir.lower_jaxpr_to_module)
     hooked._jax_accl_hooked = True
     mlir.lower_jaxpr_to_module = hooked
+
+
+def lowered_module(result):
+    """The MLIR module of what mlir.lower_jaxpr_to_module returned."""
+    return result.module
 
 
 def device_assignment(ctx) -> tuple:

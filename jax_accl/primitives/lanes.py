@@ -180,14 +180,19 @@ def check_module(module, program: str) -> None:
             seen[op_id, lane] = function
 
 
-def _check_lowered(program: str, module, began):
-    """The hook around JAX's module lowering: the number of calls lowered when it
-    began; once done, the check, where jax_accl calls were lowered in between."""
-    if module is None:
-        return calls_lowered()
-    if calls_lowered() != began:
-        check_module(module, program)
-    return None
+def _checked(lower):
+    """JAX's module lowering, followed by check_module wherever jax_accl calls were
+    lowered in it."""
+    from jax_accl import _compat as c
+
+    def lower_checked(module_name, *args, **kwargs):
+        before = calls_lowered()
+        result = lower(module_name, *args, **kwargs)
+        if calls_lowered() != before:
+            check_module(c.lowered_module(result), module_name)
+        return result
+
+    return lower_checked
 
 
 def install() -> None:
@@ -195,4 +200,4 @@ def install() -> None:
     from jax_accl import _compat as c
 
     c.hook_lowering_caches(LoweringCache)
-    c.hook_module_lowering(_check_lowered)
+    c.hook_module_lowering(_checked)

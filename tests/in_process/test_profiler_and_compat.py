@@ -81,6 +81,7 @@ def test_compat_names_exist():
         "lowering_rule",
         "hook_lowering_caches",
         "hook_module_lowering",
+        "lowered_module",
     ]:
         assert callable(getattr(_compat, name)), name
     # What lanes.py hooks: both lowering caches of a module context, the module lowering.
