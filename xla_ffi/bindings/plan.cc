@@ -17,6 +17,7 @@
 
 #include "bindings/parse.h"
 #include "runtime/call_plan.h"
+#include "runtime/collective.h"
 #include "topology/group_layout.h"
 
 namespace nb = nanobind;
@@ -155,14 +156,11 @@ nb::dict plan(const std::vector<std::pair<std::string, int>>& places, size_t byt
   out["chunks"] = p.chunks;
   out["protocol"] = protocol_name(p.protocol);
   out["predicted_s"] = predict_call_seconds(g, owner, request, predicts);
-  const bool by_host = p.schedule == Algorithm::kHierarchical;
-  out["tiers"] =
-      !by_host ? nb::list()
-      : request.collective == Collective::kAllReduce
-          ? tiers_of(g, owner)
-          : host_tiers_of(g,
-                          request.collective == Collective::kAllGather ? bytes : bytes / g.size(),
-                          request.chunks);
+  const CollectiveRow& row = collective_row(request.collective);
+  out["tiers"] = p.schedule != Algorithm::kHierarchical ? nb::list()
+                 : row.by_host == nullptr
+                     ? tiers_of(g, owner)
+                     : host_tiers_of(g, row.block_count(bytes, g.size()), request.chunks);
   out["layout"] = g.describe();
   out["ranks"] = g.size();
   out["hosts"] = g.host_count();

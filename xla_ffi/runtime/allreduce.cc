@@ -2,8 +2,7 @@
 
 #include <chrono>
 
-#include "algorithms/scatter_gather.h"
-#include "runtime/call_plan.h"
+#include "runtime/collective.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 
@@ -13,9 +12,7 @@ Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   const Signature& sig = spec.signature;
   reduction->elem_size = dtype_size(sig.dtype);
   // An all-gather or a permutation moves data and never reduces it.
-  if (sig.collective == Collective::kAllGather || sig.collective == Collective::kPermute) {
-    return Status::Ok();
-  }
+  if (!collective_row(sig.collective).reduces) return Status::Ok();
   reduction->fn = reduce_kernel(sig.dtype, sig.op);
   reduction->many = reduce_many_kernel(sig.dtype, sig.op);
   if (reduction->fn == nullptr) {
@@ -37,11 +34,7 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
     stats->nanoseconds.fetch_add(ns(end) - ns(start), std::memory_order_relaxed);
   }
   if (trace_enabled() || debug_calls()) {
-    const Collective collective = spec.signature.collective;
-    const char* target = collective == Collective::kReduceScatter ? "accl_reduce_scatter "
-                         : collective == Collective::kAllGather   ? "accl_all_gather "
-                         : collective == Collective::kPermute     ? "accl_ppermute "
-                                                                  : "accl_allreduce ";
+    const char* target = collective_row(spec.signature.collective).trace_target;
     TraceEvent call{str_cat(target, algorithm_name(algorithm), " ", human_bytes(bytes)),
                     spec.device,
                     ns(start),
@@ -61,18 +54,7 @@ void record_error(Algorithm algorithm, Collective collective) {
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
                       const PermutePeers& peers) {
-  if (collective == Collective::kAllReduce) {
-    return run_allreduce(algorithm, link, segments, reduction);
-  }
-  if (collective == Collective::kPermute) return run_permute(link, segments, peers);
-  std::vector<BlockBuffers> blocks;
-  for (const Buffers& b : segments) {
-    const size_t block = collective == Collective::kReduceScatter ? b.count / size : b.count;
-    blocks.push_back(BlockBuffers{b.in, b.out, block, b.elem_size, b.segment});
-  }
-  return collective == Collective::kReduceScatter
-             ? run_reduce_scatter(algorithm, link, blocks, reduction)
-             : run_all_gather(algorithm, link, blocks);
+  return collective_row(collective).run_flat(algorithm, link, segments, size, reduction, peers);
 }
 
 Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
@@ -91,7 +73,7 @@ Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
   const Algorithm algorithm =
-      plan_local(spec.size, sig.count * elem, sig.collective, sig.algorithm);
+      collective_row(sig.collective).plan_local(spec.size, sig.count * elem, sig.algorithm);
 
   // An exception (an allocation that failed) fails the call like any error: the other
   // ranks learn it at once instead of at their deadline (before the join, by leaving

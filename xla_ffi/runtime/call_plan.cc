@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "algorithms/hierarchical.h"
+#include "runtime/collective.h"
 
 namespace accl {
 
@@ -88,14 +89,6 @@ bool plan_one_shot(size_t bytes, Algorithm forced) {
   return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
 }
 
-Algorithm plan_local(int n, size_t bytes, Collective collective, Algorithm forced) {
-  switch (collective) {
-    case Collective::kAllReduce: return plan_in_process(n, bytes, forced);
-    case Collective::kPermute: return Algorithm::kDirect;
-    default: return plan_scatter_gather(n, bytes, forced, /*peer_memory=*/true);
-  }
-}
-
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced, const CostModel& model) {
   if (forced != Algorithm::kAuto && forced != Algorithm::kHierarchical) return forced;
   return choose_algorithm(n, bytes, /*peer_memory=*/true, model);
@@ -103,29 +96,40 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced, const CostModel
 
 CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
                    const CostModel& model) {
+  return collective_row(request.collective).plan(g, rank, request, model);
+}
+
+CallPlan plan_permute_call(const GroupLayout&, int, const PlanRequest&, const CostModel&) {
+  CallPlan plan;
+  plan.schedule = Algorithm::kDirect;
+  return plan;
+}
+
+// A reduce-scatter or all-gather between hosts of more than one rank each runs by host
+// (kHierarchical: in the host, then between hosts), unless direct or ring is forced;
+// else flat, direct or ring.
+CallPlan plan_scatter_gather_call(const GroupLayout& g, int, const PlanRequest& request,
+                                  const CostModel&) {
+  const Algorithm forced = request.forced;
+  CallPlan plan;
+  const bool flat_forced = forced == Algorithm::kDirect || forced == Algorithm::kRing;
+  plan.schedule =
+      !flat_forced && runs_by_host(g)
+          ? Algorithm::kHierarchical
+          : plan_scatter_gather(g.size(), request.bytes, forced, g.process_count() == 1);
+  if (plan.schedule == Algorithm::kHierarchical) {
+    const size_t block = collective_row(request.collective).block_count(request.bytes, g.size());
+    plan.chunks = plan_by_host(g, block, request.chunks).pipeline.chunks;
+    if (plan.chunks > 1) plan.protocol = Protocol::kChunked;
+  }
+  return plan;
+}
+
+CallPlan plan_allreduce_call(const GroupLayout& g, int rank, const PlanRequest& request,
+                             const CostModel& model) {
   const size_t bytes = request.bytes;
   const Algorithm forced = request.forced;
   CallPlan plan;
-  // A permutation runs direct. A reduce-scatter or all-gather between hosts of more
-  // than one rank each runs by host (kHierarchical: in the host, then between hosts),
-  // unless direct or ring is forced; else flat, direct or ring.
-  if (request.collective == Collective::kPermute) {
-    plan.schedule = Algorithm::kDirect;
-    return plan;
-  }
-  if (request.collective != Collective::kAllReduce) {
-    const bool flat_forced = forced == Algorithm::kDirect || forced == Algorithm::kRing;
-    plan.schedule = !flat_forced && runs_by_host(g)
-                        ? Algorithm::kHierarchical
-                        : plan_scatter_gather(g.size(), bytes, forced, g.process_count() == 1);
-    if (plan.schedule == Algorithm::kHierarchical) {
-      const size_t block =
-          request.collective == Collective::kReduceScatter ? bytes / g.size() : bytes;
-      plan.chunks = plan_by_host(g, block, request.chunks).pipeline.chunks;
-      if (plan.chunks > 1) plan.protocol = Protocol::kChunked;
-    }
-    return plan;
-  }
   if (g.process_count() == 1) {
     if (request.one_shot && plan_one_shot(bytes, forced)) {
       plan.schedule = Algorithm::kDirect;
@@ -212,19 +216,23 @@ static CostModel link_model(int hosts, int processes, int per_host, int rails,
   return net;
 }
 
-static double predict_data_seconds(const GroupLayout& g, const CallPlan& plan,
-                                   const PlanRequest& request, const CostModel& model) {
+double predict_permute_seconds(const GroupLayout& g, const CallPlan&, const PlanRequest& request,
+                               const CostModel& model) {
+  const double S = static_cast<double>(request.bytes);
+  if (g.process_count() == 1) return model.alpha_s + 2.0 * S * model.beta_s_per_byte;
+  const CostModel link = link_model(g.host_count(), g.process_count(), 1, request.rails, model);
+  return link.alpha_s + S * link.beta_s_per_byte;
+}
+
+double predict_scatter_gather_seconds(const GroupLayout& g, const CallPlan& plan,
+                                      const PlanRequest& request, const CostModel& model) {
   const int n = g.size(), hosts = g.host_count(), processes = g.process_count();
   const int per_host = static_cast<int>(g.host_ranks(0).size());
-  const bool reduces = request.collective == Collective::kReduceScatter;
-  const double S = request.collective == Collective::kAllGather
-                       ? static_cast<double>(request.bytes) * n
-                       : static_cast<double>(request.bytes);
-  if (request.collective == Collective::kPermute) {
-    if (processes == 1) return model.alpha_s + 2.0 * S * model.beta_s_per_byte;
-    const CostModel link = link_model(hosts, processes, 1, request.rails, model);
-    return link.alpha_s + S * link.beta_s_per_byte;
-  }
+  const CollectiveRow& row = collective_row(request.collective);
+  const bool reduces = row.reduces;
+  // The whole buffer: a reduce-scatter's input, an all-gather's output.
+  const double S = static_cast<double>(request.bytes) *
+                   static_cast<double>(std::max<uint64_t>(n, row.output_count(n, n))) / n;
   if (plan.schedule != Algorithm::kHierarchical) {
     const CostModel link = link_model(
         hosts, processes, plan.schedule == Algorithm::kRing ? 1 : per_host, request.rails, model);
@@ -254,9 +262,11 @@ static double predict_data_seconds(const GroupLayout& g, const CallPlan& plan,
 
 double predict_call_seconds(const GroupLayout& g, const CallPlan& plan, const PlanRequest& request,
                             const CostModel& model) {
-  if (request.collective != Collective::kAllReduce) {
-    return predict_data_seconds(g, plan, request, model);
-  }
+  return collective_row(request.collective).predict(g, plan, request, model);
+}
+
+double predict_allreduce_seconds(const GroupLayout& g, const CallPlan& plan,
+                                 const PlanRequest& request, const CostModel& model) {
   const size_t bytes = request.bytes;
   const int n = g.size();
   if (g.process_count() == 1) {

@@ -1,6 +1,6 @@
 // The runtime's plan of one all-reduce: the one place where a call's schedule is chosen.
 // Every path of the runtime decides here: the call site by plan_one_shot, allreduce_local
-// (a group of one process) by plan_in_process, the Communicator of a group that spans
+// (a group of one process) by its collective's plan_local, the Communicator of a group that spans
 // processes by plan_call, whose one-process branch is those two functions. The simulated
 // hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call too, so
 // what they report is the plan the runtime runs.
@@ -115,10 +115,6 @@ ByHostTiers plan_by_host(const GroupLayout& g, size_t block_bytes, int chunks_se
 // Whether the ranks of a host of `g` are the device threads of one process.
 bool host_is_one_process(const GroupLayout& g);
 
-// The algorithm of a call of `collective` among `n` device threads of one process
-// (allreduce_local): plan_in_process's for an all-reduce.
-Algorithm plan_local(int n, size_t bytes, Collective collective, Algorithm forced);
-
 // The schedule of an all-reduce among `n` device threads of one process: `forced`, or
 // where that is kAuto (or kHierarchical, which has one level here) the cost model's.
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced,
@@ -126,14 +122,27 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced,
 
 // The plan of rank `rank`'s call: the same on every rank of the group for the same
 // request, except `between`, which is kAuto on ranks that take no part between hosts
-// (rank 0 always does).
+// (rank 0 always does). The collective's row (runtime/collective.h) names which of the
+// plan_*_call below makes it.
 CallPlan plan_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                    const CostModel& model);
+CallPlan plan_allreduce_call(const GroupLayout& layout, int rank, const PlanRequest& request,
+                             const CostModel& model);
+CallPlan plan_scatter_gather_call(const GroupLayout& layout, int rank, const PlanRequest& request,
+                                  const CostModel& model);
+CallPlan plan_permute_call(const GroupLayout& layout, int rank, const PlanRequest& request,
+                           const CostModel& model);
 
 // The model's time of a call that runs `plan` (an all-reduce's: an owner's, rank 0's),
 // per rank; for a reduce-scatter, all-gather or permutation by the formulas atop
-// predict_data_seconds (call_plan.cc).
+// predict_permute_seconds (call_plan.cc). As plan_call, by the collective's row.
 double predict_call_seconds(const GroupLayout& layout, const CallPlan& plan,
                             const PlanRequest& request, const CostModel& model);
+double predict_allreduce_seconds(const GroupLayout& layout, const CallPlan& plan,
+                                 const PlanRequest& request, const CostModel& model);
+double predict_scatter_gather_seconds(const GroupLayout& layout, const CallPlan& plan,
+                                      const PlanRequest& request, const CostModel& model);
+double predict_permute_seconds(const GroupLayout& layout, const CallPlan& plan,
+                               const PlanRequest& request, const CostModel& model);
 
 }  // namespace accl

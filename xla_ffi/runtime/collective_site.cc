@@ -9,6 +9,7 @@
 #include "common/health.h"
 #include "runtime/call_plan.h"
 #include "runtime/call_threads.h"
+#include "runtime/collective.h"
 #include "runtime/one_shot.h"
 #include "runtime/stats.h"
 
@@ -95,7 +96,7 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
     member.label = str_cat(a.name, " group [", ids, "]");
     for (size_t r = 0; r < partitions.size(); ++r) {
       member.rank = static_cast<int>(r);
-      if (a.collective == Collective::kPermute) {
+      if (collective_row(a.collective).permutes) {
         ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &member.peers));
       }
       site->members_[a.devices[partitions[r]]] = member;
@@ -126,10 +127,9 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
   const uint64_t n = member.devices.size();
   for (size_t k = 0; k < buffers.counts.size(); ++k) {
     const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
-    bool fits = in == out;  // an all-reduce's and a permutation's
-    if (signature_.collective == Collective::kReduceScatter) fits = in == n * out;
-    if (signature_.collective == Collective::kAllGather) fits = out == n * in;
-    if (!fits) {
+    // (A reduce-scatter's input is a whole number of blocks.)
+    const CollectiveRow& row = collective_row(signature_.collective);
+    if (row.output_count(in, n) != out || row.block_count(in, n) * n < in) {
       return done(error(Code::kInvalidArgument, member.label, ": operand ", k, " has ", in,
                         " elements and result ", out, ", which a ",
                         collective_name(signature_.collective), " over ", n,

@@ -39,6 +39,7 @@
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
 #include "runtime/call_plan.h"
+#include "runtime/collective.h"
 #include "runtime/communicator.h"
 #include "runtime/hierarchical_call.h"
 #include "runtime/stats.h"
@@ -124,7 +125,7 @@ Status open_link(ChannelSpace& space, const std::vector<int64_t>& members, int r
 WirePlan group_plan(const Communicator& group, size_t bytes, const Signature& sig, bool cma) {
   const CallPlan p = group.plan(0, bytes, sig.algorithm, cma, sig.collective);
   const bool by_host =
-      p.schedule == Algorithm::kHierarchical && sig.collective != Collective::kAllReduce;
+      p.schedule == Algorithm::kHierarchical && collective_row(sig.collective).by_host != nullptr;
   return WirePlan{p.schedule, p.between, p.chunks, p.protocol,
                   by_host && pipeline_chunks_setting() > 0};
 }
@@ -307,14 +308,9 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
   std::vector<int> position_peers;
   for (const std::vector<int>& host : grid.hosts) position_peers.push_back(host[grid.position]);
 
-  std::vector<BlockBuffers> blocks;
+  const std::vector<BlockBuffers> blocks = blocks_of(collective, segments, layout.size());
   size_t bytes = 0;
-  for (const Buffers& b : segments) {
-    const size_t block =
-        collective == Collective::kReduceScatter ? b.count / layout.size() : b.count;
-    blocks.push_back(BlockBuffers{b.in, b.out, block, b.elem_size, b.segment});
-    bytes += block * b.elem_size;
-  }
+  for (const BlockBuffers& b : blocks) bytes += b.block_bytes();
   const auto [in_host, between, pipeline] = plan_by_host(layout, bytes, pipeline_chunks_setting());
   // The pipeline on the wire: its chunks, and whether they are forced or cut by size.
   WirePlan plan{Algorithm::kHierarchical, Algorithm::kAuto, pipeline.chunks, Protocol::kWhole,
@@ -331,11 +327,9 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
     // A local failure (a step's error, an exception) fails both links at once, after
     // the second stage has stopped: the peers learn it then, not at their deadline.
     s = fail_links_on_error({host_link.get(), between_link.get()}, where, [&] {
-      return collective == Collective::kReduceScatter
-                 ? reduce_scatter_by_host(*host_link, *between_link, grid, in_host, between, blocks,
-                                          reduction, pipeline, deadline)
-                 : all_gather_by_host(*host_link, *between_link, grid, in_host, between, blocks,
-                                      pipeline, deadline);
+      return collective_row(collective)
+          .by_host(*host_link, *between_link, grid, in_host, between, blocks, reduction, pipeline,
+                   deadline);
     });
   } else {
     for (ChannelLink* link : {host_link.get(), between_link.get()}) {
@@ -424,7 +418,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   // A hierarchical schedule meets this process's other devices in the rendezvous.
   auto meets_siblings = [&] {
     // (A reduce-scatter or all-gather by host meets no sibling there.)
-    if (schedule != Algorithm::kHierarchical || sig.collective != Collective::kAllReduce) return;
+    if (schedule != Algorithm::kHierarchical || collective_row(sig.collective).by_host) return;
     unwound.thread = layout.device_position(spec.rank);
     unwound.siblings = static_cast<int>(layout.process_ranks(spec.rank).size());
   };
@@ -490,7 +484,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     tag = schedule_tag(call, schedule);
     meets_siblings();
   }
-  if (schedule == Algorithm::kHierarchical && sig.collective != Collective::kAllReduce) {
+  if (schedule == Algorithm::kHierarchical && collective_row(sig.collective).by_host) {
     std::map<std::string, uint64_t> sent;
     Status s = scatter_gather_by_host(*space, layout, devices, spec.rank, tag, *world, where,
                                       deadline, sig.collective, segments, reduction, &sent);
@@ -502,11 +496,9 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
     std::map<std::string, uint64_t> sent;
     Status s = run_over_link(*space, devices, spec.rank, tag, *world, where, deadline,
                              sig.collective, schedule, segments, reduction, spec.peers, &sent);
-    const std::string what = sig.collective == Collective::kAllReduce
-                                 ? std::string("flat")
-                                 : std::string(collective_name(sig.collective));
-    trace_rails(str_cat(what, " ", algorithm_name(schedule)).c_str(), sent, spec.device, start,
-                Clock::now(), spec.label);
+    trace_rails(
+        str_cat(collective_row(sig.collective).flat_phase, " ", algorithm_name(schedule)).c_str(),
+        sent, spec.device, start, Clock::now(), spec.label);
     return finish(s);
   }
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "runtime/call_threads.h"
+#include "runtime/collective.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 
@@ -105,51 +106,12 @@ void ensure_watchdog() {
 // Segment `seg` (`offset` bytes into every staged input) of every rank's output.
 void write_outputs(Pending& p, size_t seg, size_t offset, uint64_t count,
                    const Reduction& reduction) {
-  const size_t elem = reduction.elem_size;
-  std::vector<const void*> sources(p.size);
-  auto staged = [&](int r, size_t at) { return p.inputs[r].data() + offset + at; };
-  auto output = [&](int r) { return static_cast<char*>(p.outputs[r][seg]); };
-  switch (p.signatures[0].collective) {
-    case Collective::kAllReduce: {
-      const size_t bytes = count * elem;
-      if (p.size == 1) {
-        std::memcpy(output(0), staged(0, 0), bytes);
-        return;
-      }
-      for (int r = 0; r < p.size; ++r) sources[r] = staged(r, 0);
-      reduction.fold(output(0), sources.data(), p.size, count);
-      for (int r = 1; r < p.size; ++r) std::memcpy(output(r), output(0), bytes);
-      return;
-    }
-    case Collective::kReduceScatter: {
-      const uint64_t block = count / p.size;
-      for (int r = 0; r < p.size; ++r) {
-        if (p.size == 1) {
-          std::memcpy(output(r), staged(r, 0), block * elem);
-          continue;
-        }
-        for (int q = 0; q < p.size; ++q) sources[q] = staged(q, r * block * elem);
-        reduction.fold(output(r), sources.data(), p.size, block);
-      }
-      return;
-    }
-    case Collective::kAllGather:
-      for (int r = 0; r < p.size; ++r) {
-        for (int q = 0; q < p.size; ++q) {
-          std::memcpy(output(r) + q * count * elem, staged(q, 0), count * elem);
-        }
-      }
-      return;
-    case Collective::kPermute:
-      for (int r = 0; r < p.size; ++r) {
-        if (p.recv_from[r] < 0) {
-          std::memset(output(r), 0, count * elem);
-        } else {
-          std::memcpy(output(r), staged(p.recv_from[r], 0), count * elem);
-        }
-      }
-      return;
+  OneShotSegment segment{p.size, count, {}, {}, &p.recv_from, &reduction};
+  for (int r = 0; r < p.size; ++r) {
+    segment.staged.push_back(p.inputs[r].data() + offset);
+    segment.outputs.push_back(static_cast<char*>(p.outputs[r][seg]));
   }
+  collective_row(p.signatures[0].collective).one_shot(segment);
 }
 
 // The last rank: write every output from the staged inputs, complete every rank.

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 #include "common/hash.h"
+#include "runtime/collective.h"
 
 namespace accl {
 
@@ -101,13 +102,8 @@ std::string missing_ranks(const std::vector<uint8_t>& present) {
 }
 
 std::string describe(const Signature& s) {
-  std::string what = reduce_op_name(s.op);  // an all-reduce's
-  if (s.collective == Collective::kReduceScatter) {
-    what = str_cat("reduce-scatter (", reduce_op_name(s.op), ")");
-  } else if (s.collective != Collective::kAllReduce) {
-    what = collective_name(s.collective);
-  }
-  return str_cat(what, " of ", s.count, " x ", dtype_name(s.dtype),
+  return str_cat(collective_row(s.collective).what(s.op), " of ", s.count, " x ",
+                 dtype_name(s.dtype),
                  s.segments == 1 ? "" : str_cat(" in ", s.segments, " buffers"), " (",
                  algorithm_name(s.algorithm), ")");
 }

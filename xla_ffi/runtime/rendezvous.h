@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -47,8 +48,8 @@ struct Signature {
   Algorithm algorithm = Algorithm::kAuto;
   Collective collective = Collective::kAllReduce;
   bool operator==(const Signature& o) const {
-    return dtype == o.dtype && op == o.op && count == o.count && segments == o.segments &&
-           layout_hash == o.layout_hash && algorithm == o.algorithm && collective == o.collective;
+    return std::tie(dtype, op, count, segments, layout_hash, algorithm, collective) ==
+           std::tie(o.dtype, o.op, o.count, o.segments, o.layout_hash, o.algorithm, o.collective);
   }
 };
 // Fills count, segments and layout_hash from the segments' lengths.

@@ -1,0 +1,136 @@
+#include "runtime/collective.h"
+
+#include <cstring>
+
+namespace accl {
+namespace {
+
+uint64_t same_count(uint64_t in, uint64_t) { return in; }
+uint64_t one_block_of_n(uint64_t in, uint64_t n) { return in / n; }
+uint64_t n_blocks(uint64_t in, uint64_t n) { return in * n; }
+
+std::string op_only(ReduceOp op) { return reduce_op_name(op); }
+std::string reduce_scatter_what(ReduceOp op) {
+  return str_cat("reduce-scatter (", reduce_op_name(op), ")");
+}
+std::string all_gather_what(ReduceOp) { return "all-gather"; }
+std::string permute_what(ReduceOp) { return "permute"; }
+
+Algorithm plan_allreduce_local(int n, size_t bytes, Algorithm forced) {
+  return plan_in_process(n, bytes, forced);
+}
+Algorithm plan_scatter_gather_local(int n, size_t bytes, Algorithm forced) {
+  return plan_scatter_gather(n, bytes, forced, /*peer_memory=*/true);
+}
+Algorithm plan_permute_local(int, size_t, Algorithm) { return Algorithm::kDirect; }
+
+// The one-shot's last rank, one segment: every output from the staged inputs.
+void allreduce_one_shot(const OneShotSegment& s) {
+  const size_t bytes = s.count * s.reduction->elem_size;
+  if (s.size == 1) {
+    std::memcpy(s.outputs[0], s.staged[0], bytes);
+    return;
+  }
+  const std::vector<const void*> sources(s.staged.begin(), s.staged.end());
+  s.reduction->fold(s.outputs[0], sources.data(), s.size, s.count);
+  for (int r = 1; r < s.size; ++r) std::memcpy(s.outputs[r], s.outputs[0], bytes);
+}
+
+void reduce_scatter_one_shot(const OneShotSegment& s) {
+  const size_t elem = s.reduction->elem_size;
+  const uint64_t block = s.count / s.size;
+  std::vector<const void*> sources(s.size);
+  for (int r = 0; r < s.size; ++r) {
+    if (s.size == 1) {
+      std::memcpy(s.outputs[r], s.staged[r], block * elem);
+      continue;
+    }
+    for (int q = 0; q < s.size; ++q) sources[q] = s.staged[q] + r * block * elem;
+    s.reduction->fold(s.outputs[r], sources.data(), s.size, block);
+  }
+}
+
+void all_gather_one_shot(const OneShotSegment& s) {
+  const size_t bytes = s.count * s.reduction->elem_size;
+  for (int r = 0; r < s.size; ++r) {
+    for (int q = 0; q < s.size; ++q) std::memcpy(s.outputs[r] + q * bytes, s.staged[q], bytes);
+  }
+}
+
+void permute_one_shot(const OneShotSegment& s) {
+  const size_t bytes = s.count * s.reduction->elem_size;
+  for (int r = 0; r < s.size; ++r) {
+    const int from = (*s.recv_from)[r];
+    if (from < 0) {
+      std::memset(s.outputs[r], 0, bytes);
+    } else {
+      std::memcpy(s.outputs[r], s.staged[from], bytes);
+    }
+  }
+}
+
+Status allreduce_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments, int,
+                      const Reduction& reduction, const PermutePeers&) {
+  return run_allreduce(algorithm, link, segments, reduction);
+}
+
+Status reduce_scatter_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
+                           int size, const Reduction& reduction, const PermutePeers&) {
+  return run_reduce_scatter(algorithm, link, blocks_of(Collective::kReduceScatter, segments, size),
+                            reduction);
+}
+
+Status all_gather_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
+                       int size, const Reduction&, const PermutePeers&) {
+  return run_all_gather(algorithm, link, blocks_of(Collective::kAllGather, segments, size));
+}
+
+Status permute_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
+                    const Reduction&, const PermutePeers& peers) {
+  return run_permute(link, segments, peers);
+}
+
+Status all_gather_by_host_runner(Link& in_host, Link& between_hosts, const HostGrid& grid,
+                                 Algorithm in_host_algorithm, Algorithm between_algorithm,
+                                 const std::vector<BlockBuffers>& segments, const Reduction&,
+                                 const ByHostPipeline& pipeline, const Deadline& deadline) {
+  return all_gather_by_host(in_host, between_hosts, grid, in_host_algorithm, between_algorithm,
+                            segments, pipeline, deadline);
+}
+
+// In the order of enum Collective.
+const CollectiveRow kRows[kNumCollectives] = {
+    {Collective::kAllReduce, "all-reduce", "accl_allreduce ", "flat", true, false, same_count,
+     same_count, op_only, plan_allreduce_local, plan_allreduce_call, predict_allreduce_seconds,
+     allreduce_one_shot, allreduce_flat, nullptr},
+    {Collective::kReduceScatter, "reduce-scatter", "accl_reduce_scatter ", "reduce-scatter", true,
+     false, one_block_of_n, one_block_of_n, reduce_scatter_what, plan_scatter_gather_local,
+     plan_scatter_gather_call, predict_scatter_gather_seconds, reduce_scatter_one_shot,
+     reduce_scatter_flat, reduce_scatter_by_host},
+    {Collective::kAllGather, "all-gather", "accl_all_gather ", "all-gather", false, false, n_blocks,
+     same_count, all_gather_what, plan_scatter_gather_local, plan_scatter_gather_call,
+     predict_scatter_gather_seconds, all_gather_one_shot, all_gather_flat,
+     all_gather_by_host_runner},
+    {Collective::kPermute, "permute", "accl_ppermute ", "permute", false, true, same_count,
+     same_count, permute_what, plan_permute_local, plan_permute_call, predict_permute_seconds,
+     permute_one_shot, permute_flat, nullptr},
+};
+
+}  // namespace
+
+const CollectiveRow& collective_row(Collective collective) {
+  return kRows[static_cast<int>(collective)];
+}
+
+std::vector<BlockBuffers> blocks_of(Collective collective, const std::vector<Buffers>& segments,
+                                    int size) {
+  std::vector<BlockBuffers> blocks;
+  for (const Buffers& b : segments) {
+    blocks.push_back(BlockBuffers{b.in, b.out,
+                                  collective_row(collective).block_count(b.count, size),
+                                  b.elem_size, b.segment});
+  }
+  return blocks;
+}
+
+}  // namespace accl

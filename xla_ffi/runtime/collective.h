@@ -1,0 +1,77 @@
+// The table of collectives: one row per collective the runtime carries, holding all the
+// runtime asks about what a call computes (its sizes, its kernel, its plan, its runners
+// on each tier). The rest of the runtime looks a call up here instead of switching on
+// its kind, so a new collective is its algorithm files, one row, one FFI symbol.
+//
+//   collective      output per rank   reduces  one process      flat           by host
+//   all-reduce      = input           yes      one-shot, flat   flat           the hierarchy
+//   reduce-scatter  input / n         yes      one-shot, flat   direct, ring   scatter-gather
+//   all-gather      input · n         no       one-shot, flat   direct, ring   scatter-gather
+//   permute         = input           no       one-shot, flat   direct         -
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/permute.h"
+#include "algorithms/scatter_gather.h"
+#include "common/wait.h"
+#include "runtime/call_plan.h"
+
+namespace accl {
+
+// One segment of a one-shot call (runtime/one_shot.cc) as its last rank writes it:
+// every rank's staged input and output of that segment.
+struct OneShotSegment {
+  int size = 0;
+  uint64_t count = 0;  // elements of each rank's input
+  std::vector<const char*> staged;
+  std::vector<char*> outputs;
+  const std::vector<int>* recv_from = nullptr;  // a permutation's source of each rank
+  const Reduction* reduction = nullptr;
+};
+
+// A collective's two-tier schedule by host (algorithms/scatter_gather_by_host.cc).
+using ByHostRunner = Status (*)(Link& in_host, Link& between_hosts, const HostGrid& grid,
+                                Algorithm in_host_algorithm, Algorithm between_algorithm,
+                                const std::vector<BlockBuffers>& segments,
+                                const Reduction& reduction, const ByHostPipeline& pipeline,
+                                const Deadline& deadline);
+
+struct CollectiveRow {
+  Collective id;
+  const char* name;          // "all-reduce": errors and stats
+  const char* trace_target;  // "accl_allreduce ": the start of its trace events' names
+  const char* flat_phase;    // "flat": the trace phase of a flat schedule across processes
+  bool reduces;              // has a reduce kernel (the signature's op)
+  bool permutes;             // each rank has a peer to send to and one to receive from
+  // Elements of a rank's output, for `in` elements of input, in a group of `n`.
+  uint64_t (*output_count)(uint64_t in, uint64_t n);
+  // A rank's block, the unit of the scatter-gather schedules, for `in` elements of input.
+  uint64_t (*block_count)(uint64_t in, uint64_t n);
+  // e.g. "sum", "reduce-scatter (max)", "all-gather": what a rank calls, for errors.
+  std::string (*what)(ReduceOp op);
+  // The plan (runtime/call_plan.h): among the device threads of one process, and of a
+  // group on any layout; the model's time of a plan.
+  Algorithm (*plan_local)(int n, size_t bytes, Algorithm forced);
+  CallPlan (*plan)(const GroupLayout& layout, int rank, const PlanRequest& request,
+                   const CostModel& model);
+  double (*predict)(const GroupLayout& layout, const CallPlan& plan, const PlanRequest& request,
+                    const CostModel& model);
+  // The runners: the one-shot's last rank, a flat schedule over one link (all segments),
+  // and the schedule by host (null: the hierarchy's, runtime/hierarchical_call.h, or none).
+  void (*one_shot)(const OneShotSegment& segment);
+  Status (*run_flat)(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
+                     int size, const Reduction& reduction, const PermutePeers& peers);
+  ByHostRunner by_host;
+};
+
+const CollectiveRow& collective_row(Collective collective);
+
+// A segment's blocks for the scatter-gather schedules of `collective` among `size` ranks.
+std::vector<BlockBuffers> blocks_of(Collective collective, const std::vector<Buffers>& segments,
+                                    int size);
+
+}  // namespace accl
