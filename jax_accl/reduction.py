@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
-from jax_accl import config
+from jax_accl import config, routing_state
 from jax_accl.errors import AcclWarning
 from jax_accl.primitives import allreduce as prim
 
@@ -146,9 +146,7 @@ def warn_unless_routed(api: str) -> None:
     JAX's pvary) stay XLA's, silently. (A gradient taken outside the shard_map, whose
     differentiated part holds jax_accl calls, is routed: routing's shard_map transpose.)"""
     global _warned_fallback
-    from jax_accl import routing  # routing imports this module
-
-    if _warned_fallback or not c.check_vma_enabled() or routing.active():
+    if _warned_fallback or not c.check_vma_enabled() or routing_state.active():
         return
     _warned_fallback = True
     warnings.warn(

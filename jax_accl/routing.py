@@ -31,32 +31,19 @@ import functools
 import threading
 
 from jax_accl import _compat as c
-from jax_accl import config, permute, reduction, scatter_gather
+from jax_accl import permute, reduction, routing_state, scatter_gather
 from jax_accl.primitives import pvary as accl_pvary
 
-# A JAX config state: thread-local when entered as a context, global when set with
-# jax.config.update; part of the jit and trace cache keys.
-_state = c.define_bool_state(
-    "jax_accl_routing",
-    config.value("JAX_ACCL_ROUTING"),
-    "Bind jax.lax's all-reduces, and those autodiff inserts, as jax_accl custom calls.",
-)
 _install_lock = threading.Lock()
 _installed = False
-
-
-def active() -> bool:
-    return bool(_state.value)
-
-
-def active_globally() -> bool:
-    return bool(_state.get_global())
+active = routing_state.active
+active_globally = routing_state.active_globally
 
 
 def scope():
     """A context (this thread) in which collectives traced are jax_accl's."""
     install()
-    return _state(True)
+    return routing_state.state(True)
 
 
 def set_global(on: bool) -> None:

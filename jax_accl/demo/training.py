@@ -433,12 +433,8 @@ def parse_args(argv):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.jit:
-        from jax_accl.demo import jit_training
-
-        return jit_training.main(args)
+def main(args) -> int:
+    """`python -m jax_accl.demo` without --jit (demo/__main__.py), `args` parsed."""
     args.devices = args.devices or max(1, 8 // args.processes)
     if args.processes > 1 and args.process_id < 0:
         from jax_accl.testing import launch

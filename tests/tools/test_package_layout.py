@@ -62,6 +62,62 @@ def test_the_library_imports_no_tooling():
     assert len(list(library_modules())) > 20  # the walk saw the library
 
 
+def module_name(path: Path) -> str:
+    parts = ("jax_accl",) + path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_circle_of_imports_among_the_packages_files():
+    """Each module imports only modules below it: no file reaches itself through the
+    files it imports (at the top or inside a function). `from jax_accl import config`
+    is an edge to jax_accl.config; the compiled modules (_accl, _accl_testing) are
+    leaves."""
+    modules = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    compiled = {"jax_accl._accl", "jax_accl._accl_testing"}
+
+    def module_of(imported):
+        while imported and imported not in modules:
+            imported = imported.rpartition(".")[0]
+        return imported
+
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                names = [f"{base}.{alias.name}" for alias in node.names]
+                inner = [n for n in names if n in modules or n in compiled]
+                imported = inner or [base]
+            else:
+                continue
+            targets |= {module_of(n) for n in imported if n not in compiled}
+        graph[name] = targets - {"", name}
+    assert {"jax_accl.reduction", "jax_accl.routing_state"} <= graph["jax_accl.routing"]
+    circles = []
+    state = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                circles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
 HARNESS = {
     "allreduce_threads",
     "allreduce_threads_channels",
