@@ -2,9 +2,8 @@
 
 #include <chrono>
 
+#include "runtime/call_record.h"
 #include "runtime/collective.h"
-#include "runtime/stats.h"
-#include "runtime/trace.h"
 
 namespace accl {
 
@@ -20,35 +19,6 @@ Status reduction_for(const CallSpec& spec, Reduction* reduction) {
                  reduce_op_name(sig.op), " is not defined for ", dtype_name(sig.dtype));
   }
   return Status::Ok();
-}
-
-void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point start,
-                 Clock::time_point end, uint64_t bytes) {
-  auto ns = [](Clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-  };
-  for (AlgorithmStats* stats : {&algorithm_stats()[static_cast<int>(algorithm)],
-                                &collective_stats()[static_cast<int>(spec.signature.collective)]}) {
-    stats->calls.fetch_add(1, std::memory_order_relaxed);
-    stats->bytes.fetch_add(bytes, std::memory_order_relaxed);
-    stats->nanoseconds.fetch_add(ns(end) - ns(start), std::memory_order_relaxed);
-  }
-  if (trace_enabled() || debug_calls()) {
-    const char* target = collective_row(spec.signature.collective).trace_target;
-    TraceEvent call{str_cat(target, algorithm_name(algorithm), " ", human_bytes(bytes)),
-                    spec.device,
-                    ns(start),
-                    ns(end),
-                    bytes,
-                    spec.label};
-    if (debug_calls()) debug_call(call);
-    trace_record(std::move(call));
-  }
-}
-
-void record_error(Algorithm algorithm, Collective collective) {
-  algorithm_stats()[static_cast<int>(algorithm)].errors.fetch_add(1, std::memory_order_relaxed);
-  collective_stats()[static_cast<int>(collective)].errors.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,

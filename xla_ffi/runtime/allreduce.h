@@ -36,12 +36,6 @@ struct CallSpec {
 // The reduce kernel of spec.signature, or an error naming the rank and the call.
 Status reduction_for(const CallSpec& spec, Reduction* reduction);
 
-// Bookkeeping of one rank's finished call: stats of `algorithm`, and the trace event and
-// debug line when those are on. record_error counts a failed call.
-void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point start,
-                 Clock::time_point end, uint64_t bytes);
-void record_error(Algorithm algorithm, Collective collective);
-
 // Runs `collective` by `algorithm` over `link`: an all-reduce of each segment, a
 // reduce-scatter (a segment's `count` is its n blocks of input, n = `size`), an
 // all-gather (`count` is its input, one block) or a permutation among `peers`.

@@ -39,6 +39,7 @@
 #include "reduce/reduce.h"
 #include "runtime/allreduce.h"
 #include "runtime/call_plan.h"
+#include "runtime/call_record.h"
 #include "runtime/collective.h"
 #include "runtime/communicator.h"
 #include "runtime/hierarchical_call.h"
@@ -73,10 +74,6 @@ uint64_t call_tag(const Signature& sig, int group_size, uint64_t call_index) {
 
 uint64_t schedule_tag(uint64_t call, Algorithm schedule) {
   return Fnv64(call).mix(static_cast<uint64_t>(schedule)).value();
-}
-
-uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
 }
 
 // The plan a link's frames carry (call_plan.h's WirePlan, encoded), and the World that
@@ -233,22 +230,6 @@ Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, i
   if (!s.ok()) link->fail(s.code());
   *sent_by_rail = link->bytes_sent_by_rail();
   return s;
-}
-
-int64_t ns_of(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-// One trace event per rail that carried bytes during [start, end).
-void trace_rails(const char* phase, const std::map<std::string, uint64_t>& sent_by_rail,
-                 int64_t device, Clock::time_point start, Clock::time_point end,
-                 const std::string& detail) {
-  if (!trace_enabled()) return;
-  for (const auto& [rail, bytes] : sent_by_rail) {
-    const bool between_hosts = rail != "shm" && rail != "memory";
-    trace_record(TraceEvent{str_cat(phase, between_hosts ? " rail " : " ", rail), device,
-                            ns_of(start), ns_of(end), bytes, detail});
-  }
 }
 
 // Runs allreduce_cma over `link` (the group of `communicator`, all on this host); *done
@@ -459,12 +440,6 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   for (size_t i = 0; i < counts.size(); ++i) {
     segments.push_back(Buffers{in[i], out[i], counts[i], elem, static_cast<int>(i)});
   }
-  auto trace_phase = [&](const char* name, Clock::time_point from, uint64_t moved) {
-    if (trace_enabled()) {
-      trace_record(
-          TraceEvent{name, spec.device, ns_of(from), ns_of(Clock::now()), moved, spec.label});
-    }
-  };
   if (schedule == Algorithm::kReduceBroadcast) {
     std::unique_ptr<ChannelLink> link;
     Status s = open_link(*space, devices, spec.rank, tag,
@@ -476,7 +451,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
       return finish(s);
     }
     if (done) {
-      trace_phase("one-host reduce-broadcast cma", start, bytes);
+      trace_phase("one-host reduce-broadcast cma", spec, start, bytes);
       return finish(s);
     }
     // Cross-memory attach refused (every rank learnt it alike): the next best schedule.
@@ -524,33 +499,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   Status s = run_hierarchy(hierarchy, segments, reduction, connect, &result);
   if (!s.ok()) return finish(s);
 
-  // Stats and trace: tier 0 is "local", tier 1 "host"; between hosts, one event per
-  // rail and chunk (a chunk's bytes on a rail: its share of the rail's total).
-  uint64_t between_bytes = 0;
-  for (const PhaseRecord& p : result.times) {
-    if (p.kind == PhaseRecord::kBetweenHosts) between_bytes += p.bytes;
-  }
-  auto& phase_ns = phase_nanoseconds();
-  for (const PhaseRecord& p : result.times) {
-    phase_ns[static_cast<int>(p.kind)].fetch_add(ns_between(p.start, p.end),
-                                                 std::memory_order_relaxed);
-    if (!trace_enabled()) continue;
-    if (p.kind == PhaseRecord::kBetweenHosts) {
-      std::map<std::string, uint64_t> share;
-      for (const auto& [rail, sent] : result.sent_by_rail) {
-        share[rail] =
-            between_bytes ? static_cast<uint64_t>(double(sent) * p.bytes / between_bytes) : 0;
-      }
-      trace_rails(str_cat("inter-host ", algorithm_name(plan.between)).c_str(), share, spec.device,
-                  p.start, p.end, spec.label);
-    } else {
-      const char* name = p.kind == PhaseRecord::kReduceScatter
-                             ? (p.tier == 0 ? "local reduce-scatter" : "host reduce-scatter")
-                             : (p.tier == 0 ? "local all-gather" : "host all-gather");
-      trace_record(
-          TraceEvent{name, spec.device, ns_of(p.start), ns_of(p.end), p.bytes, spec.label});
-    }
-  }
+  record_hierarchy_phases(result, plan.between, spec);
   return finish(Status::Ok());
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "runtime/call_record.h"
 #include "runtime/call_threads.h"
 #include "runtime/collective.h"
 #include "runtime/stats.h"
