@@ -63,6 +63,10 @@ def prepare() -> None:
         raise AcclError(f"jax_accl: {LIBRARY} is missing; reinstall jax_accl")
     check_jaxlib(ours)
     config.set_environment("MPITRAMPOLINE_LIB", ours)
+    # For child processes too (inherited): one that skips jax_accl's start-up hook still
+    # runs XLA's collectives through the library, which then imports jax_accl
+    # (xla_ffi/mpiabi/python_start.cc), or fails naming why; never silently gloo.
+    config.set_environment("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "mpi")
     _prepared = True
 
 

@@ -27,6 +27,11 @@ import os
 import sys
 
 
+def requested() -> bool:
+    """JAX_ACCL_XLA_COLLECTIVES=1 (or true), as the .pth line reads it."""
+    return os.environ.get("JAX_ACCL_XLA_COLLECTIVES", "").strip().lower() in ("1", "true")
+
+
 def library_path() -> str | None:
     """jax_accl's MPI library, found without importing the package."""
     spec = importlib.util.find_spec("jax_accl")
@@ -35,11 +40,11 @@ def library_path() -> str | None:
     return os.path.join(list(spec.submodule_search_locations)[0], "libjax_accl_mpi.so")
 
 
-class _ThenJaxAccl(importlib.abc.Loader):
-    """jax's own loader, and jax_accl imported once jax's module has run."""
+class _ThenRun(importlib.abc.Loader):
+    """A module's own loader, and then(module) once the module has run."""
 
-    def __init__(self, loader):
-        self.loader = loader
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
@@ -51,28 +56,80 @@ class _ThenJaxAccl(importlib.abc.Loader):
             module.__loader__ = self.loader
             if module.__spec__ is not None:
                 module.__spec__.loader = self.loader
-        import jax_accl  # noqa: F401
+        self.then(module)
 
 
-class _AtJaxImport(importlib.abc.MetaPathFinder):
-    """Finds jax as the other finders do, with _ThenJaxAccl as its loader; once."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds module `name` as the other finders do, and runs then(module) once it has
+    been imported; once."""
+
+    def __init__(self, name, then):
+        self.name, self.then = name, then
 
     def find_spec(self, name, path=None, target=None):
-        if name != "jax":
+        if name != self.name:
             return None
         if self in sys.meta_path:
             sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenJaxAccl(spec.loader)
+            spec.loader = _ThenRun(spec.loader, self.then)
         return spec
 
 
+def _after(name: str, then) -> None:
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _import_jax_accl(_jax) -> None:
+    import jax_accl  # noqa: F401
+
+
+installed = False
+
+
 def install() -> None:
-    if "jax" in sys.modules:  # imported by another start-up hook: jax_accl says what to do
+    """From the .pth file, at start-up: before jax's import."""
+    global installed
+    if installed or "jax" in sys.modules:  # jax_accl says what to do where jax came first
         return
+    installed = True
     library = library_path()
     if library is not None:
         os.environ["MPITRAMPOLINE_LIB"] = library
-    if not any(isinstance(f, _AtJaxImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AtJaxImport())
+    # Inherited by child processes: one whose start-up skips this hook still runs XLA's
+    # collectives through the MPI library (which starts jax_accl, after_initialize) or
+    # fails naming why, never silently over gloo.
+    os.environ["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "mpi"
+    _after("jax", _import_jax_accl)
+
+
+def after_initialize() -> None:
+    """From jax_accl's MPI library as jaxlib loads it, in the middle of ``import jax``,
+    in a process with JAX_ACCL_XLA_COLLECTIVES=1 where neither this hook's install() nor
+    jax_accl ran: a worker a launcher re-executed with another interpreter, as
+    ``/proc/self/exe`` runs a virtual environment's base Python, whose site does not read
+    the environment's .pth files (its site-packages come on PYTHONPATH). jax_accl is
+    imported once jax.distributed's state has initialized, and starts its side then."""
+    global installed
+    if installed or not requested():
+        return
+    installed = True
+    _after("jax._src.distributed", _import_jax_accl_after_initialize)
+
+
+def _import_jax_accl_after_initialize(distributed) -> None:
+    original = distributed.State.initialize
+
+    def initialize(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        distributed.State.initialize = original  # jax_accl hooks it its own way
+        import jax_accl  # noqa: F401  (jax.distributed is up: starts jax_accl's side)
+
+        return result
+
+    initialize.__doc__ = original.__doc__
+    distributed.State.initialize = initialize

@@ -1,7 +1,9 @@
 """A launcher that re-executes its workers as jax's own test_multiprocess does:
-``/proc/self/exe plain_jit.py ...`` with its environment, so no worker imports what the
-launcher imported. Run as ``python reexec_launcher.py N [plain_jit.py's --init ...]``;
-prints each worker's RESULT line, or the output of one that failed, and exits 1 then."""
+``/proc/self/exe plain_jit.py ...`` with its environment and its sys.path as PYTHONPATH,
+so no worker imports what the launcher imported (and, from a virtual environment, each
+runs the base interpreter, whose site does not read the environment's .pth files).
+Run as ``python reexec_launcher.py N [plain_jit.py's --init ...]``; prints each
+worker's RESULT line, or the output of one that failed, and exits 1 then."""
 
 import os
 import socket
@@ -21,7 +23,7 @@ workers = [
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=os.environ.copy(),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     for i in range(n)
 ]
