@@ -295,6 +295,30 @@ def hook_distributed_state(after_initialize=None, before_shutdown=None) -> None:
         wrap("shutdown", before=before_shutdown)
 
 
+def hook_compilation(check) -> None:
+    """check(devices, executable) after JAX compiles (or finds in its cache) a program:
+    `devices`, the program's devices (an array of jax.Device); `executable`, XLA's.
+    An exception it raises is the compilation's."""
+    from jax._src import compiler
+
+    original = compiler.compile_or_get_cached
+    if getattr(original, "_jax_accl_check", None) is not None:
+        return
+
+    def compile_or_get_cached(backend, computation, devices, *args, **kwargs):
+        executable = original(backend, computation, devices, *args, **kwargs)
+        check(devices, executable)
+        return executable
+
+    compile_or_get_cached._jax_accl_check = check
+    compiler.compile_or_get_cached = compile_or_get_cached
+
+
+def compiled_text(executable) -> str:
+    """The HLO text of a compiled executable's modules."""
+    return "\n".join(module.to_string() for module in executable.hlo_modules())
+
+
 def use_gloo_on_interface(interface: str) -> None:
     """Make JAX's CPU backend use gloo collectives bound to `interface` (jax picks the
     hostname's address otherwise, which network namespaces share). Call after

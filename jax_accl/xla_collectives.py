@@ -78,10 +78,11 @@ def finish() -> None:
         return
     import jax
 
-    from jax_accl import _compat
+    from jax_accl import _compat, xla_subsets
 
     jax.config.update("jax_cpu_collectives_implementation", "mpi")
     _compat.hook_distributed_state(after_initialize=start_our_side)
+    xla_subsets.install()
     if _compat.distributed_client() is not None:  # initialized before jax_accl's import
         start_our_side()
 

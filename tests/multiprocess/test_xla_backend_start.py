@@ -4,12 +4,15 @@ and one that re-executes its workers as jax's own test_multiprocess does
 (/proc/self/exe, from a virtual environment: the base interpreter, without the
 environment's .pth start-up hook), all running a script that never names jax_accl
 (scripts/plain_jit.py: jit programs on an Explicit mesh). Each job's collectives are
-counted in jax_accl.stats() and its results equal gloo's (integers bitwise); and a job
-of 2 CPU devices per process stops at start-up naming the rule."""
+counted in jax_accl.stats() and its results equal gloo's (integers bitwise); a job of 2
+CPU devices per process stops at start-up naming the rule; a psum over some of the
+processes is refused at once, naming XLA's split; float16, which XLA refuses before any
+MPI call, fails with XLA's exact error and its workaround runs (scripts/collective.py)."""
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +91,59 @@ def test_two_devices_per_process_stop_at_start_up_naming_the_rule():
         assert "process 0 has 2, process 1 has 2 CPU devices" in section, section
         assert "initialize(args.coordinator" in section, section  # at start-up
         assert "MPI_Allreduce" not in section, section  # before any collective
+
+
+COLLECTIVE = [str(SCRIPTS / "collective.py")]
+
+
+def collective(accl: bool, n: int, *extra):
+    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": "60"}] * n
+    return launch.run_job(COLLECTIVE, n, 1, extra=list(extra), env=env, timeout=180)
+
+
+def test_a_psum_over_a_subset_of_the_processes_is_refused_at_once_naming_xlas_split():
+    """A mesh of processes 1 and 2 of 3 (jax's test_shard_map_no_local_devices): XLA
+    splits MPI_COMM_WORLD from those two only, which no MPI split can complete; refused
+    when compiled (in every process: each compiles it), well within JAX_ACCL_TIMEOUT_S
+    (60 s), before any MPI call. Over gloo the same job computes the psum."""
+    start = time.monotonic()
+    ours = collective(True, 3, "--subset")
+    assert time.monotonic() - start < 45
+    for r in ours:
+        assert r["shards"] is None and r["calls"] == {}, r
+        assert r["error"].startswith("AcclError: jax_accl: this program runs on processes [1, 2]")
+        assert (
+            "MPI_Comm_split of MPI_COMM_WORLD called from the participating processes"
+            in (r["error"])
+        )
+    theirs = sorted(collective(False, 3, "--subset"), key=lambda r: r["process_id"])
+    assert theirs[0]["shards"] == []  # process 0 holds none of the result
+    n = 2
+    x = np.arange(n * 4, dtype=np.int64).reshape(n, 4) * 1_000_000_007 % 2**32 - 2**31
+    expected = x.astype(np.int32).sum(axis=0, keepdims=True, dtype=np.int32)  # wraps
+    for r in theirs[1:]:
+        np.testing.assert_array_equal(np.asarray(r["shards"][0], np.int64), expected)
+
+
+@pytest.mark.parametrize("op", ["psum", "all_gather"])
+def test_float16_is_refused_by_xla_before_any_mpi_call_and_the_workaround_runs(op):
+    """XLA:CPU's MPI collectives have no MPI datatype for float16 (its error says
+    'reduction' for an all-gather too): the exact error, with no call made but the
+    split; the documented workaround (a psum summed as float32, an all-gather of the
+    bits as uint16) runs on jax_accl and equals gloo's float16 collective."""
+    refused = collective(True, 2, "--dtype", "float16", "--op", op)
+    for r in refused:
+        assert r["error"] == (
+            "JaxRuntimeError: INVALID_ARGUMENT: Unsupported primitive type for reduction: f16"
+        ), r
+        assert r["calls"] == {"MPI_Comm_split": 1}, r
+    ours = collective(True, 2, "--dtype", "float16", "--op", op, "--workaround")
+    theirs = collective(False, 2, "--dtype", "float16", "--op", op)
+    call = {"psum": "MPI_Allreduce", "all_gather": "MPI_Allgather"}[op]
+    for mine, gloos in zip(sorted(ours, key=pid), sorted(theirs, key=pid)):
+        assert mine["calls"][call] == 1, mine
+        assert mine["shards"] == gloos["shards"]  # float16 values, exactly
+
+
+def pid(r):
+    return r["process_id"]
