@@ -8,11 +8,13 @@ MPI, which jaxlib reaches through MPItrampoline, linked into ``libjax_common.so`
 ``libjax_accl_mpi.so`` (``xla_ffi/mpiabi/``) exports that ABI and runs the calls on
 jax_accl's runtime: hierarchical, every rail, shared memory within a host.
 
-Turned on when jax_accl is imported with ``JAX_ACCL_XLA_COLLECTIVES=1``, which must
-come before jax's import (``prepare``); ``jax.distributed.initialize()`` then starts
-jax_accl's side as well (``finish``). ``python -m jax_accl.run script.py`` does it for
-a script that imports jax first. No mpirun: ranks and the bootstrap are
-jax.distributed's.
+Turned on by ``JAX_ACCL_XLA_COLLECTIVES=1`` in the environment: jax_accl's start-up hook
+(``startup/_jax_accl_startup.py``, installed as a .pth file) prepares before jax's import
+and imports jax_accl with jax, or jax_accl's MPI library does where the hook could not
+run (``xla_ffi/mpiabi/python_start.cc``); importing jax_accl first does it as well
+(``prepare``). jax.distributed's initialization, by whichever path, then starts jax_accl's
+side (``finish``, ``start_our_side``). No mpirun: ranks and the bootstrap are
+jax.distributed's. docs/xla_collectives.md says how, and lists every limit.
 """
 
 from __future__ import annotations
