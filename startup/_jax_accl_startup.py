@@ -4,7 +4,9 @@ imports jax_accl (a launcher's re-executed worker, a script run as is).
 
 Installed with the package as ``jax_accl_xla_collectives.pth`` in site-packages, whose
 one line Python's ``site`` runs at every start-up: it reads the variable and, only when
-it is ``1`` (or ``true``), calls ``install()`` here; otherwise it does nothing more.
+it is ``1`` (or ``true``), calls ``install()`` here; otherwise it does nothing more, but
+for a process whose variable is ``0`` (or ``false``) that inherited jax_accl's MPI library
+from a parent with ``1`` (``release()``).
 
 ``install()`` does two things, importing neither jax nor jax_accl:
 
@@ -105,6 +107,15 @@ def install() -> None:
     # fails naming why, never silently over gloo.
     os.environ["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "mpi"
     _after("jax", _import_jax_accl)
+
+
+def release() -> None:
+    """From the .pth file, where the variable is 0 but this process inherited the MPI
+    library jax_accl set for its parent: jaxlib gets none (gloo, JAX's default), as the
+    variable says; a jax_cpu_collectives_implementation of jax_accl's setting goes too."""
+    os.environ.pop("MPITRAMPOLINE_LIB", None)
+    if os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION") == "mpi":
+        os.environ.pop("JAX_CPU_COLLECTIVES_IMPLEMENTATION")
 
 
 def after_initialize() -> None:
