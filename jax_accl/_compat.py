@@ -253,6 +253,72 @@ def distributed_client():
     return _distributed.global_state.client
 
 
+def distributed_state():
+    """jax.distributed's state (process_id, num_processes, client)."""
+    return _distributed.global_state
+
+
+def hook_distributed_state(after_initialize=None, before_shutdown=None) -> None:
+    """Runs after_initialize() once jax.distributed's state has initialized, and
+    before_shutdown() before it shuts down, on every path there: the public
+    jax.distributed.initialize, jax._src.distributed.initialize (what launchers such as
+    jax's own test_multiprocess call), the state's method itself, and again after a
+    shutdown. Each hook wraps the State class's method once per name."""
+
+    def wrap(name, before=None, after=None):
+        original = getattr(_distributed.State, name)
+        hooks = getattr(original, "_jax_accl_hooks", None)
+        if hooks is None:
+            hooks = {"before": [], "after": []}
+
+            def method(self, *args, **kwargs):
+                if self is _distributed.global_state:
+                    for hook in hooks["before"]:
+                        hook()
+                result = original(self, *args, **kwargs)
+                if self is _distributed.global_state:
+                    for hook in hooks["after"]:
+                        hook()
+                return result
+
+            method.__doc__ = original.__doc__
+            method.__name__ = name
+            method._jax_accl_hooks = hooks
+            setattr(_distributed.State, name, method)
+        for where, hook in (("before", before), ("after", after)):
+            if hook is not None and hook not in hooks[where]:
+                hooks[where].append(hook)
+
+    if after_initialize is not None:
+        wrap("initialize", after=after_initialize)
+    if before_shutdown is not None:
+        wrap("shutdown", before=before_shutdown)
+
+
+def hook_compilation(check) -> None:
+    """check(devices, executable) after JAX compiles (or finds in its cache) a program:
+    `devices`, the program's devices (an array of jax.Device); `executable`, XLA's.
+    An exception it raises is the compilation's."""
+    from jax._src import compiler
+
+    original = compiler.compile_or_get_cached
+    if getattr(original, "_jax_accl_check", None) is not None:
+        return
+
+    def compile_or_get_cached(backend, computation, devices, *args, **kwargs):
+        executable = original(backend, computation, devices, *args, **kwargs)
+        check(devices, executable)
+        return executable
+
+    compile_or_get_cached._jax_accl_check = check
+    compiler.compile_or_get_cached = compile_or_get_cached
+
+
+def compiled_text(executable) -> str:
+    """The HLO text of a compiled executable's modules."""
+    return "\n".join(module.to_string() for module in executable.hlo_modules())
+
+
 def use_gloo_on_interface(interface: str) -> None:
     """Make JAX's CPU backend use gloo collectives bound to `interface` (jax picks the
     hostname's address otherwise, which network namespaces share). Call after

@@ -179,10 +179,10 @@ KNOBS = {
         Knob(
             "JAX_ACCL_XLA_COLLECTIVES",
             "0",
-            "import of jax_accl (before jax)",
+            "interpreter start-up (jax_accl's .pth hook), or import of jax_accl",
             "`1`: jax_accl becomes XLA:CPU's collectives backend (the MPI ABI jaxlib "
             "loads), so the collectives XLA inserts in any multi-process jit program run "
-            "on jax_accl; import jax_accl before jax, or run `python -m jax_accl.run`",
+            "on jax_accl, in every Python process with the variable (docs/xla_collectives.md)",
             _switch,
         ),
         Knob(

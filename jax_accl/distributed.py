@@ -66,22 +66,15 @@ def stop() -> None:
             )
 
 
-_original_shutdown = None
-
-
 def _stop_with_jax_distributed() -> None:
-    """Makes jax.distributed.shutdown() stop jax_accl first (its store goes with it)."""
-    global _original_shutdown
-    if _original_shutdown is not None:
-        return
-    _original_shutdown = jax.distributed.shutdown
+    """Makes jax.distributed's shutdown, by whichever path, stop jax_accl first (its
+    store goes with it)."""
+    c.hook_distributed_state(before_shutdown=_stop_if_started)
 
-    def shutdown(*args, **kwargs):
+
+def _stop_if_started() -> None:
+    if _table is not None:
         stop()
-        return _original_shutdown(*args, **kwargs)
-
-    shutdown.__doc__ = _original_shutdown.__doc__
-    jax.distributed.shutdown = shutdown
 
 
 def _start() -> list[dict]:

@@ -3,7 +3,8 @@ script with jax_accl as XLA:CPU's collectives backend (JAX_ACCL_XLA_COLLECTIVES=
 even one that imports jax before jax_accl or never imports jax_accl at all.
 
 jaxlib reads the MPI library it loads when jax is imported, so the launcher sets the
-environment and starts the interpreter again, where jax_accl is imported first."""
+environment (which its children inherit) and starts the interpreter again, where
+jax_accl is imported first."""
 
 from __future__ import annotations
 

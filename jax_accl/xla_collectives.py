@@ -8,11 +8,13 @@ MPI, which jaxlib reaches through MPItrampoline, linked into ``libjax_common.so`
 ``libjax_accl_mpi.so`` (``xla_ffi/mpiabi/``) exports that ABI and runs the calls on
 jax_accl's runtime: hierarchical, every rail, shared memory within a host.
 
-Turned on when jax_accl is imported with ``JAX_ACCL_XLA_COLLECTIVES=1``, which must
-come before jax's import (``prepare``); ``jax.distributed.initialize()`` then starts
-jax_accl's side as well (``finish``). ``python -m jax_accl.run script.py`` does it for
-a script that imports jax first. No mpirun: ranks and the bootstrap are
-jax.distributed's.
+Turned on by ``JAX_ACCL_XLA_COLLECTIVES=1`` in the environment: jax_accl's start-up hook
+(``startup/_jax_accl_startup.py``, installed as a .pth file) prepares before jax's import
+and imports jax_accl with jax, or jax_accl's MPI library does where the hook could not
+run (``xla_ffi/mpiabi/python_start.cc``); importing jax_accl first does it as well
+(``prepare``). jax.distributed's initialization, by whichever path, then starts jax_accl's
+side (``finish``, ``start_our_side``). No mpirun: ranks and the bootstrap are
+jax.distributed's. docs/xla_collectives.md says how, and lists every limit.
 """
 
 from __future__ import annotations
@@ -63,41 +65,55 @@ def prepare() -> None:
         raise AcclError(f"jax_accl: {LIBRARY} is missing; reinstall jax_accl")
     check_jaxlib(ours)
     config.set_environment("MPITRAMPOLINE_LIB", ours)
+    # For child processes too (inherited): one that skips jax_accl's start-up hook still
+    # runs XLA's collectives through the library, which then imports jax_accl
+    # (xla_ffi/mpiabi/python_start.cc), or fails naming why; never silently gloo.
+    config.set_environment("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "mpi")
     _prepared = True
 
 
 def finish() -> None:
-    """After jax's import: selects XLA:CPU's MPI collectives and makes
-    jax.distributed.initialize() start jax_accl's side too."""
+    """After jax's import: selects XLA:CPU's MPI collectives and makes jax.distributed's
+    initialization, by whichever path (_compat.hook_distributed_state), start jax_accl's
+    side too."""
     if not _prepared:
         return
     import jax
 
-    from jax_accl import _accl, _compat, distributed
+    from jax_accl import _compat, xla_subsets
 
     jax.config.update("jax_cpu_collectives_implementation", "mpi")
-    original = jax.distributed.initialize
-    if getattr(original, "_jax_accl", False):
-        return
-
-    def start_our_side():
-        from jax._src import distributed as jax_distributed
-
-        state = jax_distributed.global_state
-        # XLA's MPI_Init (when JAX makes its CPU backend, which starting needs) asks
-        # MPI_COMM_WORLD's rank and size.
-        _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
-        distributed.ensure_started()
-
-    def initialize(*args, **kwargs):
-        original(*args, **kwargs)
-        start_our_side()
-
-    initialize.__doc__ = original.__doc__
-    initialize._jax_accl = True
-    jax.distributed.initialize = initialize
+    _compat.hook_distributed_state(after_initialize=start_our_side)
+    xla_subsets.install()
     if _compat.distributed_client() is not None:  # initialized before jax_accl's import
         start_our_side()
+
+
+def start_our_side() -> None:
+    """jax_accl's side of the job, once jax.distributed is up: the job announced to the
+    MPI library (XLA's MPI_Init, when JAX makes its CPU backend, asks MPI_COMM_WORLD's
+    rank and size), the process table made, and the one-device rule checked."""
+    from jax_accl import _accl, _compat, distributed
+
+    state = _compat.distributed_state()
+    _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
+    check_one_device_per_process(distributed.ensure_started())
+
+
+def check_one_device_per_process(table: list[dict]) -> None:
+    """XLA:CPU's MPI collectives give each process one rank: an AcclError at start-up,
+    in every process, naming the processes with more (or fewer) CPU devices."""
+    wrong = [(p, len(e["devices"])) for p, e in enumerate(table) if len(e["devices"]) != 1]
+    if not wrong:
+        return
+    shown = ", ".join(f"process {p} has {n}" for p, n in wrong[:4])
+    raise AcclError(
+        f"jax_accl: JAX_ACCL_XLA_COLLECTIVES=1 runs XLA:CPU's collectives through MPI, one "
+        f"CPU device per process (XLA gives each process one MPI rank), but {shown} CPU "
+        "devices. Drop jax_num_cpu_devices / --xla_force_host_platform_device_count, or run "
+        "several devices per process without JAX_ACCL_XLA_COLLECTIVES (gloo, or "
+        "jax_accl.shard_map for jax_accl's collectives)"
+    )
 
 
 def jaxlib_version() -> str:

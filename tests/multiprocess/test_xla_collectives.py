@@ -216,10 +216,18 @@ def test_the_launcher_carries_a_script_that_imports_jax_first(tmp_path, monkeypa
 
 
 def test_importing_jax_first_is_a_clear_error_not_an_exit(tmp_path):
+    """Where the start-up hook did not run (Python without site: -S, site-packages put on
+    sys.path by hand), importing jax before jax_accl is an AcclError saying what to do."""
+    import jax_accl
+
+    site_dir = str(launch.PACKAGE_ROOT.parent)
+    assert (launch.PACKAGE_ROOT.parent / "jax_accl_xla_collectives.pth").exists()
     env = launch.worker_env({"JAX_ACCL_XLA_COLLECTIVES": "1"})
     env.pop("MPITRAMPOLINE_LIB", None)
+    code = f"import sys; sys.path.append({site_dir!r})\nimport jax\nimport jax_accl"
+    assert jax_accl.__file__.startswith(site_dir)
     done = subprocess.run(
-        [sys.executable, "-c", "import jax\nimport jax_accl"],
+        [sys.executable, "-S", "-c", code],
         env=env,
         capture_output=True,
         text=True,

@@ -127,6 +127,33 @@ def test_errors_name_the_call_and_what_is_wrong(lib):
     assert "not one jax_accl returned" in error_string(lib, 999999)
 
 
+def test_a_refused_split_gives_a_communicator_whose_calls_say_why(lib, capfd):
+    """No process table (jax_accl's side not started): XLA ignores the split's error, so
+    the split still gives a communicator, not MPI_COMM_NULL, and every call on it fails
+    with the reason; stderr says it too (XLA makes checks of its own before some calls)."""
+    world, null = handle(lib, "MPIABI_COMM_WORLD"), value(lib, ctypes.c_size_t, "MPIABI_COMM_NULL")
+    split = ctypes.c_size_t(null)
+    code = lib.MPIABI_Comm_split(world, 0, 0, ctypes.byref(split))
+    assert code != 0 and "jax.distributed.initialize()" in error_string(lib, code)
+    assert split.value != null
+    x = np.zeros(4, np.int32)
+    p = x.ctypes.data_as(ctypes.c_void_p)
+    for _ in range(2):
+        code = lib.MPIABI_Allreduce(
+            p, p, 4, handle(lib, "MPIABI_INT"), handle(lib, "MPIABI_SUM"), split
+        )
+        text = error_string(lib, code)
+        assert text.startswith("jax_accl: MPI_Allreduce on MPI communicator of color 0"), text
+        assert "MPI_Comm_split (color 0, key 0) was refused" in text, text
+        assert "jax.distributed.initialize()" in text, text
+    assert "MPI_Comm_split (color 0, key 0) was refused" in capfd.readouterr().err
+    undefined = ctypes.c_size_t(null)
+    undefined_color = value(lib, ctypes.c_int, "MPIABI_UNDEFINED")
+    lib.MPIABI_Comm_split(world, undefined_color, 0, ctypes.byref(undefined))
+    assert undefined.value == null  # MPI_UNDEFINED asked for no communicator
+    assert lib.MPIABI_Comm_free(ctypes.byref(split)) == 0
+
+
 # A stand-in for jaxlib's libjax_common.so: its constructor does what MPItrampoline's
 # does at `import jax` (dlopen MPITRAMPOLINE_LIB, check the MPI ABI version, look names
 # up) and ends the process with exit(1) where that fails.

@@ -255,13 +255,21 @@ int MPIABI_Comm_size(MPIABI_Comm handle, int* size) {
   });
 }
 
+// XLA ignores the split's error and runs its collectives on what it got: a split that
+// is refused (no parent: jax_accl's side not started, a process with several devices;
+// a process marked unusable) still gives a communicator, one whose every call fails
+// with the reason, never MPI_COMM_NULL.
 int MPIABI_Comm_split(MPIABI_Comm handle, int color, int key, MPIABI_Comm* newcomm) {
-  *newcomm = MPIABI_COMM_NULL;  // what XLA keeps where the split is refused
-  return communicating("MPI_Comm_split", [&] {
+  *newcomm = MPIABI_COMM_NULL;
+  const int code = communicating("MPI_Comm_split", [&] {
     std::shared_ptr<Comm> parent;
     ACCL_RETURN_IF_ERROR(find_comm(handle, "MPI_Comm_split", &parent));
     return split(*parent, color, key, newcomm);
   });
+  if (code != 0 && *newcomm == MPIABI_COMM_NULL && color != MPIABI_UNDEFINED) {
+    entry("MPI_Comm_split", [&] { return refused_split(message_of(code), color, key, newcomm); });
+  }
+  return code;
 }
 
 int MPIABI_Comm_free(MPIABI_Comm* handle) {

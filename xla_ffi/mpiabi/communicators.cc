@@ -1,6 +1,7 @@
 #include "mpiabi/communicators.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -36,9 +37,11 @@ std::string label_of(const std::vector<int64_t>& devices) {
 }
 
 const char* not_set_up() {
-  return "jax_accl's process table is not set up: with JAX_ACCL_XLA_COLLECTIVES=1, import "
-         "jax_accl before jax and call jax.distributed.initialize() (jax_accl then starts "
-         "its side), or run the script under python -m jax_accl.run";
+  return "jax_accl's process table is not set up: jax.distributed.initialize() has not run, "
+         "or jax_accl was never imported in this process (with JAX_ACCL_XLA_COLLECTIVES=1 "
+         "its start-up hook, jax_accl_xla_collectives.pth in site-packages, imports it with "
+         "jax; where Python runs without site, import jax_accl before jax or run the script "
+         "under python -m jax_accl.run)";
 }
 
 // MPI_COMM_WORLD: every process's one CPU device, in process order.
@@ -63,6 +66,27 @@ Status make_world(std::shared_ptr<Comm>* out) {
   comm->label = label_of(comm->devices);
   *out = std::move(comm);
   return Status::Ok();
+}
+
+// `comm` registered under a new handle, which *out receives.
+void register_comm(std::shared_ptr<Comm> comm, MPIABI_Comm* out) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  comm->handle = r.next_handle++;
+  *out = comm->handle;
+  r.comms[comm->handle] = std::move(comm);
+}
+
+// XLA ignores a split's error: the reason a communicator is broken goes to stderr too
+// (once per process), for the checks XLA makes before any call on it (an all-to-all's
+// rank count) and fail without it.
+void tell_once(const Status& broken) {
+  static std::atomic<bool> told{false};
+  if (told.exchange(true)) return;
+  std::fprintf(stderr,
+               "jax_accl: %s (every call on that communicator fails with this reason; later "
+               "ones are not printed)\n",
+               broken.message().c_str());
 }
 
 void copy_block(void* out, const void* in, size_t bytes) {
@@ -143,13 +167,26 @@ Status split(Comm& parent, int color, int key, MPIABI_Comm* out) {
               ") failed, and XLA keeps the communicator it got: restart the "
               "job. The split: ",
               agreed.message());
+    tell_once(comm->broken);
   }
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  comm->handle = r.next_handle++;
-  *out = comm->handle;
-  r.comms[comm->handle] = std::move(comm);
+  register_comm(std::move(comm), out);
   return agreed;
+}
+
+Status refused_split(std::string why, int color, int key, MPIABI_Comm* out) {
+  const std::string prefix = "jax_accl: ";
+  if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+  auto comm = std::make_shared<Comm>();
+  int rank = 0, size = 1;
+  if (!world_identity(&rank, &size).ok()) size = 1;
+  comm->devices.assign(static_cast<size_t>(std::max(size, 1)), -1);
+  comm->rank = std::clamp(key, 0, static_cast<int>(comm->devices.size()) - 1);
+  comm->label = str_cat("MPI communicator of color ", color);
+  comm->broken = error(Code::kInvalidArgument, "MPI_Comm_split (color ", color, ", key ", key,
+                       ") was refused, and XLA keeps the communicator it got: ", why);
+  tell_once(comm->broken);
+  register_comm(std::move(comm), out);
+  return Status::Ok();
 }
 
 void free_comm(MPIABI_Comm handle) {

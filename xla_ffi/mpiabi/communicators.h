@@ -49,6 +49,10 @@ Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>
 // MPI_COMM_NULL for MPI_UNDEFINED. A failed agreement still makes a communicator, a
 // broken one, so that XLA's later calls on it fail with the reason.
 Status split(Comm& parent, int color, int key, MPIABI_Comm* out);
+// A split that could not be made (`why`: its error's text): *out is a communicator whose
+// every call fails naming `why`, never MPI_COMM_NULL (XLA ignores the split's error and
+// keeps what it got). Its size is MPI_COMM_WORLD's where known.
+Status refused_split(std::string why, int color, int key, MPIABI_Comm* out);
 void free_comm(MPIABI_Comm handle);
 // The two-rank communicator of `comm`'s ranks `sender` (its rank 0) and `receiver`
 // (rank 1), on a lane of its own: its calls are the messages between the two, which

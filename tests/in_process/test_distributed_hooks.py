@@ -1,0 +1,64 @@
+"""_compat.hook_distributed_state: jax_accl's side follows jax.distributed's state
+whichever way it is initialized or shut down (the method every path reaches, again after
+a shutdown), and _compat.hook_compilation sees each program compiled. The state's real
+methods are replaced by stand-ins here (no coordinator)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax._src import distributed as jax_distributed
+
+from jax_accl import _compat
+
+
+def test_every_initialization_and_shutdown_of_the_global_state_runs_the_hooks(monkeypatch):
+    events = []
+    monkeypatch.setattr(
+        jax_distributed.State, "initialize", lambda self, *a, **k: events.append(("init", a))
+    )
+    monkeypatch.setattr(jax_distributed.State, "shutdown", lambda self: events.append("shutdown"))
+    _compat.hook_distributed_state(
+        after_initialize=lambda: events.append("started"),
+        before_shutdown=lambda: events.append("stopping"),
+    )
+    _compat.hook_distributed_state(after_initialize=lambda: events.append("second hook"))
+    state = jax_distributed.global_state
+    state.initialize("h:1", 2, 0)
+    state.shutdown()
+    state.initialize("h:1", 2, 0)  # again after a shutdown
+    jax_distributed.State().initialize("h:2", 1, 0)  # not the global state: no hook
+    assert events == [
+        ("init", ("h:1", 2, 0)),
+        "started",
+        "second hook",
+        "stopping",
+        "shutdown",
+        ("init", ("h:1", 2, 0)),
+        "started",
+        "second hook",
+        ("init", ("h:2", 1, 0)),
+    ]
+
+
+def test_an_error_of_the_initialization_hook_is_the_initializations(monkeypatch):
+    monkeypatch.setattr(jax_distributed.State, "initialize", lambda self, *a, **k: None)
+
+    def refuse():
+        raise RuntimeError("refused by the hook")
+
+    _compat.hook_distributed_state(after_initialize=refuse)
+    with pytest.raises(RuntimeError, match="refused by the hook"):
+        jax_distributed.global_state.initialize("h:1", 2, 0)
+
+
+def test_the_compilation_hook_sees_each_program_and_its_devices(monkeypatch):
+    from jax._src import compiler
+
+    monkeypatch.setattr(compiler, "compile_or_get_cached", compiler.compile_or_get_cached)
+    seen = []
+    _compat.hook_compilation(lambda devices, executable: seen.append((devices, executable)))
+    jax.jit(lambda x: jnp.sin(x) * 3.0)(jnp.ones(4)).block_until_ready()
+    texts = [_compat.compiled_text(executable) for _, executable in seen]
+    assert sum("sine" in t for t in texts) == 1, texts  # the jitted program, once
+    for devices, _ in seen:  # and jnp.ones's, each with its devices
+        assert [d.id for d in devices.flat] == [jax.devices()[0].id]

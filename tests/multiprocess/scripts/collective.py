@@ -1,0 +1,78 @@
+"""One jax.lax collective in a shard_map, on a mesh of every process's device or (with
+--subset) of processes 1..N-1 only, as jax's array_test test_shard_map_no_local_devices
+does: process 0 then runs nothing, and XLA makes the communicator from the
+participating processes only. Never names jax_accl.
+
+    python collective.py --coordinator H:P --num-processes N --process-id I
+        [--subset] [--op psum|all_gather] [--dtype int32|float16] [--workaround]
+
+--workaround: a float16 collective written as the XLA-backend docs' workaround (a psum
+summed as float32 and cast back; an all-gather of the bits as uint16). Prints
+``RESULT <json>``: this process's shards of the result, or the error the program raised,
+and jax_accl's calls where its hook imported it."""
+
+import argparse
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--coordinator", required=True)
+parser.add_argument("--num-processes", type=int, required=True)
+parser.add_argument("--process-id", type=int, required=True)
+parser.add_argument("--subset", action="store_true")
+parser.add_argument("--op", default="psum", choices=["psum", "all_gather"])
+parser.add_argument("--dtype", default="int32", choices=["int32", "float16"])
+parser.add_argument("--workaround", action="store_true")
+args, _ = parser.parse_known_args()
+
+jax.config.update("jax_num_cpu_devices", 1)
+if os.environ.get("JAX_ACCL_XLA_COLLECTIVES", "0") != "1":
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+
+devices = [d for d in jax.devices() if d.process_index != 0 or not args.subset]
+mesh = jax.sharding.Mesh(np.array(devices), ("x",))
+n = len(devices)
+dtype = np.dtype(args.dtype)
+if dtype == np.int32:  # near the int32 limits: the sum wraps, compared bitwise
+    x_np = np.arange(n * 4, dtype=np.int64).reshape(n, 4) * 1_000_000_007 % 2**32 - 2**31
+else:
+    x_np = np.linspace(-2.0, 2.0, n * 4).reshape(n, 4)
+x_np = x_np.astype(dtype)
+x = jax.make_array_from_callback(
+    x_np.shape, NamedSharding(mesh, P("x")), lambda i: x_np[i], dtype=dtype
+)
+
+
+def body(a):
+    if args.op == "all_gather" and args.workaround:
+        bits = jax.lax.all_gather(jax.lax.bitcast_convert_type(a, jnp.uint16), "x", tiled=True)
+        return jax.lax.bitcast_convert_type(bits, a.dtype)
+    if args.op == "all_gather":
+        return jax.lax.all_gather(a, "x", tiled=True)
+    if args.workaround:
+        return jax.lax.psum(a.astype(jnp.float32), "x").astype(a.dtype)
+    return jax.lax.psum(a, "x")
+
+
+result = {"process_id": args.process_id, "shards": None, "error": None, "calls": None}
+try:
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P(), check_vma=False))
+    y = f(x)
+    result["shards"] = [
+        np.asarray(s.data).astype(np.float64).tolist() for s in y.addressable_shards
+    ]
+except Exception as e:  # reported to the test
+    result["error"] = f"{type(e).__name__}: {e}"
+accl = sys.modules.get("jax_accl")
+if accl is not None:
+    stats = accl.stats()["xla_collectives"]
+    result["calls"] = {k: v["calls"] for k, v in stats.items() if v["calls"]}
+print("RESULT " + json.dumps(result), flush=True)

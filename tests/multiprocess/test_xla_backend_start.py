@@ -1,0 +1,149 @@
+"""JAX_ACCL_XLA_COLLECTIVES=1 however the job starts (issue 48): launchers that initialize
+jax.distributed through jax._src.distributed.initialize or the global state's method,
+and one that re-executes its workers as jax's own test_multiprocess does
+(/proc/self/exe, from a virtual environment: the base interpreter, without the
+environment's .pth start-up hook), all running a script that never names jax_accl
+(scripts/plain_jit.py: jit programs on an Explicit mesh). Each job's collectives are
+counted in jax_accl.stats() and its results equal gloo's (integers bitwise); a job of 2
+CPU devices per process stops at start-up naming the rule; a psum over some of the
+processes is refused at once, naming XLA's split; float16, which XLA refuses before any
+MPI call, fails with XLA's exact error and its workaround runs (scripts/collective.py)."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jax_accl.testing import launch
+
+SCRIPTS = Path(__file__).with_name("scripts")
+PLAIN = [str(SCRIPTS / "plain_jit.py")]
+# Per process, two runs of plain_jit's step: an int32 sum and a float max (all-reduces),
+# and a reshard to replicated (an all-gather); one communicator.
+EXPECTED_CALLS = {"MPI_Allreduce": 4, "MPI_Allgather": 2, "MPI_Comm_split": 1}
+_gloo: dict[int, list] = {}
+
+
+def on(accl: bool, n: int, extra=()):
+    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": "60"}] * n
+    return launch.run_job(PLAIN, n, 1, extra=list(extra), env=env, timeout=240)
+
+
+def gloo(n: int) -> list:
+    if n not in _gloo:
+        _gloo[n] = on(False, n)
+        assert all(r["implementation"] == "gloo" and r["calls"] is None for r in _gloo[n])
+    return _gloo[n]
+
+
+def assert_carried_and_equal_to_gloo(results: list, n: int):
+    assert sorted(r["process_id"] for r in results) == list(range(n))
+    for r in sorted(results, key=lambda r: r["process_id"]):
+        g = gloo(n)[r["process_id"]]
+        assert r["implementation"] == "mpi", r
+        assert r["calls"] == EXPECTED_CALLS, r["calls"]  # jax_accl, imported by its hook
+        total, peak, gathered = r["outputs"]
+        assert np.asarray(total).dtype.kind == "i"
+        np.testing.assert_array_equal(np.asarray(total), np.asarray(g["outputs"][0]))  # bitwise
+        np.testing.assert_allclose(peak, g["outputs"][1], rtol=0, atol=0)
+        np.testing.assert_allclose(gathered, g["outputs"][2], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("init, n", [("module", 2), ("method", 4)])
+def test_a_launcher_initializing_through_jax_private_names(init, n):
+    """jax._src.distributed.initialize (jax's test_multiprocess) and
+    jax._src.distributed.global_state.initialize start jax_accl's side too."""
+    assert_carried_and_equal_to_gloo(on(True, n, ["--init", init]), n)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_launcher_re_executing_its_workers_under_jax_accl_run(n, monkeypatch):
+    """python -m jax_accl.run launcher.py: the launcher's workers are /proc/self/exe
+    plain_jit.py, which never import jax_accl and (from a virtual environment) start
+    without its .pth hook; jax_accl's MPI library starts it as jaxlib loads it."""
+    monkeypatch.delenv("JAX_ACCL_XLA_COLLECTIVES", raising=False)
+    monkeypatch.delenv("MPITRAMPOLINE_LIB", raising=False)
+    launcher = [str(SCRIPTS / "reexec_launcher.py"), str(n), "--init", "module"]
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.run", *launcher],
+        env=launch.worker_env({"JAX_ACCL_TIMEOUT_S": "60"}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert_carried_and_equal_to_gloo([json.loads(line[7:]) for line in lines], n)
+
+
+def test_two_devices_per_process_stop_at_start_up_naming_the_rule():
+    with pytest.raises(RuntimeError) as failed:
+        launch.run_job(PLAIN, 2, 2, env=[{"JAX_ACCL_XLA_COLLECTIVES": "1"}] * 2, timeout=180)
+    report = str(failed.value)
+    for process in range(2):
+        section = report.split(f"--- process {process} ")[1].split("--- process")[0]
+        assert "AcclError" in section and "one CPU device per process" in section, section
+        assert "process 0 has 2, process 1 has 2 CPU devices" in section, section
+        assert "initialize(args.coordinator" in section, section  # at start-up
+        assert "MPI_Allreduce" not in section, section  # before any collective
+
+
+COLLECTIVE = [str(SCRIPTS / "collective.py")]
+
+
+def collective(accl: bool, n: int, *extra):
+    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": "60"}] * n
+    return launch.run_job(COLLECTIVE, n, 1, extra=list(extra), env=env, timeout=180)
+
+
+def test_a_psum_over_a_subset_of_the_processes_is_refused_at_once_naming_xlas_split():
+    """A mesh of processes 1 and 2 of 3 (jax's test_shard_map_no_local_devices): XLA
+    splits MPI_COMM_WORLD from those two only, which no MPI split can complete; refused
+    when compiled (in every process: each compiles it), well within JAX_ACCL_TIMEOUT_S
+    (60 s), before any MPI call. Over gloo the same job computes the psum."""
+    start = time.monotonic()
+    ours = collective(True, 3, "--subset")
+    assert time.monotonic() - start < 45
+    for r in ours:
+        assert r["shards"] is None and r["calls"] == {}, r
+        assert r["error"].startswith("AcclError: jax_accl: this program runs on processes [1, 2]")
+        assert (
+            "MPI_Comm_split of MPI_COMM_WORLD called from the participating processes"
+            in (r["error"])
+        )
+    theirs = sorted(collective(False, 3, "--subset"), key=lambda r: r["process_id"])
+    assert theirs[0]["shards"] == []  # process 0 holds none of the result
+    n = 2
+    x = np.arange(n * 4, dtype=np.int64).reshape(n, 4) * 1_000_000_007 % 2**32 - 2**31
+    expected = x.astype(np.int32).sum(axis=0, keepdims=True, dtype=np.int32)  # wraps
+    for r in theirs[1:]:
+        np.testing.assert_array_equal(np.asarray(r["shards"][0], np.int64), expected)
+
+
+@pytest.mark.parametrize("op", ["psum", "all_gather"])
+def test_float16_is_refused_by_xla_before_any_mpi_call_and_the_workaround_runs(op):
+    """XLA:CPU's MPI collectives have no MPI datatype for float16 (its error says
+    'reduction' for an all-gather too): the exact error, with no call made but the
+    split; the documented workaround (a psum summed as float32, an all-gather of the
+    bits as uint16) runs on jax_accl and equals gloo's float16 collective."""
+    refused = collective(True, 2, "--dtype", "float16", "--op", op)
+    for r in refused:
+        assert r["error"] == (
+            "JaxRuntimeError: INVALID_ARGUMENT: Unsupported primitive type for reduction: f16"
+        ), r
+        assert r["calls"] == {"MPI_Comm_split": 1}, r
+    ours = collective(True, 2, "--dtype", "float16", "--op", op, "--workaround")
+    theirs = collective(False, 2, "--dtype", "float16", "--op", op)
+    call = {"psum": "MPI_Allreduce", "all_gather": "MPI_Allgather"}[op]
+    for mine, gloos in zip(sorted(ours, key=pid), sorted(theirs, key=pid)):
+        assert mine["calls"][call] == 1, mine
+        assert mine["shards"] == gloos["shards"]  # float16 values, exactly
+
+
+def pid(r):
+    return r["process_id"]

@@ -1,0 +1,77 @@
+"""jax_accl's interpreter start-up hook (startup/: jax_accl_xla_collectives.pth and
+_jax_accl_startup.py, installed in site-packages): with JAX_ACCL_XLA_COLLECTIVES=1 a fresh
+Python points MPItrampoline at jax_accl's library and imports jax_accl with jax, imports
+neither at start-up; without the variable it changes nothing; with it 0, an MPI library
+inherited from a parent with it 1 is dropped."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jax_accl import xla_collectives
+from jax_accl.testing import launch
+
+SITE = launch.PACKAGE_ROOT.parent
+pytestmark = pytest.mark.multiprocess  # a fresh interpreter each (tests/conftest.py)
+SHOW = (
+    "import json, os, sys; print(json.dumps({k: os.environ.get(k) for k in "
+    "('MPITRAMPOLINE_LIB', 'JAX_CPU_COLLECTIVES_IMPLEMENTATION')} | "
+    "{'modules': sorted(m for m in ('jax', 'jax_accl') if m in sys.modules)}))"
+)
+
+
+def fresh_python(code: str, **env) -> dict:
+    base = launch.worker_env()
+    for name in ("JAX_ACCL_XLA_COLLECTIVES", "MPITRAMPOLINE_LIB"):
+        base.pop(name, None)
+    base.pop("JAX_CPU_COLLECTIVES_IMPLEMENTATION", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_installed_next_to_the_package():
+    assert (SITE / "jax_accl_xla_collectives.pth").is_file()
+    assert (SITE / "_jax_accl_startup.py").is_file()
+
+
+def test_without_the_variable_nothing_changes():
+    shown = fresh_python(SHOW)
+    assert shown == {
+        "MPITRAMPOLINE_LIB": None,
+        "JAX_CPU_COLLECTIVES_IMPLEMENTATION": None,
+        "modules": [],
+    }
+
+
+def test_with_it_the_library_is_set_at_start_up_and_jax_brings_jax_accl():
+    at_start = fresh_python(SHOW, JAX_ACCL_XLA_COLLECTIVES="1")
+    assert at_start == {
+        "MPITRAMPOLINE_LIB": str(xla_collectives.LIBRARY),
+        "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi",
+        "modules": [],  # nothing imported until the script imports jax
+    }
+    after_jax = fresh_python("import jax\n" + SHOW, JAX_ACCL_XLA_COLLECTIVES="1")
+    assert after_jax["modules"] == ["jax", "jax_accl"]
+
+
+def test_a_child_with_it_0_drops_the_library_its_parent_set():
+    shown = fresh_python(
+        SHOW,
+        JAX_ACCL_XLA_COLLECTIVES="0",
+        MPITRAMPOLINE_LIB=str(xla_collectives.LIBRARY),
+        JAX_CPU_COLLECTIVES_IMPLEMENTATION="mpi",
+    )
+    assert shown["MPITRAMPOLINE_LIB"] is None
+    assert shown["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] is None
+    other = fresh_python(SHOW, JAX_ACCL_XLA_COLLECTIVES="0", MPITRAMPOLINE_LIB="/opt/libmpi.so")
+    assert other["MPITRAMPOLINE_LIB"] == "/opt/libmpi.so"  # not jax_accl's: kept
