@@ -186,6 +186,15 @@ KNOBS = {
             _switch,
         ),
         Knob(
+            "JAX_ACCL_SPIN_US",
+            "50",
+            "job start",
+            "microseconds a rank waiting for a peer's bytes over TCP keeps looking (yielding "
+            "its core) before it sleeps: on a fast wire a sleep's wake-up costs as much as "
+            "the message; 0 sleeps at once (the least CPU)",
+            _integer_at_least(0),
+        ),
+        Knob(
             "JAX_ACCL_PIPELINE_CHUNKS",
             "0",
             "job start",

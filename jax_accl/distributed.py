@@ -111,6 +111,7 @@ def _join(client, index: int, count: int, secret: str, timeout_ms: int) -> list[
     """Listeners up, this process's entry published, everybody's read (steps 2 and 3)."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
+    _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
     rails = rails_lib.resolve()
     ports = _accl.world_start(
         index,

@@ -14,15 +14,15 @@ from jax_accl.testing import launch, netns
 WORKER = ["-m", "jax_accl.testing.fast_wire_worker"]
 
 
-def run(scenario, per_host, devices, *, killed=(), timeout_s="60", **kw):
+def run(scenario, per_host, devices, *, killed=(), timeout_s="60", extra=(), env=None, **kw):
     with netns.virtual_hosts(2, 2) as names:  # unshaped: plain veth pairs and a bridge
         spaces = [name for name in names for _ in range(per_host)]
         return launch.run_on_namespaced_hosts(
-            [*WORKER, "--scenario", scenario],
+            [*WORKER, "--scenario", scenario, *extra],
             spaces,
             devices,
             "rail0,rail1",
-            env=[{"JAX_ACCL_TIMEOUT_S": timeout_s}] * len(spaces),
+            env=[{"JAX_ACCL_TIMEOUT_S": timeout_s, **(env or {})}] * len(spaces),
             killed=killed,
             timeout=600,
             **kw,
@@ -41,6 +41,24 @@ def test_large_calls_on_a_fast_wire_are_exact(root_required, per_host, devices):
     for size in (64 << 20, 256 << 20):
         plan = _accl.plan(places_of(layout), size, rails=2, chunks=0)
         assert plan["between"] in ("ring", "halving_doubling"), plan
+
+
+@pytest.mark.parametrize("spin_us", ["0", "200"])
+def test_small_and_middling_calls_are_exact_whether_waits_spin_or_sleep(root_required, spin_us):
+    """A rank waiting on its sockets looks again for JAX_ACCL_SPIN_US before it sleeps
+    in poll(): both ways (0: at once), every size from a few packets to the halves
+    exchanged, direct and halving-doubling between the hosts."""
+    sizes = ["4KiB", "256KiB", "1MiB", "4MiB"]
+    results = run(
+        "exact", 1, 1, extra=["--sizes", ",".join(sizes)], env={"JAX_ACCL_SPIN_US": spin_us}
+    )
+    for r in results:
+        assert r["checked"] == [4 << 10, 256 << 10, 1 << 20, 4 << 20], r
+    plans = [
+        _accl.plan(places_of([[1], [1]]), size, rails=2, chunks=0)["between"]
+        for size in (256 << 10, 1 << 20)
+    ]
+    assert plans == ["direct", "halving_doubling"], plans
 
 
 def test_a_peer_killed_in_a_256mib_call_makes_its_survivor_raise_at_once(root_required):

@@ -355,6 +355,14 @@ NB_MODULE(_accl, m) {
       },
       nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
   m.def(
+      "set_link_spin_us",
+      [](int microseconds) {
+        if (microseconds < 0) throw nb::value_error("spin microseconds must be >= 0");
+        link_spin_microseconds() = microseconds;
+      },
+      nb::arg("microseconds"),
+      "JAX_ACCL_SPIN_US: how long a rank waiting on sockets looks before it sleeps");
+  m.def(
       "pipeline_chunks",
       [](int hosts, int processes, int k, int rails, size_t bytes) {
         return choose_pipeline_chunks(hosts, processes, k, rails, bytes, cost_model());

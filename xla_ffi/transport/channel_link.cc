@@ -336,6 +336,13 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
   }
   ++*idle_rounds;
   if (!memory) {
+    // Sockets: look again at once (the other threads of the core served first) for a
+    // while, then sleep until one is ready.
+    if (*idle_rounds == 1) idle_since_ = now;
+    if (now - idle_since_ < std::chrono::microseconds(link_spin_microseconds())) {
+      sched_yield();
+      return Status::Ok();
+    }
     poll(fds.data(), fds.size(), 20);
     return Status::Ok();
   }
@@ -443,6 +450,11 @@ Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t b
   ACCL_RETURN_IF_ERROR(drive(&recvs, /*all_sends=*/false, [&] { reduce_arrived(false); }));
   reduce_arrived(true);
   return Status::Ok();
+}
+
+int& link_spin_microseconds() {
+  static int microseconds = 50;
+  return microseconds;
 }
 
 Status fail_links_on_error(const std::vector<ChannelLink*>& links, const std::string& where,

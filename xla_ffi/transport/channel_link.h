@@ -12,8 +12,9 @@
 // all queued sends and the awaited receives together, so two ranks that send to each
 // other never deadlock on full buffers. A reducing receive reduces each stripe's bytes
 // as they arrive (after its frame header was checked), overlapping the reduction with
-// the transfer. Waiting polls sockets, and sleeps briefly
-// between looks at memory rings; it checks the deadline and the peers' liveness.
+// the transfer. Waiting on sockets keeps looking for link_spin_microseconds() (yielding
+// the core between looks), then sleeps in poll(); between looks at memory rings it
+// yields, then sleeps briefly; it checks the deadline and the peers' liveness.
 #pragma once
 
 #include <algorithm>
@@ -136,10 +137,17 @@ class ChannelLink : public Link {
   std::vector<Transfer> sends_;
   std::vector<Channel*> busy_;  // channels with a send in the middle of a frame (drive)
   Clock::time_point last_liveness_check_;
+  Clock::time_point idle_since_;  // the first round of the current wait that moved nothing
   std::map<std::string, uint64_t> sent_by_rail_;
   std::function<Status()> also_failed_;
   bool touching_ = false;  // inside begin_peer_access .. end_peer_access
 };
+
+// How long a rank waiting for sockets keeps looking before it sleeps in poll(): on a
+// fast wire the peer's bytes often arrive within tens of microseconds, and a sleeping
+// thread's wake-up (on a virtual machine above all) costs as much again. Set by
+// JAX_ACCL_SPIN_US (jax_accl's configuration); 0 sleeps at once.
+int& link_spin_microseconds();
 
 // Runs `body`, one rank's part of a call over `links` (threads it starts joined before
 // it returns); where it fails or throws, every link is failed (ChannelLink::fail: each
