@@ -20,6 +20,15 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _link_gbits(text: str) -> float | None:
+    if not text:
+        return None
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError("expected a positive number of Gbit/s, e.g. 25")
+    return value
+
+
 def _integer_at_least(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(text)
@@ -193,6 +202,15 @@ KNOBS = {
             "its core) before it sleeps: on a fast wire a sleep's wake-up costs as much as "
             "the message; 0 sleeps at once (the least CPU)",
             _integer_at_least(0),
+        ),
+        Knob(
+            "JAX_ACCL_LINK_GBITS",
+            "",
+            "first call",
+            "the payload one rail carries between hosts, in Gbit/s (the same in every "
+            "process): the cost model's wire (net_beta), by which the pipeline between "
+            "hosts chooses its chunks; unset: `bench --calibrate`'s, else 10 Gbit/s",
+            _link_gbits,
         ),
         Knob(
             "JAX_ACCL_PIPELINE_CHUNKS",

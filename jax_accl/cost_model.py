@@ -19,7 +19,8 @@ Processes of one host, per group shape P x k (processes x devices per process):
   shm_alpha, shm_process_alpha: a message step between device threads of one process,
          and one between processes; shm_beta: a byte through the shared-memory rings;
   cma_beta: a byte of the cross-memory-attach reduce-broadcast.
-The constants between hosts (net_alpha, net_beta) keep their defaults unless given.
+The constants between hosts (net_alpha, net_beta) keep their defaults unless given;
+JAX_ACCL_LINK_GBITS states net_beta (a rail's payload rate) over both.
 """
 
 from __future__ import annotations
@@ -44,13 +45,18 @@ _load_lock = threading.Lock()
 
 
 def ensure_loaded() -> None:
-    """load() once per process: called where jax_accl first lowers a call, before any
-    choice of the cost model is made for it."""
+    """load() once per process, then the wire JAX_ACCL_LINK_GBITS states: called where
+    jax_accl first lowers a call, before any choice of the cost model is made for it."""
     global _loaded
     with _load_lock:
         if not _loaded:
             _loaded = True
             load()
+            gbits = config.value("JAX_ACCL_LINK_GBITS")
+            if gbits is not None:
+                from jax_accl import _accl
+
+                _accl.set_cost_model(net_beta=8.0 / (gbits * 1e9))
 
 
 def load() -> dict | None:

@@ -11,6 +11,7 @@ import jax_accl.bench as package
 from jax_accl.bench import calibrate, memory, mpi, overlap, profiler_cost, report, sweep, wire
 from jax_accl.bench.progress import Progress, report_piece, weight
 from jax_accl.bench.timing import JOB_TIMEOUT_S
+from jax_accl.plan.topology import payload_share
 from jax_accl.testing import launch, netns
 from jax_accl.units import human, parse_size
 
@@ -228,7 +229,10 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
     ) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
-        env = [{"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}] * len(spaces)
+        knobs = {"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}
+        if args.rate_mbit:  # the wire the runtime plans for: the shaped rails' payload
+            knobs["JAX_ACCL_LINK_GBITS"] = f"{args.rate_mbit * payload_share(args.mtu) / 1e3:g}"
+        env = [knobs] * len(spaces)
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
         speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""

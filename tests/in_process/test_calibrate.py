@@ -126,3 +126,30 @@ def test_the_first_lowered_call_loads_the_stored_constants_not_the_import(tmp_pa
     assert done.returncode == 0, done.stderr
     before, after = (float(v) for v in done.stdout.split())
     assert before != 1.25e-3 and after == 1.25e-3
+
+
+@pytest.mark.multiprocess  # a fresh process
+def test_the_wire_the_environment_states_is_the_models_over_the_stored_one(tmp_path):
+    """JAX_ACCL_LINK_GBITS: the model's net_beta from the first lowered call on, over a
+    calibration's; and the pipeline between hosts chooses its chunks by it."""
+    (tmp_path / "cost_model.json").write_text(json.dumps({"net_beta": 1e-9}))
+    script = (
+        "import jax, jax_accl\n"
+        "from jax_accl import _accl\n"
+        "mesh = jax.sharding.Mesh(jax.devices()[:2], ('i',))\n"
+        "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
+        "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
+        "f.lower(jax.numpy.ones(4)).compile()\n"
+        "print(_accl.get_cost_model()['net_beta'], _accl.pipeline_chunks(2, 2, 2, 2, 4 << 20))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+        env={**os.environ, "JAX_ACCL_CACHE": str(tmp_path), "JAX_ACCL_LINK_GBITS": "0.285"},
+    )
+    assert done.returncode == 0, done.stderr
+    beta, chunks = done.stdout.split()
+    assert float(beta) == pytest.approx(8 / 0.285e9) and int(chunks) == 15

@@ -181,10 +181,18 @@ def test_cost_model_pipelines_large_calls_between_hosts_only():
     assert _accl.pipeline_chunks(2, 1, 2, 2, 4 << 10) == 1  # small: one chunk
     assert _accl.pipeline_chunks(1, 2, 4, 2, 64 << 20) == 1  # one host: nothing to overlap
     # Two hosts of several processes, slices up to 4 MiB: direct between them, streamed,
-    # a chunk per 80 KiB of a slice, at most 16; larger slices (halving-doubling between
-    # them) and hosts of one process each: the cost model's count.
-    assert _accl.pipeline_chunks(2, 2, 1, 2, 1 << 20) == (1 << 20) // 2 // (80 << 10)
-    assert _accl.pipeline_chunks(2, 2, 1, 2, 8 << 20) == 16
+    # sqrt(the slice's wire time / 250 us) chunks, at most 16 (the model's wire: 10
+    # Gbit/s, or what JAX_ACCL_LINK_GBITS states); larger slices (halving-doubling
+    # between them) and hosts of one process each: the cost model's count.
+    assert _accl.pipeline_chunks(2, 2, 1, 1, 1 << 20) == 1
+    assert _accl.pipeline_chunks(2, 2, 1, 1, 4 << 20) == 3
+    saved = _accl.get_cost_model()
+    try:
+        _accl.set_cost_model(net_beta=8 / 0.285e9)  # 300 Mbit/s rails' payload
+        assert _accl.pipeline_chunks(2, 2, 2, 2, 4 << 20) == 15
+        assert _accl.pipeline_chunks(2, 2, 1, 2, 8 << 20) == 16
+    finally:
+        _accl.set_cost_model(**saved)
     assert 2 <= _accl.pipeline_chunks(2, 2, 1, 2, 64 << 20) <= 16
     assert 1 <= _accl.pipeline_chunks(2, 1, 2, 2, 4 << 20) <= 8
     # More hosts: the cost model's count, no chunk under 256 KiB.

@@ -165,16 +165,20 @@ int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t by
       choose_between_hosts(hosts, slice, processes, slice_network_model(model, slices, rails));
   if (between == Algorithm::kDirect && processes > 1) {
     // Direct between hosts is streamed (algorithms/hierarchical.cc): the chunks follow
-    // each other on the wire without a round trip between them, so a chunk costs little
-    // more than its messages. Where the host has a processes tier, the pipeline's fill
-    // and drain (one chunk's reduce-scatter and all-gather through shared memory, which
-    // on hosts busy with network traffic take far longer than the one-host calibration
-    // says) dominate: chunks as small as a slice of kMinStreamedSliceBytes, which still
-    // keep every rail busy, pay off. Measured on namespaced hosts, 4 MiB, 2 rails at
-    // 300 Mbit/s, time per op: 2 x 2 x 2 with 3, 6, 16 chunks 77.6, 66.3, 62.8 ms; 2 x 1
-    // x 2 (threads only, the model's 3 chunks) 60.1, 62.5, 63.3 ms.
-    constexpr size_t kMinStreamedSliceBytes = 80 << 10;
-    return static_cast<int>(std::clamp<size_t>(slice / kMinStreamedSliceBytes, 1, kMaxChunks));
+    // each other on the wire without a round trip between them, so chunks hide the
+    // wire's time of a slice behind the processes tier's fill and drain (one chunk's
+    // reduce-scatter and all-gather through shared memory), each chunk costing about
+    // kStreamedChunkSeconds of those on hosts busy with network traffic: C =
+    // sqrt(wire time / chunk cost), rounded down. Measured on namespaced hosts, time
+    // per op: 4 MiB on 2 rails at 300 Mbit/s, 2 x 2 x 2 with 3, 6, 16 chunks 77.6,
+    // 66.3, 62.8 ms (the rule: 15); unshaped, 2 x 2 x 1 with 1, 2, 4, 16 chunks 4.9,
+    // 5.0, 5.3, 8.8 ms (the rule at 10 Gbit/s: 3), 1 MiB 1.1 ms in one chunk, 1.8 in 6
+    // (the rule: 1).
+    constexpr double kStreamedChunkSeconds = 250e-6;
+    const double wire =
+        static_cast<double>(slice) * slice_network_model(model, slices, rails).beta_s_per_byte;
+    const int best = static_cast<int>(std::sqrt(wire / kStreamedChunkSeconds));
+    return std::clamp(best, 1, kMaxChunks);
   }
   // The C that minimises predict_hierarchy_seconds unstreamed: min(Lv, Nv)/C + C·fixed.
   const HierarchyShape even{hosts, processes, k, processes, k};
