@@ -206,10 +206,11 @@ KNOBS = {
         Knob(
             "JAX_ACCL_LINK_GBITS",
             "",
-            "first call",
+            "job start, or the first call lowered",
             "the payload one rail carries between hosts, in Gbit/s (the same in every "
-            "process): the cost model's wire (net_beta), by which the pipeline between "
-            "hosts chooses its chunks; unset: `bench --calibrate`'s, else 10 Gbit/s",
+            "process): the cost model's wire (net_beta), by which the runtime chooses the "
+            "algorithm and pipeline chunks between hosts and fusion its buckets; unset: a "
+            "stored net_beta, else the model's 10 Gbit/s",
             _link_gbits,
         ),
         Knob(

@@ -45,18 +45,13 @@ _load_lock = threading.Lock()
 
 
 def ensure_loaded() -> None:
-    """load() once per process, then the wire JAX_ACCL_LINK_GBITS states: called where
-    jax_accl first lowers a call, before any choice of the cost model is made for it."""
+    """load() once per process: called at job start (jax.distributed.initialize) and
+    where jax_accl first lowers a call, before any choice of the cost model is made."""
     global _loaded
     with _load_lock:
         if not _loaded:
             _loaded = True
             load()
-            gbits = config.value("JAX_ACCL_LINK_GBITS")
-            if gbits is not None:
-                from jax_accl import _accl
-
-                _accl.set_cost_model(net_beta=8.0 / (gbits * 1e9))
 
 
 def load() -> dict | None:
@@ -64,6 +59,7 @@ def load() -> dict | None:
     the file lacks keeps its default); returns them, or None where there is no file. A
     file that cannot be applied is reported (a warning naming it and why) and skipped."""
     path = cache_path()
+    apply_stated_wire()
     try:
         stored = json.loads(path.read_text())
     except FileNotFoundError:
@@ -86,11 +82,22 @@ def load() -> dict | None:
     return stored
 
 
+def apply_stated_wire() -> None:
+    """JAX_ACCL_LINK_GBITS, where set: a rail's payload rate as the model's net_beta."""
+    gbits = config.value("JAX_ACCL_LINK_GBITS")
+    if gbits is not None:
+        from jax_accl import _accl
+
+        _accl.set_cost_model(net_beta=8.0 / (gbits * 1e9))
+
+
 def apply(stored: dict) -> None:
-    """Sets the constants in `stored` and replaces the calibrated one-host lines by its own."""
+    """Sets the constants in `stored` (the wire JAX_ACCL_LINK_GBITS states over a stored
+    net_beta) and replaces the calibrated one-host lines by its own."""
     from jax_accl import _accl
 
     _accl.set_cost_model(**{k: float(v) for k, v in stored.items() if k in _accl.get_cost_model()})
+    apply_stated_wire()
     _accl.clear_measured_one_host()
     for shape, lines in stored.get("one_host", {}).items():
         processes, k = (int(x) for x in shape.split("x"))

@@ -27,7 +27,7 @@ import threading
 
 import jax
 
-from jax_accl import _accl, config, log, recovery
+from jax_accl import _accl, config, cost_model, log, recovery
 from jax_accl import _compat as c
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
@@ -112,6 +112,7 @@ def _join(client, index: int, count: int, secret: str, timeout_ms: int) -> list[
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
+    cost_model.ensure_loaded()  # the model every process plans by, from the first call
     rails = rails_lib.resolve()
     ports = _accl.world_start(
         index,

@@ -67,16 +67,26 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
     def __init__(self, name, then):
         self.name, self.then = name, then
+        self.searching = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.name:
+        # Stays on sys.meta_path until the module runs: a mere lookup (a library asking
+        # whether jax is installed) does not disarm it.
+        if name != self.name or self.searching:
             return None
+        self.searching = True  # the other finders', below
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.searching = False
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenRun(spec.loader, self._imported)
+        return spec
+
+    def _imported(self, module) -> None:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _ThenRun(spec.loader, self.then)
-        return spec
+        self.then(module)
 
 
 def _after(name: str, then) -> None:
@@ -137,7 +147,8 @@ def _import_jax_accl_after_initialize(distributed) -> None:
 
     def initialize(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        distributed.State.initialize = original  # jax_accl hooks it its own way
+        if distributed.State.initialize is initialize:  # not wrapped since (jax_accl's own)
+            distributed.State.initialize = original  # jax_accl hooks it its own way
         import jax_accl  # noqa: F401  (jax.distributed is up: starts jax_accl's side)
 
         return result

@@ -26,6 +26,9 @@ os.environ.setdefault("JAX_ACCL_TIMEOUT_S", "60")
 import tempfile  # noqa: E402
 
 os.environ["JAX_ACCL_CACHE"] = tempfile.mkdtemp(prefix="jax_accl_test_cache_")
+# The tests state the wire where they shape one (netns.stated_wire): the model's own
+# otherwise, whatever the caller's shell says.
+os.environ.pop("JAX_ACCL_LINK_GBITS", None)
 
 TESTS = Path(__file__).resolve().parent
 KINDS = ("multiprocess", "netns", "soak")

@@ -11,7 +11,6 @@ import jax_accl.bench as package
 from jax_accl.bench import calibrate, memory, mpi, overlap, profiler_cost, report, sweep, wire
 from jax_accl.bench.progress import Progress, report_piece, weight
 from jax_accl.bench.timing import JOB_TIMEOUT_S
-from jax_accl.plan.topology import payload_share
 from jax_accl.testing import launch, netns
 from jax_accl.units import human, parse_size
 
@@ -230,9 +229,7 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
     ) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
         knobs = {"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}
-        if args.rate_mbit:  # the wire the runtime plans for: the shaped rails' payload
-            knobs["JAX_ACCL_LINK_GBITS"] = f"{args.rate_mbit * payload_share(args.mtu) / 1e3:g}"
-        env = [knobs] * len(spaces)
+        env = [{**knobs, **netns.stated_wire(args.rate_mbit, args.mtu)}] * len(spaces)
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
         speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""

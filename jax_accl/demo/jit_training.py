@@ -163,7 +163,8 @@ def launch_both(args, extra: list[str]) -> dict:
     worker_cmd = ["-m", "jax_accl.demo", "--jit", *extra]
     results = {}
     for name, switch in (("jax_accl", "1"), ("gloo", "0")):
-        env = [{"JAX_ACCL_XLA_COLLECTIVES": switch}] * args.processes
+        wire = netns.stated_wire(args.rate_mbit, args.mtu) if args.hosts > 1 else {}
+        env = [{"JAX_ACCL_XLA_COLLECTIVES": switch, **wire}] * args.processes
         if args.hosts <= 1:
             results[name] = launch.run_job(worker_cmd, args.processes, 1, env=env, timeout=1800)[0]
             continue

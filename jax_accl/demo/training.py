@@ -365,8 +365,16 @@ def run_on_namespaced_hosts(args, extra) -> int:
             f"(MTU {args.mtu}); jax.lax runs over gloo on rail0",
             flush=True,
         )
+        wire = netns.stated_wire(args.rate_mbit, args.mtu)
         launch.run_on_namespaced_hosts(
-            ["-m", "jax_accl.demo"], spaces, args.devices, rails, extra=extra, timeout=1800, echo=0
+            ["-m", "jax_accl.demo"],
+            spaces,
+            args.devices,
+            rails,
+            extra=extra,
+            env=[wire] * len(spaces),
+            timeout=1800,
+            echo=0,
         )
     return 0
 
@@ -454,4 +462,4 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(parse_args(sys.argv[1:])))

@@ -64,7 +64,13 @@ def scenario_exact(sizes: list[int]) -> dict:
         for rep in range(2):
             run(f"{size} bytes per device, call {rep}")
         checked.append(size)
-    return {"checked": checked, "stats": jax_accl.stats()["algorithms"]}
+    from jax_accl import _accl
+
+    return {
+        "checked": checked,
+        "stats": jax_accl.stats()["algorithms"],
+        "spin_us": _accl.link_spin_us(),
+    }
 
 
 def scenario_kill() -> dict:

@@ -26,6 +26,16 @@ def rail_ip(host: int, rail: int) -> str:
     return f"10.{90 + rail}.0.{host + 1}"
 
 
+def stated_wire(rate_mbit: float | None, mtu: int = 1500) -> dict:
+    """The environment that tells a job's runtime the wire virtual_hosts shapes its rails
+    to (JAX_ACCL_LINK_GBITS, their payload rate), so it plans for it; nothing unshaped."""
+    if not rate_mbit:
+        return {}
+    from jax_accl.plan.topology import payload_share
+
+    return {"JAX_ACCL_LINK_GBITS": f"{rate_mbit * payload_share(mtu) / 1e3:g}"}
+
+
 @contextlib.contextmanager
 def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None, mtu: int = 1500):
     """Yields the namespace name of every host. `mtu`: of every rail and switch port (9000:

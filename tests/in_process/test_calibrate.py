@@ -152,4 +152,4 @@ def test_the_wire_the_environment_states_is_the_models_over_the_stored_one(tmp_p
     )
     assert done.returncode == 0, done.stderr
     beta, chunks = done.stdout.split()
-    assert float(beta) == pytest.approx(8 / 0.285e9) and int(chunks) == 15
+    assert float(beta) == pytest.approx(8 / 0.285e9) and int(chunks) == 12

@@ -54,6 +54,7 @@ def test_small_and_middling_calls_are_exact_whether_waits_spin_or_sleep(root_req
     )
     for r in results:
         assert r["checked"] == [4 << 10, 256 << 10, 1 << 20, 4 << 20], r
+        assert r["spin_us"] == int(spin_us), r  # the knob reached the native waits
     plans = [
         _accl.plan(places_of([[1], [1]]), size, rails=2, chunks=0)["between"]
         for size in (256 << 10, 1 << 20)

@@ -283,3 +283,14 @@ def test_every_test_the_failure_guarantees_name_exists():
         assert f"def {name}(" in python_tests or f"void {name}(" in selftest, name
     for path in re.findall(r"`(tests/[\w/]+\.py)", section):
         assert (REPO / path).exists(), path
+
+
+def test_the_native_default_deadline_is_the_knobs_default():
+    """The deadline is written once on each side: the native core's, where nobody set
+    one (common/wait.h), is JAX_ACCL_TIMEOUT_S's default."""
+    header = (REPO / "xla_ffi" / "common" / "wait.h").read_text()
+    native = re.search(r"kDefaultCallTimeoutSeconds = ([0-9.]+);", header).group(1)
+    assert float(native) == float(config.KNOBS["JAX_ACCL_TIMEOUT_S"].default)
+    literal = re.compile(r"timeout_s\s*[=:]\s*120|: 120\.0;")
+    sources = sorted((REPO / "xla_ffi").rglob("*.[ch]*"))
+    assert not [p for p in sources if literal.search(p.read_text())]

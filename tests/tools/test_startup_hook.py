@@ -64,6 +64,14 @@ def test_with_it_the_library_is_set_at_start_up_and_jax_brings_jax_accl():
     assert after_jax["modules"] == ["jax", "jax_accl"]
 
 
+def test_a_lookup_of_jax_before_its_import_does_not_use_the_hook_up():
+    """A library asking whether jax is installed (importlib.util.find_spec) before the
+    script imports it: jax still brings jax_accl."""
+    code = "import importlib.util\nassert importlib.util.find_spec('jax')\nimport jax\n"
+    shown = fresh_python(code + SHOW, JAX_ACCL_XLA_COLLECTIVES="1")
+    assert shown["modules"] == ["jax", "jax_accl"]
+
+
 def test_a_child_with_it_0_drops_the_library_its_parent_set():
     shown = fresh_python(
         SHOW,

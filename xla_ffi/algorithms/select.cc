@@ -171,14 +171,18 @@ int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t by
     // kStreamedChunkSeconds of those on hosts busy with network traffic: C =
     // sqrt(wire time / chunk cost), rounded down. Measured on namespaced hosts, time
     // per op: 4 MiB on 2 rails at 300 Mbit/s, 2 x 2 x 2 with 3, 6, 16 chunks 77.6,
-    // 66.3, 62.8 ms (the rule: 15); unshaped, 2 x 2 x 1 with 1, 2, 4, 16 chunks 4.9,
+    // 66.3, 62.8 ms (the rule: 12); unshaped, 2 x 2 x 1 with 1, 2, 4, 16 chunks 4.9,
     // 5.0, 5.3, 8.8 ms (the rule at 10 Gbit/s: 3), 1 MiB 1.1 ms in one chunk, 1.8 in 6
     // (the rule: 1).
     constexpr double kStreamedChunkSeconds = 250e-6;
     const double wire =
         static_cast<double>(slice) * slice_network_model(model, slices, rails).beta_s_per_byte;
+    // No chunk of a slice under kMinStreamedChunkBytes: the rule the shaped rails were
+    // measured by (a chunk per 80 KiB of a slice) bounds it from the other side.
+    constexpr size_t kMinStreamedChunkBytes = 80 << 10;
     const int best = static_cast<int>(std::sqrt(wire / kStreamedChunkSeconds));
-    return std::clamp(best, 1, kMaxChunks);
+    const int fit = static_cast<int>(std::max<size_t>(1, slice / kMinStreamedChunkBytes));
+    return std::clamp(std::min(best, fit), 1, kMaxChunks);
   }
   // The C that minimises predict_hierarchy_seconds unstreamed: min(Lv, Nv)/C + C·fixed.
   const HierarchyShape even{hosts, processes, k, processes, k};

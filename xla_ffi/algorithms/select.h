@@ -74,7 +74,8 @@ double predict_local_tiers_seconds(int devices, int device_owners, int processes
 // `rails` rails. With the local tiers' time L (one-host hierarchy on S) and the time N
 // between hosts, C chunks take about max(L, N) + min(L, N)/C + (C - 1)·(their fixed
 // costs at 0 bytes): C = sqrt(min/fixed), at most 16 and no chunk under 256 KiB. Direct
-// between hosts with a processes tier on each: a chunk per 80 KiB of a slice, at most 16.
+// between hosts with a processes tier on each (streamed): C = sqrt(a slice's wire time by
+// the model / a chunk's ~250 us), at most 16 and no chunk under 80 KiB of a slice.
 int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t bytes,
                            const CostModel& model);
 // A hierarchy's shape: `hosts` hosts of `processes` x `k` slices each (the fewest processes

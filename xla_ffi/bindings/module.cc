@@ -358,10 +358,11 @@ NB_MODULE(_accl, m) {
       "set_link_spin_us",
       [](int microseconds) {
         if (microseconds < 0) throw nb::value_error("spin microseconds must be >= 0");
-        link_spin_microseconds() = microseconds;
+        link_spin_microseconds().store(microseconds, std::memory_order_relaxed);
       },
       nb::arg("microseconds"),
       "JAX_ACCL_SPIN_US: how long a rank waiting on sockets looks before it sleeps");
+  m.def("link_spin_us", [] { return link_spin_microseconds().load(std::memory_order_relaxed); });
   m.def(
       "pipeline_chunks",
       [](int hosts, int processes, int k, int rails, size_t bytes) {

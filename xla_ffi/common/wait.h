@@ -13,6 +13,10 @@
 
 namespace accl {
 
+// A collective's deadline where nobody set one: JAX_ACCL_TIMEOUT_S's default
+// (jax_accl/config.py), which the job passes down with every call.
+inline constexpr double kDefaultCallTimeoutSeconds = 120.0;
+
 using Clock = std::chrono::steady_clock;
 
 // jax_accl.abort(): bumps the process's abort generation, which ends every abortable

@@ -97,7 +97,7 @@ void copy_block(void* out, const void* in, size_t bytes) {
 
 double timeout_seconds() {
   World::Job job;
-  return World::announced_job(&job) ? job.timeout_s : 120.0;
+  return World::announced_job(&job) ? job.timeout_s : kDefaultCallTimeoutSeconds;
 }
 
 Status world_identity(int* rank, int* size) {

@@ -25,7 +25,7 @@ struct CallSpec {
   std::shared_ptr<Rendezvous> rendezvous;
   PermutePeers peers;  // a permutation's: where this rank sends and receives from
   Signature signature;
-  double timeout_s = 120.0;
+  double timeout_s = kDefaultCallTimeoutSeconds;
   // When XLA issued the call (the FFI handler ran): the call's trace event and time
   // start there, waiting for a call thread included. Unset (the native tests): when the
   // call starts running.

@@ -1,9 +1,9 @@
-// The runtime's plan of one all-reduce: the one place where a call's schedule is chosen.
-// Every path of the runtime decides here: the call site by plan_one_shot, allreduce_local
-// (a group of one process) by its collective's plan_local, the Communicator of a group that spans
-// processes by plan_call, whose one-process branch is those two functions. The simulated
-// hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call too, so
-// what they report is the plan the runtime runs.
+// The runtime's plan of a call: the one place where a call's schedule is chosen. Every
+// path of the runtime decides here: the call site by plan_one_shot, allreduce_local (a
+// group of one process) by its collective's plan_local, the Communicator of a group that
+// spans processes by plan_call (through the collective's row, runtime/collective.h). The
+// simulated hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call
+// too, so what they report is the plan the runtime runs.
 //
 // The choice, for a group laid out as topology/group_layout.h says:
 //   one process      small, direct or automatic, in a program of one process: the one-shot
@@ -135,7 +135,7 @@ CallPlan plan_permute_call(const GroupLayout& layout, int rank, const PlanReques
 
 // The model's time of a call that runs `plan` (an all-reduce's: an owner's, rank 0's),
 // per rank; for a reduce-scatter, all-gather or permutation by the formulas atop
-// predict_permute_seconds (call_plan.cc). As plan_call, by the collective's row.
+// flat_scatter_gather_seconds (call_plan.cc). As plan_call, by the collective's row.
 double predict_call_seconds(const GroupLayout& layout, const CallPlan& plan,
                             const PlanRequest& request, const CostModel& model);
 double predict_allreduce_seconds(const GroupLayout& layout, const CallPlan& plan,

@@ -100,20 +100,20 @@ Status all_gather_by_host_runner(Link& in_host, Link& between_hosts, const HostG
 
 // In the order of enum Collective.
 const CollectiveRow kRows[kNumCollectives] = {
-    {Collective::kAllReduce, "all-reduce", "accl_allreduce ", "flat", true, false, same_count,
-     same_count, op_only, plan_allreduce_local, plan_allreduce_call, predict_allreduce_seconds,
+    {Collective::kAllReduce, "accl_allreduce ", "flat", true, false, same_count, same_count,
+     op_only, plan_allreduce_local, plan_allreduce_call, predict_allreduce_seconds,
      allreduce_one_shot, allreduce_flat, nullptr},
-    {Collective::kReduceScatter, "reduce-scatter", "accl_reduce_scatter ", "reduce-scatter", true,
-     false, one_block_of_n, one_block_of_n, reduce_scatter_what, plan_scatter_gather_local,
+    {Collective::kReduceScatter, "accl_reduce_scatter ", "reduce-scatter", true, false,
+     one_block_of_n, one_block_of_n, reduce_scatter_what, plan_scatter_gather_local,
      plan_scatter_gather_call, predict_scatter_gather_seconds, reduce_scatter_one_shot,
      reduce_scatter_flat, reduce_scatter_by_host},
-    {Collective::kAllGather, "all-gather", "accl_all_gather ", "all-gather", false, false, n_blocks,
-     same_count, all_gather_what, plan_scatter_gather_local, plan_scatter_gather_call,
+    {Collective::kAllGather, "accl_all_gather ", "all-gather", false, false, n_blocks, same_count,
+     all_gather_what, plan_scatter_gather_local, plan_scatter_gather_call,
      predict_scatter_gather_seconds, all_gather_one_shot, all_gather_flat,
      all_gather_by_host_runner},
-    {Collective::kPermute, "permute", "accl_ppermute ", "permute", false, true, same_count,
-     same_count, permute_what, plan_permute_local, plan_permute_call, predict_permute_seconds,
-     permute_one_shot, permute_flat, nullptr},
+    {Collective::kPermute, "accl_ppermute ", "permute", false, true, same_count, same_count,
+     permute_what, plan_permute_local, plan_permute_call, predict_permute_seconds, permute_one_shot,
+     permute_flat, nullptr},
 };
 
 }  // namespace

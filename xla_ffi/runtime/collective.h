@@ -42,7 +42,6 @@ using ByHostRunner = Status (*)(Link& in_host, Link& between_hosts, const HostGr
 
 struct CollectiveRow {
   Collective id;
-  const char* name;          // "all-reduce": errors and stats
   const char* trace_target;  // "accl_allreduce ": the start of its trace events' names
   const char* flat_phase;    // "flat": the trace phase of a flat schedule across processes
   bool reduces;              // has a reduce kernel (the signature's op)
@@ -61,7 +60,8 @@ struct CollectiveRow {
   double (*predict)(const GroupLayout& layout, const CallPlan& plan, const PlanRequest& request,
                     const CostModel& model);
   // The runners: the one-shot's last rank, a flat schedule over one link (all segments),
-  // and the schedule by host (null: the hierarchy's, runtime/hierarchical_call.h, or none).
+  // and the schedule by host. Null: where the plan says kHierarchical, the all-reduce's
+  // hierarchy runs (runtime/hierarchical_call.h); a permutation is never planned so.
   void (*one_shot)(const OneShotSegment& segment);
   Status (*run_flat)(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
                      int size, const Reduction& reduction, const PermutePeers& peers);

@@ -54,7 +54,7 @@ class World : public ChannelMaker {
   struct Job {
     int process_index = 0;
     int process_count = 0;
-    double timeout_s = 120.0;
+    double timeout_s = kDefaultCallTimeoutSeconds;
   };
   static void announce_job(const Job& job);
   static bool announced_job(Job* job);

@@ -339,7 +339,8 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
     // Sockets: look again at once (the other threads of the core served first) for a
     // while, then sleep until one is ready.
     if (*idle_rounds == 1) idle_since_ = now;
-    if (now - idle_since_ < std::chrono::microseconds(link_spin_microseconds())) {
+    if (now - idle_since_ <
+        std::chrono::microseconds(link_spin_microseconds().load(std::memory_order_relaxed))) {
       sched_yield();
       return Status::Ok();
     }
@@ -452,8 +453,8 @@ Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t b
   return Status::Ok();
 }
 
-int& link_spin_microseconds() {
-  static int microseconds = 50;
+std::atomic<int>& link_spin_microseconds() {
+  static std::atomic<int> microseconds{50};
   return microseconds;
 }
 

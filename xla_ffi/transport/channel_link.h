@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -147,7 +148,7 @@ class ChannelLink : public Link {
 // fast wire the peer's bytes often arrive within tens of microseconds, and a sleeping
 // thread's wake-up (on a virtual machine above all) costs as much again. Set by
 // JAX_ACCL_SPIN_US (jax_accl's configuration); 0 sleeps at once.
-int& link_spin_microseconds();
+std::atomic<int>& link_spin_microseconds();
 
 // Runs `body`, one rank's part of a call over `links` (threads it starts joined before
 // it returns); where it fails or throws, every link is failed (ChannelLink::fail: each
