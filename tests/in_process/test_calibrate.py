@@ -102,29 +102,43 @@ def test_a_file_that_cannot_be_applied_is_named_in_a_warning(model, tmp_path, mo
         assert cost_model.load() is None
 
 
-@pytest.mark.multiprocess  # a fresh process
-def test_the_first_lowered_call_loads_the_stored_constants_not_the_import(tmp_path):
-    (tmp_path / "cost_model.json").write_text(json.dumps({"alpha": 1.25e-3}))
-    script = (
-        "import jax, jax_accl\n"
-        "from jax_accl import _accl\n"
-        "before = _accl.get_cost_model()['alpha']\n"
-        "mesh = jax.sharding.Mesh(jax.devices()[:2], ('i',))\n"
-        "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
-        "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
-        "f.lower(jax.numpy.ones(4)).compile()\n"
-        "print(before, _accl.get_cost_model()['alpha'])\n"
-    )
+# A fresh process that notes `before` (a Python expression), lowers one jax_accl call,
+# and prints `before` and `after`.
+LOWER_ONE_CALL = (
+    "import jax, jax_accl\n"
+    "from jax_accl import _accl\n"
+    "before = {before}\n"
+    "mesh = jax.sharding.Mesh(jax.devices()[:2], ('i',))\n"
+    "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
+    "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
+    "f.lower(jax.numpy.ones(4)).compile()\n"
+    "print(before, {after})\n"
+)
+
+
+def around_the_first_lowered_call(tmp_path, stored: dict, before: str, after: str, **env):
+    (tmp_path / "cost_model.json").write_text(json.dumps(stored))
     done = subprocess.run(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", LOWER_ONE_CALL.format(before=before, after=after)],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=str(tmp_path),
-        env={**os.environ, "JAX_ACCL_CACHE": str(tmp_path)},
+        env={**os.environ, "JAX_ACCL_CACHE": str(tmp_path), **env},
     )
     assert done.returncode == 0, done.stderr
-    before, after = (float(v) for v in done.stdout.split())
+    return done.stdout.split()
+
+
+@pytest.mark.multiprocess  # a fresh process
+def test_the_first_lowered_call_loads_the_stored_constants_not_the_import(tmp_path):
+    printed = around_the_first_lowered_call(
+        tmp_path,
+        {"alpha": 1.25e-3},
+        "_accl.get_cost_model()['alpha']",
+        "_accl.get_cost_model()['alpha']",
+    )
+    before, after = (float(v) for v in printed)
     assert before != 1.25e-3 and after == 1.25e-3
 
 
@@ -132,24 +146,11 @@ def test_the_first_lowered_call_loads_the_stored_constants_not_the_import(tmp_pa
 def test_the_wire_the_environment_states_is_the_models_over_the_stored_one(tmp_path):
     """JAX_ACCL_LINK_GBITS: the model's net_beta from the first lowered call on, over a
     calibration's; and the pipeline between hosts chooses its chunks by it."""
-    (tmp_path / "cost_model.json").write_text(json.dumps({"net_beta": 1e-9}))
-    script = (
-        "import jax, jax_accl\n"
-        "from jax_accl import _accl\n"
-        "mesh = jax.sharding.Mesh(jax.devices()[:2], ('i',))\n"
-        "f = jax.jit(jax_accl.shard_map(lambda x: jax_accl.psum(x, 'i'), mesh=mesh,\n"
-        "            in_specs=jax.P('i'), out_specs=jax.P()))\n"
-        "f.lower(jax.numpy.ones(4)).compile()\n"
-        "print(_accl.get_cost_model()['net_beta'], _accl.pipeline_chunks(2, 2, 2, 2, 4 << 20))\n"
+    beta, chunks = around_the_first_lowered_call(
+        tmp_path,
+        {"net_beta": 1e-9},
+        "''",
+        "_accl.get_cost_model()['net_beta'], _accl.pipeline_chunks(2, 2, 2, 2, 4 << 20)",
+        JAX_ACCL_LINK_GBITS="0.285",
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(tmp_path),
-        env={**os.environ, "JAX_ACCL_CACHE": str(tmp_path), "JAX_ACCL_LINK_GBITS": "0.285"},
-    )
-    assert done.returncode == 0, done.stderr
-    beta, chunks = done.stdout.split()
     assert float(beta) == pytest.approx(8 / 0.285e9) and int(chunks) == 12
