@@ -144,7 +144,7 @@ def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op
 
 
 def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: str, devices):
-    """The attributes every jax_accl target takes (xla_ffi/ffi/allreduce_ffi.cc)."""
+    """The attributes every jax_accl target takes (xla_ffi/ffi/collective_ffi.cc)."""
     flat_groups, group_size = _padded_groups(groups)
     return dict(
         groups=flat_groups,

@@ -25,7 +25,7 @@
 #include "common/dtype.h"
 #include "ffi/handlers.h"
 #include "profiler/plugin_profiler.h"
-#include "runtime/allreduce.h"
+#include "runtime/collective_call.h"
 #include "runtime/communicator.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"

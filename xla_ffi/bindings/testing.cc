@@ -29,8 +29,8 @@
 #include "common/faults.h"
 #include "common/health.h"
 #include "reduce/reduce.h"
-#include "runtime/allreduce.h"
 #include "runtime/call_plan.h"
+#include "runtime/collective_call.h"
 #include "runtime/rendezvous.h"
 #include "testing/cma_lanes.h"
 #include "testing/simulated_hosts.h"
@@ -86,8 +86,8 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
     for (int r : present) {
       if (r < 0 || r >= n) continue;
       threads.emplace_back([&, r] {
-        Status s = allreduce_local(specs[r], {reinterpret_cast<const void*>(ins[r])},
-                                   {reinterpret_cast<void*>(outs[r])}, {counts[r]});
+        Status s = run_in_process(specs[r], {reinterpret_cast<const void*>(ins[r])},
+                                  {reinterpret_cast<void*>(outs[r])}, {counts[r]});
         if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
       });
     }

@@ -8,7 +8,7 @@
 
 #include "common/faults.h"
 #include "common/hash.h"
-#include "runtime/allreduce.h"
+#include "runtime/collective_call.h"
 #include "runtime/stats.h"
 #include "runtime/world.h"
 
@@ -239,7 +239,7 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
     spec.signature.collective = collective;
     spec.timeout_s = timeout_seconds();
     spec.issued = start;
-    s = allreduce_across_processes(spec, comm.devices, {in}, {out}, {count});
+    s = run_across_processes(spec, comm.devices, {in}, {out}, {count});
   }
   AlgorithmStats& stats = xla_collective_stats(function);
   stats.calls.fetch_add(1, std::memory_order_relaxed);

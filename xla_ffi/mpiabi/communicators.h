@@ -2,7 +2,7 @@
 // (every process, one CPU device each, in process order), MPI_COMM_SELF, and those
 // MPI_Comm_split makes, each a group of global devices with a lane of its own (its
 // channels). A call on one runs as jax_accl's collective of that group
-// (allreduce_across_processes): hierarchical between hosts, every rail, shared memory
+// (run_across_processes): hierarchical between hosts, every rail, shared memory
 // within a host.
 #pragma once
 

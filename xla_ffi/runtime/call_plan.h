@@ -1,5 +1,5 @@
 // The runtime's plan of a call: the one place where a call's schedule is chosen. Every
-// path of the runtime decides here: the call site by plan_one_shot, allreduce_local (a
+// path of the runtime decides here: the call site by plan_one_shot, run_in_process (a
 // group of one process) by its collective's plan_local, the Communicator of a group that
 // spans processes by plan_call (through the collective's row, runtime/collective.h). The
 // simulated hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call

@@ -9,7 +9,7 @@
 
 #include "algorithms/algorithm.h"
 #include "common/wait.h"
-#include "runtime/allreduce.h"
+#include "runtime/collective_call.h"
 #include "runtime/hierarchical_call.h"
 
 namespace accl {

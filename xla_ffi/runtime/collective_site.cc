@@ -170,9 +170,8 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
     // an exception (an allocation that failed) becomes the call's error.
     Status s;
     try {
-      s = in_process
-              ? allreduce_local(spec, buffers.in, buffers.out, buffers.counts)
-              : allreduce_across_processes(spec, devices, buffers.in, buffers.out, buffers.counts);
+      s = in_process ? run_in_process(spec, buffers.in, buffers.out, buffers.counts)
+                     : run_across_processes(spec, devices, buffers.in, buffers.out, buffers.counts);
     } catch (const std::exception& e) {
       s = error(Code::kInternal, spec.label, ": ", e.what());
     } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind

@@ -7,7 +7,7 @@
 // up. Per call: the call's index (runtime/call_sequences.h) and the route: small
 // in-process calls complete when their last rank arrives (runtime/one_shot.h), every
 // other call runs on a call thread of its own (runtime/call_threads.h), in one process
-// (runtime/allreduce.h, allreduce_local) or across processes (allreduce_across_processes,
+// (runtime/collective_call.h, run_in_process) or across processes (run_across_processes,
 // over the group's communicator).
 #pragma once
 
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/allreduce.h"
 #include "runtime/call_sequences.h"
+#include "runtime/collective_call.h"
 
 namespace accl {
 

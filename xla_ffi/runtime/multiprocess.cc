@@ -37,10 +37,10 @@
 #include "algorithms/scatter_gather.h"
 #include "common/hash.h"
 #include "reduce/reduce.h"
-#include "runtime/allreduce.h"
 #include "runtime/call_plan.h"
 #include "runtime/call_record.h"
 #include "runtime/collective.h"
+#include "runtime/collective_call.h"
 #include "runtime/communicator.h"
 #include "runtime/hierarchical_call.h"
 #include "runtime/stats.h"
@@ -326,9 +326,9 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
 
 }  // namespace
 
-Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
-                                  const std::vector<const void*>& in, const std::vector<void*>& out,
-                                  const std::vector<uint64_t>& counts) {
+Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
+                            const std::vector<const void*>& in, const std::vector<void*>& out,
+                            const std::vector<uint64_t>& counts) {
   // The deadline first: a World::stop() that takes the World after this call got it
   // ends this deadline too (its abort comes later), so stop never waits for it in vain.
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
@@ -343,7 +343,7 @@ Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& dev
   std::shared_ptr<Communicator> group;
   ACCL_RETURN_IF_ERROR(world->communicator(devices, spec.lane, spec.label, &group));
   const GroupLayout& layout = group->layout();
-  if (layout.process_count() == 1) return allreduce_local(spec, in, out, counts);
+  if (layout.process_count() == 1) return run_in_process(spec, in, out, counts);
 
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;

@@ -14,7 +14,7 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/allreduce.h"
+#include "runtime/collective_call.h"
 
 namespace accl {
 

@@ -34,8 +34,8 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/permute.h"
 #include "algorithms/scatter_gather.h"
-#include "runtime/allreduce.h"
 #include "runtime/call_sequences.h"
+#include "runtime/collective_call.h"
 #include "runtime/collective_site.h"
 #include "runtime/one_shot.h"
 #include "selftest/by_host_selftest.h"
@@ -103,7 +103,7 @@ void test_in_process(Algorithm algorithm, int n, size_t count, bool in_place = f
     spec.signature.dtype = DType::kI32;
     spec.signature.algorithm = algorithm;
     spec.timeout_s = 30;
-    return allreduce_local(spec, {in[r].data()}, {out[r].data()}, {count});
+    return run_in_process(spec, {in[r].data()}, {out[r].data()}, {count});
   });
   for (int r = 0; r < n; ++r) {
     expect(status[r].ok() && out[r] == want,
@@ -579,7 +579,7 @@ void test_errors() {
   spec.label = "selftest";
   spec.signature.dtype = DType::kI32;
   spec.timeout_s = 0.2;
-  Status s = allreduce_local(spec, {v.data()}, {o.data()}, {10});
+  Status s = run_in_process(spec, {v.data()}, {o.data()}, {10});
   expect(s.code() == Code::kTimeout, "a missing rank times out: " + s.message());
 }
 

@@ -1,6 +1,7 @@
-// One rank's all-reduce among the device threads of this process: validate, meet the
-// other ranks (rendezvous), pick the algorithm, run it over the in-process transport,
-// record stats. Shared by the XLA FFI handler and the native test entry point.
+// One rank's collective call (any row of runtime/collective.h): among the device threads
+// of this process (validate, meet the other ranks in the rendezvous, plan, run over the
+// in-process transport, record), or across processes (runtime/multiprocess.cc). Shared
+// by the XLA FFI handler, the MPI library and the native test entry points.
 #pragma once
 
 #include <cstdint>
@@ -47,14 +48,14 @@ Status run_collective(Collective collective, Algorithm algorithm, Link& link,
 // each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an
 // all-gather's size times). spec.signature's count/segments/layout are filled from
 // `counts`.
-Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
-                       const std::vector<void*>& out, const std::vector<uint64_t>& counts);
+Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
+                      const std::vector<void*>& out, const std::vector<uint64_t>& counts);
 
 // The same call for a group whose devices live in several processes. `devices` are the
 // group's global device ids in rank order (spec.rank indexes it). Groups that stay
-// inside this process go to allreduce_local.
-Status allreduce_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
-                                  const std::vector<const void*>& in, const std::vector<void*>& out,
-                                  const std::vector<uint64_t>& counts);
+// inside this process go to run_in_process.
+Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
+                            const std::vector<const void*>& in, const std::vector<void*>& out,
+                            const std::vector<uint64_t>& counts);
 
 }  // namespace accl

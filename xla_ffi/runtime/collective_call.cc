@@ -1,4 +1,4 @@
-#include "runtime/allreduce.h"
+#include "runtime/collective_call.h"
 
 #include <chrono>
 
@@ -27,8 +27,8 @@ Status run_collective(Collective collective, Algorithm algorithm, Link& link,
   return collective_row(collective).run_flat(algorithm, link, segments, size, reduction, peers);
 }
 
-Status allreduce_local(CallSpec spec, const std::vector<const void*>& in,
-                       const std::vector<void*>& out, const std::vector<uint64_t>& counts) {
+Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
+                      const std::vector<void*>& out, const std::vector<uint64_t>& counts) {
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
   Reduction reduction;
