@@ -13,23 +13,12 @@ every collective on jax_accl."""
 
 from __future__ import annotations
 
-import re
-
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+from jax_accl.hlo_text import accl_calls_in, xla_collectives_in
 
 
 def compiled_collectives(hlo_text: str) -> dict:
     """``collectives``' report of a compiled module's text."""
-    xla = {}
-    for kind in KINDS:
-        operands = re.findall(
-            rf"^\s*(?:ROOT )?\S+ = .* {kind}(?:-start)?\(([^)]*)\)", hlo_text, re.M
-        )
-        if operands:
-            xla[kind] = {"ops": len(operands), "buffers": sum(o.count("%") for o in operands)}
-    ours = {}
-    for target in re.findall(r'custom_call_target="(accl_\w+)"', hlo_text):
-        ours[target] = ours.get(target, 0) + 1
+    xla, ours = xla_collectives_in(hlo_text), accl_calls_in(hlo_text)
     return {"xla": xla, "jax_accl": ours, "xla_collectives_on": xla_collectives_on()}
 
 
