@@ -4,8 +4,9 @@
 # $JAXLIBS (default 0.10.2, 0.11.2 and 0.12.0.1: FFI 0.3, 0.4 and 0.5, each with its own
 # jax) installs it, binary packages only, into a fresh virtual environment of $PYTHON
 # (default python3; its Python must be one every jaxlib has wheels for: 3.11-3.13), and
-# there runs tests/wheel/allreduce_job.py (2 processes x 2 devices, a jax_accl.psum) with
-# a PATH on which neither a compiler nor CMake is found. Any failure fails the script.
+# there runs tests/wheel/allreduce_job.py (2 processes x 2 devices, a jax_accl.psum) and
+# the demo (2 steps, optax installed as a binary too) with a PATH on which neither a
+# compiler nor CMake is found. Any failure fails the script.
 #   PYTHON=python3.12 bash scripts/test_wheel.sh            (a step of .ci/run)
 #   bash scripts/test_wheel.sh dist/jax_accl-0.1.0-cp312-cp312-manylinux_2_34_x86_64.whl
 set -euo pipefail
@@ -55,5 +56,12 @@ for version in $JAXLIBS; do
     "$wheel" "jax==$version" "jaxlib==$version"
   # From a directory without the checkout: the installed wheel is what is imported.
   (cd "$work" && PATH="$path" "$venv/bin/python" "$repo/tests/wheel/allreduce_job.py")
+  # The demo as a user of the wheel runs it (its extra, optax, from binaries too).
+  PATH="$path" "$venv/bin/python" -m pip install --quiet --only-binary=:all: "optax>=0.2"
+  (cd "$work" && PATH="$path" "$venv/bin/python" -m jax_accl.demo --steps 2) >"$work/demo.log" 2>&1 ||
+    { cat "$work/demo.log"; echo "FAILED: the demo on jaxlib $version"; exit 1; }
+  grep -q "^final loss" "$work/demo.log" ||
+    { cat "$work/demo.log"; echo "FAILED: the demo printed no final loss"; exit 1; }
+  echo "demo: $(grep '^final loss' "$work/demo.log")"
 done
 echo "test_wheel.sh: $(basename "$wheel") passed on jaxlib ${JAXLIBS// /, }"

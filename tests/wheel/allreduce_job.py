@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 PROCESSES, DEVICES, COUNT = 2, 2, 1000
 TIMEOUT_S = 300
@@ -49,13 +50,19 @@ def worker(process_id: int, coordinator: str) -> None:
             out_specs=P(),
         )
     )
-    total = np.asarray(step(x).addressable_shards[0].data)
+    result = jax.block_until_ready(step(x))  # every device's call, not only shard 0's
+    total = np.asarray(result.addressable_shards[0].data)
     expected = sum(range(1, PROCESSES * DEVICES + 1))
     assert total.shape == (1, COUNT) and np.all(total == expected), (total, expected)
     held = jax_accl.collectives(step, x)
     assert held["xla"] == {} and held["jax_accl"] == {"accl_allreduce": 1}, held
-    calls = jax_accl.stats()["collectives"]["all-reduce"]["calls"]
-    assert calls == DEVICES, calls  # one call per device of this process
+    # One call per device of this process; a call is counted as it ends, which may be
+    # just after its result is ready.
+    deadline = time.monotonic() + 5
+    while (calls := jax_accl.stats()["collectives"]["all-reduce"]["calls"]) < DEVICES:
+        assert time.monotonic() < deadline, f"{calls} all-reduce calls counted, not {DEVICES}"
+        time.sleep(0.01)
+    assert calls == DEVICES, calls
     print(
         "RESULT",
         json.dumps(
