@@ -9,7 +9,7 @@ import numpy as np
 from jax import lax, tree_util
 
 from jax_accl import _compat as c
-from jax_accl import names, reduction, routing
+from jax_accl import axis_names, names, reduction, routing
 
 
 def _axes_tuple(axis_name) -> tuple:
@@ -30,7 +30,13 @@ def allreduce(x, axis_name, *, op: str = "sum", algorithm: str = "auto", axis_in
         raise ValueError(
             f"jax_accl.allreduce: algorithm must be one of {names.ALGORITHMS}, got {algorithm!r}"
         )
-    api_name = names.API_NAMES[op]
+    return _reduce(x, axis_name, op, algorithm, axis_index_groups, names.API_NAMES[op])
+
+
+def _reduce(x, axis_name, op: str, algorithm: str, axis_index_groups, api_name: str):
+    """allreduce(), its errors and warnings naming the public function called (api_name:
+    pmean's psums are "pmean")."""
+    axis_names.check_bound(_axes_tuple(axis_name), api_name)
     axes = c.skip_size_one_axes(_axes_tuple(axis_name))
     if not axes:
         return x
@@ -81,6 +87,6 @@ def pmin(x, axis_name, *, axis_index_groups=None):
 
 def pmean(x, axis_name, *, axis_index_groups=None):
     """Drop-in for :func:`jax.lax.pmean`: psum divided by the group size."""
-    total = psum(x, axis_name, axis_index_groups=axis_index_groups)
-    n = psum(1, axis_name, axis_index_groups=axis_index_groups)
+    total = _reduce(x, axis_name, "sum", "auto", axis_index_groups, "pmean")
+    n = _reduce(1, axis_name, "sum", "auto", axis_index_groups, "pmean")
     return tree_util.tree_map(lambda v: v / n, total)

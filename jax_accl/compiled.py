@@ -13,16 +13,13 @@ every collective on jax_accl."""
 
 from __future__ import annotations
 
-from jax_accl.hlo_collectives import accl_calls, xla_collectives
+from jax_accl.hlo_text import accl_calls_in, xla_collectives_in
 
 
 def compiled_collectives(hlo_text: str) -> dict:
     """``collectives``' report of a compiled module's text."""
-    return {
-        "xla": xla_collectives(hlo_text),
-        "jax_accl": accl_calls(hlo_text),
-        "xla_collectives_on": xla_collectives_on(),
-    }
+    xla, ours = xla_collectives_in(hlo_text), accl_calls_in(hlo_text)
+    return {"xla": xla, "jax_accl": ours, "xla_collectives_on": xla_collectives_on()}
 
 
 def xla_collectives_on() -> str:

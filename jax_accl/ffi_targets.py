@@ -1,5 +1,6 @@
-"""Loads the compiled module jax_accl._accl, registers its XLA FFI targets for the CPU
-platform and its profiler plugin with XLA's profiler, once per process."""
+"""Loads the compiled module jax_accl._accl, checks that the installed jaxlib accepts its
+FFI version, registers its XLA FFI targets for the CPU platform and its profiler plugin
+with XLA's profiler, once per process."""
 
 from __future__ import annotations
 
@@ -39,8 +40,11 @@ def register() -> None:
         if glob.glob(os.path.join(PACKAGE, "_accl*.so")):
             raise  # the module is there and fails to load: its own error says why
         raise _missing_module_error(e) from None
-    from jax_accl import _compat
+    from jax_accl import _compat, ffi_version
 
+    # Before any registration: jaxlib refuses handlers newer than its FFI when its CPU
+    # backend starts, which would then not start at all.
+    ffi_version.check_installed(_accl.ffi_api_version())
     # The state types first: XLA checks a handler's state type when the handler registers.
     for name, registration in _accl.state_types().items():
         _compat.register_ffi_type(name, registration)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax import tree_util
 
 from jax_accl import _compat as c
+from jax_accl import axis_names
 from jax_accl.primitives import permute as prim
 from jax_accl.reduction import bind_in_buckets, warn_unless_routed
 
@@ -20,7 +21,7 @@ def ppermute(x, axis_name, perm):
     perm = tuple((int(src), int(dst)) for src, dst in perm)
     if not axes:
         return x
-    c.check_axis_names(axes, "ppermute")
+    axis_names.check_bound(axes, "ppermute")
     warn_unless_routed("jax_accl.ppermute")
     srcs, dsts = [s for s, _ in perm], [d for _, d in perm]
     if len(set(srcs)) != len(srcs) or len(set(dsts)) != len(dsts):

@@ -9,15 +9,13 @@ collectives (jax_accl/routing.py) and the transpose of ``accl_pvary``
 from __future__ import annotations
 
 import math
-import warnings
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
-from jax_accl import config, routing_state
-from jax_accl.errors import AcclWarning
+from jax_accl import config, fallback_warning, routing_state
 from jax_accl.primitives import allreduce as prim
 
 _jax_psum = lax.psum  # JAX's own, even while patch_psum() is active
@@ -136,25 +134,12 @@ def _reduce_positional(leaf, positional, op):
     return prim.positional_reduce(jnp.asarray(leaf), [a % ndim for a in positional], op)
 
 
-_warned_fallback = False
-
-
 def warn_unless_routed(api: str) -> None:
-    """Once per process: a jax_accl collective traced in a plain jax.shard_map body
-    (check_vma=True, routing off). The call itself is jax_accl's, but the gradient
-    all-reduces autodiff makes of replicated inputs inside the body (the transposes of
-    JAX's pvary) stay XLA's, silently. (A gradient taken outside the shard_map, whose
-    differentiated part holds jax_accl calls, is routed: routing's shard_map transpose.)"""
-    global _warned_fallback
-    if _warned_fallback or not c.check_vma_enabled() or routing_state.active():
-        return
-    _warned_fallback = True
-    warnings.warn(
-        f"{api} inside jax.shard_map (check_vma=True): this collective runs on jax_accl, "
-        "but if the step takes gradients, the all-reduces of its replicated inputs' "
-        "gradients stay XLA's. Use jax_accl.shard_map (or @jax_accl.routed) to carry them "
-        "too; jax_accl.collectives(step, *args) shows what a compiled step holds. "
-        "(Warned once.)",
-        AcclWarning,
-        stacklevel=3,
-    )
+    """A jax_accl collective traced in a plain jax.shard_map body (check_vma=True, routing
+    off): noted, and warned of once the program is lowered if it holds XLA all-reduces
+    beside it (jax_accl/fallback_warning.py): the gradient all-reduces autodiff makes of
+    replicated inputs inside the body stay XLA's. (A gradient taken outside the
+    shard_map, whose differentiated part holds jax_accl calls, is routed: routing's
+    shard_map transpose.)"""
+    if c.check_vma_enabled() and not routing_state.active():
+        fallback_warning.note_traced(api)

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax import tree_util
 
 from jax_accl import _compat as c
+from jax_accl import axis_names
 from jax_accl.primitives import scatter_gather as prim
 from jax_accl.reduction import bind_in_buckets, warn_unless_routed
 
@@ -19,7 +20,7 @@ def _axes_and_size(axis_name, axis_index_groups, api: str) -> tuple[tuple, int, 
     axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
     if not axes:
         return axes, 1, None
-    c.check_axis_names(axes, api)
+    axis_names.check_bound(axes, api)
     groups = c.canonicalize_axis_index_groups(axis_index_groups)
     if groups is not None:
         size = len(groups[0])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from jax_accl import _compat
 from jax_accl.errors import AcclError
-from jax_accl.hlo_collectives import xla_collectives
+from jax_accl.hlo_text import xla_collectives_in
 
 
 def install() -> None:
@@ -31,7 +31,7 @@ def check(devices, executable) -> None:
     processes = sorted({d.process_index for d in getattr(devices, "flat", devices)})
     if count <= 1 or len(processes) <= 1 or len(processes) == count:
         return
-    kinds = xla_collectives(_compat.compiled_text(executable))
+    kinds = xla_collectives_in(_compat.compiled_text(executable))
     if not kinds:
         return
     raise AcclError(

@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Creates the virtual environment $VENV (default .venv) with $PYTHON (default python3)
-# and pip-installs this checkout into it, with the extras named in $1 (e.g. "[test]").
+# Installs this checkout into the virtual environment $VENV (default .venv), with the
+# dependencies of the extras named in $1 (e.g. "[test]"). Creates $VENV with $PYTHON
+# (default python3) where it does not exist; otherwise installs into it what is missing, so
+# the README's scripts work after one another in any order. The native module is built
+# without build isolation, incrementally in build/: a second run compiles only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet ".${1:-}"
+extras="${1:-}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "install.sh: creating the virtual environment $VENV ($("$PYTHON" --version 2>&1))"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "install.sh: $VENV has Python $("$VENV/bin/python" --version 2>&1); jax_accl needs >= 3.11:"
+  echo "  remove $VENV, or set VENV to another path, and run with PYTHON=/path/to/python3.11"
+  exit 1
+fi
+listed="$("$VENV/bin/python" scripts/requirements.py "$extras")"
+mapfile -t requirements <<<"$listed"
+echo "install.sh: into $VENV, what is missing of: ${requirements[*]}"
+"$VENV/bin/python" -m pip install --quiet "${requirements[@]}"
+echo "install.sh: building this checkout into $VENV (incremental, in build/)"
+"$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation .

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The README's test command: install jax_accl and its test dependencies into a fresh
-# virtual environment, check the style, then run the whole suite and the sanitizers.
+# The README's test command: install jax_accl and its test dependencies into the virtual
+# environment $VENV (default .venv; created, or completed: scripts/install.sh), check the
+# style, then run the whole suite and the sanitizers.
 #
 #   bash scripts/test.sh           # everything; what CI runs (.ci/run)
-#   bash scripts/test.sh --fast    # everyday: rebuild into $VENV, the fast tests, the style
+#   bash scripts/test.sh --fast    # everyday: into $VENV (default .venv, made or completed:
+#                                  # scripts/install.sh), the fast tests, the style
 #
 # Further arguments go to pytest.
 set -euo pipefail
@@ -11,11 +13,9 @@ cd "$(dirname "$0")/.."
 export VENV="${VENV:-.venv}"
 if [ "${1:-}" = "--fast" ]; then
   shift
-  # The environment once, then incremental builds of this checkout: without build
-  # isolation the CMake tree in build/ stays valid, and only what changed is compiled.
-  [ -x "$VENV/bin/python" ] || bash scripts/install.sh "[test]"
-  "$VENV/bin/python" -m pip install --quiet "scikit-build-core>=0.10" "nanobind>=2.4"
-  "$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation .
+  # $VENV as it is (made by this script, by demo.sh, or missing) gets what the tests
+  # need, then an incremental build of this checkout (build/: only what changed).
+  bash scripts/install.sh "[test]"
   lint=0
   bash scripts/lint.sh || lint=1
   # The tests marked fast (tests/conftest.py): no processes started, no namespaced

@@ -182,14 +182,17 @@ def check_module(module, program: str) -> None:
 
 def _checked(lower):
     """JAX's module lowering, followed by check_module wherever jax_accl calls were
-    lowered in it."""
+    lowered in it (and, after jax_accl collectives were traced in a plain shard_map, the
+    warning of XLA all-reduces beside them)."""
     from jax_accl import _compat as c
+    from jax_accl import fallback_warning
 
     def lower_checked(module_name, *args, **kwargs):
         before = calls_lowered()
         result = lower(module_name, *args, **kwargs)
         if calls_lowered() != before:
             check_module(c.lowered_module(result), module_name)
+        fallback_warning.check_lowered(lambda: c.lowered_module(result))
         return result
 
     return lower_checked

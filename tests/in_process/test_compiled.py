@@ -8,6 +8,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import jax_accl
+from jax_accl import fallback_warning
 
 
 def test_it_tells_xlas_collectives_from_jax_accls_calls():
@@ -40,12 +41,12 @@ def test_a_variadic_all_reduce_counts_its_operands():
     assert sum(c["ops"] for c in found["xla"].values()) >= 1
 
 
-def test_jax_accl_psum_in_a_plain_shard_map_warns_once_that_gradients_stay_xlas(monkeypatch):
+def test_jax_accl_pmean_in_a_plain_shard_map_warns_once_that_gradients_stay_xlas():
+    """Warned where the program is lowered (here: the collectives() call, this file's
+    line), naming the function the user called and what it holds."""
     import warnings
 
-    from jax_accl import reduction
-
-    monkeypatch.setattr(reduction, "_warned_fallback", False)
+    fallback_warning.reset()
     mesh = Mesh(np.array(jax.devices()), ("i",))
     w = jnp.ones((5,))
     x = jnp.arange(8.0 * 5).reshape(8, 5)
@@ -54,24 +55,48 @@ def test_jax_accl_psum_in_a_plain_shard_map_warns_once_that_gradients_stay_xlas(
         return jax_accl.pmean(jnp.sum(x * w), "i")
 
     plain = jax.jit(jax.shard_map(jax.grad(loss), mesh=mesh, in_specs=(P(), P("i")), out_specs=P()))
-    with pytest.warns(jax_accl.AcclWarning, match="jax_accl.shard_map"):
+    with pytest.warns(jax_accl.AcclWarning, match="jax_accl.shard_map") as caught:
         found = jax_accl.collectives(plain, w, x)
     assert found["xla"]["all-reduce"]["ops"] >= 1  # what it warns about: the gradient's
+    (warning,) = [w for w in caught if issubclass(w.category, jax_accl.AcclWarning)]
+    assert str(warning.message).startswith("jax_accl.pmean inside jax.shard_map")
+    assert "jax_accl.psum" not in str(warning.message)
+    assert "1 XLA all-reduce(s)" in str(warning.message)
+    assert warning.filename == __file__  # the user's line, not jax_accl's
     routed = jax.jit(
         jax_accl.shard_map(jax.grad(loss), mesh=mesh, in_specs=(P(), P("i")), out_specs=P())
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once: neither again, nor under jax_accl.shard_map
         assert jax_accl.collectives(routed, w, x)["xla"] == {}
-        monkeypatch.setattr(reduction, "_warned_fallback", False)
+        fallback_warning.reset()
         jax_accl.collectives(routed, w, x)
 
 
-@pytest.mark.parametrize("collective", ["psum_scatter", "all_gather", "ppermute"])
-def test_the_sharding_collectives_warn_in_a_plain_shard_map_too(monkeypatch, collective):
-    from jax_accl import reduction
+def test_jax_accl_psum_in_a_plain_shard_map_without_gradients_does_not_warn():
+    """Every all-reduce of the program is jax_accl's: nothing to warn of."""
+    import warnings
 
-    monkeypatch.setattr(reduction, "_warned_fallback", False)
+    fallback_warning.reset()
+    mesh = Mesh(np.array(jax.devices()), ("i",))
+    step = jax.jit(
+        jax.shard_map(
+            lambda x: jax_accl.pmean(x * 2, "i") + jax_accl.psum(x, "i"),
+            mesh=mesh,
+            in_specs=P("i"),
+            out_specs=P(),
+        )
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = jax_accl.collectives(step, jnp.arange(8.0 * 3).reshape(8, 3))
+        step(jnp.ones((8, 3))).block_until_ready()
+    assert found["xla"] == {} and found["jax_accl"]["accl_allreduce"] >= 1
+
+
+@pytest.mark.parametrize("collective", ["psum_scatter", "all_gather", "ppermute"])
+def test_the_sharding_collectives_warn_in_a_plain_shard_map_too(collective):
+    fallback_warning.reset()
     mesh = Mesh(np.array(jax.devices()), ("i",))
     n = mesh.size
     ops = {

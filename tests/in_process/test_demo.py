@@ -34,6 +34,17 @@ def test_training_matches_jax_lax_and_learns():
     assert theirs["xla all-reduce"] >= 1 and theirs["jax_accl calls"] == 0
 
 
+def test_the_printed_parameter_difference_says_why_there_is_one(capsys):
+    demo.run(_mesh(), steps=2, batch_per_device=8, quiet=False)
+    (line,) = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("largest parameter difference from the jax.lax run: ")
+    ]
+    assert "float32 rounding: jax_accl and XLA add the devices' gradients in different" in line
+    assert "2 steps of training amplify that" in line
+
+
 def test_compiled_demo_step_has_no_xla_all_reduce():
     """The exact step the demo runs, compiled: jax_accl's calls only."""
     mesh = _mesh()

@@ -28,6 +28,30 @@ def test_unbound_axis_name(mesh8):
     assert str(ours.value).splitlines()[0] == str(theirs.value).splitlines()[0]
 
 
+@pytest.mark.parametrize(
+    "collective",
+    [
+        lambda a, axis: jax_accl.psum(a, axis),
+        lambda a, axis: jax_accl.pmean(a, axis),
+        lambda a, axis: jax_accl.all_gather(a, axis),
+        lambda a, axis: jax_accl.psum_scatter(a, axis, tiled=True),
+        lambda a, axis: jax_accl.ppermute(a, axis, [(0, 1)]),
+    ],
+    ids=["psum", "pmean", "all_gather", "psum_scatter", "ppermute"],
+)
+def test_an_unbound_axis_error_lists_the_bound_ones(mesh8, collective, request):
+    name = request.node.callspec.id
+    x = put(mesh8, values((8, 2), "float32"), P("i"))
+    with pytest.raises(NameError) as caught:
+        shard(mesh8, lambda a: collective(a, "j"), out=P("i"))(x)
+    lines = str(caught.value).splitlines()
+    assert "unbound axis name: j" in lines[0]  # jax.lax's line
+    assert lines[1].startswith(f"jax_accl.{name}: the axis names bound here are 'i' (")
+    with pytest.raises(NameError) as outside:  # no map at all
+        jax.jit(lambda a: collective(a, "i"))(jnp.ones(8))
+    assert "no axis name is bound here: call it inside jax.shard_map" in str(outside.value)
+
+
 def test_unsupported_dtype_and_op(mesh8):
     x8 = put(mesh8, jnp.ones((8, 2), jnp.float8_e4m3fn), P("i"))
     with pytest.raises(TypeError, match="does not support dtype float8_e4m3fn"):

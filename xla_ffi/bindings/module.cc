@@ -198,6 +198,9 @@ NB_MODULE(_accl, m) {
   m.doc() = "jax_accl native core: hierarchical all-reduce algorithms and XLA FFI handlers";
   m.def("registrations", &registrations, "FFI handler capsules by target name and stage");
   m.def("state_types", &state_types, "FFI state types (type id and info capsules) by name");
+  m.def(
+      "ffi_api_version", [] { return std::make_pair(kAcclFfiApiMajor, kAcclFfiApiMinor); },
+      "The XLA FFI API version (major, minor) the handlers were compiled against");
   register_plan(m);
   m.def("world_start", &world_start, nb::arg("process_index"), nb::arg("process_count"),
         nb::arg("secret"), nb::arg("host"), nb::arg("rails"), nb::arg("stripes_per_rail"),

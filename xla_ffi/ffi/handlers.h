@@ -3,6 +3,12 @@
 
 #include "xla/ffi/api/c_api.h"
 
+// The XLA FFI API version the handlers below carry: that of the headers they were compiled
+// against (third_party/xla, the oldest the package supports). A jaxlib whose FFI is older
+// refuses them, which stops its CPU backend (jax_accl/ffi_version.py checks first).
+constexpr int kAcclFfiApiMajor = XLA_FFI_API_MAJOR;
+constexpr int kAcclFfiApiMinor = XLA_FFI_API_MINOR;
+
 // accl_allreduce: operands x_1..x_N, results y_k = all-reduce of x_k (aliasing x_k);
 // accl_reduce_scatter: y_k = this rank's block of the reduction of x_k (n blocks);
 // accl_all_gather: y_k = every rank's x_k, in rank order. Each target's instantiate

@@ -1,5 +1,6 @@
-"""The collectives in a compiled module's text: XLA's own by kind, and jax_accl's custom
-calls by target (a leaf: jax_accl.collectives and the XLA backend's checks read it)."""
+"""The collectives of a compiled module, read from its HLO text: XLA's by kind and
+jax_accl's calls by target. A leaf (no jax_accl import): jax_accl.collectives reports
+them (compiled.py) and the compile hook of the XLA backend checks them (xla_subsets.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import re
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
-def xla_collectives(hlo_text: str) -> dict:
-    """{kind: {"ops": n, "buffers": operands}}: an async start counted once."""
+def xla_collectives_in(hlo_text: str) -> dict:
+    """{kind: {"ops", "buffers"}} of XLA's collectives (an async start counted once;
+    buffers: their operands)."""
     xla = {}
     for kind in KINDS:
         operands = re.findall(
@@ -20,9 +22,9 @@ def xla_collectives(hlo_text: str) -> dict:
     return xla
 
 
-def accl_calls(hlo_text: str) -> dict:
-    """{custom-call target: count} of jax_accl's calls."""
-    ours = {}
+def accl_calls_in(hlo_text: str) -> dict:
+    """{target: calls} of jax_accl's custom calls."""
+    ours: dict = {}
     for target in re.findall(r'custom_call_target="(accl_\w+)"', hlo_text):
         ours[target] = ours.get(target, 0) + 1
     return ours
