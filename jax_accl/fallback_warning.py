@@ -19,15 +19,24 @@ import warnings
 from jax_accl.errors import AcclWarning
 
 _lock = threading.Lock()
-_traced: list[str] = []  # jax_accl collectives traced in a plain shard_map, not yet warned of
+# Per thread (a program is traced and lowered on one thread, so another thread's lowering
+# neither takes nor clears its notes): jax_accl collectives traced in a plain shard_map,
+# not yet warned of.
+_notes = threading.local()
 _warned = False
+
+
+def _traced() -> list[str]:
+    if not hasattr(_notes, "apis"):
+        _notes.apis = []
+    return _notes.apis
 
 
 def note_traced(api: str) -> None:
     """A jax_accl collective (e.g. "jax_accl.pmean") traced in a plain jax.shard_map."""
     with _lock:
-        if not _warned and api not in _traced:
-            _traced.append(api)
+        if not _warned and api not in _traced():
+            _traced().append(api)
 
 
 def xla_all_reduces(module) -> int:
@@ -55,10 +64,10 @@ def check_lowered(module) -> None:
     dropped included)."""
     global _warned
     with _lock:
-        if _warned or not _traced:
+        if _warned or not _traced():
             return
-        apis = list(_traced)
-        _traced.clear()
+        apis = list(_traced())
+        _traced().clear()
         count = xla_all_reduces(module())
         if not count:
             return
@@ -79,7 +88,7 @@ def reset() -> None:
     global _warned
     with _lock:
         _warned = False
-        _traced.clear()
+        _traced().clear()
 
 
 def _library_directories() -> tuple:

@@ -51,8 +51,7 @@ def check(module: Version, jaxlib: Version | None, jaxlib_release: str) -> None:
         f"jax_accl's native module was compiled against XLA FFI API {module[0]}.{module[1]}, "
         f"but the installed jaxlib {jaxlib_release} implements FFI {jaxlib[0]}.{jaxlib[1]}, "
         "which refuses its handlers (and with them would not start its CPU backend). "
-        "Install a jaxlib the package supports (pip install 'jaxlib>=0.10.2,<0.13'), or "
-        "reinstall jax_accl built against this jaxlib's FFI (third_party/xla/README.md)"
+        "Install a jaxlib the package supports: pip install 'jaxlib>=0.10.2,<0.13'"
     )
 
 

@@ -3,7 +3,7 @@
 # once (scripts/build_wheel.sh; or takes the one named as $1), then for each jaxlib of
 # $JAXLIBS (default 0.10.2, 0.11.2 and 0.12.0.1: FFI 0.3, 0.4 and 0.5, each with its own
 # jax) installs it, binary packages only, into a fresh virtual environment of $PYTHON
-# (default python3; its Python must be one every jaxlib has wheels for: 3.11-3.13), and
+# (default python3.12; jaxlib 0.12.0.1 needs Python 3.12 or later), and
 # there runs tests/wheel/allreduce_job.py (2 processes x 2 devices, a jax_accl.psum) and
 # the demo (2 steps, optax installed as a binary too) with a PATH on which neither a
 # compiler nor CMake is found. Any failure fails the script.
@@ -12,7 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
-PYTHON="${PYTHON:-python3}"
+PYTHON="${PYTHON:-python3.12}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+  echo "test_wheel.sh: $PYTHON is not Python 3.12 or later (jaxlib 0.12.0.1 needs it)"
+  exit 1
+fi
 JAXLIBS="${JAXLIBS:-0.10.2 0.11.2 0.12.0.1}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
