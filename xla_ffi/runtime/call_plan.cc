@@ -231,8 +231,8 @@ double predict_scatter_gather_seconds(const GroupLayout& g, const CallPlan& plan
   const CollectiveRow& row = collective_row(request.collective);
   const bool reduces = row.reduces;
   // The whole buffer: a reduce-scatter's input, an all-gather's output.
-  const double S = static_cast<double>(request.bytes) *
-                   static_cast<double>(std::max<uint64_t>(n, row.output_count(n, n))) / n;
+  const double S =
+      static_cast<double>(std::max<uint64_t>(request.bytes, row.output_count(request.bytes, n)));
   if (plan.schedule != Algorithm::kHierarchical) {
     const CostModel link = link_model(
         hosts, processes, plan.schedule == Algorithm::kRing ? 1 : per_host, request.rails, model);

@@ -31,8 +31,7 @@ void allreduce_one_shot(const OneShotSegment& s) {
     std::memcpy(s.outputs[0], s.staged[0], bytes);
     return;
   }
-  const std::vector<const void*> sources(s.staged.begin(), s.staged.end());
-  s.reduction->fold(s.outputs[0], sources.data(), s.size, s.count);
+  s.reduction->fold(s.outputs[0], s.staged.data(), s.size, s.count);
   for (int r = 1; r < s.size; ++r) std::memcpy(s.outputs[r], s.outputs[0], bytes);
 }
 
@@ -45,7 +44,9 @@ void reduce_scatter_one_shot(const OneShotSegment& s) {
       std::memcpy(s.outputs[r], s.staged[r], block * elem);
       continue;
     }
-    for (int q = 0; q < s.size; ++q) sources[q] = s.staged[q] + r * block * elem;
+    for (int q = 0; q < s.size; ++q) {
+      sources[q] = static_cast<const char*>(s.staged[q]) + r * block * elem;
+    }
     s.reduction->fold(s.outputs[r], sources.data(), s.size, block);
   }
 }

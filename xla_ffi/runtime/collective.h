@@ -27,7 +27,7 @@ namespace accl {
 struct OneShotSegment {
   int size = 0;
   uint64_t count = 0;  // elements of each rank's input
-  std::vector<const char*> staged;
+  std::vector<const void*> staged;
   std::vector<char*> outputs;
   const std::vector<int>* recv_from = nullptr;  // a permutation's source of each rank
   const Reduction* reduction = nullptr;

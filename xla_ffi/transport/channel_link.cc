@@ -293,7 +293,8 @@ Status ChannelLink::step_recv(Transfer& t, bool* progressed) {
   return Status::Ok();
 }
 
-Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds) {
+Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds,
+                              Clock::time_point* idle_since) {
   if (deadline_.expired()) {
     std::string waiting;
     for (const Transfer& t : recvs) {
@@ -338,8 +339,8 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
   if (!memory) {
     // Sockets: look again at once (the other threads of the core served first) for a
     // while, then sleep until one is ready.
-    if (*idle_rounds == 1) idle_since_ = now;
-    if (now - idle_since_ <
+    if (*idle_rounds == 1) *idle_since = now;
+    if (now - *idle_since <
         std::chrono::microseconds(link_spin_microseconds().load(std::memory_order_relaxed))) {
       sched_yield();
       return Status::Ok();
@@ -362,6 +363,7 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
 Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends,
                           const std::function<void()>& on_progress) {
   int idle_rounds = 0;
+  Clock::time_point idle_since;
   for (;;) {
     bool progressed = false, pending = false;
     // Sends first: a rank whose peer's first frame is refused (another call, another
@@ -388,7 +390,7 @@ Status ChannelLink::drive(std::vector<Transfer>* recvs, bool all_sends,
     if (progressed) {
       idle_rounds = 0;
     } else {
-      ACCL_RETURN_IF_ERROR(wait_idle(*recvs, &idle_rounds));
+      ACCL_RETURN_IF_ERROR(wait_idle(*recvs, &idle_rounds, &idle_since));
     }
   }
 }

@@ -124,7 +124,9 @@ class ChannelLink : public Link {
   // The transfers that receive the next `bytes` from `peer` into dst, one per stripe
   // (dst nullptr: the caller points each at its memory; `offset` says where it starts).
   Status post_recvs(int peer, void* dst, size_t bytes, std::vector<Transfer>* recvs);
-  Status wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds);
+  // `idle_since`: when the current run of rounds that moved nothing began (drive's).
+  Status wait_idle(const std::vector<Transfer>& recvs, int* idle_rounds,
+                   Clock::time_point* idle_since);
   std::string peer_label(int peer) const;
 
   int rank_;
@@ -138,7 +140,6 @@ class ChannelLink : public Link {
   std::vector<Transfer> sends_;
   std::vector<Channel*> busy_;  // channels with a send in the middle of a frame (drive)
   Clock::time_point last_liveness_check_;
-  Clock::time_point idle_since_;  // the first round of the current wait that moved nothing
   std::map<std::string, uint64_t> sent_by_rail_;
   std::function<Status()> also_failed_;
   bool touching_ = false;  // inside begin_peer_access .. end_peer_access
