@@ -107,11 +107,25 @@ def _delete_secret(client) -> None:
         log.logger.warning("jax_accl: could not delete the job's secret from the store: %s", e)
 
 
+def _set_tcp_congestion() -> None:
+    """JAX_ACCL_TCP_CONGESTION for the connections about to be made: a value the kernel
+    refuses is an error if the user chose it; the default refused keeps the system's."""
+    name = config.value("JAX_ACCL_TCP_CONGESTION")
+    try:
+        _accl.set_tcp_congestion(name)
+    except ValueError as e:
+        if config.environment("JAX_ACCL_TCP_CONGESTION"):
+            raise AcclError(f"JAX_ACCL_TCP_CONGESTION={name}: {e}") from None
+        log.logger.warning("jax_accl: %s; the connections keep the system's", e)
+        _accl.set_tcp_congestion("")
+
+
 def _join(client, index: int, count: int, secret: str, timeout_ms: int) -> list[dict]:
     """Listeners up, this process's entry published, everybody's read (steps 2 and 3)."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
+    _set_tcp_congestion()
     cost_model.ensure_loaded()  # the model every process plans by, from the first call
     rails = rails_lib.resolve()
     ports = _accl.world_start(

@@ -28,7 +28,8 @@ import tempfile  # noqa: E402
 os.environ["JAX_ACCL_CACHE"] = tempfile.mkdtemp(prefix="jax_accl_test_cache_")
 # The tests state the wire where they shape one (netns.stated_wire): the model's own
 # otherwise, whatever the caller's shell says.
-os.environ.pop("JAX_ACCL_LINK_GBITS", None)
+os.environ.pop("JAX_ACCL_LINK_GBITS", None)  # and the connections: jax_accl's default
+os.environ.pop("JAX_ACCL_TCP_CONGESTION", None)
 
 TESTS = Path(__file__).resolve().parent
 KINDS = ("multiprocess", "netns", "soak")

@@ -12,10 +12,11 @@ Not iperf3 --bidir, even where it is installed: Debian 12's (3.12) drives both d
 from one thread, and between the same two namespaced hosts it measured 0.64-0.71 GB/s
 each way where this probe measured 0.73-1.48 GB/s (alternating, 2 s each, a loaded 2-core
 machine); a limit taken from it would be loose. Each end is this file run as a script in
-its host's namespace (so it starts without importing jax):
+its host's namespace (so it starts without importing jax), its connections with the
+congestion control jax_accl's have (JAX_ACCL_TCP_CONGESTION):
 
-    python wire.py --listen 10.90.0.2,10.91.0.2 --seconds 2    # in host 1's namespace
-    python wire.py --connect 10.90.0.2,10.91.0.2 --seconds 2   # in host 0's namespace
+    python wire.py --listen 10.90.0.2,10.91.0.2 --seconds 2 --congestion reno   # host 1
+    python wire.py --connect 10.90.0.2,10.91.0.2 --seconds 2 --congestion reno  # host 0
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ import time
 
 BUFFER = 4 << 20
 PORT = 29170
+CONGESTION = [""]  # --congestion: "" keeps the system's
 
 
 def _tuned(sock: socket.socket) -> socket.socket:
     for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         sock.setsockopt(socket.SOL_SOCKET, option, BUFFER)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if CONGESTION[0]:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION[0].encode())
     return sock
 
 
@@ -108,10 +112,12 @@ def rate_each_way(server: dict, client: dict) -> float:
 
 def measure(names: list[str], rails: list[int], seconds: float = 2.0) -> float:
     """Bytes/s each way between namespaced hosts names[0] and names[1] on `rails` at once."""
+    from jax_accl import config
     from jax_accl.testing import netns
 
     addresses = ",".join(netns.rail_ip(1, r) for r in rails)
-    probe = [sys.executable, __file__, "--seconds", str(seconds)]
+    congestion = config.value("JAX_ACCL_TCP_CONGESTION")
+    probe = [sys.executable, __file__, "--seconds", str(seconds), "--congestion", congestion]
     server = subprocess.Popen(
         ["ip", "netns", "exec", names[1], *probe, "--listen", addresses],
         stdout=subprocess.PIPE,
@@ -160,7 +166,9 @@ def main(argv=None) -> int:
     side.add_argument("--listen", help="comma-separated addresses of this host to listen on")
     side.add_argument("--connect", help="comma-separated addresses to connect to")
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--congestion", default="", help="TCP congestion control ('': system's)")
     args = parser.parse_args(argv)
+    CONGESTION[0] = args.congestion
     if args.listen:
         result = listen_main(args.listen.split(","), args.seconds)
     else:

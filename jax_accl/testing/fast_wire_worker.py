@@ -70,6 +70,7 @@ def scenario_exact(sizes: list[int]) -> dict:
         "checked": checked,
         "stats": jax_accl.stats()["algorithms"],
         "spin_us": _accl.link_spin_us(),
+        "congestion": _accl.tcp_congestion(),
     }
 
 

@@ -43,18 +43,23 @@ def test_large_calls_on_a_fast_wire_are_exact(root_required, per_host, devices):
         assert plan["between"] in ("ring", "halving_doubling"), plan
 
 
-@pytest.mark.parametrize("spin_us", ["0", "200"])
-def test_small_and_middling_calls_are_exact_whether_waits_spin_or_sleep(root_required, spin_us):
+@pytest.mark.parametrize("spin_us,congestion", [("0", "system"), ("200", None)])
+def test_small_and_middling_calls_are_exact_whether_waits_spin_or_sleep(
+    root_required, spin_us, congestion
+):
     """A rank waiting on its sockets looks again for JAX_ACCL_SPIN_US before it sleeps
     in poll(): both ways (0: at once), every size from a few packets to the halves
-    exchanged, direct and halving-doubling between the hosts."""
+    exchanged, direct and halving-doubling between the hosts; over connections with
+    the system's congestion control and with jax_accl's default (reno)."""
     sizes = ["4KiB", "256KiB", "1MiB", "4MiB"]
-    results = run(
-        "exact", 1, 1, extra=["--sizes", ",".join(sizes)], env={"JAX_ACCL_SPIN_US": spin_us}
-    )
+    env = {"JAX_ACCL_SPIN_US": spin_us}
+    if congestion:
+        env["JAX_ACCL_TCP_CONGESTION"] = congestion
+    results = run("exact", 1, 1, extra=["--sizes", ",".join(sizes)], env=env)
     for r in results:
         assert r["checked"] == [4 << 10, 256 << 10, 1 << 20, 4 << 20], r
         assert r["spin_us"] == int(spin_us), r  # the knob reached the native waits
+        assert r["congestion"] == ("" if congestion == "system" else "reno"), r
     plans = [
         _accl.plan(places_of([[1], [1]]), size, rails=2, chunks=0)["between"]
         for size in (256 << 10, 1 << 20)

@@ -2,6 +2,7 @@
 framing and progress engine of the cross-process transports, on memory rings), and
 the TCP listener's handshake against strangers."""
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -12,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from jax_accl import _accl, _accl_testing
+from jax_accl import _accl, _accl_testing, config
 
 
 def run_channels(
@@ -350,11 +351,53 @@ def test_tcp_channels_detect_a_vanished_peer_without_waiting_for_the_deadline():
     TCP_USER_TIMEOUT (0, the kernel's default): it would also end the connection to a
     peer that is alive but late (a zero window), long before the call's deadline."""
     options = _accl_testing.tcp_channel_options()
+    del options["TCP_CONGESTION"]
     assert options == {
-        "SO_KEEPALIVE": 1,
-        "TCP_KEEPIDLE": 5,
-        "TCP_KEEPINTVL": 2,
-        "TCP_KEEPCNT": 3,
-        "TCP_USER_TIMEOUT": 0,
-        "TCP_NODELAY": 1,
+        "SO_KEEPALIVE": "1",
+        "TCP_KEEPIDLE": "5",
+        "TCP_KEEPINTVL": "2",
+        "TCP_KEEPCNT": "3",
+        "TCP_USER_TIMEOUT": "0",
+        "TCP_NODELAY": "1",
     }
+
+
+def _system_congestion_control() -> str:
+    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+        return f.read().strip()
+
+
+@pytest.mark.parametrize("chosen", ["reno", ""])
+def test_tcp_channels_take_the_congestion_control_set_for_them(chosen):
+    """JAX_ACCL_TCP_CONGESTION reaches every connection made after it is set ("": the
+    system's); the default, reno, is what the fast-wire measurements chose."""
+    try:
+        _accl.set_tcp_congestion(chosen)
+        assert _accl.tcp_congestion() == chosen
+        want = chosen or _system_congestion_control()
+        assert _accl_testing.tcp_channel_options()["TCP_CONGESTION"] == want
+    finally:
+        _accl.set_tcp_congestion("")
+
+
+def test_a_congestion_control_the_kernel_lacks_is_refused_naming_it(monkeypatch, caplog):
+    """At job start: the user's choice refused is an error naming the knob; jax_accl's
+    default refused (a kernel without reno) leaves the system's, with a warning."""
+    from jax_accl import distributed
+    from jax_accl.errors import AcclError
+
+    with pytest.raises(ValueError, match="TCP congestion control 'no_such_cc': .*available"):
+        _accl.set_tcp_congestion("no_such_cc")
+    assert _accl.tcp_congestion() == ""
+    monkeypatch.setenv("JAX_ACCL_TCP_CONGESTION", "no_such_cc")
+    with pytest.raises(AcclError, match="JAX_ACCL_TCP_CONGESTION=no_such_cc: TCP congestion"):
+        distributed._set_tcp_congestion()
+    monkeypatch.delenv("JAX_ACCL_TCP_CONGESTION")
+    monkeypatch.setitem(
+        config.KNOBS,
+        "JAX_ACCL_TCP_CONGESTION",
+        dataclasses.replace(config.KNOBS["JAX_ACCL_TCP_CONGESTION"], default="no_such_cc"),
+    )
+    distributed._set_tcp_congestion()
+    assert _accl.tcp_congestion() == ""
+    assert "no_such_cc" in caplog.text and "keep the system's" in caplog.text

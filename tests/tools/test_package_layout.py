@@ -220,6 +220,7 @@ def test_every_knob_parses_its_default_and_names_itself_when_wrong(monkeypatch):
         ("JAX_ACCL_CMA", "2"),
         ("JAX_ACCL_PIPELINE_CHUNKS", "-1"),
         ("JAX_ACCL_DEBUG", "TRACE"),
+        ("JAX_ACCL_TCP_CONGESTION", "reno;rm"),
     ]:
         monkeypatch.setenv(name, bad)
         with pytest.raises(ValueError, match=f"{name}='{bad}': expected"):

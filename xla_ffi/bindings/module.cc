@@ -33,6 +33,7 @@
 #include "transport/channel_link.h"
 #include "transport/cma.h"
 #include "transport/ring_channel.h"
+#include "transport/tcp.h"
 
 namespace nb = nanobind;
 
@@ -365,6 +366,14 @@ NB_MODULE(_accl, m) {
       },
       nb::arg("microseconds"),
       "JAX_ACCL_SPIN_US: how long a rank waiting on sockets looks before it sleeps");
+  m.def(
+      "set_tcp_congestion",
+      [](const std::string& name) {
+        Status s = set_tcp_congestion(name);
+        if (!s.ok()) throw nb::value_error(s.message().c_str());
+      },
+      nb::arg("name"), "JAX_ACCL_TCP_CONGESTION: the connections' congestion control");
+  m.def("tcp_congestion", [] { return tcp_congestion(); });
   m.def("link_spin_us", [] { return link_spin_microseconds().load(std::memory_order_relaxed); });
   m.def(
       "pipeline_chunks",

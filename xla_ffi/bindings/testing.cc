@@ -283,9 +283,9 @@ std::string connect_handshake(nb::bytes reply, nb::bytes secret) {
   return s.ok() ? "" : s.message();
 }
 
-// The dead-peer options of a TcpChannel over loopback: {name: value} as getsockopt reads
-// them back.
-std::map<std::string, int> tcp_channel_options() {
+// The options of a TcpChannel over loopback as getsockopt reads them back: the
+// dead-peer ones {name: value}, and its congestion control (as a name).
+std::map<std::string, std::string> tcp_channel_options() {
   int listener = -1, client = -1;
   uint16_t port = 0;
   Status s = tcp_listen("127.0.0.1", 0, 0, &listener, &port);
@@ -293,12 +293,12 @@ std::map<std::string, int> tcp_channel_options() {
   if (!s.ok()) throw std::runtime_error(s.message());
   close(listener);
   TcpChannel channel(client, "options", 1.0);
-  std::map<std::string, int> out;
+  std::map<std::string, std::string> out;
   auto read = [&](const char* name, int level, int option) {
     int value = -1;
     socklen_t len = sizeof(value);
     getsockopt(channel.poll_fd(), level, option, &value, &len);
-    out[name] = value;
+    out[name] = std::to_string(value);
   };
   read("SO_KEEPALIVE", SOL_SOCKET, SO_KEEPALIVE);
   read("TCP_KEEPIDLE", IPPROTO_TCP, TCP_KEEPIDLE);
@@ -306,6 +306,10 @@ std::map<std::string, int> tcp_channel_options() {
   read("TCP_KEEPCNT", IPPROTO_TCP, TCP_KEEPCNT);
   read("TCP_USER_TIMEOUT", IPPROTO_TCP, TCP_USER_TIMEOUT);
   read("TCP_NODELAY", IPPROTO_TCP, TCP_NODELAY);
+  char congestion[32] = {};
+  socklen_t len = sizeof(congestion) - 1;
+  getsockopt(channel.poll_fd(), IPPROTO_TCP, TCP_CONGESTION, congestion, &len);
+  out["TCP_CONGESTION"] = congestion;
   return out;
 }
 

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 namespace accl {
 
@@ -246,11 +248,50 @@ Status read_all(int fd, void* data, size_t bytes, const Deadline& deadline) {
   return Status::Ok();
 }
 
+namespace {
+std::mutex congestion_mutex;
+std::string& congestion_setting() {
+  static std::string* name = new std::string;
+  return *name;
+}
+}  // namespace
+
+Status set_tcp_congestion(const std::string& name) {
+  if (!name.empty()) {
+    // Tried on a socket of its own, so a refusal is known now, not per connection.
+    const int probe = socket(AF_INET, SOCK_STREAM, 0);
+    if (probe < 0) return error(Code::kInternal, "socket: ", std::strerror(errno));
+    const int failed = setsockopt(probe, IPPROTO_TCP, TCP_CONGESTION, name.data(), name.size());
+    const int why = errno;
+    close(probe);
+    if (failed != 0) {
+      return error(Code::kInvalidArgument, "TCP congestion control '", name,
+                   "': ", std::strerror(why),
+                   why == EPERM ? " (not in net.ipv4.tcp_allowed_congestion_control, and this "
+                                  "process lacks CAP_NET_ADMIN)"
+                                : " (see net.ipv4.tcp_available_congestion_control)");
+    }
+  }
+  std::lock_guard<std::mutex> lock(congestion_mutex);
+  congestion_setting() = name;
+  return Status::Ok();
+}
+
+std::string tcp_congestion() {
+  std::lock_guard<std::mutex> lock(congestion_mutex);
+  return congestion_setting();
+}
+
 TcpChannel::TcpChannel(int fd, std::string label, double weight)
     : fd_(fd), label_(std::move(label)), weight_(weight) {
   set_nonblocking(fd_);
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Sender-side: both ends set it, each for its own direction (checked when set).
+  const std::string congestion = tcp_congestion();
+  if (!congestion.empty()) {
+    setsockopt(fd_, IPPROTO_TCP, TCP_CONGESTION, congestion.data(), congestion.size());
+  }
   // A peer host that vanishes (power, cable, a partition) sends no reset: without these
   // a wait would only end at its deadline. Keepalive probes an idle connection after
   // kKeepIdleSeconds and gives up after kKeepProbes unanswered probes; data in flight
