@@ -31,3 +31,47 @@ def test_the_table_has_a_row_for_every_collective_in_order():
     names = [k.split("=")[0].strip() for k in kinds.split(",") if k.strip()]
     rows = re.findall(r"\{Collective::(k\w+),", TABLE.read_text())
     assert rows == names
+
+
+def function_lengths(text: str) -> list[tuple[int, str]]:
+    """(lines, first line) of every brace block at namespace level of a C++ file (a
+    function, or a class with its inline members), from its first signature line."""
+    lines = text.splitlines()
+    found, depth, start = [], 0, None
+    for i, line in enumerate(lines):
+        if line.startswith(("namespace", "}  // namespace", 'extern "C"')):
+            continue
+        code = re.sub(r'"(\\.|[^"\\])*"', '""', re.sub(r"//.*", "", line))
+        if depth == 0 and "{" in code:
+            start = i
+            while (
+                start > 0
+                and lines[start - 1].strip()
+                and not re.search(r"^\s*//|[;{}]\s*$", lines[start - 1])
+            ):
+                start -= 1
+        depth += code.count("{") - code.count("}")
+        if depth == 0 and start is not None:
+            found.append((i - start + 1, lines[start].strip()))
+            start = None
+    return found
+
+
+@pytest.mark.fast
+def test_no_function_of_the_runtime_is_longer_than_a_screen():
+    """Each step of a call fits a screen (60 lines): the runtime's files."""
+    long = [
+        f"{path.name}: {n} lines: {first}"
+        for path in sorted((NATIVE / "runtime").glob("*.cc"))
+        for n, first in function_lengths(path.read_text())
+        if n > 60 and not first.startswith(("class ", "struct "))
+    ]
+    assert not long, "\n".join(long)
+
+
+@pytest.mark.fast
+def test_the_length_check_sees_a_long_function():
+    body = "\n".join(["  x();"] * 61)
+    assert function_lengths(f"namespace a {{\nvoid f(int x,\n       int y) {{\n{body}\n}}\n}}")[
+        0
+    ] == (64, "void f(int x,")

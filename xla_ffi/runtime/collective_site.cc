@@ -112,6 +112,21 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   return Status::Ok();
 }
 
+Status CollectiveSite::check_counts(const Member& member, const CallBuffers& buffers) const {
+  const uint64_t n = member.devices.size();
+  const CollectiveRow& row = collective_row(signature_.collective);
+  for (size_t k = 0; k < buffers.counts.size(); ++k) {
+    const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
+    // (A reduce-scatter's input is a whole number of blocks.)
+    if (row.output_count(in, n) != out || row.block_count(in, n) * n < in) {
+      return error(Code::kInvalidArgument, member.label, ": operand ", k, " has ", in,
+                   " elements and result ", out, ", which a ",
+                   collective_name(signature_.collective), " over ", n, " devices cannot have");
+    }
+  }
+  return Status::Ok();
+}
+
 void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
                          Clock::time_point issued, std::function<void(const Status&)> done) {
   if (Status usable = process_usable(); !usable.ok()) return done(usable);
@@ -124,18 +139,7 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
             : error(Code::kInvalidArgument, "device ", device, " runs no partition of ", name_));
   }
   const Member& member = it->second;
-  const uint64_t n = member.devices.size();
-  for (size_t k = 0; k < buffers.counts.size(); ++k) {
-    const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
-    // (A reduce-scatter's input is a whole number of blocks.)
-    const CollectiveRow& row = collective_row(signature_.collective);
-    if (row.output_count(in, n) != out || row.block_count(in, n) * n < in) {
-      return done(error(Code::kInvalidArgument, member.label, ": operand ", k, " has ", in,
-                        " elements and result ", out, ", which a ",
-                        collective_name(signature_.collective), " over ", n,
-                        " devices cannot have"));
-    }
-  }
+  if (Status fits = check_counts(member, buffers); !fits.ok()) return done(fits);
   CallSpec spec;
   spec.issued = issued;
   spec.signature = signature_;

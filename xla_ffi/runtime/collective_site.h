@@ -79,6 +79,8 @@ class CollectiveSite {
     std::string label;             // "<name> group [0 1 2 3]"
     PermutePeers peers;            // a permutation's, as ranks of the group
   };
+  // Whether each operand's and result's counts fit the collective over `member`'s group.
+  Status check_counts(const Member& member, const CallBuffers& buffers) const;
   std::string name_;
   Signature signature_;  // op and algorithm; the rest comes from each call's buffers
   int64_t op_key_ = 0;

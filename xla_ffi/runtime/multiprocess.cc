@@ -324,6 +324,224 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
   return s;
 }
 
+// One rank's call across processes, step by step: begin (the call's index and channel
+// space, its turn in the lane), plan (rank 0's plan checked by every process at the
+// first call of a space), then one schedule (cross-memory attach on one host, by host,
+// flat over one link, or the hierarchy), then finish (stats, or the failure protocol).
+// The error protocols are this object's: its destructor ends the call's turn on every
+// path, and a call that unwinds without finishing (an exception mid-call, which may
+// leave a partial frame on a live channel) poisons the space's channels, tells the
+// siblings waiting in the process's rendezvous, and marks the call failed, so that the
+// peers fail at once and the next call recovers on fresh channels.
+class ProcessesCall {
+ public:
+  ProcessesCall(const CallSpec& spec, const std::vector<int64_t>& devices,
+                std::shared_ptr<World> world, std::shared_ptr<Communicator> group,
+                const Reduction& reduction, const Deadline& deadline)
+      : spec_(spec),
+        sig_(spec.signature),
+        devices_(devices),
+        world_(std::move(world)),
+        group_(std::move(group)),
+        layout_(group_->layout()),
+        reduction_(reduction),
+        deadline_(deadline),
+        start_(spec.start()),
+        bytes_(sig_.count * reduction.elem_size),
+        where_(str_cat(spec.label, ", rank ", spec.rank, " (device ", devices[spec.rank],
+                       ", process ", world_->process_index(), ")")) {}
+  ProcessesCall(const ProcessesCall&) = delete;
+  ProcessesCall& operator=(const ProcessesCall&) = delete;
+  ~ProcessesCall();
+
+  Status run(const std::vector<const void*>& in, const std::vector<void*>& out,
+             const std::vector<uint64_t>& counts);
+
+ private:
+  Status begin();
+  void plan(bool cma);
+  Status check_plans();
+  Status run_cross_memory(bool* done);
+  Status run_by_host();
+  Status run_flat();
+  Status run_hierarchical();
+  Status finish(const Status& s);
+  // A link over this call's channels to `ranks` of the group (this rank `index` there).
+  Status open(const std::vector<int>& ranks, int index, const WirePlan& wire,
+              std::unique_ptr<ChannelLink>* link);
+
+  const CallSpec& spec_;
+  const Signature& sig_;
+  const std::vector<int64_t>& devices_;
+  const std::shared_ptr<World> world_;  // held to the end of the call
+  const std::shared_ptr<Communicator> group_;
+  const GroupLayout& layout_;
+  const Reduction& reduction_;
+  const Deadline deadline_;
+  const Clock::time_point start_;
+  const size_t bytes_;
+  const std::string where_;
+  std::vector<Buffers> segments_;
+  std::shared_ptr<ChannelSpace> space_;  // the group's channels at this call's epoch
+  uint64_t index_ = 0;                   // the call's index in its lane
+  bool turn_taken_ = false;              // begin_call ran: end_turn is due
+  bool running_ = false;                 // past wait_turn: the unwinding protocol is due
+  bool finished_ = false;
+  CallPlan plan_;
+  uint64_t tag_ = 0;  // the frames' tag: the call and its schedule
+  // This rank's thread position and the process's ranks meeting it in the rendezvous
+  // (a hierarchical schedule, until run_hierarchy takes over telling them).
+  int thread_ = 0, siblings_ = 0;
+};
+
+ProcessesCall::~ProcessesCall() {
+  if (running_ && !finished_) {
+    space_->poison_all(Code::kInternal);
+    if (siblings_ > 1) {
+      try {  // (allocates: nothing may escape a destructor)
+        spec_.rendezvous->leave(
+            spec_.key, thread_, siblings_, spec_.label,
+            error(Code::kInternal, spec_.label, ": an exception ended the call"));
+      } catch (...) {
+      }
+    }
+    group_->call_failed(index_, *space_);
+  }
+  if (turn_taken_) group_->end_turn(spec_.device, index_);
+}
+
+Status ProcessesCall::run(const std::vector<const void*>& in, const std::vector<void*>& out,
+                          const std::vector<uint64_t>& counts) {
+  ACCL_RETURN_IF_ERROR(begin());
+  plan(world_->cross_memory_attach());
+  if (Status s = check_plans(); !s.ok()) return finish(s);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    segments_.push_back(
+        Buffers{in[i], out[i], counts[i], reduction_.elem_size, static_cast<int>(i)});
+  }
+  if (plan_.schedule == Algorithm::kReduceBroadcast) {
+    bool done = false;
+    Status s = run_cross_memory(&done);
+    if (!s.ok() || done) return finish(s);
+    plan(/*cma=*/false);  // refused (every rank learnt it alike): the next best schedule
+  }
+  if (plan_.schedule != Algorithm::kHierarchical) return finish(run_flat());
+  if (collective_row(sig_.collective).by_host) return finish(run_by_host());
+  return finish(run_hierarchical());
+}
+
+// The call's index and channel space (recovering first after a failed call), then its
+// turn: a lane's calls of one device run in order.
+Status ProcessesCall::begin() {
+  Status begun = group_->begin_call(spec_.device, where_, deadline_, &index_, &space_);
+  turn_taken_ = true;
+  ACCL_RETURN_IF_ERROR(begun);
+  ACCL_RETURN_IF_ERROR(group_->wait_turn(spec_.device, index_, where_, deadline_));
+  running_ = true;
+  return Status::Ok();
+}
+
+// The schedule and its tag: the choice is on the wire, so a process whose model chose
+// otherwise (another calibration) fails with a tag mismatch naming both.
+void ProcessesCall::plan(bool cma) {
+  plan_ = group_->plan(spec_.rank, bytes_, sig_.algorithm, cma, sig_.collective);
+  tag_ = schedule_tag(call_tag(sig_, spec_.size, index_), plan_.schedule);
+  // A hierarchical all-reduce meets this process's other devices in the rendezvous (a
+  // reduce-scatter or all-gather by host meets none there).
+  if (plan_.schedule == Algorithm::kHierarchical && !collective_row(sig_.collective).by_host) {
+    thread_ = layout_.device_position(spec_.rank);
+    siblings_ = static_cast<int>(layout_.process_ranks(spec_.rank).size());
+  }
+}
+
+Status ProcessesCall::check_plans() {
+  // The check's tag leaves the algorithm out: the plans it compares name it.
+  Signature unplanned = sig_;
+  unplanned.algorithm = Algorithm::kAuto;
+  const PlanOnWire agreed{group_plan(*group_, bytes_, sig_, world_->cross_memory_attach()),
+                          world_.get()};
+  return check_plans_agree(*space_, layout_, devices_, spec_.rank,
+                           call_tag(unplanned, spec_.size, index_), agreed, where_, deadline_);
+}
+
+Status ProcessesCall::open(const std::vector<int>& ranks, int index, const WirePlan& wire,
+                           std::unique_ptr<ChannelLink>* link) {
+  return open_link(*space_, devices_of(devices_, ranks), index, tag_,
+                   PlanOnWire{wire, world_.get()}, where_, deadline_, link);
+}
+
+Status ProcessesCall::run_cross_memory(bool* done) {
+  std::unique_ptr<ChannelLink> link;
+  Status s =
+      open_link(*space_, devices_, spec_.rank, tag_,
+                PlanOnWire{WirePlan{plan_.schedule}, world_.get()}, where_, deadline_, &link);
+  if (s.ok()) s = allreduce_cross_memory(*world_, *link, *group_, segments_, reduction_, done);
+  if (!s.ok() && link) link->fail(s.code());
+  if (s.ok() && *done) trace_phase("one-host reduce-broadcast cma", spec_, start_, bytes_);
+  return s;
+}
+
+Status ProcessesCall::run_by_host() {
+  std::map<std::string, uint64_t> sent;
+  Status s = scatter_gather_by_host(*space_, layout_, devices_, spec_.rank, tag_, *world_, where_,
+                                    deadline_, sig_.collective, segments_, reduction_, &sent);
+  trace_rails(str_cat(collective_name(sig_.collective), " by host").c_str(), sent, spec_.device,
+              start_, Clock::now(), spec_.label);
+  return s;
+}
+
+Status ProcessesCall::run_flat() {
+  std::map<std::string, uint64_t> sent;
+  Status s =
+      run_over_link(*space_, devices_, spec_.rank, tag_, *world_, where_, deadline_,
+                    sig_.collective, plan_.schedule, segments_, reduction_, spec_.peers, &sent);
+  trace_rails(
+      str_cat(collective_row(sig_.collective).flat_phase, " ", algorithm_name(plan_.schedule))
+          .c_str(),
+      sent, spec_.device, start_, Clock::now(), spec_.label);
+  return s;
+}
+
+// The threads of this process, the processes of this host, then (if this rank owns a
+// slice at both) its peers of the same position on the other hosts.
+Status ProcessesCall::run_hierarchical() {
+  const HierarchyCall hierarchy{&layout_,    spec_.rank,  spec_.key, spec_.rendezvous.get(),
+                                sig_,        spec_.label, deadline_, plan_.between,
+                                plan_.chunks};
+  ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
+                             std::unique_ptr<ChannelLink>* link) {
+    // Every link carries the pipeline's chunks; the one between hosts also the
+    // algorithm there (and whether it streams), which the host's tier does not know.
+    WirePlan wire{Algorithm::kHierarchical, Algorithm::kAuto, plan_.chunks};
+    if (layout_.host_of(ranks.front()) != layout_.host_of(ranks.back())) {
+      wire.between = plan_.between;
+      wire.protocol = plan_.protocol;
+    }
+    return open(ranks, index, wire, link);
+  };
+  HierarchyResult result;
+  siblings_ = 0;  // from here on run_hierarchy tells them
+  ACCL_RETURN_IF_ERROR(run_hierarchy(hierarchy, segments_, reduction_, connect, &result));
+  record_hierarchy_phases(result, plan_.between, spec_);
+  return Status::Ok();
+}
+
+Status ProcessesCall::finish(const Status& s) {
+  finished_ = true;
+  if (s.ok()) {
+    record_call(plan_.schedule, spec_, start_, Clock::now(), bytes_);
+    return s;
+  }
+  record_error(plan_.schedule, sig_.collective);
+  // Every channel of the call, links opened or not: the peers fail at once. The next
+  // call recovers first, on fresh channels. Not for abort() or a stop, which end every
+  // call of this process themselves (each then says so, not that a sibling failed
+  // first); the links the call had opened tell the peers.
+  if (s.code() != Code::kAborted) space_->poison_all(s.code());
+  group_->call_failed(index_, *space_);
+  return s;
+}
+
 }  // namespace
 
 Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
@@ -332,7 +550,7 @@ Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
   // The deadline first: a World::stop() that takes the World after this call got it
   // ends this deadline too (its abort comes later), so stop never waits for it in vain.
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
-  const std::shared_ptr<World> world = World::get();  // held to the end of the call
+  std::shared_ptr<World> world = World::get();
   if (world == nullptr || !world->ready()) {
     return error(Code::kInvalidArgument, spec.label,
                  ": the group spans processes but jax_accl's process table is not set up "
@@ -342,165 +560,12 @@ Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
   }
   std::shared_ptr<Communicator> group;
   ACCL_RETURN_IF_ERROR(world->communicator(devices, spec.lane, spec.label, &group));
-  const GroupLayout& layout = group->layout();
-  if (layout.process_count() == 1) return run_in_process(spec, in, out, counts);
-
+  if (group->layout().process_count() == 1) return run_in_process(spec, in, out, counts);
   describe_layout(counts, &spec.signature);
-  const Signature& sig = spec.signature;
   Reduction reduction;
   ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
-  const size_t elem = reduction.elem_size;
-  const auto start = spec.start();
-  const std::string where = str_cat(spec.label, ", rank ", spec.rank, " (device ",
-                                    devices[spec.rank], ", process ", world->process_index(), ")");
-  const size_t bytes = sig.count * elem;
-  // The group's channels at its current epoch (recovering first after a failed call).
-  std::shared_ptr<ChannelSpace> space;
-  uint64_t call_index = 0;
-  Status begun = group->begin_call(spec.device, where, deadline, &call_index, &space);
-  struct Turn {  // ends this call's turn on every path
-    Communicator& group;
-    int64_t device;
-    uint64_t call;
-    ~Turn() { group.end_turn(device, call); }
-  } turn{*group, spec.device, call_index};
-  ACCL_RETURN_IF_ERROR(begun);
-  ACCL_RETURN_IF_ERROR(group->wait_turn(spec.device, call_index, where, deadline));
-  // An exception that unwinds this call (an allocation that failed mid-call) may leave a
-  // partial frame on a live channel: the guard then poisons the space's channels, so
-  // the peers fail at once, and marks the call failed, so the next call recovers on
-  // fresh ones. finish() is the ordinary end, either way.
-  // Siblings that would meet this rank in the process's rendezvous (hierarchical
-  // schedule) are told too, unless it got that far (run_hierarchy then tells them).
-  struct Unwound {
-    Communicator& group;
-    ChannelSpace& space;
-    uint64_t call;
-    const CallSpec& spec;
-    int thread = 0, siblings = 0;  // set once the schedule meets them
-    bool finished = false;
-    ~Unwound() {
-      if (finished) return;
-      space.poison_all(Code::kInternal);
-      if (siblings > 1) {
-        try {  // (allocates: nothing may escape a destructor)
-          spec.rendezvous->leave(
-              spec.key, thread, siblings, spec.label,
-              error(Code::kInternal, spec.label, ": an exception ended the call"));
-        } catch (...) {
-        }
-      }
-      group.call_failed(call, space);
-    }
-  } unwound{*group, *space, call_index, spec};
-  CallPlan plan =
-      group->plan(spec.rank, bytes, sig.algorithm, world->cross_memory_attach(), sig.collective);
-  Algorithm& schedule = plan.schedule;
-  // A hierarchical schedule meets this process's other devices in the rendezvous.
-  auto meets_siblings = [&] {
-    // (A reduce-scatter or all-gather by host meets no sibling there.)
-    if (schedule != Algorithm::kHierarchical || collective_row(sig.collective).by_host) return;
-    unwound.thread = layout.device_position(spec.rank);
-    unwound.siblings = static_cast<int>(layout.process_ranks(spec.rank).size());
-  };
-  meets_siblings();
-  // The choice is on the wire: a process whose model chose otherwise (another
-  // calibration) fails with a tag mismatch naming both, instead of mixing schedules.
-  const uint64_t call = call_tag(sig, spec.size, call_index);
-  uint64_t tag = schedule_tag(call, schedule);
-  auto finish = [&](const Status& s) {
-    unwound.finished = true;
-    if (s.ok()) {
-      record_call(schedule, spec, start, Clock::now(), bytes);
-    } else {
-      record_error(schedule, sig.collective);
-      // Every channel of the call, links opened or not: the peers fail at once. The
-      // next call recovers first, on fresh channels. Not for abort() or a stop, which
-      // end every call of this process themselves (each then says so, not that a
-      // sibling failed first); the links the call had opened tell the peers.
-      if (s.code() != Code::kAborted) space->poison_all(s.code());
-      group->call_failed(call_index, *space);
-    }
-    return s;
-  };
-
-  {
-    // The check's tag leaves the algorithm out: the plans it compares name it.
-    Signature unplanned = sig;
-    unplanned.algorithm = Algorithm::kAuto;
-    const PlanOnWire agreed{group_plan(*group, bytes, sig, world->cross_memory_attach()),
-                            world.get()};
-    Status s =
-        check_plans_agree(*space, layout, devices, spec.rank,
-                          call_tag(unplanned, spec.size, call_index), agreed, where, deadline);
-    if (!s.ok()) return finish(s);
-  }
-
-  std::vector<Buffers> segments;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    segments.push_back(Buffers{in[i], out[i], counts[i], elem, static_cast<int>(i)});
-  }
-  if (schedule == Algorithm::kReduceBroadcast) {
-    std::unique_ptr<ChannelLink> link;
-    Status s = open_link(*space, devices, spec.rank, tag,
-                         PlanOnWire{WirePlan{schedule}, world.get()}, where, deadline, &link);
-    bool done = false;
-    if (s.ok()) s = allreduce_cross_memory(*world, *link, *group, segments, reduction, &done);
-    if (!s.ok()) {
-      if (link) link->fail(s.code());
-      return finish(s);
-    }
-    if (done) {
-      trace_phase("one-host reduce-broadcast cma", spec, start, bytes);
-      return finish(s);
-    }
-    // Cross-memory attach refused (every rank learnt it alike): the next best schedule.
-    plan = group->plan(spec.rank, bytes, sig.algorithm, /*cma=*/false, sig.collective);
-    tag = schedule_tag(call, schedule);
-    meets_siblings();
-  }
-  if (schedule == Algorithm::kHierarchical && collective_row(sig.collective).by_host) {
-    std::map<std::string, uint64_t> sent;
-    Status s = scatter_gather_by_host(*space, layout, devices, spec.rank, tag, *world, where,
-                                      deadline, sig.collective, segments, reduction, &sent);
-    trace_rails(str_cat(collective_name(sig.collective), " by host").c_str(), sent, spec.device,
-                start, Clock::now(), spec.label);
-    return finish(s);
-  }
-  if (schedule != Algorithm::kHierarchical) {
-    std::map<std::string, uint64_t> sent;
-    Status s = run_over_link(*space, devices, spec.rank, tag, *world, where, deadline,
-                             sig.collective, schedule, segments, reduction, spec.peers, &sent);
-    trace_rails(
-        str_cat(collective_row(sig.collective).flat_phase, " ", algorithm_name(schedule)).c_str(),
-        sent, spec.device, start, Clock::now(), spec.label);
-    return finish(s);
-  }
-
-  // Hierarchical: the threads of this process, the processes of this host, then (if
-  // this rank owns a slice at both) its peers of the same position on the other hosts.
-  const HierarchyCall hierarchy{&layout,    spec.rank,  spec.key, spec.rendezvous.get(),
-                                sig,        spec.label, deadline, plan.between,
-                                plan.chunks};
-  ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
-                             std::unique_ptr<ChannelLink>* link) {
-    // Every link carries the pipeline's chunks; the one between hosts also the
-    // algorithm there (and whether it streams), which the host's tier does not know.
-    WirePlan wire{Algorithm::kHierarchical, Algorithm::kAuto, plan.chunks};
-    if (layout.host_of(ranks.front()) != layout.host_of(ranks.back())) {
-      wire.between = plan.between;
-      wire.protocol = plan.protocol;
-    }
-    return open_link(*space, devices_of(devices, ranks), index, tag, PlanOnWire{wire, world.get()},
-                     where, deadline, link);
-  };
-  HierarchyResult result;
-  unwound.siblings = 0;  // from here on run_hierarchy tells them
-  Status s = run_hierarchy(hierarchy, segments, reduction, connect, &result);
-  if (!s.ok()) return finish(s);
-
-  record_hierarchy_phases(result, plan.between, spec);
-  return finish(Status::Ok());
+  ProcessesCall call(spec, devices, std::move(world), std::move(group), reduction, deadline);
+  return call.run(in, out, counts);
 }
 
 }  // namespace accl

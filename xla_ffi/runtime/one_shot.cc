@@ -152,65 +152,88 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const R
   p.done[self](s);
 }
 
+// The pending call of `spec`'s key, as its first rank makes it.
+std::shared_ptr<Pending> new_pending(const CallSpec& spec) {
+  auto p = std::make_shared<Pending>();
+  p->size = spec.size;
+  p->label = spec.label;
+  p->deadline = Deadline::after_seconds(spec.timeout_s);
+  p->first_arrival = Clock::now();
+  p->signatures.resize(spec.size);
+  p->present.resize(spec.size);
+  p->inputs.resize(spec.size);
+  p->outputs.resize(spec.size);
+  p->devices.resize(spec.size, -1);
+  p->recv_from.resize(spec.size, -1);
+  p->done.resize(spec.size);
+  p->handoff = std::make_unique<std::atomic<int>[]>(spec.size);
+  for (int r = 0; r < spec.size; ++r) p->handoff[r].store(kWaiting);
+  return p;
+}
+
+// Rank spec.rank joins `p` (under g_mutex): its inputs staged, its outputs and `done`
+// kept; an error if the ranks disagree on the group's size or it joined twice.
+Status join_pending(Pending& p, const CallSpec& spec, const std::vector<const void*>& in,
+                    const std::vector<void*>& out, const std::vector<uint64_t>& counts, size_t elem,
+                    std::function<void(const Status&)>* done) {
+  if (p.size != spec.size) {
+    return error(Code::kMismatch, "rank ", spec.rank, " of ", spec.label, ": group size ",
+                 spec.size, " differs from ", p.size, " given by another rank");
+  }
+  if (p.present[spec.rank]) {
+    return error(Code::kInternal, "rank ", spec.rank, " of ", spec.label,
+                 ": joined the same collective twice");
+  }
+  p.present[spec.rank] = 1;
+  p.signatures[spec.rank] = spec.signature;
+  p.devices[spec.rank] = spec.device;
+  p.recv_from[spec.rank] = spec.peers.recv_from;
+  auto& staged = p.inputs[spec.rank];
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const char* src = static_cast<const char*>(in[k]);
+    staged.insert(staged.end(), src, src + counts[k] * elem);
+  }
+  p.outputs[spec.rank] = out;
+  p.done[spec.rank] = std::move(*done);
+  return Status::Ok();
+}
+
+// An early rank: waits a moment for the last one (then the result is delivered on
+// this thread, no hand-off), else returns and leaves the call pending.
+void wait_for_the_last(Pending& p, int rank) {
+  std::atomic<int>& state = p.handoff[rank];
+  const auto until = Clock::now() + kInlineWait;
+  while (state.load(std::memory_order_acquire) == kWaiting && Clock::now() < until) {
+    sched_yield();
+  }
+  int expected = kWaiting;
+  if (state.compare_exchange_strong(expected, kDetached)) return;  // completed later
+  p.done[rank](p.result);
+}
+
 }  // namespace
 
 void one_shot(CallSpec spec, const std::vector<const void*>& in, const std::vector<void*>& out,
               const std::vector<uint64_t>& counts, std::function<void(const Status&)> done) {
   describe_layout(counts, &spec.signature);
-  const Signature& sig = spec.signature;
   Reduction reduction;
   Status usable = reduction_for(spec, &reduction);
   if (!usable.ok()) {
-    record_error(Algorithm::kDirect, sig.collective);
+    record_error(Algorithm::kDirect, spec.signature.collective);
     return done(usable);
   }
-  const size_t elem = reduction.elem_size;
   ensure_watchdog();
   std::shared_ptr<Pending> ready, waiting;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto& slot = g_pending[spec.key];
-    if (!slot) {
-      slot = std::make_shared<Pending>();
-      slot->size = spec.size;
-      slot->label = spec.label;
-      slot->deadline = Deadline::after_seconds(spec.timeout_s);
-      slot->first_arrival = Clock::now();
-      slot->signatures.resize(spec.size);
-      slot->present.resize(spec.size);
-      slot->inputs.resize(spec.size);
-      slot->outputs.resize(spec.size);
-      slot->devices.resize(spec.size, -1);
-      slot->recv_from.resize(spec.size, -1);
-      slot->done.resize(spec.size);
-      slot->handoff = std::make_unique<std::atomic<int>[]>(spec.size);
-      for (int r = 0; r < spec.size; ++r) slot->handoff[r].store(kWaiting);
+    if (!slot) slot = new_pending(spec);
+    Status joined = join_pending(*slot, spec, in, out, counts, reduction.elem_size, &done);
+    if (!joined.ok()) {
+      record_error(Algorithm::kDirect, spec.signature.collective);
+      return done(joined);
     }
-    Pending& p = *slot;
-    Status refused;
-    if (p.size != spec.size) {
-      refused = error(Code::kMismatch, "rank ", spec.rank, " of ", spec.label, ": group size ",
-                      spec.size, " differs from ", p.size, " given by another rank");
-    } else if (p.present[spec.rank]) {
-      refused = error(Code::kInternal, "rank ", spec.rank, " of ", spec.label,
-                      ": joined the same collective twice");
-    }
-    if (!refused.ok()) {
-      record_error(Algorithm::kDirect, sig.collective);
-      return done(refused);
-    }
-    p.present[spec.rank] = 1;
-    p.signatures[spec.rank] = sig;
-    p.devices[spec.rank] = spec.device;
-    p.recv_from[spec.rank] = spec.peers.recv_from;
-    auto& staged = p.inputs[spec.rank];
-    for (size_t k = 0; k < counts.size(); ++k) {
-      const char* src = static_cast<const char*>(in[k]);
-      staged.insert(staged.end(), src, src + counts[k] * elem);
-    }
-    p.outputs[spec.rank] = out;
-    p.done[spec.rank] = std::move(done);
-    if (++p.joined == p.size) {
+    if (++slot->joined == slot->size) {
       ready = slot;
       g_pending.erase(spec.key);
     } else {
@@ -220,16 +243,7 @@ void one_shot(CallSpec spec, const std::vector<const void*>& in, const std::vect
   // Ranks disagreeing on segment sizes may have staged different lengths: complete()
   // checks signatures before reading anything.
   if (ready) return complete(*ready, spec.rank, counts, reduction, Algorithm::kDirect);
-  // An early rank: wait a moment for the last one (then the result is delivered on this
-  // thread, no hand-off), else return and leave the call pending.
-  std::atomic<int>& state = waiting->handoff[spec.rank];
-  const auto until = Clock::now() + kInlineWait;
-  while (state.load(std::memory_order_acquire) == kWaiting && Clock::now() < until) {
-    sched_yield();
-  }
-  int expected = kWaiting;
-  if (state.compare_exchange_strong(expected, kDetached)) return;  // completed later
-  waiting->done[spec.rank](waiting->result);
+  wait_for_the_last(*waiting, spec.rank);
 }
 
 }  // namespace accl

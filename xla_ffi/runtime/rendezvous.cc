@@ -126,36 +126,7 @@ Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature&
   size_t bytes = 0;
   for (const Buffers& b : segments) bytes += b.count * b.elem_size;
   std::shared_ptr<PendingCall> call;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    try {
-      call = slot_of(key, size, label, bytes);
-    } catch (const std::exception& e) {  // never registered: leave, so nobody waits
-      lock.unlock();
-      leave(key, rank, size, label, error(Code::kInternal, e.what()));
-      throw;
-    }
-    if (!call->left.ok()) {
-      const Status left = call->left;
-      count_in(key, *call, rank);
-      return error(Code::kAborted, "rank ", rank, " of ", label,
-                   ": a sibling left the call: ", left.message());
-    }
-    if (call->abandoned) {
-      return error(Code::kTimeout, "rank ", rank, " of ", label,
-                   ": arrived after its peers had given up waiting (timeout)");
-    }
-    if (static_cast<int>(call->present.size()) != size) {
-      return error(Code::kMismatch, "rank ", rank, " of ", label, ": group size ", size,
-                   " differs from ", call->present.size(), " given by another rank");
-    }
-    if (call->present[rank]) {
-      return error(Code::kInternal, "rank ", rank, " of ", label,
-                   ": joined the same collective twice");
-    }
-    call->signatures[rank] = signature;
-    count_in(key, *call, rank);
-  }
+  ACCL_RETURN_IF_ERROR(enter(key, rank, size, signature, label, bytes, &call));
   try {
     call->exchange->publish(rank, segments);
   } catch (const std::exception& e) {  // registered, never to arrive: the others go
@@ -168,32 +139,73 @@ Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature&
     throw;
   }
   call->arrived.fetch_add_and_wake(1);
-  Status s = call->arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
-                                deadline, nullptr);
-  if (call->arrived.load() >= kLeftMark) {
+  ACCL_RETURN_IF_ERROR(wait_for_all(*call, rank, size, label, deadline));
+  *exchange = call->exchange;
+  return Status::Ok();
+}
+
+Status Rendezvous::enter(const CallKey& key, int rank, int size, const Signature& signature,
+                         const std::string& label, size_t bytes,
+                         std::shared_ptr<PendingCall>* out) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  try {
+    *out = slot_of(key, size, label, bytes);
+  } catch (const std::exception& e) {  // never registered: leave, so nobody waits
+    lock.unlock();
+    leave(key, rank, size, label, error(Code::kInternal, e.what()));
+    throw;
+  }
+  PendingCall& call = **out;
+  if (!call.left.ok()) {
+    const Status left = call.left;
+    count_in(key, call, rank);
+    return error(Code::kAborted, "rank ", rank, " of ", label,
+                 ": a sibling left the call: ", left.message());
+  }
+  if (call.abandoned) {
+    return error(Code::kTimeout, "rank ", rank, " of ", label,
+                 ": arrived after its peers had given up waiting (timeout)");
+  }
+  if (static_cast<int>(call.present.size()) != size) {
+    return error(Code::kMismatch, "rank ", rank, " of ", label, ": group size ", size,
+                 " differs from ", call.present.size(), " given by another rank");
+  }
+  if (call.present[rank]) {
+    return error(Code::kInternal, "rank ", rank, " of ", label,
+                 ": joined the same collective twice");
+  }
+  call.signatures[rank] = signature;
+  count_in(key, call, rank);
+  return Status::Ok();
+}
+
+Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std::string& label,
+                                const Deadline& deadline) {
+  Status s = call.arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
+                               deadline, nullptr);
+  if (call.arrived.load() >= kLeftMark) {
     std::lock_guard<std::mutex> lock(mutex_);
     return error(Code::kAborted, "rank ", rank, " of ", label,
-                 ": a sibling left the call: ", call->left.message());
+                 ": a sibling left the call: ", call.left.message());
   }
   if (!s.ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (call->arrived.load() < static_cast<uint32_t>(size)) {
-      abandon(*call);
+    if (call.arrived.load() < static_cast<uint32_t>(size)) {
+      abandon(call);
       return deadline.ended(
           str_cat("rank ", rank, " of ", label),
-          str_cat("waiting for ranks [", missing_ranks(call->present), "] to join the all-reduce"));
+          str_cat("waiting for ranks [", missing_ranks(call.present), "] to join the all-reduce"));
     }
   }
   // Every rank checks every signature, so a mismatch fails on all ranks alike.
   for (int r = 0; r < size; ++r) {
-    if (!(call->signatures[r] == call->signatures[0])) {
+    if (!(call.signatures[r] == call.signatures[0])) {
       return error(Code::kMismatch, "rank ", rank, " of ", label, ": ranks disagree on the ",
-                   collective_name(call->signatures[0].collective), ": rank 0 calls ",
-                   describe(call->signatures[0]), " but rank ", r, " calls ",
-                   describe(call->signatures[r]));
+                   collective_name(call.signatures[0].collective), ": rank 0 calls ",
+                   describe(call.signatures[0]), " but rank ", r, " calls ",
+                   describe(call.signatures[r]));
     }
   }
-  *exchange = call->exchange;
   return Status::Ok();
 }
 

@@ -90,6 +90,12 @@ class Rendezvous {
   bool record_left(PendingCall& call, int rank, const Status& why);
   void drop(const CallKey& key, PendingCall& call);
   void abandon(PendingCall& call);
+  // join's two halves: registering the rank (its signature, under mutex_), then, its
+  // buffers published, waiting for every rank and checking that all signatures agree.
+  Status enter(const CallKey& key, int rank, int size, const Signature& signature,
+               const std::string& label, size_t bytes, std::shared_ptr<PendingCall>* call);
+  Status wait_for_all(PendingCall& call, int rank, int size, const std::string& label,
+                      const Deadline& deadline);
 
   std::mutex mutex_;
   std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> calls_;
