@@ -217,8 +217,9 @@ KNOBS = {
             "job start",
             "the TCP congestion control of jax_accl's connections (each end's, for what it "
             "sends); `system`: the kernel's default (net.ipv4.tcp_congestion_control). "
-            "Reno: on this project's fast-wire harness 2-2.4x faster than BBR from 1 to 16 "
-            "MiB and faster on shaped rails (docs/benchmarks.md)",
+            "Reno: on this project's fast-wire harness 2.2-2.8x faster than BBR from 256 KiB "
+            "to 4 MiB and faster on shaped rails, slower from 64 MiB on its veth pairs, "
+            "which reorder packets (docs/benchmarks.md)",
             _congestion_control,
         ),
         Knob(
@@ -234,7 +235,7 @@ KNOBS = {
         Knob(
             "JAX_ACCL_PIPELINE_CHUNKS",
             "0",
-            "job start",
+            "each call, when traced (XLA's own collectives: job start)",
             "chunks the hierarchy between hosts pipelines a call into: 0 the cost model's "
             "choice, 1 off, n forced (the same in every process)",
             _integer_at_least(0),

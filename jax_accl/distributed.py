@@ -114,7 +114,7 @@ def _set_tcp_congestion() -> None:
     try:
         _accl.set_tcp_congestion(name)
     except ValueError as e:
-        if config.environment("JAX_ACCL_TCP_CONGESTION"):
+        if (config.environment("JAX_ACCL_TCP_CONGESTION") or "").strip():
             raise AcclError(f"JAX_ACCL_TCP_CONGESTION={name}: {e}") from None
         log.logger.warning("jax_accl: %s; the connections keep the system's", e)
         _accl.set_tcp_congestion("")

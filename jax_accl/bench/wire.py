@@ -39,7 +39,10 @@ def _tuned(sock: socket.socket) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, option, BUFFER)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if CONGESTION[0]:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION[0].encode())
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION[0].encode())
+        except OSError:  # refused (as jax_accl's connections then keep it): the system's
+            pass
     return sock
 
 

@@ -154,6 +154,7 @@ def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: st
         op_id=np.int64(op_id),
         lane=np.int64(lane),
         timeout_ms=np.int64(config.current().timeout_s * 1000),
+        pipeline_chunks=np.int64(config.value("JAX_ACCL_PIPELINE_CHUNKS")),
         name=name,
         devices=np.asarray(devices, np.int64),
         processes=np.int64(jax.process_count()),

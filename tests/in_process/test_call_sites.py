@@ -34,3 +34,21 @@ def test_a_call_site_is_made_per_executable_reused_by_every_launch_and_freed_wit
     jax.clear_caches()  # JAX's compilation caches hold the executable too
     gc.collect()
     assert jax_accl.stats()["call_sites"] == before
+
+
+def test_the_pipeline_chunks_travel_with_the_call_as_its_deadline_does(mesh8, monkeypatch):
+    """JAX_ACCL_PIPELINE_CHUNKS is read when a call is traced and carried by the call
+    (an attribute of its custom call, beside timeout_ms), not read from a process-wide
+    setting when it runs."""
+
+    def lowered(chunks):
+        monkeypatch.setenv("JAX_ACCL_PIPELINE_CHUNKS", chunks)
+        step = jax.jit(
+            jax.shard_map(
+                lambda x: jax_accl.psum(x, "i"), mesh=mesh8, in_specs=P("i"), out_specs=P()
+            )
+        )
+        return step.lower(put(mesh8, jnp.ones(16, jnp.float32), P("i"))).as_text()
+
+    assert "pipeline_chunks = 3 : i64" in lowered("3")
+    assert "pipeline_chunks = 0 : i64" in lowered("0")

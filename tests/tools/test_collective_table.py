@@ -41,7 +41,8 @@ def function_lengths(text: str) -> list[tuple[int, str]]:
     for i, line in enumerate(lines):
         if line.startswith(("namespace", "}  // namespace", 'extern "C"')):
             continue
-        code = re.sub(r'"(\\.|[^"\\])*"', '""', re.sub(r"//.*", "", line))
+        code = re.sub(r'"(\\.|[^"\\])*"', '""', line)  # strings, then characters, then comments
+        code = re.sub(r"//.*", "", re.sub(r"'(\\.|[^'\\])'", "''", code))
         if depth == 0 and "{" in code:
             start = i
             while (
@@ -51,9 +52,11 @@ def function_lengths(text: str) -> list[tuple[int, str]]:
             ):
                 start -= 1
         depth += code.count("{") - code.count("}")
+        assert depth >= 0, f"unbalanced braces at line {i + 1}: {line}"
         if depth == 0 and start is not None:
             found.append((i - start + 1, lines[start].strip()))
             start = None
+    assert depth == 0, "unbalanced braces at the end"
     return found
 
 
@@ -72,6 +75,6 @@ def test_no_function_of_the_runtime_is_longer_than_a_screen():
 @pytest.mark.fast
 def test_the_length_check_sees_a_long_function():
     body = "\n".join(["  x();"] * 61)
-    assert function_lengths(f"namespace a {{\nvoid f(int x,\n       int y) {{\n{body}\n}}\n}}")[
-        0
-    ] == (64, "void f(int x,")
+    assert function_lengths(
+        f"namespace a {{\nvoid f(int x,\n       int y) {{\n{body}\n}}\n}}  // namespace a"
+    )[0] == (64, "void f(int x,")

@@ -82,15 +82,14 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> site_state(SiteAttributes attributes) {
 }
 
 template <Collective collective>
-ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(ffi::Span<const int64_t> groups,
-                                                     int64_t group_size, int64_t op,
-                                                     int64_t algorithm, int64_t op_id, int64_t lane,
-                                                     int64_t timeout_ms, std::string_view name,
-                                                     ffi::Span<const int64_t> devices,
-                                                     int64_t processes) {
+ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(
+    ffi::Span<const int64_t> groups, int64_t group_size, int64_t op, int64_t algorithm,
+    int64_t op_id, int64_t lane, int64_t timeout_ms, int64_t pipeline_chunks, std::string_view name,
+    ffi::Span<const int64_t> devices, int64_t processes) {
   SiteAttributes attributes{
       collective, to_vector(groups), group_size,         op,       algorithm, op_id, lane,
       timeout_ms, std::string(name), to_vector(devices), processes};
+  attributes.pipeline_chunks = pipeline_chunks;
   return site_state(std::move(attributes));
 }
 
@@ -98,7 +97,7 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(ffi::Span<const int64_t> gr
 // partition sends to.
 ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_permute(
     ffi::Span<const int64_t> groups, int64_t group_size, int64_t op, int64_t algorithm,
-    int64_t op_id, int64_t lane, int64_t timeout_ms, std::string_view name,
+    int64_t op_id, int64_t lane, int64_t timeout_ms, int64_t pipeline_chunks, std::string_view name,
     ffi::Span<const int64_t> devices, int64_t processes, ffi::Span<const int64_t> send_to) {
   SiteAttributes attributes{Collective::kPermute,
                             to_vector(groups),
@@ -112,6 +111,7 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_permute(
                             to_vector(devices),
                             processes,
                             to_vector(send_to)};
+  attributes.pipeline_chunks = pipeline_chunks;
   return site_state(std::move(attributes));
 }
 
@@ -168,6 +168,7 @@ ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::R
       .Attr<int64_t>("op_id")                      \
       .Attr<int64_t>("lane")                       \
       .Attr<int64_t>("timeout_ms")                 \
+      .Attr<int64_t>("pipeline_chunks")            \
       .Attr<std::string_view>("name")              \
       .Attr<ffi::Span<const int64_t>>("devices")   \
       .Attr<int64_t>("processes")

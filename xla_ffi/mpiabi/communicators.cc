@@ -8,6 +8,7 @@
 
 #include "common/faults.h"
 #include "common/hash.h"
+#include "runtime/call_plan.h"
 #include "runtime/collective_call.h"
 #include "runtime/stats.h"
 #include "runtime/world.h"
@@ -238,6 +239,7 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
     spec.signature.op = op;
     spec.signature.collective = collective;
     spec.timeout_s = timeout_seconds();
+    spec.pipeline_chunks = pipeline_chunks_setting();  // the job's, set at its start
     spec.issued = start;
     s = run_across_processes(spec, comm.devices, {in}, {out}, {count});
   }

@@ -27,6 +27,9 @@ struct CallSpec {
   PermutePeers peers;  // a permutation's: where this rank sends and receives from
   Signature signature;
   double timeout_s = kDefaultCallTimeoutSeconds;
+  // The hierarchy's pipeline chunks between hosts: 0 the cost model's, 1 off, n forced
+  // (JAX_ACCL_PIPELINE_CHUNKS, carried like the deadline).
+  int pipeline_chunks = 0;
   // When XLA issued the call (the FFI handler ran): the call's trace event and time
   // start there, waiting for a call thread included. Unset (the native tests): when the
   // call starts running.

@@ -69,6 +69,7 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   site->op_key_ = a.op_id ^ a.lane;
   site->lane_ = static_cast<uint64_t>(a.lane);
   site->timeout_s_ = a.timeout_ms / 1000.0;
+  site->pipeline_chunks_ = static_cast<int>(a.pipeline_chunks);
   site->in_process_ = a.processes <= 1;
   std::set<int64_t> seen;
   const auto n = static_cast<int64_t>(a.devices.size());
@@ -127,6 +128,25 @@ Status CollectiveSite::check_counts(const Member& member, const CallBuffers& buf
   return Status::Ok();
 }
 
+CallSpec CollectiveSite::spec_of(const Member& member, int64_t device, int64_t run_id, DType dtype,
+                                 Clock::time_point issued) {
+  CallSpec spec;
+  spec.issued = issued;
+  spec.signature = signature_;
+  spec.signature.dtype = dtype;
+  spec.rank = member.rank;
+  spec.size = static_cast<int>(member.devices.size());
+  spec.key = CallKey{run_id, op_key_, member.group, sequences_.next(device, run_id, timeout_s_)};
+  spec.label = str_cat(member.label, " call ", spec.key.seq);
+  spec.timeout_s = timeout_s_;
+  spec.pipeline_chunks = pipeline_chunks_;
+  spec.device = device;
+  spec.lane = lane_;
+  spec.rendezvous = rendezvous_;
+  spec.peers = member.peers;
+  return spec;
+}
+
 void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
                          Clock::time_point issued, std::function<void(const Status&)> done) {
   if (Status usable = process_usable(); !usable.ok()) return done(usable);
@@ -140,19 +160,7 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
   }
   const Member& member = it->second;
   if (Status fits = check_counts(member, buffers); !fits.ok()) return done(fits);
-  CallSpec spec;
-  spec.issued = issued;
-  spec.signature = signature_;
-  spec.signature.dtype = buffers.dtype;
-  spec.rank = member.rank;
-  spec.size = static_cast<int>(member.devices.size());
-  spec.key = CallKey{run_id, op_key_, member.group, sequences_.next(device, run_id, timeout_s_)};
-  spec.label = str_cat(member.label, " call ", spec.key.seq);
-  spec.timeout_s = timeout_s_;
-  spec.device = device;
-  spec.lane = lane_;
-  spec.rendezvous = rendezvous_;
-  spec.peers = member.peers;
+  const CallSpec spec = spec_of(member, device, run_id, buffers.dtype, issued);
   call_began();
   auto complete = [done = std::move(done)](const Status& s) {
     call_ended();

@@ -41,6 +41,8 @@ struct SiteAttributes {
   int64_t processes = 1;
   // A permutation's: the partition id each partition sends to (-1: none).
   std::vector<int64_t> send_to;
+  // JAX_ACCL_PIPELINE_CHUNKS as the call was lowered: 0 the cost model's, 1 off, n forced.
+  int64_t pipeline_chunks = 0;
 };
 
 // One device's buffers of one call: in[k] -> out[k], counts[k] elements of `dtype` in
@@ -81,11 +83,15 @@ class CollectiveSite {
   };
   // Whether each operand's and result's counts fit the collective over `member`'s group.
   Status check_counts(const Member& member, const CallBuffers& buffers) const;
+  // Device `device`'s call of launch `run_id` in `member`'s group, numbered.
+  CallSpec spec_of(const Member& member, int64_t device, int64_t run_id, DType dtype,
+                   Clock::time_point issued);
   std::string name_;
   Signature signature_;  // op and algorithm; the rest comes from each call's buffers
   int64_t op_key_ = 0;
   uint64_t lane_ = 0;
   double timeout_s_ = 0;
+  int pipeline_chunks_ = 0;
   bool in_process_ = true;
   std::map<int64_t, Member> members_;  // by global device id
   std::vector<int64_t> devices_;       // the global id of every partition id

@@ -162,14 +162,14 @@ std::optional<bool> Communicator::cross_memory_usable() const {
 void Communicator::set_cross_memory_usable(bool usable) { cross_memory_.store(usable ? 1 : 0); }
 
 CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma,
-                            Collective collective) const {
+                            Collective collective, int chunks) const {
   PlanRequest request;
   request.collective = collective;
   request.bytes = bytes;
   request.forced = forced;
   request.cma = cma;
   request.rails = rails_;
-  request.chunks = pipeline_chunks_setting();
+  request.chunks = chunks;
   return plan_call(layout_, rank, request, cost_model());
 }
 

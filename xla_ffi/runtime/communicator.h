@@ -72,7 +72,9 @@ class Communicator {
   // The schedule of rank `rank`'s call of `bytes`: `forced` as the caller asked (kAuto:
   // the cost model's choice); `cma`: cross-memory attach is usable (one host). The
   // runtime's plan (runtime/call_plan.h) on this group's layout and rails.
-  CallPlan plan(int rank, size_t bytes, Algorithm forced, bool cma, Collective collective) const;
+  // `chunks`: the pipeline's (0 the cost model's, 1 off, n forced).
+  CallPlan plan(int rank, size_t bytes, Algorithm forced, bool cma, Collective collective,
+                int chunks) const;
 
   // Begins the next call of this process's rank on global device `device`: *call is its
   // index, *space the channel space it runs in: the current epoch's, or after a failed

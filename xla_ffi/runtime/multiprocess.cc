@@ -119,12 +119,12 @@ Status open_link(ChannelSpace& space, const std::vector<int64_t>& members, int r
 
 // The group's plan of a call as every process computes it (rank 0's, which always
 // takes part between hosts), as the plan check compares it.
-WirePlan group_plan(const Communicator& group, size_t bytes, const Signature& sig, bool cma) {
-  const CallPlan p = group.plan(0, bytes, sig.algorithm, cma, sig.collective);
+WirePlan group_plan(const Communicator& group, size_t bytes, const Signature& sig, bool cma,
+                    int chunks) {
+  const CallPlan p = group.plan(0, bytes, sig.algorithm, cma, sig.collective, chunks);
   const bool by_host =
       p.schedule == Algorithm::kHierarchical && collective_row(sig.collective).by_host != nullptr;
-  return WirePlan{p.schedule, p.between, p.chunks, p.protocol,
-                  by_host && pipeline_chunks_setting() > 0};
+  return WirePlan{p.schedule, p.between, p.chunks, p.protocol, by_host && chunks > 0};
 }
 
 // What rank 0 answers every process's first rank in the plan check: its own plan, and
@@ -280,7 +280,7 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
                               const World& world, const std::string& where,
                               const Deadline& deadline, Collective collective,
                               const std::vector<Buffers>& segments, const Reduction& reduction,
-                              std::map<std::string, uint64_t>* sent_by_rail) {
+                              int chunks, std::map<std::string, uint64_t>* sent_by_rail) {
   HostGrid grid;
   for (int h = 0; h < layout.host_count(); ++h) grid.hosts.push_back(layout.host_ranks(h));
   grid.host = layout.host_of(rank);
@@ -292,7 +292,7 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
   const std::vector<BlockBuffers> blocks = blocks_of(collective, segments, layout.size());
   size_t bytes = 0;
   for (const BlockBuffers& b : blocks) bytes += b.block_bytes();
-  const auto [in_host, between, pipeline] = plan_by_host(layout, bytes, pipeline_chunks_setting());
+  const auto [in_host, between, pipeline] = plan_by_host(layout, bytes, chunks);
   // The pipeline on the wire: its chunks, and whether they are forced or cut by size.
   WirePlan plan{Algorithm::kHierarchical, Algorithm::kAuto, pipeline.chunks, Protocol::kWhole,
                 pipeline.min_chunk_bytes == 0};
@@ -444,7 +444,8 @@ Status ProcessesCall::begin() {
 // The schedule and its tag: the choice is on the wire, so a process whose model chose
 // otherwise (another calibration) fails with a tag mismatch naming both.
 void ProcessesCall::plan(bool cma) {
-  plan_ = group_->plan(spec_.rank, bytes_, sig_.algorithm, cma, sig_.collective);
+  plan_ =
+      group_->plan(spec_.rank, bytes_, sig_.algorithm, cma, sig_.collective, spec_.pipeline_chunks);
   tag_ = schedule_tag(call_tag(sig_, spec_.size, index_), plan_.schedule);
   // A hierarchical all-reduce meets this process's other devices in the rendezvous (a
   // reduce-scatter or all-gather by host meets none there).
@@ -458,8 +459,9 @@ Status ProcessesCall::check_plans() {
   // The check's tag leaves the algorithm out: the plans it compares name it.
   Signature unplanned = sig_;
   unplanned.algorithm = Algorithm::kAuto;
-  const PlanOnWire agreed{group_plan(*group_, bytes_, sig_, world_->cross_memory_attach()),
-                          world_.get()};
+  const PlanOnWire agreed{
+      group_plan(*group_, bytes_, sig_, world_->cross_memory_attach(), spec_.pipeline_chunks),
+      world_.get()};
   return check_plans_agree(*space_, layout_, devices_, spec_.rank,
                            call_tag(unplanned, spec_.size, index_), agreed, where_, deadline_);
 }
@@ -484,7 +486,8 @@ Status ProcessesCall::run_cross_memory(bool* done) {
 Status ProcessesCall::run_by_host() {
   std::map<std::string, uint64_t> sent;
   Status s = scatter_gather_by_host(*space_, layout_, devices_, spec_.rank, tag_, *world_, where_,
-                                    deadline_, sig_.collective, segments_, reduction_, &sent);
+                                    deadline_, sig_.collective, segments_, reduction_,
+                                    spec_.pipeline_chunks, &sent);
   trace_rails(str_cat(collective_name(sig_.collective), " by host").c_str(), sent, spec_.device,
               start_, Clock::now(), spec_.label);
   return s;

@@ -287,7 +287,8 @@ TcpChannel::TcpChannel(int fd, std::string label, double weight)
   set_nonblocking(fd_);
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  // Sender-side: both ends set it, each for its own direction (checked when set).
+  // Sender-side: both ends set it, each for its own direction. Its result is not
+  // checked: set_tcp_congestion tried the name on a socket of its own.
   const std::string congestion = tcp_congestion();
   if (!congestion.empty()) {
     setsockopt(fd_, IPPROTO_TCP, TCP_CONGESTION, congestion.data(), congestion.size());
