@@ -217,9 +217,9 @@ KNOBS = {
             "job start",
             "the TCP congestion control of jax_accl's connections (each end's, for what it "
             "sends); `system`: the kernel's default (net.ipv4.tcp_congestion_control). "
-            "Reno: on this project's fast-wire harness 2.2-2.8x faster than BBR from 256 KiB "
-            "to 4 MiB and faster on shaped rails, slower from 64 MiB on its veth pairs, "
-            "which reorder packets (docs/benchmarks.md)",
+            "Reno (set on each socket before it connects): on this project's fast-wire "
+            "harness 1.8-2.7x faster than the kernel's BBR from 1 to 256 MiB, and faster on "
+            "shaped rails (docs/benchmarks.md)",
             _congestion_control,
         ),
         Knob(

@@ -97,10 +97,13 @@ def listen_main(addresses: list[str], seconds: float) -> dict:
 
 
 def connect_main(addresses: list[str], seconds: float) -> dict:
-    socks = [socket.create_connection((address, PORT), timeout=30) for address in addresses]
-    for sock in socks:
+    socks = []
+    for address in addresses:
+        sock = _tuned(socket.socket())  # before it connects, as jax_accl's connections
+        sock.settimeout(30)
+        sock.connect((address, PORT))
         sock.settimeout(None)
-        _tuned(sock)
+        socks.append(sock)
     return {"streams": stream_both_ways(socks, seconds)}
 
 

@@ -351,7 +351,8 @@ def test_tcp_channels_detect_a_vanished_peer_without_waiting_for_the_deadline():
     TCP_USER_TIMEOUT (0, the kernel's default): it would also end the connection to a
     peer that is alive but late (a zero window), long before the call's deadline."""
     options = _accl_testing.tcp_channel_options()
-    del options["TCP_CONGESTION"]
+    for end in ("", "connected ", "accepted "):
+        del options[end + "TCP_CONGESTION"]
     assert options == {
         "SO_KEEPALIVE": "1",
         "TCP_KEEPIDLE": "5",
@@ -370,12 +371,16 @@ def _system_congestion_control() -> str:
 @pytest.mark.parametrize("chosen", ["reno", ""])
 def test_tcp_channels_take_the_congestion_control_set_for_them(chosen):
     """JAX_ACCL_TCP_CONGESTION reaches every connection made after it is set ("": the
-    system's); the default, reno, is what the fast-wire measurements chose."""
+    system's), from its start: both ends have it as connected and accepted (set after
+    the handshake, a switch away from BBR leaves the kernel pacing the connection); the
+    default, reno, is what the fast-wire measurements chose."""
     try:
         _accl.set_tcp_congestion(chosen)
         assert _accl.tcp_congestion() == chosen
         want = chosen or _system_congestion_control()
-        assert _accl_testing.tcp_channel_options()["TCP_CONGESTION"] == want
+        options = _accl_testing.tcp_channel_options()
+        for end in ("", "connected ", "accepted "):
+            assert options[end + "TCP_CONGESTION"] == want, (end, options)
     finally:
         _accl.set_tcp_congestion("")
 

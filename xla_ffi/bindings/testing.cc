@@ -283,17 +283,30 @@ std::string connect_handshake(nb::bytes reply, nb::bytes secret) {
   return s.ok() ? "" : s.message();
 }
 
+// The congestion control of socket `fd`, by name.
+std::string congestion_of(int fd) {
+  char name[32] = {};
+  socklen_t len = sizeof(name) - 1;
+  getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len);
+  return name;
+}
+
 // The options of a TcpChannel over loopback as getsockopt reads them back: the
-// dead-peer ones {name: value}, and its congestion control (as a name).
+// dead-peer ones {name: value}, its congestion control, and the congestion control of
+// both ends as connected and accepted, before any channel was made of them.
 std::map<std::string, std::string> tcp_channel_options() {
   int listener = -1, client = -1;
   uint16_t port = 0;
   Status s = tcp_listen("127.0.0.1", 0, 0, &listener, &port);
   if (s.ok()) s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &client);
   if (!s.ok()) throw std::runtime_error(s.message());
+  const int server = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
   close(listener);
-  TcpChannel channel(client, "options", 1.0);
   std::map<std::string, std::string> out;
+  out["connected TCP_CONGESTION"] = congestion_of(client);
+  out["accepted TCP_CONGESTION"] = server >= 0 ? congestion_of(server) : "";
+  if (server >= 0) close(server);
+  TcpChannel channel(client, "options", 1.0);
   auto read = [&](const char* name, int level, int option) {
     int value = -1;
     socklen_t len = sizeof(value);
@@ -306,10 +319,7 @@ std::map<std::string, std::string> tcp_channel_options() {
   read("TCP_KEEPCNT", IPPROTO_TCP, TCP_KEEPCNT);
   read("TCP_USER_TIMEOUT", IPPROTO_TCP, TCP_USER_TIMEOUT);
   read("TCP_NODELAY", IPPROTO_TCP, TCP_NODELAY);
-  char congestion[32] = {};
-  socklen_t len = sizeof(congestion) - 1;
-  getsockopt(channel.poll_fd(), IPPROTO_TCP, TCP_CONGESTION, congestion, &len);
-  out["TCP_CONGESTION"] = congestion;
+  out["TCP_CONGESTION"] = congestion_of(channel.poll_fd());
   return out;
 }
 
