@@ -218,8 +218,8 @@ KNOBS = {
             "the TCP congestion control of jax_accl's connections (each end's, for what it "
             "sends); `system`: the kernel's default (net.ipv4.tcp_congestion_control). "
             "Reno (set on each socket before it connects): on this project's fast-wire "
-            "harness 1.8-2.7x faster than the kernel's BBR from 1 to 256 MiB, and faster on "
-            "shaped rails (docs/benchmarks.md)",
+            "harness 1.8-2.7x faster than the kernel's BBR from 1 to 256 MiB with one rank "
+            "per host, up to 1.5x with two, and faster on shaped rails (docs/benchmarks.md)",
             _congestion_control,
         ),
         Knob(

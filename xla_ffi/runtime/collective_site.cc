@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 #include <set>
 
 #include "common/health.h"
@@ -56,7 +57,8 @@ Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partit
 
 Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* out) {
   if (a.op < 0 || a.op >= kNumReduceOps || a.algorithm < 0 || a.algorithm >= kNumAlgorithms ||
-      a.group_size <= 0 || a.groups.size() % a.group_size != 0) {
+      a.group_size <= 0 || a.groups.size() % a.group_size != 0 || a.pipeline_chunks < 0 ||
+      a.pipeline_chunks > std::numeric_limits<int>::max()) {
     return error(Code::kInvalidArgument, "bad attributes in ", a.name);
   }
   auto site = std::unique_ptr<CollectiveSite>(new CollectiveSite());

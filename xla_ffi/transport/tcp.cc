@@ -71,9 +71,9 @@ Status wait_fd(int fd, short events, const Deadline& deadline, const char* what)
 
 // JAX_ACCL_TCP_CONGESTION on a socket before it connects or listens (an accepted
 // connection inherits its listener's). Set after the handshake instead, a switch away
-// from BBR would leave the kernel pacing the connection (BBR asks for pacing when a
-// socket is made; nothing takes that back): 2 x 1 x 1, 64 MiB per op, 67 ms with the
-// switch made on connected sockets, 23 ms with reno from the start.
+// from BBR would leave the kernel pacing the connection (BBR turns pacing on when the
+// connection is established; nothing turns it off): 2 x 1 x 1, 64 MiB per op, 51-76 ms
+// with the switch made on connected sockets, 23 ms with reno from the start.
 void set_congestion_on(int fd) {
   const std::string congestion = tcp_congestion();
   if (!congestion.empty()) {  // (checked when set: set_tcp_congestion)

@@ -39,8 +39,9 @@ Status tcp_probe(const std::string& local_ip, const std::string& ip, uint16_t po
 Status write_all(int fd, const void* data, size_t bytes, const Deadline& deadline);
 Status read_all(int fd, void* data, size_t bytes, const Deadline& deadline);
 
-// The congestion control of every connection made after it is set
-// (JAX_ACCL_TCP_CONGESTION): "" keeps the system's (net.ipv4.tcp_congestion_control).
+// The congestion control of every socket made for connecting or listening after it is
+// set (JAX_ACCL_TCP_CONGESTION; an accepted connection has its listener's): "" keeps
+// the system's (net.ipv4.tcp_congestion_control).
 // An error, naming why, when this kernel has no such algorithm or refuses it to this
 // process (one outside net.ipv4.tcp_allowed_congestion_control needs CAP_NET_ADMIN).
 Status set_tcp_congestion(const std::string& name);
