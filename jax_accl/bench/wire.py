@@ -31,16 +31,16 @@ import time
 
 BUFFER = 4 << 20
 PORT = 29170
-CONGESTION = [""]  # --congestion: "" keeps the system's
 
 
-def _tuned(sock: socket.socket) -> socket.socket:
+def _tuned(sock: socket.socket, congestion: str) -> socket.socket:
+    """Buffers, no Nagle, and `congestion` ("": the system's) before it connects."""
     for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         sock.setsockopt(socket.SOL_SOCKET, option, BUFFER)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if CONGESTION[0]:
+    if congestion:
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, CONGESTION[0].encode())
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
         except OSError:  # refused (as jax_accl's connections then keep it): the system's
             pass
     return sock
@@ -83,23 +83,23 @@ def stream_both_ways(socks: list, seconds: float) -> list[dict]:
     return [{"sent": s[0], "received": r[0], "seconds": r[1]} for s, r in zip(sent, received)]
 
 
-def listen_main(addresses: list[str], seconds: float) -> dict:
+def listen_main(addresses: list[str], seconds: float, congestion: str = "") -> dict:
     listeners = []
     for address in addresses:
-        listener = _tuned(socket.socket())
+        listener = _tuned(socket.socket(), congestion)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((address, PORT))
         listener.listen(1)
         listeners.append(listener)
     print("READY", flush=True)
-    socks = [_tuned(listener.accept()[0]) for listener in listeners]
+    socks = [_tuned(listener.accept()[0], congestion) for listener in listeners]
     return {"streams": stream_both_ways(socks, seconds)}
 
 
-def connect_main(addresses: list[str], seconds: float) -> dict:
+def connect_main(addresses: list[str], seconds: float, congestion: str = "") -> dict:
     socks = []
     for address in addresses:
-        sock = _tuned(socket.socket())  # before it connects, as jax_accl's connections
+        sock = _tuned(socket.socket(), congestion)  # as jax_accl's: before connecting
         sock.settimeout(30)
         sock.connect((address, PORT))
         sock.settimeout(None)
@@ -174,11 +174,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--congestion", default="", help="TCP congestion control ('': system's)")
     args = parser.parse_args(argv)
-    CONGESTION[0] = args.congestion
     if args.listen:
-        result = listen_main(args.listen.split(","), args.seconds)
+        result = listen_main(args.listen.split(","), args.seconds, args.congestion)
     else:
-        result = connect_main(args.connect.split(","), args.seconds)
+        result = connect_main(args.connect.split(","), args.seconds, args.congestion)
     print(json.dumps(result), flush=True)
     return 0
 
