@@ -4,6 +4,7 @@ tests/in_process/test_profiler_and_compat.py checks that each of them is still t
 """
 
 import threading
+import time
 
 import jax.ffi as jax_ffi
 from jax._src import config as _config
@@ -293,6 +294,33 @@ def hook_distributed_state(after_initialize=None, before_shutdown=None) -> None:
         wrap("initialize", after=after_initialize)
     if before_shutdown is not None:
         wrap("shutdown", before=before_shutdown)
+
+
+class _ServiceStoppingLate:
+    """jax.distributed's coordination service, whose shutdown waits `grace_s` first."""
+
+    def __init__(self, service, grace_s: float):
+        self._service = service
+        self._grace_s = grace_s
+
+    def shutdown(self) -> None:
+        time.sleep(self._grace_s)
+        self._service.shutdown()
+
+    def __getattr__(self, name):
+        return getattr(self._service, name)
+
+
+def delay_service_shutdown(grace_s: float) -> None:
+    """In the process that holds jax.distributed's coordination service, its shutdown
+    waits grace_s after this process's client has left. Why: the clients leave after the
+    shutdown barrier, and an RPC of theirs still arriving while the service's gRPC server
+    shuts down can abort the process (jaxlib 0.10.2: `Check failed: queue.Pop() ==
+    nullptr` in ~RealRequestMatcher, under DistributedRuntimeService::Shutdown; met once
+    in CI, on the coordinator of a 2-process bench). Call it before the state's shutdown."""
+    state = _distributed.global_state
+    if state.service is not None and not isinstance(state.service, _ServiceStoppingLate):
+        state.service = _ServiceStoppingLate(state.service, grace_s)
 
 
 def hook_compilation(check) -> None:

@@ -35,6 +35,8 @@ from jax_accl.errors import AcclError
 _PREFIX = "jax_accl/v1"
 _lock = threading.Lock()
 _table: list[dict] | None = None
+# How long the coordinator's service outlives its client at shutdown (_compat's why).
+_SERVICE_GRACE_S = 0.3
 
 
 def host_id() -> str:
@@ -75,6 +77,7 @@ def _stop_with_jax_distributed() -> None:
 def _stop_if_started() -> None:
     if _table is not None:
         stop()
+    c.delay_service_shutdown(_SERVICE_GRACE_S)
 
 
 def _start() -> list[dict]:

@@ -62,3 +62,29 @@ def test_the_compilation_hook_sees_each_program_and_its_devices(monkeypatch):
     assert sum("sine" in t for t in texts) == 1, texts  # the jitted program, once
     for devices, _ in seen:  # and jnp.ones's, each with its devices
         assert [d.id for d in devices.flat] == [jax.devices()[0].id]
+
+
+def test_the_coordinators_service_stops_a_grace_after_its_client(monkeypatch):
+    """The service outlives the clients leaving after the shutdown barrier (a late RPC
+    during the gRPC server's shutdown can abort the coordinator)."""
+    import time
+
+    stopped = []
+
+    class Service:
+        address = "h:1"
+
+        def shutdown(self):
+            stopped.append(time.perf_counter())
+
+    state = jax_distributed.global_state
+    monkeypatch.setattr(state, "service", Service())
+    _compat.delay_service_shutdown(0.2)
+    _compat.delay_service_shutdown(0.2)  # once: the grace is not doubled
+    assert state.service.address == "h:1"
+    start = time.perf_counter()
+    state.service.shutdown()
+    assert len(stopped) == 1 and 0.19 <= stopped[0] - start < 0.39
+    monkeypatch.setattr(state, "service", None)
+    _compat.delay_service_shutdown(0.2)  # a process without the service: nothing
+    assert state.service is None
