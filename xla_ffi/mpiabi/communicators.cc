@@ -226,22 +226,21 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
   } else if (comm.devices.size() == 1) {
     copy_block(out, in, bytes);
   } else {
-    CallSpec spec;
-    spec.key = CallKey{0, static_cast<int64_t>(comm.lane), 0, call};
-    spec.rank = comm.rank;
-    spec.device = comm.devices[comm.rank];
-    spec.size = static_cast<int>(comm.devices.size());
-    spec.lane = comm.lane;
-    spec.label = str_cat(function, " on ", comm.label, " call ", call);
-    spec.rendezvous = comm.rendezvous;
-    spec.peers = peers;
-    spec.signature.dtype = dtype;
-    spec.signature.op = op;
-    spec.signature.collective = collective;
-    spec.timeout_s = timeout_seconds();
-    spec.pipeline_chunks = pipeline_chunks_setting();  // the job's, set at its start
-    spec.issued = start;
-    s = run_across_processes(spec, comm.devices, {in}, {out}, {count});
+    const CallGroup group{comm.devices,
+                          comm.rank,
+                          comm.lane,
+                          str_cat(function, " on ", comm.label),
+                          comm.rendezvous,
+                          peers,
+                          /*across_processes=*/true};
+    CallSettings settings;
+    settings.signature.op = op;
+    settings.signature.collective = collective;
+    settings.timeout_s = timeout_seconds();
+    settings.pipeline_chunks = pipeline_chunks_setting();  // the job's, set at its start
+    const CallKey key{0, static_cast<int64_t>(comm.lane), 0, call};
+    s = run_call(make_call(group, key, settings, dtype, start),
+                 CallBuffers{dtype, {in}, {out}, {count}, {}});
   }
   AlgorithmStats& stats = xla_collective_stats(function);
   stats.calls.fetch_add(1, std::memory_order_relaxed);

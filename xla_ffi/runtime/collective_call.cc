@@ -1,9 +1,17 @@
 #include "runtime/collective_call.h"
 
-#include <chrono>
+#include <cxxabi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "runtime/call_plan.h"
 #include "runtime/call_record.h"
+#include "runtime/call_threads.h"
 #include "runtime/collective.h"
+#include "runtime/one_shot.h"
+#include "runtime/stats.h"
 
 namespace accl {
 
@@ -84,6 +92,68 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   }
   record_call(algorithm, spec, start, Clock::now(), sig.count * elem);
   return Status::Ok();
+}
+
+CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSettings& settings,
+                   DType dtype, Clock::time_point issued) {
+  CallSpec spec;
+  spec.key = key;
+  spec.devices = group.devices;
+  spec.across_processes = group.across_processes;
+  spec.rank = group.rank;
+  spec.device = group.devices.empty() ? -1 : group.devices[group.rank];
+  spec.size = static_cast<int>(group.devices.size());
+  spec.lane = group.lane;
+  spec.label = str_cat(group.label, " call ", key.seq);
+  spec.rendezvous = group.rendezvous;
+  spec.peers = group.peers;
+  spec.signature = settings.signature;
+  spec.signature.dtype = dtype;
+  spec.timeout_s = settings.timeout_s;
+  spec.pipeline_chunks = settings.pipeline_chunks;
+  spec.issued = issued;
+  return spec;
+}
+
+Status run_call(const CallSpec& spec, const CallBuffers& buffers) {
+  return spec.across_processes
+             ? run_across_processes(spec, spec.devices, buffers.in, buffers.out, buffers.counts)
+             : run_in_process(spec, buffers.in, buffers.out, buffers.counts);
+}
+
+void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done) {
+  call_began();
+  auto complete = [done = std::move(done)](const Status& s) {
+    call_ended();
+    done(s);
+  };
+  // What a rank stages or receives, whichever is more (an all-gather's output is n inputs).
+  size_t bytes_in = 0, bytes_out = 0;
+  for (uint64_t count : buffers.counts) bytes_in += count * dtype_size(buffers.dtype);
+  for (uint64_t count : buffers.out_counts) bytes_out += count * dtype_size(buffers.dtype);
+  if (!spec.across_processes &&
+      plan_one_shot(std::max(bytes_in, bytes_out), spec.signature.algorithm)) {
+    return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts, std::move(complete));
+  }
+  // Each call gets a thread of its own, so that calls of one device that XLA runs
+  // concurrently never queue behind each other (their order may differ by device).
+  run_on_call_thread(
+      [spec = std::move(spec), buffers = std::move(buffers), complete = std::move(complete)]() {
+        // Nothing may escape a call thread (std::terminate), and `done` must run either
+        // way: an exception (an allocation that failed) becomes the call's error.
+        Status s;
+        try {
+          s = run_call(spec, buffers);
+        } catch (const std::exception& e) {
+          s = error(Code::kInternal, spec.label, ": ", e.what());
+        } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
+          complete(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
+          throw;
+        } catch (...) {
+          s = error(Code::kInternal, spec.label, ": an unknown exception");
+        }
+        complete(s);
+      });
 }
 
 }  // namespace accl

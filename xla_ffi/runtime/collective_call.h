@@ -1,10 +1,15 @@
-// One rank's collective call (any row of runtime/collective.h): among the device threads
-// of this process (validate, meet the other ranks in the rendezvous, plan, run over the
-// in-process transport, record), or across processes (runtime/multiprocess.cc). Shared
-// by the XLA FFI handler, the MPI library and the native test entry points.
+// One rank's collective call (any row of runtime/collective.h), from every caller (the
+// XLA FFI handler's call sites, the MPI library, the native tests) through one door:
+// make_call builds the call's spec, start_call starts it (small in-process calls
+// complete when their last rank arrives, runtime/one_shot.h; every other call runs on a
+// call thread of its own, runtime/call_threads.h) and run_call runs it on the calling
+// thread: among the device threads of this process (validate, meet the other ranks in
+// the rendezvous, plan, run over the in-process transport, record), or across processes
+// (runtime/multiprocess.cc, over the group's communicator).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,8 +19,30 @@
 
 namespace accl {
 
+// A group as its calls name it: this rank's place in it and where its ranks meet.
+struct CallGroup {
+  std::vector<int64_t> devices;  // the members' global device ids, in rank order
+  int rank = 0;
+  uint64_t lane = 0;  // see CallSpec::lane
+  std::string label;  // "<name> group [0 1 2 3]"
+  // Where this process's ranks of the group's calls meet (every rank the same one).
+  std::shared_ptr<Rendezvous> rendezvous;
+  PermutePeers peers;             // a permutation's, as ranks of the group
+  bool across_processes = false;  // whether the group's devices live in several processes
+};
+
+// A call's settings: fixed at lowering (an FFI call site) or at job start (the MPI
+// library). The signature's count, segments and layout come from each call's buffers.
+struct CallSettings {
+  Signature signature;
+  double timeout_s = kDefaultCallTimeoutSeconds;
+  int pipeline_chunks = 0;  // see CallSpec::pipeline_chunks
+};
+
 struct CallSpec {
   CallKey key;
+  std::vector<int64_t> devices;  // the group's global ids in rank order
+  bool across_processes = false;
   int rank = 0;
   int64_t device = -1;  // the global device id
   int size = 1;
@@ -37,6 +64,32 @@ struct CallSpec {
   Clock::time_point start() const { return issued == Clock::time_point{} ? Clock::now() : issued; }
 };
 
+// One device's buffers of one call: in[k] -> out[k], counts[k] elements of `dtype` in
+// and out_counts[k] out (the same for an all-reduce; 1/n of it for a reduce-scatter of
+// a group of n, n times for an all-gather).
+struct CallBuffers {
+  DType dtype = DType::kF32;
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  std::vector<uint64_t> counts;
+  std::vector<uint64_t> out_counts;
+};
+
+// The spec of call `key` of `group`'s rank (the one place a call's spec is made);
+// `issued`: when the caller issued it (the epoch: when it starts running). Its label
+// is the group's and the call's index (key.seq).
+CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSettings& settings,
+                   DType dtype, Clock::time_point issued = {});
+
+// Starts call `spec` on `buffers` (which stay valid until `done` runs): `done` runs
+// exactly once, on this or another thread, when the outputs are written or with the
+// error.
+void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done);
+
+// Runs call `spec` on this thread, to its end: in this process (run_in_process) or
+// across processes (run_across_processes), as spec.across_processes says.
+Status run_call(const CallSpec& spec, const CallBuffers& buffers);
+
 // The reduce kernel of spec.signature, or an error naming the rank and the call.
 Status reduction_for(const CallSpec& spec, Reduction* reduction);
 
@@ -47,8 +100,8 @@ Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
                       const PermutePeers& peers);
 
-// One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements of input
-// each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an
+// run_call's two routes. One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements
+// of input each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an
 // all-gather's size times). spec.signature's count/segments/layout are filled from
 // `counts`.
 Status run_in_process(CallSpec spec, const std::vector<const void*>& in,

@@ -1,17 +1,11 @@
 #include "runtime/collective_site.h"
 
-#include <cxxabi.h>
-
 #include <algorithm>
-#include <exception>
 #include <limits>
 #include <set>
 
 #include "common/health.h"
-#include "runtime/call_plan.h"
-#include "runtime/call_threads.h"
 #include "runtime/collective.h"
-#include "runtime/one_shot.h"
 #include "runtime/stats.h"
 
 namespace accl {
@@ -53,6 +47,17 @@ Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partit
   return Status::Ok();
 }
 
+// The settings every call of the site has, as lowered.
+CallSettings settings_of(const SiteAttributes& a) {
+  CallSettings settings;
+  settings.signature.op = static_cast<ReduceOp>(a.op);
+  settings.signature.algorithm = static_cast<Algorithm>(a.algorithm);
+  settings.signature.collective = a.collective;
+  settings.timeout_s = a.timeout_ms / 1000.0;
+  settings.pipeline_chunks = static_cast<int>(a.pipeline_chunks);
+  return settings;
+}
+
 }  // namespace
 
 Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* out) {
@@ -63,16 +68,12 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   }
   auto site = std::unique_ptr<CollectiveSite>(new CollectiveSite());
   site->name_ = a.name;
-  site->signature_.op = static_cast<ReduceOp>(a.op);
-  site->signature_.algorithm = static_cast<Algorithm>(a.algorithm);
-  site->signature_.collective = a.collective;
+  site->settings_ = settings_of(a);
   // The op id and the lane: identical equations (an unrolled scan, a remat) share an op
   // id, but each emitted call has a lane of its own.
   site->op_key_ = a.op_id ^ a.lane;
-  site->lane_ = static_cast<uint64_t>(a.lane);
-  site->timeout_s_ = a.timeout_ms / 1000.0;
-  site->pipeline_chunks_ = static_cast<int>(a.pipeline_chunks);
-  site->in_process_ = a.processes <= 1;
+  // Where this process's ranks of the site's calls meet; calls hold it to their end.
+  const auto rendezvous = std::make_shared<Rendezvous>();
   std::set<int64_t> seen;
   const auto n = static_cast<int64_t>(a.devices.size());
   for (int64_t group = 0; group * a.group_size < static_cast<int64_t>(a.groups.size()); ++group) {
@@ -91,16 +92,20 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
     }
     Member member;
     member.group = group;
+    CallGroup& g = member.call_group;
     std::string ids;
     for (int64_t p : partitions) {
-      member.devices.push_back(a.devices[p]);
+      g.devices.push_back(a.devices[p]);
       ids += str_cat(ids.empty() ? "" : " ", p);
     }
-    member.label = str_cat(a.name, " group [", ids, "]");
+    g.label = str_cat(a.name, " group [", ids, "]");
+    g.lane = static_cast<uint64_t>(a.lane);
+    g.rendezvous = rendezvous;
+    g.across_processes = a.processes > 1;
     for (size_t r = 0; r < partitions.size(); ++r) {
-      member.rank = static_cast<int>(r);
+      g.rank = static_cast<int>(r);
       if (collective_row(a.collective).permutes) {
-        ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &member.peers));
+        ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &g.peers));
       }
       site->members_[a.devices[partitions[r]]] = member;
     }
@@ -110,43 +115,24 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
     if (!seen.count(p)) site->members_.erase(a.devices[p]);
   }
   site->devices_ = std::move(a.devices);
-  site->rendezvous_ = std::make_shared<Rendezvous>();
   *out = std::move(site);
   return Status::Ok();
 }
 
 Status CollectiveSite::check_counts(const Member& member, const CallBuffers& buffers) const {
-  const uint64_t n = member.devices.size();
-  const CollectiveRow& row = collective_row(signature_.collective);
+  const uint64_t n = member.call_group.devices.size();
+  const Collective collective = settings_.signature.collective;
+  const CollectiveRow& row = collective_row(collective);
   for (size_t k = 0; k < buffers.counts.size(); ++k) {
     const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
     // (A reduce-scatter's input is a whole number of blocks.)
     if (row.output_count(in, n) != out || row.block_count(in, n) * n < in) {
-      return error(Code::kInvalidArgument, member.label, ": operand ", k, " has ", in,
-                   " elements and result ", out, ", which a ",
-                   collective_name(signature_.collective), " over ", n, " devices cannot have");
+      return error(Code::kInvalidArgument, member.call_group.label, ": operand ", k, " has ", in,
+                   " elements and result ", out, ", which a ", collective_name(collective),
+                   " over ", n, " devices cannot have");
     }
   }
   return Status::Ok();
-}
-
-CallSpec CollectiveSite::spec_of(const Member& member, int64_t device, int64_t run_id, DType dtype,
-                                 Clock::time_point issued) {
-  CallSpec spec;
-  spec.issued = issued;
-  spec.signature = signature_;
-  spec.signature.dtype = dtype;
-  spec.rank = member.rank;
-  spec.size = static_cast<int>(member.devices.size());
-  spec.key = CallKey{run_id, op_key_, member.group, sequences_.next(device, run_id, timeout_s_)};
-  spec.label = str_cat(member.label, " call ", spec.key.seq);
-  spec.timeout_s = timeout_s_;
-  spec.pipeline_chunks = pipeline_chunks_;
-  spec.device = device;
-  spec.lane = lane_;
-  spec.rendezvous = rendezvous_;
-  spec.peers = member.peers;
-  return spec;
 }
 
 void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
@@ -162,40 +148,10 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
   }
   const Member& member = it->second;
   if (Status fits = check_counts(member, buffers); !fits.ok()) return done(fits);
-  const CallSpec spec = spec_of(member, device, run_id, buffers.dtype, issued);
-  call_began();
-  auto complete = [done = std::move(done)](const Status& s) {
-    call_ended();
-    done(s);
-  };
-  // What a rank stages or receives, whichever is more (an all-gather's output is n inputs).
-  size_t bytes_in = 0, bytes_out = 0;
-  for (uint64_t count : buffers.counts) bytes_in += count * dtype_size(buffers.dtype);
-  for (uint64_t count : buffers.out_counts) bytes_out += count * dtype_size(buffers.dtype);
-  if (in_process_ && plan_one_shot(std::max(bytes_in, bytes_out), spec.signature.algorithm)) {
-    return one_shot(spec, buffers.in, buffers.out, buffers.counts, std::move(complete));
-  }
-  // The buffers stay valid until `done` runs (XLA's contract for async calls). Each call
-  // gets a thread of its own, so that calls of one device that XLA runs concurrently
-  // never queue behind each other (their order may differ by device).
-  run_on_call_thread([spec, in_process = in_process_, devices = member.devices,
-                      buffers = std::move(buffers), complete = std::move(complete)]() {
-    // Nothing may escape a call thread (std::terminate), and `done` must run either way:
-    // an exception (an allocation that failed) becomes the call's error.
-    Status s;
-    try {
-      s = in_process ? run_in_process(spec, buffers.in, buffers.out, buffers.counts)
-                     : run_across_processes(spec, devices, buffers.in, buffers.out, buffers.counts);
-    } catch (const std::exception& e) {
-      s = error(Code::kInternal, spec.label, ": ", e.what());
-    } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
-      complete(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
-      throw;
-    } catch (...) {
-      s = error(Code::kInternal, spec.label, ": an unknown exception");
-    }
-    complete(s);
-  });
+  const CallKey key{run_id, op_key_, member.group,
+                    sequences_.next(device, run_id, settings_.timeout_s)};
+  start_call(make_call(member.call_group, key, settings_, buffers.dtype, issued),
+             std::move(buffers), std::move(done));
 }
 
 }  // namespace accl

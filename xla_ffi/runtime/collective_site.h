@@ -1,14 +1,10 @@
-// One lowered jax_accl collective (all-reduce, reduce-scatter or all-gather) in one
-// executable (a call site), made once when XLA
-// instantiates the executable (the FFI instantiate stage) from the attributes fixed at
-// lowering, and shared by every device that runs the executable. Made once: the group
-// table (which group and rank each device is, the members' global ids, the labels that
-// name the call in errors and profiles), checked then, so a call only looks its device
-// up. Per call: the call's index (runtime/call_sequences.h) and the route: small
-// in-process calls complete when their last rank arrives (runtime/one_shot.h), every
-// other call runs on a call thread of its own (runtime/call_threads.h), in one process
-// (runtime/collective_call.h, run_in_process) or across processes (run_across_processes,
-// over the group's communicator).
+// One lowered jax_accl collective (any row of runtime/collective.h) in one executable (a
+// call site), made once when XLA instantiates the executable (the FFI instantiate stage)
+// from the attributes fixed at lowering, and shared by every device that runs the
+// executable. Made once: the group table (which group and rank each device is, the
+// members' global ids, the labels that name the call in errors and profiles), checked
+// then, so a call only looks its device up, numbers itself (runtime/call_sequences.h)
+// and goes through the runtime's one door (runtime/collective_call.h, start_call).
 #pragma once
 
 #include <cstdint>
@@ -45,17 +41,6 @@ struct SiteAttributes {
   int64_t pipeline_chunks = 0;
 };
 
-// One device's buffers of one call: in[k] -> out[k], counts[k] elements of `dtype` in
-// and out_counts[k] out (the same for an all-reduce; 1/n of it for a reduce-scatter of
-// a group of n, n times for an all-gather).
-struct CallBuffers {
-  DType dtype = DType::kF32;
-  std::vector<const void*> in;
-  std::vector<void*> out;
-  std::vector<uint64_t> counts;
-  std::vector<uint64_t> out_counts;
-};
-
 class CollectiveSite {
  public:
   // An error names what is wrong with the attributes.
@@ -75,29 +60,17 @@ class CollectiveSite {
  private:
   CollectiveSite();
   struct Member {
-    int64_t group = 0;
-    int rank = 0;
-    std::vector<int64_t> devices;  // the group's global ids, in rank order
-    std::string label;             // "<name> group [0 1 2 3]"
-    PermutePeers peers;            // a permutation's, as ranks of the group
+    int64_t group = 0;  // the group's index among the site's
+    CallGroup call_group;
   };
   // Whether each operand's and result's counts fit the collective over `member`'s group.
   Status check_counts(const Member& member, const CallBuffers& buffers) const;
-  // Device `device`'s call of launch `run_id` in `member`'s group, numbered.
-  CallSpec spec_of(const Member& member, int64_t device, int64_t run_id, DType dtype,
-                   Clock::time_point issued);
   std::string name_;
-  Signature signature_;  // op and algorithm; the rest comes from each call's buffers
+  CallSettings settings_;  // the signature's op, algorithm and collective
   int64_t op_key_ = 0;
-  uint64_t lane_ = 0;
-  double timeout_s_ = 0;
-  int pipeline_chunks_ = 0;
-  bool in_process_ = true;
   std::map<int64_t, Member> members_;  // by global device id
   std::vector<int64_t> devices_;       // the global id of every partition id
   CallSequences sequences_;
-  // Where this process's ranks of its calls meet; calls hold it (CallSpec) to their end.
-  std::shared_ptr<Rendezvous> rendezvous_;
 };
 
 }  // namespace accl

@@ -83,6 +83,16 @@ namespace {
 // Where the ranks of the self-test's in-process calls meet.
 const std::shared_ptr<Rendezvous> g_rendezvous = std::make_shared<Rendezvous>();
 
+// Rank `rank` of an in-process group of `n` devices (ids 0..n-1) meeting in g_rendezvous.
+CallGroup selftest_group(int n, int rank, const char* label) {
+  CallGroup group;
+  for (int64_t d = 0; d < n; ++d) group.devices.push_back(d);
+  group.rank = rank;
+  group.label = label;
+  group.rendezvous = g_rendezvous;
+  return group;
+}
+
 Checks g_checks;
 void expect(bool ok, const std::string& what) { g_checks.expect(ok, what); }
 
@@ -94,16 +104,12 @@ void test_in_process(Algorithm algorithm, int n, size_t count, bool in_place = f
   auto& out = in_place ? in : copies;
   const int64_t op_id = fresh_op_id();
   auto status = on_threads(n, [&](int r) {
-    CallSpec spec;
-    spec.key = CallKey{0, op_id, 0, 0};
-    spec.rendezvous = g_rendezvous;
-    spec.rank = r;
-    spec.size = n;
-    spec.label = "selftest";
-    spec.signature.dtype = DType::kI32;
-    spec.signature.algorithm = algorithm;
-    spec.timeout_s = 30;
-    return run_in_process(spec, {in[r].data()}, {out[r].data()}, {count});
+    CallSettings settings;
+    settings.signature.algorithm = algorithm;
+    settings.timeout_s = 30;
+    const CallSpec spec =
+        make_call(selftest_group(n, r, "selftest"), CallKey{0, op_id, 0, 0}, settings, DType::kI32);
+    return run_call(spec, CallBuffers{DType::kI32, {in[r].data()}, {out[r].data()}, {count}, {}});
   });
   for (int r = 0; r < n; ++r) {
     expect(status[r].ok() && out[r] == want,
@@ -461,14 +467,10 @@ void test_one_shot(int n, size_t count, int present) {
   std::atomic<int> completed{0};
   auto started = std::chrono::steady_clock::now();
   on_threads(present, [&](int r) {
-    CallSpec spec;
-    spec.key = CallKey{0, op_id, 0, 0};
-    spec.rendezvous = g_rendezvous;
-    spec.rank = r;
-    spec.size = n;
-    spec.label = "selftest one-shot";
-    spec.signature.dtype = DType::kI32;
-    spec.timeout_s = 0.3;
+    CallSettings settings;
+    settings.timeout_s = 0.3;
+    const CallSpec spec = make_call(selftest_group(n, r, "selftest one-shot"),
+                                    CallKey{0, op_id, 0, 0}, settings, DType::kI32);
     one_shot(spec, {in[r].data()}, {out[r].data()}, {count}, [&, r](const Status& s) {
       status[r] = s;
       completed.fetch_add(1);
@@ -572,14 +574,11 @@ void test_errors() {
   // A missing rank: the present ones time out.
   const int64_t op_id = fresh_op_id();
   std::vector<int32_t> v(10, 1), o(10);
-  CallSpec spec;
-  spec.key = CallKey{0, op_id, 0, 0};
-  spec.rendezvous = g_rendezvous;
-  spec.size = 3;
-  spec.label = "selftest";
-  spec.signature.dtype = DType::kI32;
-  spec.timeout_s = 0.2;
-  Status s = run_in_process(spec, {v.data()}, {o.data()}, {10});
+  CallSettings settings;
+  settings.timeout_s = 0.2;
+  const CallSpec spec =
+      make_call(selftest_group(3, 0, "selftest"), CallKey{0, op_id, 0, 0}, settings, DType::kI32);
+  Status s = run_call(spec, CallBuffers{DType::kI32, {v.data()}, {o.data()}, {10}, {}});
   expect(s.code() == Code::kTimeout, "a missing rank times out: " + s.message());
 }
 
