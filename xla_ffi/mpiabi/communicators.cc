@@ -226,13 +226,9 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
   } else if (comm.devices.size() == 1) {
     copy_block(out, in, bytes);
   } else {
-    const CallGroup group{comm.devices,
-                          comm.rank,
-                          comm.lane,
-                          str_cat(function, " on ", comm.label),
-                          comm.rendezvous,
-                          peers,
-                          /*across_processes=*/true};
+    CallGroup group = comm;
+    group.label = str_cat(function, " on ", comm.label);
+    group.peers = peers;
     CallSettings settings;
     settings.signature.op = op;
     settings.signature.collective = collective;

@@ -19,22 +19,25 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "mpiabi/abi.h"
-#include "runtime/rendezvous.h"
+#include "runtime/collective_call.h"
 
 namespace accl::mpiabi {
 
-struct Comm {
+// A communicator: a group as its calls name it (runtime/collective_call.h's CallGroup:
+// the members' global device ids in rank order, one per process, this rank, the lane,
+// the label "MPI communicator [0 2]"), and what MPI adds: its handle, its split state and
+// its point-to-point pairs.
+struct Comm : CallGroup {
+  Comm() {
+    rendezvous = std::make_shared<Rendezvous>();
+    across_processes = true;
+  }
   uintptr_t handle = 0;
-  std::vector<int64_t> devices;  // global device ids in rank order, one per process
-  int rank = 0;
-  uint64_t lane = 0;
-  std::string label;  // "MPI communicator [0 2]"
   // Why the communicator cannot be used (a split that failed: XLA ignores the split's
   // error, so its collectives on it fail naming this instead).
   Status broken;
   std::atomic<uint64_t> calls{0};   // its collectives so far, the same count in every rank
   std::atomic<uint64_t> splits{0};  // its splits so far
-  std::shared_ptr<Rendezvous> rendezvous = std::make_shared<Rendezvous>();
   // Its point-to-point pairs (pair_of), made on first use.
   std::mutex pairs_mutex;
   std::map<std::pair<int, int>, std::shared_ptr<Comm>> pairs;
