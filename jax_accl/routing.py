@@ -10,8 +10,9 @@ Where routing is on, a program traced there has no XLA all-reduce left:
   gradient is ours wherever the transpose is traced, inside the routed body or outside;
 * a sum of a value that is already invariant along the axes (e.g. ``pmean`` of
   gradients that autodiff reduced) runs no all-reduce: it is ``n * x`` locally;
-* ``jax.lax.psum_scatter``, ``all_gather`` (``to='varying'`` and ``'invarying'``) and
-  ``ppermute`` bind jax_accl's reduce-scatter, all-gather and permutation, and so do
+* ``jax.lax.psum_scatter``, ``all_gather`` (``to='varying'`` and ``'invarying'``),
+  ``ppermute`` and ``all_to_all`` bind jax_accl's reduce-scatter, all-gather,
+  permutation and all-to-all, and so do
   the transposes JAX makes of them (an all-gather's is a reduce-scatter): sharded
   training (FSDP, tensor and pipeline parallelism) runs on jax_accl, backward pass
   included; so do ``all_gather(to='reduced')`` and ``psum_scatter`` of an unreduced
@@ -31,7 +32,7 @@ import functools
 import threading
 
 from jax_accl import _compat as c
-from jax_accl import permute, reduction, routing_state, scatter_gather
+from jax_accl import all_to_all, permute, reduction, routing_state, scatter_gather
 from jax_accl.primitives import pvary as accl_pvary
 
 _install_lock = threading.Lock()
@@ -79,6 +80,7 @@ def install() -> None:
         c.hook_bind(c.all_gather_p, lambda bind: _routed_all_gather(bind, "varying"))
         c.hook_bind(c.all_gather_invariant_p, lambda bind: _routed_all_gather(bind, "invarying"))
         c.hook_bind(c.ppermute_p, _routed_ppermute)
+        c.hook_bind(c.all_to_all_p, _routed_all_to_all)
         if c.all_gather_reduced_p is not None:
             c.hook_bind(c.all_gather_reduced_p, lambda bind: _routed_all_gather(bind, "reduced"))
         if c.unreduced_reduce_scatter_p is not None:
@@ -184,3 +186,15 @@ def _routed_ppermute(jax_bind):
     return _when_routed(
         jax_bind, lambda x, *, axis_name, perm: permute.ppermute(x, axis_name, perm)
     )
+
+
+def _routed_all_to_all(jax_bind):
+    """all_to_all_p, as jax.lax.all_to_all binds it: tiled at the primitive (the untiled
+    form is a size-1 dimension it inserts and drops around the bind)."""
+
+    def accl(x, *, axis_name, split_axis, concat_axis, axis_index_groups, tiled):
+        return all_to_all.all_to_all(
+            x, axis_name, split_axis, concat_axis, axis_index_groups=axis_index_groups, tiled=True
+        )
+
+    return _when_routed(jax_bind, accl)

@@ -92,7 +92,13 @@ class LoweringCache(dict):
 
 # --- the check on the lowered module ---
 
-_CALL_TARGETS = ("accl_allreduce", "accl_reduce_scatter", "accl_all_gather", "accl_ppermute")
+_CALL_TARGETS = (
+    "accl_allreduce",
+    "accl_reduce_scatter",
+    "accl_all_gather",
+    "accl_ppermute",
+    "accl_all_to_all",
+)
 
 
 def _string(attribute) -> str:

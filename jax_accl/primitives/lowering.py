@@ -36,6 +36,7 @@ from jax_accl import _compat as c
 from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
 from jax_accl.plan.runtime import runtime_plan
 from jax_accl.primitives import lanes
+from jax_accl.primitives.all_to_all import accl_all_to_all_p
 from jax_accl.primitives.allreduce import accl_allreduce_p
 from jax_accl.primitives.permute import accl_ppermute_p
 from jax_accl.primitives.scatter_gather import API as SCATTER_GATHER_API
@@ -219,6 +220,24 @@ def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
     )
 
 
+def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
+    """accl_all_to_all: direct, each rank's n blocks to the n ranks of its group."""
+    params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
+    if c.is_partial_manual(ctx):
+        return _lower_per_shard(
+            ctx,
+            xs,
+            "jax_accl.all_to_all",
+            lambda *v: accl_all_to_all_p.bind(*v, **params, op_id=op_id),
+            dim0=True,
+        )
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
+    devices = _device_ids(ctx, groups)
+    return _emit_data_call(
+        ctx, xs, "accl_all_to_all", "jax_accl.all_to_all", axes, groups, devices, op_id, "direct"
+    )
+
+
 def _lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False):
     """Inside a partially manual shard_map: `bind` (the collective over the manual axes)
     lowered in a region manual over the automatic axes too, on each device's own shard
@@ -298,3 +317,4 @@ for _p in SCATTER_GATHER_API:
         _p, partial(_scatter_gather_lowering, primitive=_p), platform="cpu", cacheable=False
     )
 c.mlir.register_lowering(accl_ppermute_p, _ppermute_lowering, platform="cpu", cacheable=False)
+c.mlir.register_lowering(accl_all_to_all_p, _all_to_all_lowering, platform="cpu", cacheable=False)

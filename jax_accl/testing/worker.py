@@ -187,10 +187,10 @@ def scenario_correctness():
 
 
 def scenario_scatter_gather():
-    """psum_scatter then all_gather (tiled and not, along dimensions 0 and 1), and
-    ppermute (a shift, and one pair: zeros elsewhere), over every axes of the job's
-    mesh, int32 (bitwise) and float32, small and large, against jax.lax's over gloo;
-    the compiled steps hold jax_accl's calls and no XLA one."""
+    """psum_scatter then all_gather (tiled and not, along dimensions 0 and 1), ppermute
+    (a shift, and one pair: zeros elsewhere) and all_to_all (tiled and not), over every
+    axes of the job's mesh, int32 (bitwise) and float32, small and large, against
+    jax.lax's over gloo; the compiled steps hold jax_accl's calls and no XLA one."""
     checks = 0
     for dtype in (np.int32, np.float32):
         for rows in (NP * ND, NP * ND * 4096):
@@ -246,12 +246,29 @@ def scenario_scatter_gather():
                     if "collective-permute" in ours.lower(placed).compile().as_text():
                         raise AssertionError(f"{name}: XLA's collective-permute is left")
                     checks += 1
+                for tiled, concat in ((True, 1), (False, 0)):
+
+                    def exchanged(lib, axes=axes, tiled=tiled, concat=concat, n=n):
+                        def body(v):
+                            v = v[0] if tiled else v[0][:n]  # untiled: the split dimension is n
+                            return lib.all_to_all(v + 1, axes, 0, concat, tiled=tiled)[None]
+
+                        return jax.jit(
+                            jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL))
+                        )
+
+                    name = f"{dtype.__name__} x{rows} all_to_all over {axes} tiled={tiled}"
+                    ours = exchanged(jax_accl)
+                    check(name, ours(placed), local_blocks(exchanged(jax.lax)(placed)))
+                    if "all-to-all(" in ours.lower(placed).compile().as_text():
+                        raise AssertionError(f"{name}: XLA's all-to-all is left")
+                    checks += 1
     return {"checks": checks + check_fused_pytree()}
 
 
 def check_fused_pytree() -> int:
     """A pytree of int32 leaves (three shapes, one large) and a float32 one through
-    psum_scatter, all_gather and ppermute: one call per dtype each in the compiled step,
+    psum_scatter, all_gather, ppermute and all_to_all: one call per dtype each in the compiled step,
     every leaf bitwise jax.lax's."""
     x = global_input((NP * ND * 4096, 3), np.int32, seed=7)
     placed = place(x, P(ALL))
@@ -262,7 +279,7 @@ def check_fused_pytree() -> int:
             v = v[0]
             tree = {"a": v, "b": v[: NP * ND] * 3, "c": v[:, :1], "f": (v // 5).astype(np.float32)}
             gathered = lib.all_gather(lib.psum_scatter(tree, ALL, tiled=True), ALL, tiled=True)
-            moved = lib.ppermute(gathered, ALL, shift)
+            moved = lib.all_to_all(lib.ppermute(gathered, ALL, shift), ALL, 0, 0, tiled=True)
             return tuple(moved[k][None] for k in sorted(moved))
 
         return jax.jit(jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=(P(ALL),) * 4))
@@ -271,7 +288,7 @@ def check_fused_pytree() -> int:
     for k, got, want in zip("abcf", ours(placed), program(jax.lax)(placed)):
         check(f"fused pytree leaf {k}", got, local_blocks(want))
     text = ours.lower(placed).compile().as_text()
-    for target in ("accl_reduce_scatter", "accl_all_gather", "accl_ppermute"):
+    for target in ("accl_reduce_scatter", "accl_all_gather", "accl_ppermute", "accl_all_to_all"):
         calls = text.count(f'custom_call_target="{target}"')
         if calls != 2:
             raise AssertionError(f"fused pytree: {calls} {target} calls, not one per dtype")

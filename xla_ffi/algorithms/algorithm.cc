@@ -12,7 +12,7 @@ const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>
 
 const char* collective_name(Collective collective) {
   constexpr const char* kCollectives[kNumCollectives] = {"all-reduce", "reduce-scatter",
-                                                         "all-gather", "permute"};
+                                                         "all-gather", "permute", "all-to-all"};
   return kCollectives[static_cast<int>(collective)];
 }
 

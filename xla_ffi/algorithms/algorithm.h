@@ -23,8 +23,14 @@ inline constexpr int kNumAlgorithms = 6;
 
 // What a call computes: an all-reduce, one of its halves (algorithms/scatter_gather.h),
 // or a permutation (each rank sends its buffer to at most one rank, algorithms/permute.h).
-enum class Collective : int { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2, kPermute = 3 };
-inline constexpr int kNumCollectives = 4;
+enum class Collective : int {
+  kAllReduce = 0,
+  kReduceScatter = 1,
+  kAllGather = 2,
+  kPermute = 3,
+  kAllToAll = 4
+};
+inline constexpr int kNumCollectives = 5;
 const char* collective_name(Collective collective);  // "all-reduce", ...
 
 const char* algorithm_name(Algorithm algorithm);

@@ -57,6 +57,7 @@ nb::dict registrations() {
   targets["accl_reduce_scatter"] = stages(AcclReduceScatterInstantiate);
   targets["accl_all_gather"] = stages(AcclAllGatherInstantiate);
   targets["accl_ppermute"] = stages(AcclPermuteInstantiate);
+  targets["accl_all_to_all"] = stages(AcclAllToAllInstantiate);
   return targets;
 }
 

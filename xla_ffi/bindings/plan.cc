@@ -106,7 +106,7 @@ nb::list host_tiers_of(const GroupLayout& g, size_t block, int chunks) {
 }
 
 // A collective by its name in jax_accl ("all_reduce", "reduce_scatter", "all_gather",
-// "permute").
+// "permute", "all_to_all").
 Collective collective_of(const std::string& name) {
   for (int c = 0; c < kNumCollectives; ++c) {
     std::string known = collective_name(static_cast<Collective>(c));
@@ -114,7 +114,7 @@ Collective collective_of(const std::string& name) {
     if (name == known) return static_cast<Collective>(c);
   }
   throw nb::value_error(("plan: unknown collective '" + name +
-                         "' (all_reduce, reduce_scatter, all_gather or permute)")
+                         "' (all_reduce, reduce_scatter, all_gather, permute or all_to_all)")
                             .c_str());
 }
 

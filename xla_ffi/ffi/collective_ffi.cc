@@ -1,4 +1,5 @@
-// Thin FFI handlers of accl_allreduce, accl_reduce_scatter and accl_all_gather. Instantiate (once
+// Thin FFI handlers of accl_allreduce, accl_reduce_scatter, accl_all_gather, accl_ppermute
+// and accl_all_to_all. Instantiate (once
 // per call in an executable): decode the attributes fixed at lowering into the call site
 // (runtime/collective_site.h), the executable's state. Execute (each device's call): decode the
 // buffers, hand them to the site, return a future that the call completes. Errors become
@@ -180,6 +181,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclReduceScatterInstantiate,
                               ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllGatherInstantiate,
                               accl::instantiate<accl::Collective::kAllGather>,
+                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllToAllInstantiate,
+                              accl::instantiate<accl::Collective::kAllToAll>,
                               ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     AcclPermuteInstantiate, accl::instantiate_permute,

@@ -19,6 +19,8 @@ extern "C" XLA_FFI_Error* AcclReduceScatterInstantiate(XLA_FFI_CallFrame* call_f
 extern "C" XLA_FFI_Error* AcclAllGatherInstantiate(XLA_FFI_CallFrame* call_frame);
 // accl_ppermute: y_k = x_k of the rank that sends to this one (zeros where none does).
 extern "C" XLA_FFI_Error* AcclPermuteInstantiate(XLA_FFI_CallFrame* call_frame);
+// accl_all_to_all: y_k = block r of every rank's x_k (n blocks each), in rank order.
+extern "C" XLA_FFI_Error* AcclAllToAllInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclCollectiveHandler(XLA_FFI_CallFrame* call_frame);
 
 // The type of that state, which must be registered with XLA before the handlers.

@@ -99,7 +99,7 @@ CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
   return collective_row(request.collective).plan(g, rank, request, model);
 }
 
-CallPlan plan_permute_call(const GroupLayout&, int, const PlanRequest&, const CostModel&) {
+CallPlan plan_direct_call(const GroupLayout&, int, const PlanRequest&, const CostModel&) {
   CallPlan plan;
   plan.schedule = Algorithm::kDirect;
   return plan;
@@ -222,6 +222,21 @@ double predict_permute_seconds(const GroupLayout& g, const CallPlan&, const Plan
   if (g.process_count() == 1) return model.alpha_s + 2.0 * S * model.beta_s_per_byte;
   const CostModel link = link_model(g.host_count(), g.process_count(), 1, request.rails, model);
   return link.alpha_s + S * link.beta_s_per_byte;
+}
+
+// An all-to-all of S bytes per rank: in one process each rank copies S; else each rank
+// sends and receives (n - 1) / n of S in n - 1 messages, of which the part bound for
+// other hosts crosses the host's rails with every rank of the host's.
+double predict_all_to_all_seconds(const GroupLayout& g, const CallPlan&, const PlanRequest& request,
+                                  const CostModel& model) {
+  const double S = static_cast<double>(request.bytes);
+  const int n = g.size();
+  if (g.process_count() == 1) return model.alpha_s + 2.0 * S * model.beta_s_per_byte;
+  const int per_host = static_cast<int>(g.host_ranks(0).size());
+  const CostModel link =
+      link_model(g.host_count(), g.process_count(), per_host, request.rails, model);
+  const double leaving = static_cast<double>(g.host_count() > 1 ? n - per_host : n - 1) / n;
+  return (n - 1) * link.alpha_s + S * leaving * link.beta_s_per_byte;
 }
 
 double predict_scatter_gather_seconds(const GroupLayout& g, const CallPlan& plan,

@@ -130,8 +130,9 @@ CallPlan plan_allreduce_call(const GroupLayout& layout, int rank, const PlanRequ
                              const CostModel& model);
 CallPlan plan_scatter_gather_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                                   const CostModel& model);
-CallPlan plan_permute_call(const GroupLayout& layout, int rank, const PlanRequest& request,
-                           const CostModel& model);
+// A permutation or an all-to-all: one step, direct, over the whole group.
+CallPlan plan_direct_call(const GroupLayout& layout, int rank, const PlanRequest& request,
+                          const CostModel& model);
 
 // The model's time of a call that runs `plan` (an all-reduce's: an owner's, rank 0's),
 // per rank; for a reduce-scatter, all-gather or permutation by the formulas atop
@@ -144,5 +145,7 @@ double predict_scatter_gather_seconds(const GroupLayout& layout, const CallPlan&
                                       const PlanRequest& request, const CostModel& model);
 double predict_permute_seconds(const GroupLayout& layout, const CallPlan& plan,
                                const PlanRequest& request, const CostModel& model);
+double predict_all_to_all_seconds(const GroupLayout& layout, const CallPlan& plan,
+                                  const PlanRequest& request, const CostModel& model);
 
 }  // namespace accl

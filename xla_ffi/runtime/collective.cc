@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "algorithms/all_to_all.h"
+
 namespace accl {
 namespace {
 
@@ -15,6 +17,7 @@ std::string reduce_scatter_what(ReduceOp op) {
 }
 std::string all_gather_what(ReduceOp) { return "all-gather"; }
 std::string permute_what(ReduceOp) { return "permute"; }
+std::string all_to_all_what(ReduceOp) { return "all-to-all"; }
 
 Algorithm plan_allreduce_local(int n, size_t bytes, Algorithm forced) {
   return plan_in_process(n, bytes, forced);
@@ -22,7 +25,7 @@ Algorithm plan_allreduce_local(int n, size_t bytes, Algorithm forced) {
 Algorithm plan_scatter_gather_local(int n, size_t bytes, Algorithm forced) {
   return plan_scatter_gather(n, bytes, forced, /*peer_memory=*/true);
 }
-Algorithm plan_permute_local(int, size_t, Algorithm) { return Algorithm::kDirect; }
+Algorithm plan_direct_local(int, size_t, Algorithm) { return Algorithm::kDirect; }
 
 // The one-shot's last rank, one segment: every output from the staged inputs.
 void allreduce_one_shot(const OneShotSegment& s) {
@@ -70,6 +73,17 @@ void permute_one_shot(const OneShotSegment& s) {
   }
 }
 
+// Block q of rank r's output is block r of rank q's input.
+void all_to_all_one_shot(const OneShotSegment& s) {
+  const size_t block = s.count / s.size * s.reduction->elem_size;
+  for (int r = 0; r < s.size; ++r) {
+    for (int q = 0; q < s.size; ++q) {
+      std::memcpy(s.outputs[r] + q * block, static_cast<const char*>(s.staged[q]) + r * block,
+                  block);
+    }
+  }
+}
+
 Status allreduce_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments, int,
                       const Reduction& reduction, const PermutePeers&) {
   return run_allreduce(algorithm, link, segments, reduction);
@@ -89,6 +103,11 @@ Status all_gather_flat(Algorithm algorithm, Link& link, const std::vector<Buffer
 Status permute_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
                     const Reduction&, const PermutePeers& peers) {
   return run_permute(link, segments, peers);
+}
+
+Status all_to_all_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
+                       const Reduction&, const PermutePeers&) {
+  return run_all_to_all(link, segments);
 }
 
 Status all_gather_by_host_runner(Link& in_host, Link& between_hosts, const HostGrid& grid,
@@ -113,8 +132,11 @@ const CollectiveRow kRows[kNumCollectives] = {
      predict_scatter_gather_seconds, all_gather_one_shot, all_gather_flat,
      all_gather_by_host_runner},
     {Collective::kPermute, "accl_ppermute ", "permute", false, true, same_count, same_count,
-     permute_what, plan_permute_local, plan_permute_call, predict_permute_seconds, permute_one_shot,
+     permute_what, plan_direct_local, plan_direct_call, predict_permute_seconds, permute_one_shot,
      permute_flat, nullptr},
+    {Collective::kAllToAll, "accl_all_to_all ", "all-to-all", false, false, same_count,
+     one_block_of_n, all_to_all_what, plan_direct_local, plan_direct_call,
+     predict_all_to_all_seconds, all_to_all_one_shot, all_to_all_flat, nullptr},
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 //   reduce-scatter  input / n         yes      one-shot, flat   direct, ring   scatter-gather
 //   all-gather      input · n         no       one-shot, flat   direct, ring   scatter-gather
 //   permute         = input           no       one-shot, flat   direct         -
+//   all-to-all      = input           no       one-shot, flat   direct         -
 #pragma once
 
 #include <cstdint>

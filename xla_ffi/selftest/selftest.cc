@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/all_to_all.h"
 #include "algorithms/permute.h"
 #include "algorithms/scatter_gather.h"
 #include "runtime/call_sequences.h"
@@ -191,6 +192,33 @@ void check_permute(
   }
 }
 
+// An all-to-all of n blocks of `block` elements per rank, out of place and in place:
+// block q of rank r's result is block r of rank q's input.
+void check_all_to_all(
+    const std::string& what, int n, size_t block,
+    const std::function<std::unique_ptr<Link>(int, const void* in, size_t in_bytes)>& link_of) {
+  for (bool in_place : {false, true}) {
+    auto in = random_inputs(n, n * block, n * 23 + block);
+    const auto original = in;
+    std::vector<std::vector<int32_t>> copies(n, std::vector<int32_t>(n * block, 7));
+    auto& out = in_place ? in : copies;
+    auto status = on_threads(n, [&](int r) {
+      auto link = link_of(r, in[r].data(), n * block * 4);
+      return run_all_to_all(*link, {Buffers{in[r].data(), out[r].data(), n * block, 4, 0}});
+    });
+    for (int r = 0; r < n; ++r) {
+      std::vector<int32_t> want;
+      for (int q = 0; q < n; ++q) {
+        want.insert(want.end(), original[q].begin() + r * block,
+                    original[q].begin() + (r + 1) * block);
+      }
+      expect(status[r].ok() && out[r] == want,
+             str_cat(what, " all-to-all n=", n, " block=", block, in_place ? " in place" : "",
+                     " rank ", r, ": ", status[r].message()));
+    }
+  }
+}
+
 // Over message channels (memory rings, shared memory, TCP).
 void test_scatter_gather_channels(const char* transport, const PairMaker& make_pair, int n,
                                   size_t block) {
@@ -204,6 +232,11 @@ void test_scatter_gather_channels(const char* transport, const PairMaker& make_p
   const ChannelMesh mesh = make_channel_mesh(n, 1, make_pair);
   check_permute(transport, n, block, [&](int r, const void*, size_t) {
     return std::make_unique<ChannelLink>(r, channels_of(mesh, r), 11, "selftest",
+                                         Deadline::after_seconds(30));
+  });
+  const ChannelMesh exchange_mesh = make_channel_mesh(n, 1, make_pair);
+  check_all_to_all(transport, n, block, [&](int r, const void*, size_t) {
+    return std::make_unique<ChannelLink>(r, channels_of(exchange_mesh, r), 13, "selftest",
                                          Deadline::after_seconds(30));
   });
 }
@@ -238,6 +271,7 @@ void test_scatter_gather_in_process(int n, size_t block) {
     check_scatter_gather("in-process", n, block, algorithm, in_process_links(n));
   }
   check_permute("in-process", n, block, in_process_links(n));
+  check_all_to_all("in-process", n, block, in_process_links(n));
 }
 
 // The cross-memory-attach reduce-broadcast between threads of this process (where its
