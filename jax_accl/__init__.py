@@ -16,7 +16,7 @@ ffi_targets.register()  # before anything can lower a call; explains a missing _
 from jax_accl import distributed, profiler  # noqa: E402
 from jax_accl import fusion as _fusion  # noqa: E402
 from jax_accl import routing as _routing  # noqa: E402
-from jax_accl.all_to_all import all_to_all  # noqa: E402
+from jax_accl.all_to_all import all_to_all, ragged_all_to_all  # noqa: E402
 from jax_accl.api import allreduce, pmax, pmean, pmin, psum, shard_map  # noqa: E402
 from jax_accl.compiled import collectives  # noqa: E402
 from jax_accl.errors import AcclError, AcclWarning  # noqa: E402
@@ -46,6 +46,7 @@ __all__ = [
     "profiler",
     "psum",
     "psum_scatter",
+    "ragged_all_to_all",
     "recover",
     "reset_stats",
     "routed",

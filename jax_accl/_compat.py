@@ -83,6 +83,7 @@ all_gather_reduced_p = getattr(_parallel, "all_gather_reduced_p", None)
 unreduced_reduce_scatter_p = getattr(_parallel, "unreduced_reduce_scatter_p", None)
 ppermute_p = _parallel.ppermute_p
 all_to_all_p = _parallel.all_to_all_p
+ragged_all_to_all_p = _parallel.ragged_all_to_all_p
 
 
 def hook_bind(primitive, make_bind) -> None:

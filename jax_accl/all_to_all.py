@@ -1,4 +1,6 @@
-"""Drop-in for jax.lax.all_to_all, computed by jax_accl's native all-to-all: a pytree's
+"""Drop-ins for jax.lax.all_to_all and jax.lax.ragged_all_to_all (the latter's
+primitive: jax_accl/primitives/ragged_all_to_all.py). all_to_all is computed by
+jax_accl's native all-to-all: a pytree's
 leaves in one call per bucket (one dtype, at most JAX_ACCL_FUSION_BYTES). Each leaf's
 split dimension is cut into its n blocks and moved to the front around the canonical
 primitive (jax_accl/primitives/all_to_all.py), and the blocks received are put back
@@ -11,6 +13,7 @@ import jax.numpy as jnp
 
 from jax_accl import _compat as c
 from jax_accl.primitives import all_to_all as prim
+from jax_accl.primitives import ragged_all_to_all as ragged
 from jax_accl.reduction import warn_unless_routed
 from jax_accl.scatter_gather import _axes_and_size, _dimension, _in_buckets
 
@@ -51,4 +54,34 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None,
 
     return _in_buckets(
         x, front, back, lambda b: prim.bind(b, axes=axes, axis_index_groups=groups, axis_size=n)
+    )
+
+
+def ragged_all_to_all(
+    operand,
+    output,
+    input_offsets,
+    send_sizes,
+    output_offsets,
+    recv_sizes,
+    *,
+    axis_name,
+    axis_index_groups=None,
+):
+    """Drop-in for :func:`jax.lax.ragged_all_to_all`: slice i of ``operand`` (rows
+    ``input_offsets[i]`` to ``+ send_sizes[i]``) goes to device ``i // (K / n)`` along
+    ``axis_name``, written there at row ``output_offsets[i]`` of its ``output``; the
+    result is this device's ``output`` with the rows it received (``recv_sizes[i]`` from
+    each slice of its peers). A slice outside the operand or a receiver's output, or
+    sizes the receivers do not expect, is an error naming the rank and the slice."""
+    axes, n, groups = _axes_and_size(axis_name, axis_index_groups, "ragged_all_to_all")
+    warn_unless_routed("jax_accl.ragged_all_to_all")
+    sizes = tuple(jnp.asarray(s) for s in (input_offsets, send_sizes, output_offsets, recv_sizes))
+    return ragged.bind(
+        jnp.asarray(operand),
+        jnp.asarray(output),
+        sizes,
+        axes=axes,
+        axis_index_groups=groups,
+        axis_size=n,
     )

@@ -11,8 +11,8 @@ Where routing is on, a program traced there has no XLA all-reduce left:
 * a sum of a value that is already invariant along the axes (e.g. ``pmean`` of
   gradients that autodiff reduced) runs no all-reduce: it is ``n * x`` locally;
 * ``jax.lax.psum_scatter``, ``all_gather`` (``to='varying'`` and ``'invarying'``),
-  ``ppermute`` and ``all_to_all`` bind jax_accl's reduce-scatter, all-gather,
-  permutation and all-to-all, and so do
+  ``ppermute``, ``all_to_all`` and ``ragged_all_to_all`` bind jax_accl's
+  reduce-scatter, all-gather, permutation and all-to-alls, and so do
   the transposes JAX makes of them (an all-gather's is a reduce-scatter): sharded
   training (FSDP, tensor and pipeline parallelism) runs on jax_accl, backward pass
   included; so do ``all_gather(to='reduced')`` and ``psum_scatter`` of an unreduced
@@ -81,6 +81,7 @@ def install() -> None:
         c.hook_bind(c.all_gather_invariant_p, lambda bind: _routed_all_gather(bind, "invarying"))
         c.hook_bind(c.ppermute_p, _routed_ppermute)
         c.hook_bind(c.all_to_all_p, _routed_all_to_all)
+        c.hook_bind(c.ragged_all_to_all_p, _routed_ragged_all_to_all)
         if c.all_gather_reduced_p is not None:
             c.hook_bind(c.all_gather_reduced_p, lambda bind: _routed_all_gather(bind, "reduced"))
         if c.unreduced_reduce_scatter_p is not None:
@@ -198,3 +199,17 @@ def _routed_all_to_all(jax_bind):
         )
 
     return _when_routed(jax_bind, accl)
+
+
+def _routed_ragged_all_to_all(jax_bind):
+    """ragged_all_to_all_p: (operand, output, input_offsets, send_sizes, output_offsets,
+    recv_sizes) and the axes."""
+
+    def bind(*args, axis_name, axis_index_groups):
+        if not active():
+            return jax_bind(*args, axis_name=axis_name, axis_index_groups=axis_index_groups)
+        return all_to_all.ragged_all_to_all(
+            *args, axis_name=axis_name, axis_index_groups=axis_index_groups
+        )
+
+    return bind

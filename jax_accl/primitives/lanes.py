@@ -98,6 +98,7 @@ _CALL_TARGETS = (
     "accl_all_gather",
     "accl_ppermute",
     "accl_all_to_all",
+    "accl_ragged_all_to_all",
 )
 
 

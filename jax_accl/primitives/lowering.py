@@ -39,6 +39,11 @@ from jax_accl.primitives import lanes
 from jax_accl.primitives.all_to_all import accl_all_to_all_p
 from jax_accl.primitives.allreduce import accl_allreduce_p
 from jax_accl.primitives.permute import accl_ppermute_p
+from jax_accl.primitives.ragged_all_to_all import (
+    accl_ragged_all_to_all_p,
+    accl_ragged_call_p,
+    layout_table,
+)
 from jax_accl.primitives.scatter_gather import API as SCATTER_GATHER_API
 from jax_accl.units import human
 
@@ -238,6 +243,45 @@ def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
     )
 
 
+def _ragged_lowering(ctx, operand, output, *sizes, axes, axis_index_groups, axis_size, op_id):
+    """accl_ragged_all_to_all: the layout table built from the offsets and sizes, then
+    the native call on (operand, output, table), its result the output's buffer."""
+    params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
+    if c.is_partial_manual(ctx):
+        return _lower_per_shard(
+            ctx,
+            (operand, output, *sizes),
+            "jax_accl.ragged_all_to_all",
+            lambda *v: [accl_ragged_all_to_all_p.bind(*v, **params, op_id=op_id)],
+            dim0=True,
+        )
+
+    def call(operand, output, *sizes):
+        table = layout_table(operand.shape, output.shape, sizes)
+        return [accl_ragged_call_p.bind(operand, output, table, **params, op_id=op_id)]
+
+    return c.mlir.lower_fun(call, multiple_results=True)(ctx, operand, output, *sizes)
+
+
+def _ragged_call_lowering(
+    ctx, operand, output, table, *, axes, axis_index_groups, axis_size, op_id
+):
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
+    devices = _device_ids(ctx, groups)
+    return _emit_data_call(
+        ctx,
+        (operand, output, table),
+        "accl_ragged_all_to_all",
+        "jax_accl.ragged_all_to_all",
+        axes,
+        groups,
+        devices,
+        op_id,
+        "direct",
+        aliases={1: 0},
+    )
+
+
 def _lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False):
     """Inside a partially manual shard_map: `bind` (the collective over the manual axes)
     lowered in a region manual over the automatic axes too, on each device's own shard
@@ -259,8 +303,11 @@ def _nbytes(aval) -> int:
     return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
 
 
-def _emit_data_call(ctx, xs, target, api, axes, groups, devices, op_id, algorithm, **extra):
-    """A call that moves data, one result per operand (fully manual contexts only)."""
+def _emit_data_call(
+    ctx, xs, target, api, axes, groups, devices, op_id, algorithm, aliases=None, **extra
+):
+    """A call that moves data (fully manual contexts only): one result per operand, or
+    as `aliases` ({operand: result}) says."""
     if jax.process_count() > 1:
         distributed.ensure_started()
     nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
@@ -276,7 +323,7 @@ def _emit_data_call(ctx, xs, target, api, axes, groups, devices, op_id, algorith
         human(nbytes),
         algorithm,
     )
-    call = jax.ffi.ffi_lowering(target, has_side_effect=True)
+    call = jax.ffi.ffi_lowering(target, has_side_effect=True, operand_output_aliases=aliases)
     attributes = _attributes(
         groups, "sum", "auto", op_id, _lane(ctx, groups), f"{api} over {axes}", devices
     )
@@ -318,3 +365,7 @@ for _p in SCATTER_GATHER_API:
     )
 c.mlir.register_lowering(accl_ppermute_p, _ppermute_lowering, platform="cpu", cacheable=False)
 c.mlir.register_lowering(accl_all_to_all_p, _all_to_all_lowering, platform="cpu", cacheable=False)
+c.mlir.register_lowering(
+    accl_ragged_all_to_all_p, _ragged_lowering, platform="cpu", cacheable=False
+)
+c.mlir.register_lowering(accl_ragged_call_p, _ragged_call_lowering, platform="cpu", cacheable=False)

@@ -263,7 +263,33 @@ def scenario_scatter_gather():
                     if "all-to-all(" in ours.lower(placed).compile().as_text():
                         raise AssertionError(f"{name}: XLA's all-to-all is left")
                     checks += 1
-    return {"checks": checks + check_fused_pytree()}
+    return {"checks": checks + check_fused_pytree() + check_ragged()}
+
+
+def check_ragged() -> int:
+    """ragged_all_to_all over every device (two slices per peer, some empty) and its
+    transpose's forward call, against the NumPy reference of its semantics; the compiled
+    step holds jax_accl's call (XLA:CPU has none)."""
+    from jax_accl.testing import ragged
+
+    n = NP * ND
+    sizes = ragged.layout(n, seed=46, per_peer=2, rows=8 * n, out_rows=8 * n + 4)
+    operand = global_input((8 * n, 3), np.int32, seed=47)
+    output = np.full((n, 8 * n + 4, 3), -1, np.int32)
+
+    def body(operand, output, *sizes):
+        result = jax_accl.ragged_all_to_all(
+            operand[0], output[0], *(s[0] for s in sizes), axis_name=ALL
+        )
+        return result[None]
+
+    step = jax.jit(jax.shard_map(body, mesh=MESH_2D, in_specs=(P(ALL),) * 6, out_specs=P(ALL)))
+    placed = [place(a, P(ALL)) for a in (operand, output, *sizes)]
+    want = place(ragged.reference(operand, output, *sizes), P(ALL))
+    check("ragged_all_to_all", step(*placed), local_blocks(want))
+    if 'custom_call_target="accl_ragged_all_to_all"' not in step.lower(*placed).compile().as_text():
+        raise AssertionError("ragged_all_to_all: jax_accl's call is not in the step")
+    return 1
 
 
 def check_fused_pytree() -> int:

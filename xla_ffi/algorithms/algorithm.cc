@@ -11,8 +11,8 @@ constexpr const char* kNames[kNumAlgorithms] = {
 const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>(algorithm)]; }
 
 const char* collective_name(Collective collective) {
-  constexpr const char* kCollectives[kNumCollectives] = {"all-reduce", "reduce-scatter",
-                                                         "all-gather", "permute", "all-to-all"};
+  constexpr const char* kCollectives[kNumCollectives] = {
+      "all-reduce", "reduce-scatter", "all-gather", "permute", "all-to-all", "ragged-all-to-all"};
   return kCollectives[static_cast<int>(collective)];
 }
 

@@ -28,9 +28,10 @@ enum class Collective : int {
   kReduceScatter = 1,
   kAllGather = 2,
   kPermute = 3,
-  kAllToAll = 4
+  kAllToAll = 4,
+  kRaggedAllToAll = 5
 };
-inline constexpr int kNumCollectives = 5;
+inline constexpr int kNumCollectives = 6;
 const char* collective_name(Collective collective);  // "all-reduce", ...
 
 const char* algorithm_name(Algorithm algorithm);

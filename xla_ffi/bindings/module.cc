@@ -47,10 +47,11 @@ namespace {
 // Each target's handlers by FFI stage, as jax.ffi.register_ffi_target takes them.
 nb::dict registrations() {
   nb::dict targets;
-  auto stages = [](XLA_FFI_Error* (*instantiate)(XLA_FFI_CallFrame*)) {
+  auto stages = [](XLA_FFI_Error* (*instantiate)(XLA_FFI_CallFrame*),
+                   XLA_FFI_Error* (*execute)(XLA_FFI_CallFrame*) = AcclCollectiveHandler) {
     nb::dict out;
     out["instantiate"] = nb::capsule(reinterpret_cast<void*>(instantiate));
-    out["execute"] = nb::capsule(reinterpret_cast<void*>(AcclCollectiveHandler));
+    out["execute"] = nb::capsule(reinterpret_cast<void*>(execute));
     return out;
   };
   targets["accl_allreduce"] = stages(AcclAllreduceInstantiate);
@@ -58,6 +59,8 @@ nb::dict registrations() {
   targets["accl_all_gather"] = stages(AcclAllGatherInstantiate);
   targets["accl_ppermute"] = stages(AcclPermuteInstantiate);
   targets["accl_all_to_all"] = stages(AcclAllToAllInstantiate);
+  targets["accl_ragged_all_to_all"] =
+      stages(AcclRaggedAllToAllInstantiate, AcclRaggedAllToAllHandler);
   return targets;
 }
 

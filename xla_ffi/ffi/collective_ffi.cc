@@ -116,6 +116,21 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_permute(
   return site_state(std::move(attributes));
 }
 
+// Hands a device's call to the site; the future completes with it.
+ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal,
+                        CallBuffers buffers, Clock::time_point issued) {
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  site.run(ordinal, run_id.run_id, std::move(buffers), issued, [promise](const Status& s) mutable {
+    if (s.ok()) {
+      promise.SetAvailable();
+    } else {
+      promise.SetError(to_ffi(s));
+    }
+  });
+  return future;
+}
+
 // Operands: N buffers of one dtype (the fused leaves); results: N buffers, shaped like
 // the operands for an all-reduce (each aliasing its operand), 1/n or n times as large for
 // a reduce-scatter or all-gather over n devices.
@@ -145,16 +160,41 @@ ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::R
     buffers.counts.push_back(x->element_count());
     buffers.out_counts.push_back((*y)->element_count());
   }
-  ffi::Promise promise;
-  ffi::Future future(promise);
-  site.run(ordinal, run_id.run_id, std::move(buffers), issued, [promise](const Status& s) mutable {
-    if (s.ok()) {
-      promise.SetAvailable();
-    } else {
-      promise.SetError(to_ffi(s));
-    }
-  });
-  return future;
+  return run_on_site(site, run_id, ordinal, std::move(buffers), issued);
+}
+
+// A ragged all-to-all: the operand, the output (the result aliases it) and the layout
+// table (int32: a header [row elements, operand rows, output rows, K] and K input
+// offsets, send sizes, output offsets and receive sizes; algorithms/ragged_all_to_all.h).
+// The call's segments: the data, then the table counted in data elements.
+ffi::Future execute_ragged(SiteState* state, ffi::RunId run_id, int32_t ordinal,
+                           ffi::AnyBuffer operand, ffi::AnyBuffer output, ffi::AnyBuffer table,
+                           ffi::Result<ffi::AnyBuffer> result) {
+  const auto issued = Clock::now();
+  CollectiveSite& site = *state->site;
+  DType dtype;
+  if (!to_dtype(operand.element_type(), &dtype) ||
+      output.element_type() != operand.element_type() ||
+      result->element_type() != operand.element_type() ||
+      table.element_type() != ffi::DataType::S32) {
+    return failed(ffi::Error::InvalidArgument(
+        "jax_accl: unsupported or mismatched buffer types in " + site.name()));
+  }
+  const size_t elem = dtype_size(dtype), table_bytes = table.size_bytes();
+  const auto* header = static_cast<const int32_t*>(table.untyped_data());
+  if (table_bytes < 16 || table_bytes % elem != 0 ||
+      static_cast<uint64_t>(header[0]) * header[1] != operand.element_count() ||
+      static_cast<uint64_t>(header[0]) * header[2] != result->element_count()) {
+    return failed(ffi::Error::InvalidArgument(
+        "jax_accl: the layout table does not describe the buffers of " + site.name()));
+  }
+  CallBuffers buffers;
+  buffers.dtype = dtype;
+  buffers.in = {operand.untyped_data(), table.untyped_data()};
+  buffers.out = {result->untyped_data(), nullptr};
+  buffers.counts = {operand.element_count(), table_bytes / elem};
+  buffers.out_counts = {result->element_count(), 0};
+  return run_on_site(site, run_id, ordinal, std::move(buffers), issued);
 }
 
 }  // namespace
@@ -188,6 +228,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllToAllInstantiate,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     AcclPermuteInstantiate, accl::instantiate_permute,
     ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<ffi::Span<const int64_t>>("send_to"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllInstantiate,
+                              accl::instantiate<accl::Collective::kRaggedAllToAll>,
+                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllHandler, accl::execute_ragged,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::State<accl::SiteState>>()
+                                  .Ctx<ffi::RunId>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::State<accl::SiteState>>()

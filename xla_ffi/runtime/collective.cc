@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/all_to_all.h"
+#include "algorithms/ragged_all_to_all.h"
 
 namespace accl {
 namespace {
@@ -18,6 +19,7 @@ std::string reduce_scatter_what(ReduceOp op) {
 std::string all_gather_what(ReduceOp) { return "all-gather"; }
 std::string permute_what(ReduceOp) { return "permute"; }
 std::string all_to_all_what(ReduceOp) { return "all-to-all"; }
+std::string ragged_all_to_all_what(ReduceOp) { return "ragged all-to-all"; }
 
 Algorithm plan_allreduce_local(int n, size_t bytes, Algorithm forced) {
   return plan_in_process(n, bytes, forced);
@@ -110,6 +112,11 @@ Status all_to_all_flat(Algorithm, Link& link, const std::vector<Buffers>& segmen
   return run_all_to_all(link, segments);
 }
 
+Status ragged_all_to_all_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
+                              const Reduction&, const PermutePeers&) {
+  return run_ragged_all_to_all(link, segments);
+}
+
 Status all_gather_by_host_runner(Link& in_host, Link& between_hosts, const HostGrid& grid,
                                  Algorithm in_host_algorithm, Algorithm between_algorithm,
                                  const std::vector<BlockBuffers>& segments, const Reduction&,
@@ -137,6 +144,11 @@ const CollectiveRow kRows[kNumCollectives] = {
     {Collective::kAllToAll, "accl_all_to_all ", "all-to-all", false, false, same_count,
      one_block_of_n, all_to_all_what, plan_direct_local, plan_direct_call,
      predict_all_to_all_seconds, all_to_all_one_shot, all_to_all_flat, nullptr},
+    // Its segments are the data and the layout table (algorithms/ragged_all_to_all.h),
+    // whose sizes the table describes.
+    {Collective::kRaggedAllToAll, "accl_ragged_all_to_all ", "ragged-all-to-all", false, false,
+     nullptr, nullptr, ragged_all_to_all_what, plan_direct_local, plan_direct_call,
+     predict_all_to_all_seconds, nullptr, ragged_all_to_all_flat, nullptr},
 };
 
 }  // namespace

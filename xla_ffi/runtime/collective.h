@@ -9,6 +9,7 @@
 //   all-gather      input · n         no       one-shot, flat   direct, ring   scatter-gather
 //   permute         = input           no       one-shot, flat   direct         -
 //   all-to-all      = input           no       one-shot, flat   direct         -
+//   ragged a2a      = output operand  no       flat             direct         -
 #pragma once
 
 #include <cstdint>
@@ -47,9 +48,10 @@ struct CollectiveRow {
   const char* flat_phase;    // "flat": the trace phase of a flat schedule across processes
   bool reduces;              // has a reduce kernel (the signature's op)
   bool permutes;             // each rank has a peer to send to and one to receive from
-  // Elements of a rank's output, for `in` elements of input, in a group of `n`.
+  // Elements of a rank's output, for `in` elements of input, in a group of `n`; and a
+  // rank's block, the unit of the scatter-gather schedules. Null: sizes the call's own
+  // layout describes (a ragged all-to-all's table).
   uint64_t (*output_count)(uint64_t in, uint64_t n);
-  // A rank's block, the unit of the scatter-gather schedules, for `in` elements of input.
   uint64_t (*block_count)(uint64_t in, uint64_t n);
   // e.g. "sum", "reduce-scatter (max)", "all-gather": what a rank calls, for errors.
   std::string (*what)(ReduceOp op);
@@ -60,9 +62,9 @@ struct CollectiveRow {
                    const CostModel& model);
   double (*predict)(const GroupLayout& layout, const CallPlan& plan, const PlanRequest& request,
                     const CostModel& model);
-  // The runners: the one-shot's last rank, a flat schedule over one link (all segments),
-  // and the schedule by host. Null: where the plan says kHierarchical, the all-reduce's
-  // hierarchy runs (runtime/hierarchical_call.h); a permutation is never planned so.
+  // The runners: the one-shot's last rank (null: never one-shot), a flat schedule over
+  // one link (all segments), and the schedule by host. Null: where the plan says kHierarchical, the
+  // all-reduce's hierarchy runs (runtime/hierarchical_call.h); a permutation is never planned so.
   void (*one_shot)(const OneShotSegment& segment);
   Status (*run_flat)(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
                      int size, const Reduction& reduction, const PermutePeers& peers);

@@ -131,7 +131,7 @@ void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Sta
   size_t bytes_in = 0, bytes_out = 0;
   for (uint64_t count : buffers.counts) bytes_in += count * dtype_size(buffers.dtype);
   for (uint64_t count : buffers.out_counts) bytes_out += count * dtype_size(buffers.dtype);
-  if (!spec.across_processes &&
+  if (!spec.across_processes && collective_row(spec.signature.collective).one_shot != nullptr &&
       plan_one_shot(std::max(bytes_in, bytes_out), spec.signature.algorithm)) {
     return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts, std::move(complete));
   }

@@ -123,6 +123,7 @@ Status CollectiveSite::check_counts(const Member& member, const CallBuffers& buf
   const uint64_t n = member.call_group.devices.size();
   const Collective collective = settings_.signature.collective;
   const CollectiveRow& row = collective_row(collective);
+  if (row.output_count == nullptr) return Status::Ok();  // the FFI handler checked them
   for (size_t k = 0; k < buffers.counts.size(); ++k) {
     const uint64_t in = buffers.counts[k], out = buffers.out_counts[k];
     // (A reduce-scatter's input is a whole number of blocks.)

@@ -1,0 +1,165 @@
+// Ragged all-to-all, pairwise direct: slice i of rank r's operand (rows input_offsets[i]
+// .. + send_sizes[i]) goes to rank b = i / (K / n), written at its row output_offsets[i]
+// of b's output.
+//   With peer memory (device threads of one process): rank me reads every sender's
+//   table and copies each slice addressed to it from the sender's operand, in place,
+//   straight into its output; the closing barrier keeps every operand alive until all
+//   have read it.
+//   Over messages: rank me posts to each peer b one header (for each of its slices to
+//   b: the output row and the size) then the slices themselves, to every peer at once;
+//   it copies its own slices, then receives from (me - s) mod n for s = 1..n-1 the header,
+//   checks it against its receive sizes and its output, and receives each slice straight
+//   into its rows. Header and slices travel back to back: one round trip, no step waits
+//   on another peer's sizes.
+#include "algorithms/ragged_all_to_all.h"
+
+#include <cstring>
+#include <vector>
+
+namespace accl {
+namespace {
+
+constexpr int64_t kHeader = 4;
+
+struct Slice {
+  int64_t offset = 0, size = 0;  // rows
+};
+
+// Slice `i` of `t` as sent: within the operand, or an error naming `rank` and `i`.
+Status sent_slice(const RaggedTable& t, int64_t i, int rank, Slice* slice) {
+  const int64_t offset = t.input_offsets[i], size = t.send_sizes[i];
+  if (offset < 0 || size < 0 || offset + size > t.in_rows) {
+    return error(Code::kInvalidArgument, "rank ", rank, " sends slice ", i, " (rows ", offset,
+                 " to ", offset + size, ") outside its operand of ", t.in_rows, " rows");
+  }
+  *slice = Slice{offset, size};
+  return Status::Ok();
+}
+
+// Where slice `i` of `from`'s (written at `offset`, `size` rows) lands in rank `me`'s
+// output: it must be what `me` expects to receive there and fit.
+Status received_slice(const RaggedTable& mine, int me, int from, int64_t slot, int64_t offset,
+                      int64_t size) {
+  const int64_t expected = mine.recv_sizes[slot];
+  if (size != expected) {
+    return error(Code::kMismatch, "rank ", from, " sends ", size, " rows to rank ", me,
+                 " (its slice ", slot, "), which expects ", expected, " (recv_sizes[", slot,
+                 "]): send_sizes and the receivers' recv_sizes differ");
+  }
+  if (offset < 0 || offset + size > mine.out_rows) {
+    return error(Code::kInvalidArgument, "rank ", from, " writes rows ", offset, " to ",
+                 offset + size, " of rank ", me, "'s output of ", mine.out_rows,
+                 " rows (output_offsets of slice ", slot, ")");
+  }
+  return Status::Ok();
+}
+
+Status read_through_memory(Link& link, PeerMemory& memory, const RaggedTable& mine,
+                           const Buffers& data, const Buffers& table) {
+  const int n = link.size(), me = link.rank();
+  const int64_t per_peer = mine.k / n;
+  const size_t row_bytes = mine.row * data.elem_size;
+  for (int q = 0; q < n; ++q) {
+    RaggedTable theirs;
+    ACCL_RETURN_IF_ERROR(read_ragged_table(memory.input(q, table.segment),
+                                           table.count * table.elem_size, n, &theirs));
+    const char* operand = static_cast<const char*>(memory.input(q, data.segment));
+    for (int64_t t = 0; t < per_peer; ++t) {
+      const int64_t i = me * per_peer + t;
+      Slice s;
+      ACCL_RETURN_IF_ERROR(sent_slice(theirs, i, q, &s));
+      const int64_t offset = theirs.output_offsets[i];
+      ACCL_RETURN_IF_ERROR(received_slice(mine, me, q, q * per_peer + t, offset, s.size));
+      std::memmove(data.out_at(0) + offset * row_bytes, operand + s.offset * row_bytes,
+                   s.size * row_bytes);
+    }
+  }
+  return close_in_place_reads(link, /*always=*/true);
+}
+
+Status exchange_messages(Link& link, const RaggedTable& mine, const Buffers& data) {
+  const int n = link.size(), me = link.rank();
+  const int64_t per_peer = mine.k / n;
+  const size_t row_bytes = mine.row * data.elem_size;
+  // Every slice checked before anything is sent.
+  std::vector<Slice> sent(mine.k);
+  for (int64_t i = 0; i < mine.k; ++i) ACCL_RETURN_IF_ERROR(sent_slice(mine, i, me, &sent[i]));
+  std::vector<int64_t> headers(2 * mine.k);  // per slice: output row, rows
+  for (int64_t i = 0; i < mine.k; ++i) {
+    headers[2 * i] = mine.output_offsets[i];
+    headers[2 * i + 1] = sent[i].size;
+  }
+  const size_t header_bytes = 2 * per_peer * sizeof(int64_t);
+  for (int s = 1; s < n; ++s) {
+    const int to = (me + s) % n;
+    ACCL_RETURN_IF_ERROR(link.post_send(to, &headers[2 * to * per_peer], header_bytes));
+    for (int64_t t = 0; t < per_peer; ++t) {
+      const Slice& slice = sent[to * per_peer + t];
+      ACCL_RETURN_IF_ERROR(
+          link.post_send(to, data.in_at(slice.offset * mine.row), slice.size * row_bytes));
+    }
+  }
+  for (int64_t t = 0; t < per_peer; ++t) {  // this rank's own slices
+    const int64_t i = me * per_peer + t;
+    ACCL_RETURN_IF_ERROR(received_slice(mine, me, me, i, mine.output_offsets[i], sent[i].size));
+    std::memmove(data.out_at(mine.output_offsets[i] * mine.row),
+                 data.in_at(sent[i].offset * mine.row), sent[i].size * row_bytes);
+  }
+  std::vector<int64_t> theirs(2 * per_peer);
+  for (int s = 1; s < n; ++s) {
+    const int from = (me - s + n) % n;
+    ACCL_RETURN_IF_ERROR(link.recv(from, theirs.data(), header_bytes));
+    for (int64_t t = 0; t < per_peer; ++t) {
+      const int64_t offset = theirs[2 * t], size = theirs[2 * t + 1];
+      ACCL_RETURN_IF_ERROR(received_slice(mine, me, from, from * per_peer + t, offset, size));
+      ACCL_RETURN_IF_ERROR(link.recv(from, data.out_at(offset * mine.row), size * row_bytes));
+    }
+  }
+  return link.wait_sends();
+}
+
+}  // namespace
+
+Status read_ragged_table(const void* data, size_t bytes, int n, RaggedTable* t) {
+  const auto* words = static_cast<const int32_t*>(data);
+  if (bytes < kHeader * sizeof(int32_t)) {
+    return error(Code::kInvalidArgument, "the ragged all-to-all's table has ", bytes, " bytes");
+  }
+  t->row = words[0];
+  t->in_rows = words[1];
+  t->out_rows = words[2];
+  t->k = words[3];
+  if (t->row < 0 || t->in_rows < 0 || t->out_rows < 0 || t->k <= 0 || t->k % n != 0 ||
+      (kHeader + 4 * t->k) * sizeof(int32_t) > bytes) {
+    return error(Code::kInvalidArgument, "the ragged all-to-all's table (", t->k,
+                 " slices) does not fit ", n, " ranks or its ", bytes, " bytes");
+  }
+  t->input_offsets = words + kHeader;
+  t->send_sizes = t->input_offsets + t->k;
+  t->output_offsets = t->send_sizes + t->k;
+  t->recv_sizes = t->output_offsets + t->k;
+  return Status::Ok();
+}
+
+Status run_ragged_all_to_all(Link& link, const std::vector<Buffers>& segments) {
+  if (segments.size() != 2) {
+    return error(Code::kInternal, link.where(), ": a ragged all-to-all has data and a table");
+  }
+  const Buffers& data = segments[0];
+  const Buffers& table = segments[1];
+  RaggedTable mine;
+  Status s = read_ragged_table(table.in, table.count * table.elem_size, link.size(), &mine);
+  if (s.ok() && (mine.in_rows * mine.row != static_cast<int64_t>(data.count))) {
+    s = error(Code::kInvalidArgument, "the table's operand of ", mine.in_rows, " rows of ",
+              mine.row, " elements is not the call's ", data.count, " elements");
+  }
+  if (s.ok()) {
+    PeerMemory* memory = link.peer_memory();
+    s = memory != nullptr ? read_through_memory(link, *memory, mine, data, table)
+                          : exchange_messages(link, mine, data);
+  }
+  if (!s.ok()) return error(s.code(), link.where(), ": ", s.message());
+  return Status::Ok();
+}
+
+}  // namespace accl
