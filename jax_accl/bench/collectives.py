@@ -1,5 +1,5 @@
-"""``python -m jax_accl.bench.collectives``: jax_accl's psum_scatter, all_gather and
-ppermute against jax.lax's, nccl-tests style, in one process of N CPU devices
+"""``python -m jax_accl.bench.collectives``: jax_accl's psum_scatter, all_gather,
+ppermute and all_to_all against jax.lax's, nccl-tests style, in one process of N CPU devices
 (jax.lax: XLA's in-process collectives), as several processes (``--processes``) or on
 namespaced hosts with shaped rails (``--hosts``, root; jax.lax over gloo on rail0).
 
@@ -8,12 +8,14 @@ lax.fori_loop, the difference over K, the median of `--reps` interleaved runs (a
 barrier across processes). The ops: scatter+gather (psum_scatter then all_gather, tiled:
 an all-reduce's traffic, busbw = algbw·2(n-1)/n), reduce_scatter and all_gather (busbw =
 algbw·(n-1)/n; all_gather of a local 1/n slice, reduce_scatter of the whole buffer, its
-block written back in place) and ppermute (a shift by one device: each device sends its
-buffer once, busbw = algbw). Results are checked against jax.lax's before timing.
+block written back in place), ppermute (a shift by one device: each device sends its
+buffer once, busbw = algbw) and all_to_all (tiled along dimension 0, busbw =
+algbw·(n-1)/n). Results are checked against jax.lax's before timing.
 Each row also has its limit: on one host the memory's (the bytes every device must read
 and write at least, at the copy bandwidth B of jax_accl.bench.memory), on namespaced
 hosts the network's (the bytes a host must send: reduce-scatter and all-gather (H-1)/H
-of a host's data, ppermute one device's buffer, over all its rails at the shaped rate)."""
+of a host's data, ppermute one device's buffer, all-to-all (H-1)/H of every device's
+buffer of the host, over all its rails at the shaped rate)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import numpy as np
 from jax_accl.plan import collectives as planned
 from jax_accl.units import human, parse_size
 
-OPS = ("scatter+gather", "reduce_scatter", "all_gather", "ppermute")
+OPS = ("scatter+gather", "reduce_scatter", "all_gather", "ppermute", "all_to_all")
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -51,6 +53,7 @@ def ops(lib, n: int):
         ),
         "all_gather": lambda v: lib.all_gather(v[: v.shape[0] // n], "i", tiled=True),
         "ppermute": lambda v: lib.ppermute(v, "i", shift),
+        "all_to_all": lambda v: lib.all_to_all(v, "i", 0, 0, tiled=True),
     }
 
 
@@ -124,13 +127,14 @@ def per_op_seconds(differences: list, longs: list, k: int) -> float:
     return per_op if per_op > 0 else statistics.median(longs) / (2 * k)
 
 
-def network_limit_s(row, hosts: int, rails: int, rate: float) -> float:
+def network_limit_s(row, hosts: int, rails: int, rate: float, per_host: int) -> float:
     """The planner's network limit (jax_accl.plan.collectives) for S bytes per device at
-    `rate` bytes/s per rail; scatter+gather twice a reduce-scatter's."""
+    `rate` bytes/s per rail, `per_host` devices a host; scatter+gather twice a
+    reduce-scatter's."""
     op, size = row["op"], row["size_bytes"]
     if op == "scatter+gather":
         return 2 * planned.network_limit_s("reduce_scatter", hosts, rails, size, 1 / rate)
-    return planned.network_limit_s(op, hosts, rails, size, 1 / rate)
+    return planned.network_limit_s(op, hosts, rails, size, 1 / rate, per_host)
 
 
 def memory_limit_s(row, n: int, bandwidth: float) -> float:
@@ -142,6 +146,7 @@ def memory_limit_s(row, n: int, bandwidth: float) -> float:
         "reduce_scatter": 1 + 1 / n,
         "all_gather": 2,
         "ppermute": 2,
+        "all_to_all": 2,
     }[row["op"]]
     return per_device * n * row["size_bytes"] / bandwidth
 
@@ -228,7 +233,12 @@ def launch_main(args) -> tuple[list[dict], str, object]:
         f"{args.rails} rails at {args.rate_mbit:g} Mbit/s (jax.lax: gloo on rail0)"
     )
     rate = args.rate_mbit * 1e6 / 8
-    limit = (lambda r: network_limit_s(r, args.hosts, args.rails, rate)) if args.rate_mbit else None
+    devices_per_host = per_host * args.devices
+    limit = (
+        (lambda r: network_limit_s(r, args.hosts, args.rails, rate, devices_per_host))
+        if args.rate_mbit
+        else None
+    )
     return results[0]["rows"], label, limit
 
 

@@ -66,10 +66,10 @@ def parse_args(argv):
     parser.add_argument("--algorithm", default="auto", help="as jax_accl.allreduce takes it")
     parser.add_argument(
         "--collective",
-        choices=("all_reduce", "reduce_scatter", "all_gather", "ppermute"),
+        choices=("all_reduce", "reduce_scatter", "all_gather", "ppermute", "all_to_all"),
         default="all_reduce",
-        help="what the call computes (reduce_scatter, all_gather: --size is a device's "
-        "whole buffer; ppermute: its message, a shift by one device)",
+        help="what the call computes (reduce_scatter, all_gather, all_to_all: --size is a "
+        "device's whole buffer; ppermute: its message, a shift by one device)",
     )
     parser.add_argument(
         "--no-cma", action="store_true", help="cross-memory attach unusable (JAX_ACCL_CMA=0)"

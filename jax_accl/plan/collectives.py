@@ -1,9 +1,9 @@
-"""python -m jax_accl.plan --collective reduce_scatter|all_gather|ppermute: the runtime's
+"""python -m jax_accl.plan --collective reduce_scatter|all_gather|ppermute|all_to_all: the runtime's
 plan of a collective that moves data (xla_ffi/runtime/call_plan.h: direct, ring, or by
 host: in the host, then among each position's ranks on every host over every rail), its
 predicted time, and the network's limit between hosts. ``--size`` is a device's whole
-buffer: a reduce-scatter's input, an all-gather's output, the message of a ppermute (a
-shift by one device, the pattern the prediction assumes)."""
+buffer: a reduce-scatter's input, an all-gather's output, an all-to-all's n blocks, the
+message of a ppermute (a shift by one device, the pattern the prediction assumes)."""
 
 from __future__ import annotations
 
@@ -15,22 +15,32 @@ from jax_accl.plan.topology import payload_share
 from jax_accl.units import human
 
 # The name the runtime's plan takes for each collective of the command line.
-NATIVE = {"reduce_scatter": "reduce_scatter", "all_gather": "all_gather", "ppermute": "permute"}
+NATIVE = {
+    "reduce_scatter": "reduce_scatter",
+    "all_gather": "all_gather",
+    "ppermute": "permute",
+    "all_to_all": "all_to_all",
+}
 
 
 def bus_factor(collective: str, n: int) -> float:
-    """nccl-tests' busbw factor: (n-1)/n for reduce-scatter and all-gather, 1 for a
-    permutation."""
+    """nccl-tests' busbw factor: (n-1)/n for reduce-scatter, all-gather and all-to-all, 1
+    for a permutation."""
     return 1.0 if collective == "ppermute" else (n - 1) / n
 
 
-def network_limit_s(collective: str, hosts: int, rails: int, size: float, net_beta: float) -> float:
+def network_limit_s(
+    collective: str, hosts: int, rails: int, size: float, net_beta: float, per_host: int = 1
+) -> float:
     """The time the bytes a host must send take over its rails: (H-1)/H of a host's
     buffer for a reduce-scatter or all-gather (its ranks combine theirs first), one
-    buffer for the shift; 0 on one host."""
+    buffer for the shift, (H-1)/H of each of its `per_host` devices' buffers for an
+    all-to-all (nothing combines); 0 on one host."""
     if hosts < 2:
         return 0.0
     share = 1.0 if collective == "ppermute" else (hosts - 1) / hosts
+    if collective == "all_to_all":
+        share *= per_host
     return share * size * net_beta / rails
 
 
@@ -40,7 +50,7 @@ def plans(places, collective: str, size: int, common: dict) -> dict[str, Plan]:
     n = len(places)
     nbytes = size // n if collective == "all_gather" else size  # the input per device
     out = {"auto": plan_for(places, "auto", nbytes, collective=NATIVE[collective], **common)}
-    if collective != "ppermute":
+    if collective not in ("ppermute", "all_to_all"):
         for forced in ("direct", "ring"):
             out[f"flat {forced}"] = plan_for(
                 places, forced, nbytes, collective=NATIVE[collective], **common
@@ -51,6 +61,11 @@ def plans(places, collective: str, size: int, common: dict) -> dict[str, Plan]:
 def describe(plan: Plan, collective: str) -> str:
     if collective == "ppermute":
         return "  direct: each device sends its buffer to its destination, striped over the rails"
+    if collective == "all_to_all":
+        return (
+            f"  direct: each of the {plan.ranks} devices sends block b to device b (n - 1 "
+            "messages each way), striped over the rails"
+        )
     if plan.schedule != "hierarchical":
         return f"  {plan.schedule} over all {plan.ranks} devices"
     host, between = plan.tiers
@@ -70,7 +85,8 @@ def report(args, layout, places, size: int, model: dict, common: dict) -> int:
         if args.link_gbps
         else {**cost_model(), **model}["net_beta"]
     )
-    limit = network_limit_s(collective, len(layout), args.rails, size, net_beta)
+    per_host = max(sum(host) for host in layout)
+    limit = network_limit_s(collective, len(layout), args.rails, size, net_beta, per_host)
     n = len(places)
     busbw = size / own.predicted_s * bus_factor(collective, n) if own.predicted_s else 0.0
     if args.json:

@@ -213,7 +213,13 @@ def test_collectives_bench_checks_and_times_each_against_jax_lax():
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = [line.split() for line in done.stdout.splitlines() if not line.startswith("#")]
-    assert [r[0] for r in rows] == ["scatter+gather", "reduce_scatter", "all_gather", "ppermute"]
+    assert [r[0] for r in rows] == [
+        "scatter+gather",
+        "reduce_scatter",
+        "all_gather",
+        "ppermute",
+        "all_to_all",
+    ]
     for r in rows:  # size, jax.lax us, jax_accl us, busbw, speedup
         assert r[1] == "64KiB" and float(r[2]) > 0 and float(r[3]) > 0 and float(r[4]) > 0
         assert r[5].endswith("x")

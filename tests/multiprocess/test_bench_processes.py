@@ -255,7 +255,13 @@ def test_collectives_bench_across_processes_and_hosts(hosts, request):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [r.split() for r in done.stdout.splitlines() if not r.startswith("#")]
-    assert [r[0] for r in rows] == ["scatter+gather", "reduce_scatter", "all_gather", "ppermute"]
+    assert [r[0] for r in rows] == [
+        "scatter+gather",
+        "reduce_scatter",
+        "all_gather",
+        "ppermute",
+        "all_to_all",
+    ]
     for r in rows:
         assert r[1] == "64KiB" and float(r[3]) > 0 and r[5].endswith("x")
         assert len(r) == 8, r  # the limit (memory's on one host, network's across) and the share

@@ -1,4 +1,5 @@
-"""python -m jax_accl.plan --collective reduce_scatter|all_gather|ppermute: the runtime's
+"""python -m jax_accl.plan --collective reduce_scatter|all_gather|ppermute|all_to_all: the
+runtime's
 plan of each (the schedule it runs: direct, ring or by host, the same function the
 call path asks), its prediction against the network's limit between hosts, and the
 command line's report."""
@@ -63,7 +64,7 @@ def test_by_host_is_pipelined_in_chunks_of_half_a_mebibyte_block(collective):
     assert runtime_plan(hosts, per_device(4 << 20), collective=collective, chunks=3).chunks == 3
 
 
-@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "ppermute"])
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "ppermute", "all_to_all"])
 @pytest.mark.parametrize("rails", [1, 2])
 def test_prediction_between_hosts_is_near_the_network_limit(collective, rails):
     """Large buffers between hosts: the by-host schedule (and the shift) send what the
@@ -74,9 +75,10 @@ def test_prediction_between_hosts_is_near_the_network_limit(collective, rails):
         "--size", "16MiB", "--collective", collective,
     )  # fmt: skip
     predicted, limit = report["plan"]["predicted_s"], report["network_limit_s"]
-    assert limit == pytest.approx(network_limit_s(collective, 2, rails, 16 << 20, RAIL), rel=0.01)
+    expected = network_limit_s(collective, 2, rails, 16 << 20, RAIL, per_host=2)
+    assert limit == pytest.approx(expected, rel=0.01)
     assert limit <= predicted <= 1.2 * limit, report
-    if collective != "ppermute":
+    if collective not in ("ppermute", "all_to_all"):
         assert report["plan"]["schedule"] == "hierarchical"
         assert report["alternatives"]["flat ring"] > predicted
     if rails == 2:
@@ -99,6 +101,21 @@ def test_the_printed_report_names_the_schedule_and_the_limit():
     assert "reduce_scatter of 4.0MiB per device" in text or "reduce_scatter of 4MiB" in text
     assert "by host:" in text and "among the 2 hosts" in text and "2 rail(s)" in text
     assert "the network limit" in text and "flat ring" in text
+
+
+def test_an_all_to_all_runs_direct_on_every_tier_and_sends_each_devices_share():
+    """Direct (pairwise) in one process, on one host and between hosts; between hosts a
+    host sends (H-1)/H of every one of its devices' buffers, so the limit scales with
+    the devices a host has."""
+    for layout in ((1, 1, 8), (1, 4, 1), (2, 2, 2), (4, 1, 1)):
+        assert (
+            runtime_plan(
+                places_of(regular_layout(*layout)), 1 << 20, collective="all_to_all"
+            ).schedule
+            == "direct"
+        )
+    one, two = (network_limit_s("all_to_all", 2, 1, 1 << 20, RAIL, per_host=k) for k in (1, 2))
+    assert two == pytest.approx(2 * one) and one == pytest.approx(0.5 * (1 << 20) * RAIL)
 
 
 def test_an_unknown_collective_is_refused_by_name():
