@@ -108,7 +108,7 @@ def _transpose(t, operand, output, *sizes, axes, axis_index_groups, axis_size, o
         return all_to_all.bind([blocks], **params)[0].reshape(-1)
 
     received_at = exchanged(output_offsets)
-    zero = jnp.zeros(operand.aval.shape, operand.aval.dtype)
+    zero = c.ad.zeros_like_aval(operand.aval)  # (of the operand's type: varying or not)
     operand_t = bind(
         t, zero, (received_at, recv_sizes, exchanged(input_offsets), send_sizes), **params
     )
