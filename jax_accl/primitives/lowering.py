@@ -254,6 +254,7 @@ def _ragged_lowering(ctx, operand, output, *sizes, axes, axis_index_groups, axis
             "jax_accl.ragged_all_to_all",
             lambda *v: [accl_ragged_all_to_all_p.bind(*v, **params, op_id=op_id)],
             dim0=True,
+            results=(1,),  # the output's
         )
 
     def call(operand, output, *sizes):
@@ -282,12 +283,13 @@ def _ragged_call_lowering(
     )
 
 
-def _lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False):
+def _lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False, results=None):
     """Inside a partially manual shard_map: `bind` (the collective over the manual axes)
     lowered in a region manual over the automatic axes too, on each device's own shard
     of every operand (sharded along them as its type says), so the partitioner never
     gathers it. A reduce-scatter or all-gather splits or stacks dimension 0 (`dim0`),
-    which must then not be sharded along an automatic axis."""
+    which must then not be sharded along an automatic axis. `results`: the operands
+    whose specs the results have (default: one result per operand)."""
     specs = tuple(c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in)
     for spec in specs:
         if dim0 and len(spec) and spec[0] is not None:
@@ -296,7 +298,8 @@ def _lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False):
                 f"dimension it scatters or gathers is sharded along the automatic axes "
                 f"{spec[0]!r}; use jax.lax's, or shard another dimension"
             )
-    return c.lower_fully_manual(ctx, lambda *v: tuple(bind(*v)), specs, specs, *xs)
+    out_specs = specs if results is None else tuple(specs[k] for k in results)
+    return c.lower_fully_manual(ctx, lambda *v: tuple(bind(*v)), specs, out_specs, *xs)
 
 
 def _nbytes(aval) -> int:

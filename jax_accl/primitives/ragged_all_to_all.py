@@ -45,16 +45,23 @@ def bind(operand, output, sizes, *, axes: tuple, axis_index_groups, axis_size: i
     )
 
 
+INT32_MAX = np.iinfo(np.int32).max
+
+
 def layout_table(operand_shape, output_shape, sizes):
     """The native call's table (int32): [row elements, operand rows, output rows, K],
-    then the four arrays, padded to a multiple of 16 bytes."""
+    then the four arrays (4 + 4K words: a multiple of 16 bytes). An offset or size
+    outside int32 (int64 arrays under x64) becomes -1, which the native checks refuse
+    naming the slice, instead of wrapping around to another row."""
     row = int(np.prod(operand_shape[1:], dtype=np.int64))
     k = sizes[0].shape[0]
     header = jnp.asarray([row, operand_shape[0], output_shape[0], k], jnp.int32)
-    parts = [header, *(jnp.asarray(s).astype(jnp.int32) for s in sizes)]
-    pad = -(4 + 4 * k) % 4
-    if pad:
-        parts.append(jnp.zeros((pad,), jnp.int32))
+    parts = [header]
+    for s in sizes:
+        s = jnp.asarray(s)
+        if np.dtype(s.dtype).itemsize > 4 or np.dtype(s.dtype) == np.uint32:
+            s = jnp.where((s < 0) | (s > INT32_MAX), -1, s)
+        parts.append(s.astype(jnp.int32))
     return jnp.concatenate(parts)
 
 
@@ -70,6 +77,12 @@ def _abstract_eval(operand, output, *sizes, axes, axis_index_groups, axis_size, 
         raise ValueError(
             f"{API}: the operand {operand.shape} and the output {output.shape} must have "
             "rows of one shape"
+        )
+    row = int(np.prod(operand.shape[1:], dtype=np.int64))
+    if max(row, operand.shape[0], output.shape[0], row * max(operand.shape[0], 1)) > INT32_MAX:
+        raise ValueError(
+            f"{API}: the operand {operand.shape} and the output {output.shape} must have "
+            f"at most {INT32_MAX} rows and elements"
         )
     names = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
     for name, s in zip(names, sizes):

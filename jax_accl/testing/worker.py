@@ -267,9 +267,9 @@ def scenario_scatter_gather():
 
 
 def check_ragged() -> int:
-    """ragged_all_to_all over every device (two slices per peer, some empty) and its
-    transpose's forward call, against the NumPy reference of its semantics; the compiled
-    step holds jax_accl's call (XLA:CPU has none)."""
+    """ragged_all_to_all over every device (two slices per peer, some empty) against the
+    NumPy reference of its semantics; the compiled step holds jax_accl's call (XLA:CPU
+    has none)."""
     from jax_accl.testing import ragged
 
     n = NP * ND

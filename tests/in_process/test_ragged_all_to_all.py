@@ -4,6 +4,8 @@ devices: random layouts with empty slices and several slices per peer, every dty
 (bitwise), the routed jax.lax call, the transpose (the adjoint identity), vmap, errors
 that name the rank and the slice, and the compiled HLO (jax_accl's call, no XLA one)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,6 +56,51 @@ def test_random_layouts_match_the_semantics_bitwise(mesh8, seed, per_peer, dtype
     text = fn.lower(*args).compile().as_text()
     assert "ragged-all-to-all" not in text
     assert text.count('custom_call_target="accl_ragged_all_to_all"') == 1
+
+
+def test_rows_too_large_to_stage_are_read_in_place(mesh8):
+    """96 KiB per device: above what a call stages (64 KiB), so each rank reads its
+    peers' operands in place and the ranks meet at the closing barrier."""
+    sizes = layout(11, 2)
+    operand = np.arange(N_DEV * 24 * 1024, dtype=np.float32).reshape(N_DEV, 24, 1024)
+    output = np.full((N_DEV, 30, 1024), 7, np.float32)
+    got = np.asarray(program(mesh8, ours)(*placed(mesh8, operand, output, *sizes)))
+    np.testing.assert_array_equal(got, reference(operand, output, *sizes))
+
+
+def ours_on(axis):
+    return lambda operand, output, *sizes: jax_accl.ragged_all_to_all(
+        operand, output, *sizes, axis_name=axis
+    )
+
+
+def test_a_shard_map_manual_over_some_axes():
+    """Manual over "y" only: each device's call on its own shard."""
+    mesh = jax.make_mesh((2, 4), ("x", "y"))
+    n = 4
+    sizes = ragged.layout(n, 12, 1)
+    operand = np.arange(n * 24 * 2, dtype=np.int32).reshape(n, 24, 2)
+    output = np.zeros((n, 30, 2), np.int32)
+
+    def body(operand, output, *sizes):
+        return ours_on("y")(operand[0], output[0], *(s[0] for s in sizes))[None]
+
+    fn = jax.jit(
+        jax.shard_map(body, mesh=mesh, in_specs=(P("y"),) * 6, out_specs=P("y"), axis_names={"y"})
+    )
+    args = [put(mesh, jnp.asarray(a), P("y")) for a in (operand, output, *sizes)]
+    np.testing.assert_array_equal(np.asarray(fn(*args)), ragged.reference(operand, output, *sizes))
+    assert 'custom_call_target="accl_ragged_all_to_all"' in fn.lower(*args).compile().as_text()
+
+
+def test_offsets_outside_int32_are_refused_not_wrapped(mesh8):
+    """With x64, an int64 offset past 2**31 is an error naming the slice (not row 3)."""
+    in_off, send, out_off, recv = layout(3, 1)
+    with jax.enable_x64(True):
+        far = in_off.astype(np.int64)
+        far[2, 5] += 2**32
+        with pytest.raises(Exception, match="rank 2 sends slice 5"):
+            run_with(mesh8, (far, send, out_off, recv))
 
 
 def test_routing_carries_jax_lax_ragged_all_to_all(mesh8):
@@ -128,16 +175,19 @@ def test_a_slice_outside_the_operand_names_the_rank_and_the_slice(mesh8):
     in_off[5, 2] = 23
     send[5, 2] = 4  # rows 23 to 27 of 24
     recv[2, 5] = 4
-    with pytest.raises(
-        Exception, match=r"rank 5 sends slice 2 \(rows 23 to 27\) outside its operand"
-    ):
+    named = "rank 5 sends slice 2 (rows 23 to 27) outside its operand of 24 rows"
+    with pytest.raises(Exception, match=re.escape(named)):
         run_with(mesh8, (in_off, send, out_off, recv))
 
 
 def test_sizes_the_receiver_does_not_expect_are_an_error(mesh8):
     in_off, send, out_off, recv = (a.copy() for a in layout(4, 1))
-    recv[3, 6] += 1  # rank 3 expects one row more from rank 6 than it sends
-    with pytest.raises(Exception, match="send_sizes and the receivers' recv_sizes differ"):
+    recv[3, 6] += 1  # rank 3 expects one row more from rank 6 (its slice 3) than it sends
+    named = (
+        f"rank 6 sends {send[6, 3]} rows to rank 3 (its slice 3), which expects "
+        f"{send[6, 3] + 1} (its recv_sizes[6]): send_sizes and the receivers' recv_sizes differ"
+    )
+    with pytest.raises(Exception, match=re.escape(named)):
         run_with(mesh8, (in_off, send, out_off, recv))
 
 
@@ -145,7 +195,8 @@ def test_a_write_past_the_receivers_output_is_an_error(mesh8):
     in_off, send, out_off, recv = (a.copy() for a in layout(6, 1))
     out_off[1, 4] = 29
     send[1, 4] = recv[4, 1] = 2  # rows 29 to 31 of 30
-    with pytest.raises(Exception, match="writes rows 29 to 31 of rank 4's output of 30 rows"):
+    named = "rank 1 writes rows 29 to 31 of rank 4's output of 30 rows (its output_offsets[4])"
+    with pytest.raises(Exception, match=re.escape(named)):
         run_with(mesh8, (in_off, send, out_off, recv))
 
 

@@ -21,6 +21,13 @@ namespace {
 
 constexpr int64_t kHeader = 4;
 
+// A check's error, named by the link (the rank and the call); the link's own errors
+// name themselves.
+Status checked(Link& link, Status s) {
+  if (s.ok()) return s;
+  return error(s.code(), link.where(), ": ", s.message());
+}
+
 struct Slice {
   int64_t offset = 0, size = 0;  // rows
 };
@@ -36,20 +43,22 @@ Status sent_slice(const RaggedTable& t, int64_t i, int rank, Slice* slice) {
   return Status::Ok();
 }
 
-// Where slice `i` of `from`'s (written at `offset`, `size` rows) lands in rank `me`'s
-// output: it must be what `me` expects to receive there and fit.
-Status received_slice(const RaggedTable& mine, int me, int from, int64_t slot, int64_t offset,
-                      int64_t size) {
+// Where the t-th slice `from` sends rank `me` (its slice me·K/n + t, written at
+// `offset`, `size` rows) lands in me's output: it must be what me expects there (its
+// recv_sizes[from·K/n + t]) and fit.
+Status received_slice(const RaggedTable& mine, int64_t per_peer, int me, int from, int64_t t,
+                      int64_t offset, int64_t size) {
+  const int64_t slot = from * per_peer + t, sent_as = me * per_peer + t;
   const int64_t expected = mine.recv_sizes[slot];
   if (size != expected) {
     return error(Code::kMismatch, "rank ", from, " sends ", size, " rows to rank ", me,
-                 " (its slice ", slot, "), which expects ", expected, " (recv_sizes[", slot,
+                 " (its slice ", sent_as, "), which expects ", expected, " (its recv_sizes[", slot,
                  "]): send_sizes and the receivers' recv_sizes differ");
   }
   if (offset < 0 || offset + size > mine.out_rows) {
     return error(Code::kInvalidArgument, "rank ", from, " writes rows ", offset, " to ",
                  offset + size, " of rank ", me, "'s output of ", mine.out_rows,
-                 " rows (output_offsets of slice ", slot, ")");
+                 " rows (its output_offsets[", sent_as, "])");
   }
   return Status::Ok();
 }
@@ -61,15 +70,16 @@ Status read_through_memory(Link& link, PeerMemory& memory, const RaggedTable& mi
   const size_t row_bytes = mine.row * data.elem_size;
   for (int q = 0; q < n; ++q) {
     RaggedTable theirs;
-    ACCL_RETURN_IF_ERROR(read_ragged_table(memory.input(q, table.segment),
-                                           table.count * table.elem_size, n, &theirs));
+    ACCL_RETURN_IF_ERROR(
+        checked(link, read_ragged_table(memory.input(q, table.segment),
+                                        table.count * table.elem_size, n, &theirs)));
     const char* operand = static_cast<const char*>(memory.input(q, data.segment));
     for (int64_t t = 0; t < per_peer; ++t) {
       const int64_t i = me * per_peer + t;
       Slice s;
-      ACCL_RETURN_IF_ERROR(sent_slice(theirs, i, q, &s));
+      ACCL_RETURN_IF_ERROR(checked(link, sent_slice(theirs, i, q, &s)));
       const int64_t offset = theirs.output_offsets[i];
-      ACCL_RETURN_IF_ERROR(received_slice(mine, me, q, q * per_peer + t, offset, s.size));
+      ACCL_RETURN_IF_ERROR(checked(link, received_slice(mine, per_peer, me, q, t, offset, s.size)));
       std::memmove(data.out_at(0) + offset * row_bytes, operand + s.offset * row_bytes,
                    s.size * row_bytes);
     }
@@ -79,11 +89,17 @@ Status read_through_memory(Link& link, PeerMemory& memory, const RaggedTable& mi
 
 Status exchange_messages(Link& link, const RaggedTable& mine, const Buffers& data) {
   const int n = link.size(), me = link.rank();
+  // Every peer gets a header and K/n slices before anything is received.
+  if (!link.queues_sends()) {
+    return error(Code::kInternal, link.where(), ": a ragged all-to-all needs a link that queues");
+  }
   const int64_t per_peer = mine.k / n;
   const size_t row_bytes = mine.row * data.elem_size;
   // Every slice checked before anything is sent.
   std::vector<Slice> sent(mine.k);
-  for (int64_t i = 0; i < mine.k; ++i) ACCL_RETURN_IF_ERROR(sent_slice(mine, i, me, &sent[i]));
+  for (int64_t i = 0; i < mine.k; ++i) {
+    ACCL_RETURN_IF_ERROR(checked(link, sent_slice(mine, i, me, &sent[i])));
+  }
   std::vector<int64_t> headers(2 * mine.k);  // per slice: output row, rows
   for (int64_t i = 0; i < mine.k; ++i) {
     headers[2 * i] = mine.output_offsets[i];
@@ -101,7 +117,8 @@ Status exchange_messages(Link& link, const RaggedTable& mine, const Buffers& dat
   }
   for (int64_t t = 0; t < per_peer; ++t) {  // this rank's own slices
     const int64_t i = me * per_peer + t;
-    ACCL_RETURN_IF_ERROR(received_slice(mine, me, me, i, mine.output_offsets[i], sent[i].size));
+    ACCL_RETURN_IF_ERROR(checked(
+        link, received_slice(mine, per_peer, me, me, t, mine.output_offsets[i], sent[i].size)));
     std::memmove(data.out_at(mine.output_offsets[i] * mine.row),
                  data.in_at(sent[i].offset * mine.row), sent[i].size * row_bytes);
   }
@@ -111,7 +128,8 @@ Status exchange_messages(Link& link, const RaggedTable& mine, const Buffers& dat
     ACCL_RETURN_IF_ERROR(link.recv(from, theirs.data(), header_bytes));
     for (int64_t t = 0; t < per_peer; ++t) {
       const int64_t offset = theirs[2 * t], size = theirs[2 * t + 1];
-      ACCL_RETURN_IF_ERROR(received_slice(mine, me, from, from * per_peer + t, offset, size));
+      ACCL_RETURN_IF_ERROR(
+          checked(link, received_slice(mine, per_peer, me, from, t, offset, size)));
       ACCL_RETURN_IF_ERROR(link.recv(from, data.out_at(offset * mine.row), size * row_bytes));
     }
   }
@@ -148,18 +166,15 @@ Status run_ragged_all_to_all(Link& link, const std::vector<Buffers>& segments) {
   const Buffers& data = segments[0];
   const Buffers& table = segments[1];
   RaggedTable mine;
-  Status s = read_ragged_table(table.in, table.count * table.elem_size, link.size(), &mine);
-  if (s.ok() && (mine.in_rows * mine.row != static_cast<int64_t>(data.count))) {
-    s = error(Code::kInvalidArgument, "the table's operand of ", mine.in_rows, " rows of ",
-              mine.row, " elements is not the call's ", data.count, " elements");
+  ACCL_RETURN_IF_ERROR(checked(
+      link, read_ragged_table(table.in, table.count * table.elem_size, link.size(), &mine)));
+  if (mine.in_rows * mine.row != static_cast<int64_t>(data.count)) {
+    return error(Code::kInvalidArgument, link.where(), ": the table's operand of ", mine.in_rows,
+                 " rows of ", mine.row, " elements is not the call's ", data.count, " elements");
   }
-  if (s.ok()) {
-    PeerMemory* memory = link.peer_memory();
-    s = memory != nullptr ? read_through_memory(link, *memory, mine, data, table)
-                          : exchange_messages(link, mine, data);
-  }
-  if (!s.ok()) return error(s.code(), link.where(), ": ", s.message());
-  return Status::Ok();
+  PeerMemory* memory = link.peer_memory();
+  return memory != nullptr ? read_through_memory(link, *memory, mine, data, table)
+                           : exchange_messages(link, mine, data);
 }
 
 }  // namespace accl

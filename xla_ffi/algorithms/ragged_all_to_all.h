@@ -12,7 +12,8 @@ namespace accl {
 // The call's layout table, int32, as jax_accl's lowering writes it (segment 1 of the
 // call, after the data): a header [row elements, operand rows, output rows, K], then K
 // input offsets, K send sizes, K output offsets (rows of the receiver's output), K
-// receive sizes; slice i goes to rank i / (K / n). Padded to a multiple of 16 bytes.
+// receive sizes; slice i goes to rank i / (K / n). 4 + 4K words: a multiple of 16 bytes
+// (whole elements of any dtype).
 struct RaggedTable {
   int64_t row = 0, in_rows = 0, out_rows = 0, k = 0;
   const int32_t* input_offsets = nullptr;

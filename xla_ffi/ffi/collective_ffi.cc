@@ -5,6 +5,7 @@
 // buffers, hand them to the site, return a future that the call completes. Errors become
 // ffi::Error.
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -187,6 +188,11 @@ ffi::Future execute_ragged(SiteState* state, ffi::RunId run_id, int32_t ordinal,
       static_cast<uint64_t>(header[0]) * header[2] != result->element_count()) {
     return failed(ffi::Error::InvalidArgument(
         "jax_accl: the layout table does not describe the buffers of " + site.name()));
+  }
+  // The result is the output's buffer (XLA's must-alias); were it ever another, it starts
+  // as the output.
+  if (result->untyped_data() != output.untyped_data()) {
+    std::memcpy(result->untyped_data(), output.untyped_data(), output.size_bytes());
   }
   CallBuffers buffers;
   buffers.dtype = dtype;

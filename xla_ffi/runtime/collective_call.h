@@ -93,9 +93,11 @@ Status run_call(const CallSpec& spec, const CallBuffers& buffers);
 // The reduce kernel of spec.signature, or an error naming the rank and the call.
 Status reduction_for(const CallSpec& spec, Reduction* reduction);
 
-// Runs `collective` by `algorithm` over `link`: an all-reduce of each segment, a
-// reduce-scatter (a segment's `count` is its n blocks of input, n = `size`), an
-// all-gather (`count` is its input, one block) or a permutation among `peers`.
+// Runs `collective` by `algorithm` over `link` (its row's flat runner): an all-reduce of
+// each segment, a reduce-scatter (a segment's `count` is its n blocks of input, n =
+// `size`), an all-gather (`count` is its input, one block), a permutation among
+// `peers`, an all-to-all (n blocks in, n out) or a ragged all-to-all (the data and its
+// layout table).
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
                       const PermutePeers& peers);

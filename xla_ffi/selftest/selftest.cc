@@ -233,13 +233,11 @@ void check_ragged(
   for (int q = 0; q < n; ++q) {
     std::vector<int32_t>& t = tables[q];
     t = {row, in_rows, out_rows, k};
-    t.resize(4 + 4 * k + (4 - (4 + 4 * k) % 4) % 4, 0);
+    t.resize(4 + 4 * k, 0);
     for (int i = 0; i < k; ++i) {
       t[4 + i] = 2 * (k - 1 - i);                                // input offsets, backwards
       t[4 + k + i] = size_of(q, i);                              // send sizes
       t[4 + 2 * k + i] = 2 * (q * per_peer + i % per_peer) + 1;  // rows at the receiver
-      const int b = i / per_peer;                                // recv sizes: what q's slot holds
-      (void)b;
     }
     for (int from = 0; from < n; ++from) {
       for (int s = 0; s < per_peer; ++s)
@@ -267,6 +265,28 @@ void check_ragged(
     }
     expect(status[b].ok() && out[b] == want,
            str_cat(what, " ragged all-to-all n=", n, " rank ", b, ": ", status[b].message()));
+  }
+  // Rank 1's slice 0 reaches past its operand: it fails naming the slice before sending
+  // anything, and its peers fail too (not at their deadline), nothing written outside.
+  tables[1][4] = in_rows - 1;
+  tables[1][4 + k] = 2;
+  auto refused = on_threads(n, [&](int r) {
+    auto link = link_of(r, in[r].data(), in[r].size() * 4);
+    Status s =
+        run_ragged_all_to_all(*link, {Buffers{in[r].data(), out[r].data(), in[r].size(), 4, 0},
+                                      Buffers{tables[r].data(), nullptr, tables[r].size(), 4, 1}});
+    // As the runtime does: a failed rank's channels tell its peers at once.
+    if (auto* channels = dynamic_cast<ChannelLink*>(link.get()); channels && !s.ok()) {
+      channels->fail(s.code());
+    }
+    return s;
+  });
+  const std::string named =
+      str_cat("rank 1 sends slice 0 (rows ", in_rows - 1, " to ", in_rows + 1, ") outside");
+  expect(refused[1].message().find(named) != std::string::npos,
+         str_cat(what, " ragged all-to-all, a slice past the operand: ", refused[1].message()));
+  for (int r = 0; r < n; ++r) {
+    expect(!refused[r].ok(), str_cat(what, " ragged all-to-all, rank ", r, " fails too"));
   }
 }
 
