@@ -23,6 +23,7 @@ import pytest
 from jax_accl import config
 from jax_accl.bench import cli as bench_cli
 from jax_accl.bench import collectives as bench_collectives
+from jax_accl.demo import moe as demo_moe
 from jax_accl.demo import training as demo
 from jax_accl.plan import __main__ as plan
 
@@ -33,6 +34,7 @@ PARSERS = {
     "jax_accl.bench": bench_cli.parse_args,
     "jax_accl.bench.collectives": bench_collectives.parse_args,
     "jax_accl.demo": demo.parse_args,
+    "jax_accl.demo.moe": demo_moe.parse_args,
     "jax_accl.plan": plan.parse_args,
 }
 # What each script of benchmarks/ runs (a new script must say here which parser is its).
