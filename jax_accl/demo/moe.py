@@ -274,15 +274,9 @@ def parse_args(argv):
 def worker_main(args) -> dict:
     import jax
 
-    if args.num_processes > 1:
-        from jax_accl.testing import launch
+    from jax_accl.testing import launch
 
-        launch.join_job(
-            args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
-        )
-    else:
-        jax.config.update("jax_num_cpu_devices", args.devices)
-    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    devices = launch.worker_devices(args)
     mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
     result = run(mesh, args.steps)
     check(result)

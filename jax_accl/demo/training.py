@@ -336,15 +336,9 @@ def breakdown(mesh, batch_per_device: int, reps: int) -> dict:
 def worker_main(args) -> int:
     import jax
 
-    if args.num_processes > 1:
-        from jax_accl.testing import launch
+    from jax_accl.testing import launch
 
-        launch.join_job(
-            args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
-        )
-    else:
-        jax.config.update("jax_num_cpu_devices", args.devices)
-    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    devices = launch.worker_devices(args)
     mesh = strategies.mesh_for(devices, args.strategy)
     result = run(mesh, args.steps, args.batch, args.quiet, args.strategy)
     if args.breakdown:

@@ -250,3 +250,18 @@ def join_job(
         from jax_accl import _compat
 
         _compat.use_gloo_on_interface(gloo_interface)
+
+
+def worker_devices(args) -> list:
+    """A tool's worker (its parsed `args`: devices, and the job's hidden flags): joins
+    the job when it is one of several processes (join_job), else takes `args.devices`
+    CPU devices; every device of the job, ordered by process then id."""
+    import jax
+
+    if args.num_processes > 1:
+        join_job(
+            args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
+        )
+    else:
+        jax.config.update("jax_num_cpu_devices", args.devices)
+    return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))

@@ -190,3 +190,15 @@ def test_errors_name_what_is_wrong(mesh8):
         ours("i", 2, True)
     with pytest.raises(NameError, match="unbound axis name: j"):
         ours("j", 0, True)
+
+
+def test_pmap():
+    x = jnp.arange(8 * 8 * 3, dtype=jnp.int32).reshape(8, 8, 3)
+    got, want = (
+        np.asarray(jax.pmap(lambda v, lib=lib: lib.all_to_all(v, "p", 0, 1), axis_name="p")(x))
+        for lib in (jax_accl, jax.lax)
+    )
+    assert got.tobytes() == want.tobytes()
+    fn = jax.pmap(lambda v: jax_accl.all_to_all(v, "p", 0, 1), axis_name="p")
+    text = fn.lower(x).compile().as_text()
+    assert "all-to-all(" not in text and 'custom_call_target="accl_all_to_all"' in text
