@@ -116,9 +116,8 @@ CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSetting
 }
 
 Status run_call(const CallSpec& spec, const CallBuffers& buffers) {
-  return spec.across_processes
-             ? run_across_processes(spec, spec.devices, buffers.in, buffers.out, buffers.counts)
-             : run_in_process(spec, buffers.in, buffers.out, buffers.counts);
+  return spec.across_processes ? run_across_processes(spec, buffers.in, buffers.out, buffers.counts)
+                               : run_in_process(spec, buffers.in, buffers.out, buffers.counts);
 }
 
 void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done) {

@@ -109,11 +109,9 @@ Status run_collective(Collective collective, Algorithm algorithm, Link& link,
 Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
                       const std::vector<void*>& out, const std::vector<uint64_t>& counts);
 
-// The same call for a group whose devices live in several processes. `devices` are the
-// group's global device ids in rank order (spec.rank indexes it). Groups that stay
-// inside this process go to run_in_process.
-Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
-                            const std::vector<const void*>& in, const std::vector<void*>& out,
-                            const std::vector<uint64_t>& counts);
+// The same call for a group whose devices (spec.devices) live in several processes.
+// Groups that stay inside this process go to run_in_process.
+Status run_across_processes(CallSpec spec, const std::vector<const void*>& in,
+                            const std::vector<void*>& out, const std::vector<uint64_t>& counts);
 
 }  // namespace accl

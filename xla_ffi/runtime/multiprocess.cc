@@ -335,12 +335,12 @@ Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
 // peers fail at once and the next call recovers on fresh channels.
 class ProcessesCall {
  public:
-  ProcessesCall(const CallSpec& spec, const std::vector<int64_t>& devices,
-                std::shared_ptr<World> world, std::shared_ptr<Communicator> group,
-                const Reduction& reduction, const Deadline& deadline)
+  ProcessesCall(const CallSpec& spec, std::shared_ptr<World> world,
+                std::shared_ptr<Communicator> group, const Reduction& reduction,
+                const Deadline& deadline)
       : spec_(spec),
         sig_(spec.signature),
-        devices_(devices),
+        devices_(spec.devices),
         world_(std::move(world)),
         group_(std::move(group)),
         layout_(group_->layout()),
@@ -348,8 +348,8 @@ class ProcessesCall {
         deadline_(deadline),
         start_(spec.start()),
         bytes_(sig_.count * reduction.elem_size),
-        where_(str_cat(spec.label, ", rank ", spec.rank, " (device ", devices[spec.rank],
-                       ", process ", world_->process_index(), ")")) {}
+        where_(str_cat(spec.label, ", rank ", spec.rank, " (device ", spec.device, ", process ",
+                       world_->process_index(), ")")) {}
   ProcessesCall(const ProcessesCall&) = delete;
   ProcessesCall& operator=(const ProcessesCall&) = delete;
   ~ProcessesCall();
@@ -547,9 +547,8 @@ Status ProcessesCall::finish(const Status& s) {
 
 }  // namespace
 
-Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
-                            const std::vector<const void*>& in, const std::vector<void*>& out,
-                            const std::vector<uint64_t>& counts) {
+Status run_across_processes(CallSpec spec, const std::vector<const void*>& in,
+                            const std::vector<void*>& out, const std::vector<uint64_t>& counts) {
   // The deadline first: a World::stop() that takes the World after this call got it
   // ends this deadline too (its abort comes later), so stop never waits for it in vain.
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
@@ -562,12 +561,12 @@ Status run_across_processes(CallSpec spec, const std::vector<int64_t>& devices,
                  "(jax.distributed.shutdown() or exit)");
   }
   std::shared_ptr<Communicator> group;
-  ACCL_RETURN_IF_ERROR(world->communicator(devices, spec.lane, spec.label, &group));
+  ACCL_RETURN_IF_ERROR(world->communicator(spec.devices, spec.lane, spec.label, &group));
   if (group->layout().process_count() == 1) return run_in_process(spec, in, out, counts);
   describe_layout(counts, &spec.signature);
   Reduction reduction;
   ACCL_RETURN_IF_ERROR(reduction_for(spec, &reduction));
-  ProcessesCall call(spec, devices, std::move(world), std::move(group), reduction, deadline);
+  ProcessesCall call(spec, std::move(world), std::move(group), reduction, deadline);
   return call.run(in, out, counts);
 }
 
