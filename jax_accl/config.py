@@ -121,7 +121,8 @@ KNOBS = {
             "each call, when traced",
             'the algorithm of every all-reduce with `algorithm="auto"`: `direct`, `ring`, '
             "`halving_doubling`, `reduce_broadcast` (across processes: by cross-memory "
-            "attach, on one host) or `hierarchical` (across processes)",
+            "attach, on one host) or `hierarchical` (across processes); of every all-to-all: "
+            "`direct` or `hierarchical` (by host), the others leave it the runtime's choice",
             _algorithm,
         ),
         Knob(

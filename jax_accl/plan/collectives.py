@@ -50,7 +50,12 @@ def plans(places, collective: str, size: int, common: dict) -> dict[str, Plan]:
     n = len(places)
     nbytes = size // n if collective == "all_gather" else size  # the input per device
     out = {"auto": plan_for(places, "auto", nbytes, collective=NATIVE[collective], **common)}
-    if collective not in ("ppermute", "all_to_all"):
+    if collective == "all_to_all":  # direct, or by host where the layout has it
+        for name, forced in (("direct", "direct"), ("by host", "hierarchical")):
+            p = plan_for(places, forced, nbytes, collective=NATIVE[collective], **common)
+            if p.schedule == ("hierarchical" if forced == "hierarchical" else "direct"):
+                out[name] = p
+    elif collective != "ppermute":
         for forced in ("direct", "ring"):
             out[f"flat {forced}"] = plan_for(
                 places, forced, nbytes, collective=NATIVE[collective], **common
@@ -61,10 +66,19 @@ def plans(places, collective: str, size: int, common: dict) -> dict[str, Plan]:
 def describe(plan: Plan, collective: str) -> str:
     if collective == "ppermute":
         return "  direct: each device sends its buffer to its destination, striped over the rails"
-    if collective == "all_to_all":
+    if collective == "all_to_all" and plan.schedule != "hierarchical":
         return (
             f"  direct: each of the {plan.ranks} devices sends block b to device b (n - 1 "
             "messages each way), striped over the rails"
+        )
+    if collective == "all_to_all":
+        host, between = plan.tiers
+        return (
+            f"  by host: an all-to-all among each host's {host['ranks']} ranks ({host['via']}) "
+            f"gathers the blocks bound for each position of every host, then an all-to-all "
+            f"among the {between['ranks']} hosts for every position at once (one message per "
+            f"host pair and position, striped over all {plan.rails} rail(s)), in "
+            f"{plan.chunks} chunk(s)"
         )
     if plan.schedule != "hierarchical":
         return f"  {plan.schedule} over all {plan.ranks} devices"
@@ -115,7 +129,7 @@ def report(args, layout, places, size: int, model: dict, common: dict) -> int:
     print(line)
     alternatives = {a: p for a, p in found.items() if a != "auto"}
     if alternatives and not args.no_alternatives:
-        print("\nflat schedules, for comparison (jax_accl's calls always run the plan above):")
+        print("\nother schedules, for comparison (jax_accl's calls always run the plan above):")
         print(f"{'schedule':<14} {'time':>11} {'vs plan':>8}")
         for a, p in alternatives.items():
             print(f"{a:<14} {p.predicted_s * 1e3:>9.3f}ms {p.predicted_s / own.predicted_s:>7.2f}x")

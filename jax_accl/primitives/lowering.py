@@ -226,7 +226,8 @@ def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
 
 
 def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
-    """accl_all_to_all: direct, each rank's n blocks to the n ranks of its group."""
+    """accl_all_to_all: each rank's n blocks to the n ranks of its group, direct or by host
+    as the runtime's plan chooses (JAX_ACCL_ALGORITHM=direct or hierarchical forces it)."""
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
     if c.is_partial_manual(ctx):
         return _lower_per_shard(
@@ -238,8 +239,22 @@ def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
         )
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     devices = _device_ids(ctx, groups)
+    chosen = config.value("JAX_ACCL_ALGORITHM")
+    forced = chosen if chosen in ("direct", "hierarchical") else "auto"
+    places, _ = _places(max(groups, key=len), devices)
+    nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
+    schedule = _accl.plan(places, nbytes, algorithm=forced, collective="all_to_all")["schedule"]
     return _emit_data_call(
-        ctx, xs, "accl_all_to_all", "jax_accl.all_to_all", axes, groups, devices, op_id, "direct"
+        ctx,
+        xs,
+        "accl_all_to_all",
+        "jax_accl.all_to_all",
+        axes,
+        groups,
+        devices,
+        op_id,
+        "by_host" if schedule == "hierarchical" else schedule,
+        forced=forced,
     )
 
 
@@ -307,10 +322,22 @@ def _nbytes(aval) -> int:
 
 
 def _emit_data_call(
-    ctx, xs, target, api, axes, groups, devices, op_id, algorithm, aliases=None, **extra
+    ctx,
+    xs,
+    target,
+    api,
+    axes,
+    groups,
+    devices,
+    op_id,
+    algorithm,
+    aliases=None,
+    forced="auto",
+    **extra,
 ):
     """A call that moves data (fully manual contexts only): one result per operand, or
-    as `aliases` ({operand: result}) says."""
+    as `aliases` ({operand: result}) says; `algorithm` names its schedule in the profile
+    and the log, `forced` is the algorithm the runtime's plan is asked for."""
     if jax.process_count() > 1:
         distributed.ensure_started()
     nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
@@ -328,7 +355,7 @@ def _emit_data_call(
     )
     call = jax.ffi.ffi_lowering(target, has_side_effect=True, operand_output_aliases=aliases)
     attributes = _attributes(
-        groups, "sum", "auto", op_id, _lane(ctx, groups), f"{api} over {axes}", devices
+        groups, "sum", forced, op_id, _lane(ctx, groups), f"{api} over {axes}", devices
     )
     with c.ir.Location.name(profile_name):
         return call(ctx, *xs, **attributes, **extra)

@@ -266,6 +266,39 @@ def scenario_scatter_gather():
     return {"checks": checks + check_fused_pytree() + check_ragged()}
 
 
+def scenario_all_to_all_tiers():
+    """all_to_all over every device, forced direct, forced by host (JAX_ACCL_ALGORITHM)
+    and the runtime's choice, int32 (bitwise) and float32, small blocks and blocks of
+    256 KiB and more, tiled along dimension 0 and untiled into dimension 1, against
+    jax.lax's over gloo; counts the calls that ran by host under each setting."""
+    checks, by_host_calls = 0, {}
+    for forced in ("direct", "hierarchical", "auto"):
+        os.environ["JAX_ACCL_ALGORITHM"] = forced
+        before = jax_accl.stats()["algorithms"].get("hierarchical", {}).get("calls", 0)
+        for dtype in (np.int32, np.float32):
+            for rows in (NP * ND, NP * ND * NP * ND * 8192):
+                placed = place(global_input((rows, 2), dtype, seed=rows + 1), P(ALL))
+                for tiled, concat in ((True, 0), (False, 1)):
+
+                    def exchanged(lib, tiled=tiled, concat=concat):
+                        def body(v):
+                            v = v[0] if tiled else v[0][: NP * ND]
+                            return lib.all_to_all(v * 5, ALL, 0, concat, tiled=tiled)[None]
+
+                        return jax.jit(
+                            jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL))
+                        )
+
+                    name = f"{forced}: {dtype.__name__} x{rows} all_to_all tiled={tiled}"
+                    want = local_blocks(exchanged(jax.lax)(placed))
+                    check(name, exchanged(jax_accl)(placed), want)
+                    checks += 1
+        after = jax_accl.stats()["algorithms"].get("hierarchical", {}).get("calls", 0)
+        by_host_calls[forced] = after - before
+    del os.environ["JAX_ACCL_ALGORITHM"]
+    return {"checks": checks, "by_host_calls": by_host_calls}
+
+
 def check_ragged() -> int:
     """ragged_all_to_all over every device (two slices per peer, some empty) against the
     NumPy reference of its semantics; the compiled step holds jax_accl's call (XLA:CPU
@@ -894,6 +927,7 @@ SCENARIOS = {
     "plan_mismatch": scenario_plan_mismatch,
     "hierarchy": scenario_hierarchy,
     "scatter_gather": scenario_scatter_gather,
+    "all_to_all_tiers": scenario_all_to_all_tiers,
     "exact_scatter": scenario_exact_scatter,
     "large_call": scenario_large_call,
 }

@@ -186,6 +186,29 @@ def test_psum_scatter_all_gather_and_ppermute_between_hosts_over_both_rails(root
         assert algorithms["hierarchical"]["calls"] > 0 and algorithms["direct"]["calls"] > 0
 
 
+@pytest.mark.parametrize("per_host,devices", [(1, 2), (2, 1)])
+def test_all_to_all_by_host_and_direct_between_hosts_match_gloo(root_required, per_host, devices):
+    """Two hosts of two ranks (two device threads of one process, or two processes): the
+    all-to-all forced direct, forced by host (in the host, then between hosts, pipelined
+    in 3 chunks) and as the runtime chooses, every result gloo's."""
+    with netns.virtual_hosts(2, 2) as names:
+        results = run(
+            2 * per_host,
+            devices,
+            "all_to_all_tiers",
+            extra=["--gloo-interface", "rail0"],
+            env=[dict(e, JAX_ACCL_PIPELINE_CHUNKS="3") for e in host_env(names, per_host=per_host)],
+            namespaces=[n for n in names for _ in range(per_host)],
+            coordinator_ip=netns.rail_ip(0, 0),
+        )
+    for r in results:
+        assert r["checks"] == 24
+        calls = r["by_host_calls"]
+        # 8 calls per setting on each process's devices; direct never runs by host.
+        assert calls["direct"] == 0 and calls["hierarchical"] == 8 * devices, calls
+        assert set(rail_shares(r["stats"])) == {"tcp:rail0", "tcp:rail1"}
+
+
 def test_two_hosts_two_processes_each_over_two_rails(root_required):
     with netns.virtual_hosts(2, 2) as names:
         spaces = [n for n in names for _ in range(2)]

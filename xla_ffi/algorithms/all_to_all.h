@@ -4,6 +4,8 @@
 #pragma once
 
 #include "algorithms/algorithm.h"
+#include "algorithms/scatter_gather.h"
+#include "common/wait.h"
 
 namespace accl {
 
@@ -11,5 +13,15 @@ namespace accl {
 // rank copies its block of every peer's input, read in place, straight into its output,
 // and the ranks meet at a barrier before returning; otherwise n - 1 messages each way.
 Status run_all_to_all(Link& link, const std::vector<Buffers>& segments);
+
+// Between hosts in two tiers (algorithms/all_to_all_by_host.cc): in the host, then among
+// each position's ranks on every host, d messages per host pair where direct sends d·d.
+// `in_host` links this host's ranks (index: position), `between_hosts` this position's
+// rank on every host (index: host); segments' blocks as BlockBuffers (n of them in and
+// out, in == out allowed). Pipelined as `pipeline` says, the second stage's thread
+// waiting until `deadline`.
+Status all_to_all_by_host(Link& in_host, Link& between_hosts, const HostGrid& grid,
+                          const std::vector<BlockBuffers>& segments, const ByHostPipeline& pipeline,
+                          const Deadline& deadline);
 
 }  // namespace accl

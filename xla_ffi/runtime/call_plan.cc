@@ -105,6 +105,29 @@ CallPlan plan_direct_call(const GroupLayout&, int, const PlanRequest&, const Cos
   return plan;
 }
 
+// The plan by host of a collective whose row has a by-host runner: its pipeline's
+// chunks as plan_by_host cuts one rank's block.
+static CallPlan plan_two_tiers(const GroupLayout& g, const PlanRequest& request) {
+  CallPlan plan;
+  plan.schedule = Algorithm::kHierarchical;
+  const size_t block = collective_row(request.collective).block_count(request.bytes, g.size());
+  plan.chunks = plan_by_host(g, block, request.chunks).pipeline.chunks;
+  if (plan.chunks > 1) plan.protocol = Protocol::kChunked;
+  return plan;
+}
+
+CallPlan plan_all_to_all_call(const GroupLayout& g, int rank, const PlanRequest& request,
+                              const CostModel& model) {
+  const CallPlan direct = plan_direct_call(g, rank, request, model);
+  if (!runs_by_host(g) || request.forced == Algorithm::kDirect) return direct;
+  const CallPlan by_host = plan_two_tiers(g, request);
+  if (request.forced == Algorithm::kHierarchical) return by_host;
+  return predict_all_to_all_seconds(g, by_host, request, model) <
+                 predict_all_to_all_seconds(g, direct, request, model)
+             ? by_host
+             : direct;
+}
+
 // A reduce-scatter or all-gather between hosts of more than one rank each runs by host
 // (kHierarchical: in the host, then between hosts), unless direct or ring is forced;
 // else flat, direct or ring.
@@ -117,12 +140,7 @@ CallPlan plan_scatter_gather_call(const GroupLayout& g, int, const PlanRequest& 
       !flat_forced && runs_by_host(g)
           ? Algorithm::kHierarchical
           : plan_scatter_gather(g.size(), request.bytes, forced, g.process_count() == 1);
-  if (plan.schedule == Algorithm::kHierarchical) {
-    const size_t block = collective_row(request.collective).block_count(request.bytes, g.size());
-    plan.chunks = plan_by_host(g, block, request.chunks).pipeline.chunks;
-    if (plan.chunks > 1) plan.protocol = Protocol::kChunked;
-  }
-  return plan;
+  return plan.schedule == Algorithm::kHierarchical ? plan_two_tiers(g, request) : plan;
 }
 
 CallPlan plan_allreduce_call(const GroupLayout& g, int rank, const PlanRequest& request,
@@ -224,19 +242,43 @@ double predict_permute_seconds(const GroupLayout& g, const CallPlan&, const Plan
   return link.alpha_s + S * link.beta_s_per_byte;
 }
 
-// An all-to-all of S bytes per rank: in one process each rank copies S; else each rank
-// sends and receives (n - 1) / n of S in n - 1 messages, of which the part bound for
-// other hosts crosses the host's rails with every rank of the host's.
-double predict_all_to_all_seconds(const GroupLayout& g, const CallPlan&, const PlanRequest& request,
-                                  const CostModel& model) {
+// Two stages of a pipeline in C chunks, chunk times l and b (a stage's share of the data
+// plus its fixed cost): C of the slower stage and one of the faster.
+static double pipelined_seconds(int chunks, double local, double local_fixed, double between,
+                                double between_fixed) {
+  const double c = std::max(1, chunks);
+  const double l = local / c + local_fixed, b = between / c + between_fixed;
+  return c * std::max(l, b) + std::min(l, b);
+}
+
+// An all-to-all of S bytes per rank: in one process each rank copies S; else, direct,
+// each rank sends and receives (n - 1) / n of S in n - 1 messages, of which the part
+// bound for other hosts crosses the host's rails with every rank of the host's. By host
+// (d ranks per host, H hosts): a direct exchange of S among the host's d ranks, three
+// copies of S (pack and regroup before the step between hosts, unpack after), then
+// H - 1 messages of S / H per rank, the host's d positions sharing the rails, pipelined.
+double predict_all_to_all_seconds(const GroupLayout& g, const CallPlan& plan,
+                                  const PlanRequest& request, const CostModel& model) {
   const double S = static_cast<double>(request.bytes);
-  const int n = g.size();
+  const int n = g.size(), hosts = g.host_count();
   if (g.process_count() == 1) return model.alpha_s + 2.0 * S * model.beta_s_per_byte;
   const int per_host = static_cast<int>(g.host_ranks(0).size());
-  const CostModel link =
-      link_model(g.host_count(), g.process_count(), per_host, request.rails, model);
-  const double leaving = static_cast<double>(g.host_count() > 1 ? n - per_host : n - 1) / n;
-  return (n - 1) * link.alpha_s + S * leaving * link.beta_s_per_byte;
+  if (plan.schedule != Algorithm::kHierarchical) {
+    const CostModel link = link_model(hosts, g.process_count(), per_host, request.rails, model);
+    const double leaving = static_cast<double>(hosts > 1 ? n - per_host : n - 1) / n;
+    return (n - 1) * link.alpha_s + S * leaving * link.beta_s_per_byte;
+  }
+  const bool one_process = host_is_one_process(g);
+  const CostModel in_host = one_process ? model : shared_memory_model(model, 1.0);
+  const double local_fixed =
+      flat_scatter_gather_seconds(Algorithm::kDirect, per_host, 0, false, in_host, one_process);
+  const double local =
+      flat_scatter_gather_seconds(Algorithm::kDirect, per_host, S, false, in_host, one_process) -
+      local_fixed + 2.0 * S * model.beta_s_per_byte;
+  const CostModel net = network_model(model, request.rails);
+  const double between =
+      per_host * (hosts - 1) * S / hosts * net.beta_s_per_byte + S * model.beta_s_per_byte;
+  return pipelined_seconds(plan.chunks, local, local_fixed, between, (hosts - 1) * net.alpha_s);
 }
 
 double predict_scatter_gather_seconds(const GroupLayout& g, const CallPlan& plan,
@@ -268,11 +310,7 @@ double predict_scatter_gather_seconds(const GroupLayout& g, const CallPlan& plan
   const double between =
       (hosts - 1) * S / hosts * net.beta_s_per_byte +
       (reduces ? (hosts - 1) * S / (hosts * per_host) * model.gamma_s_per_byte : 0.0);
-  // Pipelined in C chunks, a two-stage pipeline: chunk times l and b (a tier's share of
-  // the data plus its fixed cost), C of the slower stage and one of the faster.
-  const double c = std::max(1, plan.chunks);
-  const double l = local / c + local_fixed, b = between / c + between_fixed;
-  return c * std::max(l, b) + std::min(l, b);
+  return pipelined_seconds(plan.chunks, local, local_fixed, between, between_fixed);
 }
 
 double predict_call_seconds(const GroupLayout& g, const CallPlan& plan, const PlanRequest& request,

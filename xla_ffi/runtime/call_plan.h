@@ -130,9 +130,14 @@ CallPlan plan_allreduce_call(const GroupLayout& layout, int rank, const PlanRequ
                              const CostModel& model);
 CallPlan plan_scatter_gather_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                                   const CostModel& model);
-// A permutation or an all-to-all: one step, direct, over the whole group.
+// A permutation (or a ragged all-to-all): one step, direct, over the whole group.
 CallPlan plan_direct_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                           const CostModel& model);
+// An all-to-all: direct, or by host (kHierarchical: in the host, then between hosts, as
+// algorithms/all_to_all_by_host.cc) where the group runs_by_host and the model's time of
+// it is the shorter, or JAX_ACCL_ALGORITHM forces hierarchical; forced direct is direct.
+CallPlan plan_all_to_all_call(const GroupLayout& layout, int rank, const PlanRequest& request,
+                              const CostModel& model);
 
 // The model's time of a call that runs `plan` (an all-reduce's: an owner's, rank 0's),
 // per rank; for a reduce-scatter, all-gather or permutation by the formulas atop

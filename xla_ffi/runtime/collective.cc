@@ -125,6 +125,13 @@ Status all_gather_by_host_runner(Link& in_host, Link& between_hosts, const HostG
                             segments, pipeline, deadline);
 }
 
+Status all_to_all_by_host_runner(Link& in_host, Link& between_hosts, const HostGrid& grid,
+                                 Algorithm, Algorithm, const std::vector<BlockBuffers>& segments,
+                                 const Reduction&, const ByHostPipeline& pipeline,
+                                 const Deadline& deadline) {
+  return all_to_all_by_host(in_host, between_hosts, grid, segments, pipeline, deadline);
+}
+
 // In the order of enum Collective.
 const CollectiveRow kRows[kNumCollectives] = {
     {Collective::kAllReduce, "accl_allreduce ", "flat", true, false, same_count, same_count,
@@ -142,8 +149,8 @@ const CollectiveRow kRows[kNumCollectives] = {
      permute_what, plan_direct_local, plan_direct_call, predict_permute_seconds, permute_one_shot,
      permute_flat, nullptr},
     {Collective::kAllToAll, "accl_all_to_all ", "all-to-all", false, false, same_count,
-     one_block_of_n, all_to_all_what, plan_direct_local, plan_direct_call,
-     predict_all_to_all_seconds, all_to_all_one_shot, all_to_all_flat, nullptr},
+     one_block_of_n, all_to_all_what, plan_direct_local, plan_all_to_all_call,
+     predict_all_to_all_seconds, all_to_all_one_shot, all_to_all_flat, all_to_all_by_host_runner},
     // Its segments are the data and the layout table (algorithms/ragged_all_to_all.h),
     // whose sizes the table describes.
     {Collective::kRaggedAllToAll, "accl_ragged_all_to_all ", "ragged-all-to-all", false, false,

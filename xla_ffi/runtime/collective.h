@@ -8,7 +8,7 @@
 //   reduce-scatter  input / n         yes      one-shot, flat   direct, ring   scatter-gather
 //   all-gather      input · n         no       one-shot, flat   direct, ring   scatter-gather
 //   permute         = input           no       one-shot, flat   direct         -
-//   all-to-all      = input           no       one-shot, flat   direct         -
+//   all-to-all      = input           no       one-shot, flat   direct         two tiers
 //   ragged a2a      = output operand  no       flat             direct         -
 #pragma once
 
@@ -35,7 +35,8 @@ struct OneShotSegment {
   const Reduction* reduction = nullptr;
 };
 
-// A collective's two-tier schedule by host (algorithms/scatter_gather_by_host.cc).
+// A collective's two-tier schedule by host (algorithms/scatter_gather_by_host.cc,
+// all_to_all_by_host.cc).
 using ByHostRunner = Status (*)(Link& in_host, Link& between_hosts, const HostGrid& grid,
                                 Algorithm in_host_algorithm, Algorithm between_algorithm,
                                 const std::vector<BlockBuffers>& segments,

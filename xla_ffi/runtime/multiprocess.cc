@@ -15,8 +15,9 @@
 // than the hierarchy's sync points. The cost model picks (choose_one_host).
 //
 // Reduce-scatter and all-gather between hosts of the same number of ranks each run by
-// host (algorithms/scatter_gather_by_host.cc: in the host, then between hosts); other
-// layouts, and every permutation, run flat.
+// host (algorithms/scatter_gather_by_host.cc: in the host, then between hosts), and an
+// all-to-all where its plan says so (all_to_all_by_host.cc); other layouts, and every
+// permutation, run flat.
 //
 // Flat schedule (algorithm= ring, halving_doubling or direct, or the automatic choice
 // on one host): the algorithm runs over all devices of the group at once, with memory
@@ -272,15 +273,16 @@ std::vector<int64_t> devices_of(const std::vector<int64_t>& devices,
   return out;
 }
 
-// A reduce-scatter or all-gather by host (algorithms/scatter_gather_by_host.cc): links to
-// this host's ranks and to this position's rank on every host, each tier direct or
-// ring as plan_by_host chooses (runtime/call_plan.h); *sent_by_rail as run_over_link's.
-Status scatter_gather_by_host(ChannelSpace& space, const GroupLayout& layout,
-                              const std::vector<int64_t>& devices, int rank, uint64_t tag,
-                              const World& world, const std::string& where,
-                              const Deadline& deadline, Collective collective,
-                              const std::vector<Buffers>& segments, const Reduction& reduction,
-                              int chunks, std::map<std::string, uint64_t>* sent_by_rail) {
+// A collective's two tiers by host (its row's by_host runner: reduce-scatter, all-gather,
+// all-to-all): links to this host's ranks and to this position's rank on every host,
+// each tier direct or ring as plan_by_host chooses (runtime/call_plan.h); *sent_by_rail
+// as run_over_link's.
+Status run_two_tiers_by_host(ChannelSpace& space, const GroupLayout& layout,
+                             const std::vector<int64_t>& devices, int rank, uint64_t tag,
+                             const World& world, const std::string& where, const Deadline& deadline,
+                             Collective collective, const std::vector<Buffers>& segments,
+                             const Reduction& reduction, int chunks,
+                             std::map<std::string, uint64_t>* sent_by_rail) {
   HostGrid grid;
   for (int h = 0; h < layout.host_count(); ++h) grid.hosts.push_back(layout.host_ranks(h));
   grid.host = layout.host_of(rank);
@@ -485,9 +487,9 @@ Status ProcessesCall::run_cross_memory(bool* done) {
 
 Status ProcessesCall::run_by_host() {
   std::map<std::string, uint64_t> sent;
-  Status s = scatter_gather_by_host(*space_, layout_, devices_, spec_.rank, tag_, *world_, where_,
-                                    deadline_, sig_.collective, segments_, reduction_,
-                                    spec_.pipeline_chunks, &sent);
+  Status s = run_two_tiers_by_host(*space_, layout_, devices_, spec_.rank, tag_, *world_, where_,
+                                   deadline_, sig_.collective, segments_, reduction_,
+                                   spec_.pipeline_chunks, &sent);
   trace_rails(str_cat(collective_name(sig_.collective), " by host").c_str(), sent, spec_.device,
               start_, Clock::now(), spec_.label);
   return s;

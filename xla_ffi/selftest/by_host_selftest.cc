@@ -1,6 +1,6 @@
-// Reduce-scatter and all-gather by host (algorithms/scatter_gather_by_host.cc) over
-// memory channels, hosts x ranks interleaved (host h holds ranks h, h + H, ...): every
-// block size against the exact int32 sum, whole and pipelined (more chunks than
+// Reduce-scatter, all-gather and all-to-all by host (algorithms/scatter_gather_by_host.cc,
+// all_to_all_by_host.cc) over memory channels, hosts x ranks interleaved (host h holds ranks h, h +
+// H, ...): every block size against the exact int32 sum, whole and pipelined (more chunks than
 // elements too), several segments cut by size, a rank that never comes (every other
 // rank's error names its link, none hangs) and a rank that fails locally (every other
 // rank ends within seconds, learning it from a chain of peers that starts at it). The pipeline's
@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/all_to_all.h"
 #include "algorithms/in_order_thread.h"
 #include "algorithms/scatter_gather.h"
 #include "reduce/reduce.h"
@@ -137,14 +138,82 @@ void test_scatter_gather(int hosts, int per_host, const std::vector<size_t>& blo
   }
 }
 
+// Block j of rank r's all-to-all output is block r of rank j's input; in place too (the
+// output the input's buffer).
+void test_all_to_all(int hosts, int per_host, const std::vector<size_t>& blocks,
+                     const ByHostPipeline& pipeline, bool in_place) {
+  const int n = hosts * per_host;
+  const size_t segments = blocks.size();
+  std::vector<std::vector<std::vector<int32_t>>> in(segments);  // [segment][rank]
+  for (size_t s = 0; s < segments; ++s) in[s] = random_inputs(n, n * blocks[s], n * 31 + s);
+  std::vector<std::vector<std::vector<int32_t>>> out(n,
+                                                     std::vector<std::vector<int32_t>>(segments));
+  ByHostRanks ranks(hosts, per_host, 30);
+  auto status = on_threads(n, [&](int r) {
+    HostGrid mine;
+    std::unique_ptr<ChannelLink> in_host, between;
+    ranks.tiers(r, &mine, &in_host, &between);
+    std::vector<BlockBuffers> bufs;
+    for (size_t s = 0; s < segments; ++s) {
+      out[r][s] = in_place ? in[s][r] : std::vector<int32_t>(n * blocks[s]);
+      bufs.push_back(BlockBuffers{in_place ? out[r][s].data() : in[s][r].data(), out[r][s].data(),
+                                  blocks[s], 4, static_cast<int>(s)});
+    }
+    return all_to_all_by_host(*in_host, *between, mine, bufs, pipeline, ranks.deadline);
+  });
+  for (int r = 0; r < n; ++r) {
+    bool exact = status[r].ok();
+    for (size_t s = 0; s < segments && exact; ++s) {
+      const size_t b = blocks[s];
+      for (int j = 0; j < n && exact; ++j) {
+        exact = std::equal(in[s][j].begin() + r * b, in[s][j].begin() + (r + 1) * b,
+                           out[r][s].begin() + j * b);
+      }
+    }
+    g.expect(exact, label(in_place ? "all-to-all (in place)" : "all-to-all", hosts, per_host,
+                          blocks, pipeline, r) +
+                        ": " + status[r].message());
+  }
+}
+
+// The schedules by host that the failure tests run, each over its two links (ring in
+// each tier where there is a choice), of int32 (a sum where it reduces).
+enum class Tiered { kReduceScatter, kAllGather, kAllToAll };
+constexpr Tiered kTiered[] = {Tiered::kReduceScatter, Tiered::kAllGather, Tiered::kAllToAll};
+
+const char* tiered_name(Tiered kind) {
+  switch (kind) {
+    case Tiered::kReduceScatter: return "reduce-scatter";
+    case Tiered::kAllGather: return "all-gather";
+    case Tiered::kAllToAll: return "all-to-all";
+  }
+  return "?";
+}
+
+Status run_tiered(Tiered kind, Link& in_host, Link& between, const HostGrid& grid,
+                  const std::vector<BlockBuffers>& bufs, const ByHostPipeline& pipeline,
+                  const Deadline& deadline) {
+  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
+  switch (kind) {
+    case Tiered::kReduceScatter:
+      return reduce_scatter_by_host(in_host, between, grid, Algorithm::kRing, Algorithm::kRing,
+                                    bufs, sum, pipeline, deadline);
+    case Tiered::kAllGather:
+      return all_gather_by_host(in_host, between, grid, Algorithm::kRing, Algorithm::kRing, bufs,
+                                pipeline, deadline);
+    case Tiered::kAllToAll:
+      return all_to_all_by_host(in_host, between, grid, bufs, pipeline, deadline);
+  }
+  return Status(Code::kInternal, "unknown schedule");
+}
+
 // The last rank never calls: every other rank fails within its deadline with an error
 // of one of its links (the second stage's own, not a bare timeout of the pipeline).
-void test_absent_rank(bool gather, const ByHostPipeline& pipeline) {
+void test_absent_rank(Tiered kind, const ByHostPipeline& pipeline) {
   const int hosts = 2, per_host = 2, n = hosts * per_host;
   const size_t block = 3000;
   auto in = random_inputs(n, n * block, 7);
   std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(n * block));
-  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
   ByHostRanks ranks(hosts, per_host, 1.0);
   const auto start = std::chrono::steady_clock::now();
   auto status = on_threads(n, [&](int r) {
@@ -153,19 +222,15 @@ void test_absent_rank(bool gather, const ByHostPipeline& pipeline) {
     std::unique_ptr<ChannelLink> in_host, between;
     ranks.tiers(r, &mine, &in_host, &between);
     const std::vector<BlockBuffers> bufs = {BlockBuffers{in[r].data(), out[r].data(), block, 4, 0}};
-    return gather ? all_gather_by_host(*in_host, *between, mine, Algorithm::kRing, Algorithm::kRing,
-                                       bufs, pipeline, ranks.deadline)
-                  : reduce_scatter_by_host(*in_host, *between, mine, Algorithm::kRing,
-                                           Algorithm::kRing, bufs, sum, pipeline, ranks.deadline);
+    return run_tiered(kind, *in_host, *between, mine, bufs, pipeline, ranks.deadline);
   });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (int r = 0; r + 1 < n; ++r) {
-    g.expect(
-        !status[r].ok() && status[r].code() == Code::kTimeout &&
-            status[r].message().find("selftest") != std::string::npos,
-        str_cat(gather ? "all-gather" : "reduce-scatter", " by host, rank ", n - 1,
-                " absent, chunks=", pipeline.chunks, ": rank ", r, " says: ", status[r].message()));
+    g.expect(!status[r].ok() && status[r].code() == Code::kTimeout &&
+                 status[r].message().find("selftest") != std::string::npos,
+             str_cat(tiered_name(kind), " by host, rank ", n - 1, " absent, chunks=",
+                     pipeline.chunks, ": rank ", r, " says: ", status[r].message()));
   }
   g.expect(seconds < 10,
            str_cat("an absent rank ends every call by its deadline (1 s): took ", seconds, " s"));
@@ -195,10 +260,19 @@ int told_by(const Status& s) {
 }
 
 // Rank r's result of test_by_host_local_failure's call: its block of the sum (reduce-scatter),
-// or every rank's first block (all-gather).
-bool exact_by_host(bool gather, const std::vector<std::vector<int32_t>>& in,
+// every rank's first block (all-gather), block r of every rank's input (all-to-all).
+bool exact_by_host(Tiered kind, const std::vector<std::vector<int32_t>>& in,
                    const std::vector<int32_t>& out, int r, size_t block) {
-  if (gather) {
+  if (kind == Tiered::kAllToAll) {
+    for (size_t j = 0; j < in.size(); ++j) {
+      if (!std::equal(in[j].begin() + r * block, in[j].begin() + (r + 1) * block,
+                      out.begin() + j * block)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  if (kind == Tiered::kAllGather) {
     for (size_t j = 0; j < in.size(); ++j) {
       if (!std::equal(in[j].begin(), in[j].begin() + block, out.begin() + j * block)) return false;
     }
@@ -215,12 +289,11 @@ bool exact_by_host(bool gather, const std::vector<std::vector<int32_t>>& in,
 // both its links (fail_links_on_error, as the runtime does), and so does every rank that learns of
 // it: each other rank ends within seconds, long before the deadline (20 s), its error
 // naming the rank it learnt it from, a chain that leads back to rank 0.
-void test_by_host_local_failure(bool gather, bool between_hosts, bool throws, int chunks) {
+void test_by_host_local_failure(Tiered kind, bool between_hosts, bool throws, int chunks) {
   const int hosts = 2, per_host = 2, n = hosts * per_host;
   const size_t block = 20000;
   auto in = random_inputs(n, n * block, 11);
   std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(n * block));
-  const Reduction sum{reduce_kernel(DType::kI32, ReduceOp::kSum), 4};
   const ByHostPipeline pipeline{chunks, 0};
   ByHostRanks ranks(hosts, per_host, 20.0);
   const auto start = std::chrono::steady_clock::now();
@@ -237,23 +310,19 @@ void test_by_host_local_failure(bool gather, bool between_hosts, bool throws, in
     const std::vector<BlockBuffers> bufs = {BlockBuffers{in[r].data(), out[r].data(), block, 4, 0}};
     Status s =
         fail_links_on_error({in_host.get(), between.get()}, str_cat("selftest rank ", r), [&] {
-          return gather ? all_gather_by_host(host_link, between_link, mine, Algorithm::kRing,
-                                             Algorithm::kRing, bufs, pipeline, ranks.deadline)
-                        : reduce_scatter_by_host(host_link, between_link, mine, Algorithm::kRing,
-                                                 Algorithm::kRing, bufs, sum, pipeline,
-                                                 ranks.deadline);
+          return run_tiered(kind, host_link, between_link, mine, bufs, pipeline, ranks.deadline);
         });
     seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return s;
   });
   const std::string what =
-      str_cat(gather ? "all-gather" : "reduce-scatter", " by host, chunks=", chunks, ", rank 0 ",
+      str_cat(tiered_name(kind), " by host, chunks=", chunks, ", rank 0 ",
               throws ? "throws" : "fails", between_hosts ? " between hosts" : " in the host");
   g.expect(!status[0].ok() && status[0].message().find("injected") != std::string::npos,
            what + ": rank 0 says: " + status[0].message());
   for (int r = 1; r < n; ++r) {
     if (status[r].ok()) {  // done with rank 0's data before it failed: exact
-      g.expect(exact_by_host(gather, in, out[r], r, block),
+      g.expect(exact_by_host(kind, in, out[r], r, block),
                str_cat(what, ": rank ", r, " succeeded, exact"));
       continue;
     }
@@ -370,13 +439,26 @@ void run_by_host_selftest(int* checks, int* failures) {
   // Segments cut by size: 8 chunks at most, of 4 KiB or more (2000 int32: 1 chunk; 5000: 4).
   test_scatter_gather(2, 2, {2000, 0, 5000, 1, 9000}, {8, 4096});
   test_scatter_gather(3, 2, {5000, 7}, {2, 4096});
-  for (bool gather : {false, true}) {
-    for (int chunks : {1, 3}) test_absent_rank(gather, {chunks, 0});
+  for (int hosts : {2, 3}) {
+    for (int per_host : {2, 3}) {
+      for (size_t block : {size_t(0), size_t(1), size_t(333), size_t(20001)}) {
+        for (int chunks : {1, 3, 400}) {
+          for (bool in_place : {false, true}) {
+            test_all_to_all(hosts, per_host, {block}, {chunks, 0}, in_place);
+          }
+        }
+      }
+    }
   }
-  for (bool gather : {false, true}) {
+  test_all_to_all(2, 2, {2000, 0, 5000, 1, 9000}, {8, 4096}, false);
+  test_all_to_all(3, 2, {5000, 7}, {2, 4096}, true);
+  for (Tiered kind : kTiered) {
+    for (int chunks : {1, 3}) test_absent_rank(kind, {chunks, 0});
+  }
+  for (Tiered kind : kTiered) {
     for (bool between_hosts : {false, true}) {
       for (bool throws : {false, true}) {
-        for (int chunks : {1, 4}) test_by_host_local_failure(gather, between_hosts, throws, chunks);
+        for (int chunks : {1, 4}) test_by_host_local_failure(kind, between_hosts, throws, chunks);
       }
     }
   }
