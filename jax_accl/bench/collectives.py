@@ -10,7 +10,9 @@ an all-reduce's traffic, busbw = algbw·2(n-1)/n), reduce_scatter and all_gather
 algbw·(n-1)/n; all_gather of a local 1/n slice, reduce_scatter of the whole buffer, its
 block written back in place), ppermute (a shift by one device: each device sends its
 buffer once, busbw = algbw) and all_to_all (tiled along dimension 0, busbw =
-algbw·(n-1)/n). Results are checked against jax.lax's before timing.
+algbw·(n-1)/n; ``--a2a-schedules direct,hierarchical,auto``: one row per schedule the
+runtime is asked for, JAX_ACCL_ALGORITHM when compiled). Results are checked against
+jax.lax's before timing.
 Each row also has its limit: on one host the memory's (the bytes every device must read
 and write at least, at the copy bandwidth B of jax_accl.bench.memory), on namespaced
 hosts the network's (the bytes a host must send: reduce-scatter and all-gather (H-1)/H
@@ -73,8 +75,36 @@ def local(array) -> np.ndarray:
     return np.concatenate([np.asarray(s.data) for s in shards])
 
 
-def measure(sizes: list[int], reps: int, on_size=None) -> list[dict]:
-    """Rows {op, size_bytes, lax_s, accl_s} over a mesh "i" of every device of the job."""
+def variants(names, a2a_schedules) -> list[tuple[str, str]]:
+    """(op, schedule) to time: each op once ("auto"), the all-to-all once per schedule."""
+    return [
+        (name, schedule)
+        for name in names
+        for schedule in (a2a_schedules if name == "all_to_all" else ("auto",))
+    ]
+
+
+def compiled(fn, x, schedule: str):
+    """`fn` compiled for `x` with JAX_ACCL_ALGORITHM=`schedule` (jax_accl reads it when
+    it lowers its calls)."""
+    import os
+
+    before = os.environ.get("JAX_ACCL_ALGORITHM")
+    os.environ["JAX_ACCL_ALGORITHM"] = schedule
+    try:
+        return fn.lower(x).compile()
+    finally:
+        if before is None:
+            del os.environ["JAX_ACCL_ALGORITHM"]
+        else:
+            os.environ["JAX_ACCL_ALGORITHM"] = before
+
+
+def measure(
+    sizes: list[int], reps: int, on_size=None, names=OPS, a2a_schedules=("auto",)
+) -> list[dict]:
+    """Rows {op, schedule, size_bytes, lax_s, accl_s} over a mesh "i" of every device of
+    the job."""
     import jax
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -94,10 +124,12 @@ def measure(sizes: list[int], reps: int, on_size=None) -> list[dict]:
         x = jax.make_array_from_callback(
             whole.shape, NamedSharding(mesh, P("i")), lambda idx, w=whole: w[idx]
         )
-        for name in OPS:
+        for name, schedule in variants(names, a2a_schedules):
             k = max(2, min(50, (64 << 20) // max(size, 1)))
             fns = {
-                lib: (chained(mesh, ops(mod, n)[name], k), chained(mesh, ops(mod, n)[name], 2 * k))
+                lib: tuple(
+                    compiled(chained(mesh, ops(mod, n)[name], m), x, schedule) for m in (k, 2 * k)
+                )
                 for lib, mod in (("lax", jax.lax), ("accl", jax_accl))
             }
             got, want = (local(fns[lib][0](x)) for lib in ("accl", "lax"))
@@ -114,7 +146,13 @@ def measure(sizes: list[int], reps: int, on_size=None) -> list[dict]:
                     times[lib].append((longs[lib][-1] - call_seconds(short, x)) / k)
             per_op = {lib: per_op_seconds(times[lib], longs[lib], k) for lib in fns}
             rows.append(
-                {"op": name, "size_bytes": size, "lax_s": per_op["lax"], "accl_s": per_op["accl"]}
+                {
+                    "op": name,
+                    "schedule": schedule,
+                    "size_bytes": size,
+                    "lax_s": per_op["lax"],
+                    "accl_s": per_op["accl"],
+                }
             )
     return rows
 
@@ -161,8 +199,9 @@ def print_rows(rows, n: int, label: str, limit=None) -> None:
     )
     for r in rows:
         busbw = r["size_bytes"] / r["accl_s"] * bus_factor(r["op"], n) / 1e9
+        op = r["op"] if r.get("schedule", "auto") == "auto" else f"{r['op']}:{r['schedule']}"
         line = (
-            f"  {r['op']:<14} {human(r['size_bytes']):>6} {r['lax_s'] * 1e6:>11.1f} "
+            f"  {op:<14} {human(r['size_bytes']):>6} {r['lax_s'] * 1e6:>11.1f} "
             f"{r['accl_s'] * 1e6:>12.1f} {busbw:>11.3f} {r['lax_s'] / r['accl_s']:>7.2f}x"
         )
         if limit:
@@ -183,11 +222,24 @@ def parse_args(argv):
     parser.add_argument("--sizes", default="")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", default="", help="append the rows as JSON lines here")
+    parser.add_argument("--ops", default=",".join(OPS), help="of: " + ", ".join(OPS))
+    parser.add_argument(
+        "--a2a-schedules",
+        default="auto",
+        help="the all-to-all's schedules to time, of direct, hierarchical (by host), auto",
+    )
     parser.add_argument("--process-id", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--num-processes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
     parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for option, value, allowed in (
+        ("--ops", args.ops, OPS),
+        ("--a2a-schedules", args.a2a_schedules, ("direct", "hierarchical", "auto")),
+    ):
+        unknown = set(value.split(",")) - set(allowed)
+        if unknown:
+            parser.error(f"{option}: unknown {sorted(unknown)}; of {', '.join(allowed)}")
     if args.hosts > 1:
         args.processes = max(args.processes, args.hosts)
         if args.processes % args.hosts:
@@ -205,7 +257,12 @@ def worker_main(args) -> int:
     launch.join_job(
         args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
     )
-    rows = measure([parse_size(s) for s in args.sizes.split(",")], args.reps)
+    rows = measure(
+        [parse_size(s) for s in args.sizes.split(",")],
+        args.reps,
+        names=args.ops.split(","),
+        a2a_schedules=args.a2a_schedules.split(","),
+    )
     print("RESULT " + json.dumps({"rows": rows}), flush=True)
     jax.distributed.shutdown()
     return 0
@@ -216,7 +273,8 @@ def launch_main(args) -> tuple[list[dict], str, object]:
     from jax_accl.testing import launch, netns
 
     forwarded = ["-m", "jax_accl.bench.collectives"]
-    extra = ["--sizes", args.sizes, "--reps", str(args.reps)]
+    extra = ["--sizes", args.sizes, "--reps", str(args.reps), "--ops", args.ops]
+    extra += ["--a2a-schedules", args.a2a_schedules]
     if args.hosts <= 1:
         results = launch.run_job(forwarded, args.processes, args.devices, extra=extra, timeout=1800)
         label = f"{args.processes} processes x {args.devices} devices, one host (jax.lax: gloo)"
@@ -256,7 +314,12 @@ def main(argv=None) -> int:
         import jax
 
         jax.config.update("jax_num_cpu_devices", args.devices)
-        rows = measure([parse_size(s) for s in args.sizes.split(",")], args.reps)
+        rows = measure(
+            [parse_size(s) for s in args.sizes.split(",")],
+            args.reps,
+            names=args.ops.split(","),
+            a2a_schedules=args.a2a_schedules.split(","),
+        )
         label, limit = f"{n} CPU devices in one process", None
     if before is not None:  # one host: the memory's limit, at the best bandwidth seen
         bandwidth = memory.fastest(before, memory.copy_bandwidths())["copy"]

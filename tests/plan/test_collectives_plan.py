@@ -103,17 +103,23 @@ def test_the_printed_report_names_the_schedule_and_the_limit():
     assert "the network limit" in text and "flat ring" in text
 
 
-def test_an_all_to_all_runs_direct_on_every_tier_and_sends_each_devices_share():
-    """Direct (pairwise) in one process, on one host and between hosts; between hosts a
-    host sends (H-1)/H of every one of its devices' buffers, so the limit scales with
-    the devices a host has."""
+def test_an_all_to_all_runs_direct_where_no_host_has_two_ranks_and_sends_each_devices_share():
+    """Direct (pairwise) in one process, on one host, between hosts of one rank each and
+    for large blocks between hosts; between hosts a host sends (H-1)/H of every one of
+    its devices' buffers, so the limit scales with the devices a host has."""
     for layout in ((1, 1, 8), (1, 4, 1), (2, 2, 2), (4, 1, 1)):
-        assert (
-            runtime_plan(
-                places_of(regular_layout(*layout)), 1 << 20, collective="all_to_all"
-            ).schedule
-            == "direct"
-        )
+        for forced in (
+            ("auto", "hierarchical") if layout[0] == 1 or layout == (4, 1, 1) else ("auto",)
+        ):
+            assert (
+                runtime_plan(
+                    places_of(regular_layout(*layout)),
+                    1 << 20,
+                    collective="all_to_all",
+                    algorithm=forced,
+                ).schedule
+                == "direct"
+            ), (layout, forced)
     one, two = (network_limit_s("all_to_all", 2, 1, 1 << 20, RAIL, per_host=k) for k in (1, 2))
     assert two == pytest.approx(2 * one) and one == pytest.approx(0.5 * (1 << 20) * RAIL)
 
@@ -121,3 +127,33 @@ def test_an_all_to_all_runs_direct_on_every_tier_and_sends_each_devices_share():
 def test_an_unknown_collective_is_refused_by_name():
     with pytest.raises(ValueError, match="unknown collective 'scatter'"):
         runtime_plan(places_of(regular_layout(1, 2, 1)), 1024, collective="scatter")
+
+
+@pytest.mark.parametrize("layout", [(2, 2, 2), (16, 1, 8), (4, 2, 1)])
+def test_an_all_to_all_of_small_blocks_between_hosts_runs_by_host(layout):
+    """Hosts of several ranks, small blocks: the model prefers H - 1 exchanges per rank
+    between hosts (by host, after an exchange in the host) to d·(H-1) (direct), and the
+    report shows both with the plan's the shorter; forced, each runs as asked."""
+    places = places_of(regular_layout(*layout))
+    auto = runtime_plan(places, 64 << 10, collective="all_to_all")
+    direct = runtime_plan(places, 64 << 10, collective="all_to_all", algorithm="direct")
+    by_host = runtime_plan(places, 64 << 10, collective="all_to_all", algorithm="hierarchical")
+    assert (auto.schedule, direct.schedule, by_host.schedule) == (
+        "hierarchical",
+        "direct",
+        "hierarchical",
+    )
+    assert auto.predicted_s == by_host.predicted_s < direct.predicted_s
+    hosts, per_process, devices = layout
+    report = plan_json(
+        "--hosts", str(hosts), "--processes-per-host", str(per_process),
+        "--devices-per-process", str(devices), "--size", "64KiB", "--collective", "all_to_all",
+    )  # fmt: skip
+    assert report["plan"]["schedule"] == "hierarchical"
+    assert set(report["alternatives"]) == {"direct", "by host"}
+    assert report["alternatives"]["direct"] > report["plan"]["predicted_s"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["--hosts", "2", "--devices-per-host", "4", "--size", "16KiB"]
+             + ["--collective", "all_to_all"])  # fmt: skip
+    assert "by host: an all-to-all among each host's 4 ranks" in out.getvalue()

@@ -254,9 +254,10 @@ static double pipelined_seconds(int chunks, double local, double local_fixed, do
 // An all-to-all of S bytes per rank: in one process each rank copies S; else, direct,
 // each rank sends and receives (n - 1) / n of S in n - 1 messages, of which the part
 // bound for other hosts crosses the host's rails with every rank of the host's. By host
-// (d ranks per host, H hosts): a direct exchange of S among the host's d ranks, three
-// copies of S (pack and regroup before the step between hosts, unpack after), then
-// H - 1 messages of S / H per rank, the host's d positions sharing the rails, pipelined.
+// (d ranks per host, H hosts): a direct exchange of S among the host's d ranks, then
+// among each position's H ranks (S / H to each other host, the host's d positions
+// sharing the rails), pipelined; each rank also copies its own blocks of each tier
+// (S / d, then S / H).
 double predict_all_to_all_seconds(const GroupLayout& g, const CallPlan& plan,
                                   const PlanRequest& request, const CostModel& model) {
   const double S = static_cast<double>(request.bytes);
@@ -274,10 +275,10 @@ double predict_all_to_all_seconds(const GroupLayout& g, const CallPlan& plan,
       flat_scatter_gather_seconds(Algorithm::kDirect, per_host, 0, false, in_host, one_process);
   const double local =
       flat_scatter_gather_seconds(Algorithm::kDirect, per_host, S, false, in_host, one_process) -
-      local_fixed + 2.0 * S * model.beta_s_per_byte;
+      local_fixed + S / per_host * model.beta_s_per_byte;
   const CostModel net = network_model(model, request.rails);
   const double between =
-      per_host * (hosts - 1) * S / hosts * net.beta_s_per_byte + S * model.beta_s_per_byte;
+      per_host * (hosts - 1) * S / hosts * net.beta_s_per_byte + S / hosts * model.beta_s_per_byte;
   return pipelined_seconds(plan.chunks, local, local_fixed, between, (hosts - 1) * net.alpha_s);
 }
 
