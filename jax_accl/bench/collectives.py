@@ -17,7 +17,10 @@ Each row also has its limit: on one host the memory's (the bytes every device mu
 and write at least, at the copy bandwidth B of jax_accl.bench.memory), on namespaced
 hosts the network's (the bytes a host must send: reduce-scatter and all-gather (H-1)/H
 of a host's data, ppermute one device's buffer, all-to-all (H-1)/H of every device's
-buffer of the host, over all its rails at the shaped rate)."""
+buffer of the host, over all its rails at the shaped rate; unshaped (``--rate-mbit 0``)
+at the rate the wire's own test (jax_accl.bench.wire) measured each way on every rail
+at once before the job). Across processes each row also has the CPU seconds per op,
+user + system summed over every process (the K-op chain's over K)."""
 
 from __future__ import annotations
 
@@ -110,7 +113,7 @@ def measure(
     from jax.sharding import PartitionSpec as P
 
     import jax_accl
-    from jax_accl.bench.timing import barrier, call_seconds
+    from jax_accl.bench.timing import barrier, call_seconds, cpu_seconds
 
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     n = len(devices)
@@ -138,12 +141,15 @@ def measure(
                 call_seconds(fn, x)
             times = {lib: [] for lib in fns}
             longs = {lib: [] for lib in fns}
+            cpu = {lib: [] for lib in fns}  # CPU seconds per op of each K-op chain
             for _ in range(reps):
                 for lib, (short, long) in fns.items():
                     barrier("jax_accl.bench.collectives")
                     longs[lib].append(call_seconds(long, x))
                     barrier("jax_accl.bench.collectives")
+                    before = cpu_seconds()
                     times[lib].append((longs[lib][-1] - call_seconds(short, x)) / k)
+                    cpu[lib].append((cpu_seconds() - before) / k)
             per_op = {lib: per_op_seconds(times[lib], longs[lib], k) for lib in fns}
             rows.append(
                 {
@@ -152,6 +158,8 @@ def measure(
                     "size_bytes": size,
                     "lax_s": per_op["lax"],
                     "accl_s": per_op["accl"],
+                    "lax_cpu_s": statistics.median(cpu["lax"]),
+                    "accl_cpu_s": statistics.median(cpu["accl"]),
                 }
             )
     return rows
@@ -193,6 +201,7 @@ def print_rows(rows, n: int, label: str, limit=None) -> None:
     print(f"# {label}, float32; per op (2K - K ops) / K, median")
     head = ("collective", "size", "jax.lax us", "jax_accl us", "busbw GB/s", "speedup")
     extra = ("limit us", "vs limit") if limit else ()
+    extra += ("CPU us accl", "CPU us lax") if rows and "accl_cpu_s" in rows[0] else ()
     print(
         "# {:<14} {:>6} {:>11} {:>12} {:>11} {:>8}".format(*head)
         + "".join(f" {h:>10}" for h in extra)
@@ -207,6 +216,8 @@ def print_rows(rows, n: int, label: str, limit=None) -> None:
         if limit:
             t = limit(r)
             line += f" {t * 1e6:>10.1f} {r['accl_s'] / t:>9.2f}x"
+        if "accl_cpu_s" in r:
+            line += f" {r['accl_cpu_s'] * 1e6:>10.1f} {r['lax_cpu_s'] * 1e6:>10.1f}"
         print(line, flush=True)
 
 
@@ -270,6 +281,7 @@ def worker_main(args) -> int:
 
 def launch_main(args) -> tuple[list[dict], str, object]:
     """Runs the job; returns process 0's rows, the label and the limit (or None)."""
+    from jax_accl.bench import wire
     from jax_accl.testing import launch, netns
 
     forwarded = ["-m", "jax_accl.bench.collectives"]
@@ -278,26 +290,37 @@ def launch_main(args) -> tuple[list[dict], str, object]:
     if args.hosts <= 1:
         results = launch.run_job(forwarded, args.processes, args.devices, extra=extra, timeout=1800)
         label = f"{args.processes} processes x {args.devices} devices, one host (jax.lax: gloo)"
-        return results[0]["rows"], label, None
+        return cpu_summed(results), label, None
     rails = ",".join(f"rail{r}" for r in range(args.rails))
     per_host = args.processes // args.hosts
     with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
+        wire_rates = {} if args.rate_mbit else wire.measure_rails(names, args.rails)
         spaces = [name for name in names for _ in range(per_host)]
         results = launch.run_on_namespaced_hosts(
             forwarded, spaces, args.devices, rails, extra=extra, timeout=1800
         )
+    speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
     label = (
         f"{args.hosts} namespaced hosts x {per_host} processes x {args.devices} devices, "
-        f"{args.rails} rails at {args.rate_mbit:g} Mbit/s (jax.lax: gloo on rail0)"
+        f"{args.rails} rails {speed} (jax.lax: gloo on rail0)"
     )
-    rate = args.rate_mbit * 1e6 / 8
     devices_per_host = per_host * args.devices
-    limit = (
-        (lambda r: network_limit_s(r, args.hosts, args.rails, rate, devices_per_host))
-        if args.rate_mbit
-        else None
-    )
-    return results[0]["rows"], label, limit
+    if args.rate_mbit:  # every rail at the shaped rate
+        rails_used, rate = args.rails, args.rate_mbit * 1e6 / 8
+    else:  # what the wire test measured each way on every rail at once
+        rails_used, rate = 1, list(wire_rates.values())[-1]
+        label += f"; the wire each way at once: {wire.describe(wire_rates)}"
+    limit = lambda r: network_limit_s(r, args.hosts, rails_used, rate, devices_per_host)  # noqa: E731
+    return cpu_summed(results), label, limit
+
+
+def cpu_summed(results: list[dict]) -> list[dict]:
+    """Process 0's rows, each with its CPU seconds per op summed over every process."""
+    rows = results[0]["rows"]
+    for i, row in enumerate(rows):
+        for key in ("lax_cpu_s", "accl_cpu_s"):
+            row[key] = sum(result["rows"][i][key] for result in results)
+    return rows
 
 
 def main(argv=None) -> int:

@@ -224,3 +224,4 @@ def test_collectives_bench_checks_and_times_each_against_jax_lax():
         assert r[1] == "64KiB" and float(r[2]) > 0 and float(r[3]) > 0 and float(r[4]) > 0
         assert r[5].endswith("x")
         assert float(r[6]) > 0 and r[7].endswith("x")  # the memory limit and the share of it
+        assert float(r[8]) > 0 and float(r[9]) > 0  # CPU us per op, jax_accl and jax.lax

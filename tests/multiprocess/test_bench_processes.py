@@ -238,16 +238,19 @@ def test_sharded_training_as_two_processes_matches_one_process(strategy):
     print("gloo's largest parameter difference:", [r["max_param_difference"] for r in results])
 
 
-@pytest.mark.parametrize("hosts", [1, 2])
-def test_collectives_bench_across_processes_and_hosts(hosts, request):
+@pytest.mark.parametrize("hosts,rate", [(1, "300"), (2, "300"), (2, "0")])
+def test_collectives_bench_across_processes_and_hosts(hosts, rate, request):
     """python -m jax_accl.bench.collectives as 2 processes (jax.lax over gloo), on one
-    host and on 2 namespaced hosts with shaped rails (then with the network limit):
-    every op's row, results checked against gloo's by the workers."""
+    host and on 2 namespaced hosts with shaped rails (then with the network limit), and
+    unshaped (the limit at the wire test's rate; the all-to-all forced direct and by host):
+    every op's row, results checked against gloo's by the workers, CPU per op summed."""
     if hosts > 1:
         request.getfixturevalue("root_required")
+    unshaped = rate == "0"
+    ops = ["--ops", "all_to_all", "--a2a-schedules", "direct,hierarchical"] if unshaped else []
     done = subprocess.run(
         [sys.executable, "-m", "jax_accl.bench.collectives", "--processes", "2", "--devices", "2"]
-        + ["--hosts", str(hosts), "--sizes", "64KiB", "--reps", "1"],
+        + ["--hosts", str(hosts), "--sizes", "64KiB", "--reps", "1", "--rate-mbit", rate, *ops],
         capture_output=True,
         text=True,
         timeout=600,
@@ -255,14 +258,16 @@ def test_collectives_bench_across_processes_and_hosts(hosts, request):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [r.split() for r in done.stdout.splitlines() if not r.startswith("#")]
-    assert [r[0] for r in rows] == [
-        "scatter+gather",
-        "reduce_scatter",
-        "all_gather",
-        "ppermute",
-        "all_to_all",
-    ]
+    assert [r[0] for r in rows] == (
+        ["all_to_all:direct", "all_to_all:hierarchical"]
+        if unshaped
+        else ["scatter+gather", "reduce_scatter", "all_gather", "ppermute", "all_to_all"]
+    )
+    if unshaped:
+        assert re.search(r"the wire each way at once: rail0 [\d.]+ GB/s", done.stdout), done.stdout
     for r in rows:
         assert r[1] == "64KiB" and float(r[3]) > 0 and r[5].endswith("x")
-        assert len(r) == 8, r  # the limit (memory's on one host, network's across) and the share
+        # The limit (memory's on one host, network's across), the share, CPU us accl and lax.
+        assert len(r) == 10, r
         assert float(r[6]) > 0 and r[7].endswith("x"), r
+        assert float(r[8]) > 0 and float(r[9]) > 0, r
