@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -60,6 +61,16 @@ struct ByHostRanks {
     *between = std::make_unique<ChannelLink>(mine->host, across, 22, "selftest between", deadline);
   }
   int size() const { return hosts * per_host; }
+  // Runs `call` on a thread per rank with its grid and its two links; every rank's status.
+  std::vector<Status> run(const std::function<Status(int r, const HostGrid&, ChannelLink& in_host,
+                                                     ChannelLink& between)>& call) const {
+    return on_threads(size(), [&](int r) {
+      HostGrid mine;
+      std::unique_ptr<ChannelLink> in_host, between;
+      tiers(r, &mine, &in_host, &between);
+      return call(r, mine, *in_host, *between);
+    });
+  }
 
   int hosts, per_host;
   HostGrid grid;
@@ -93,19 +104,17 @@ void test_scatter_gather(int hosts, int per_host, const std::vector<size_t>& blo
         n, std::vector<std::vector<int32_t>>(segments));
     std::vector<std::vector<std::vector<int32_t>>> gathered = scattered;
     ByHostRanks ranks(hosts, per_host, 30);
-    auto status = on_threads(n, [&](int r) {
-      HostGrid mine;
-      std::unique_ptr<ChannelLink> in_host, between;
-      ranks.tiers(r, &mine, &in_host, &between);
-      std::vector<BlockBuffers> bufs;
-      for (size_t s = 0; s < segments; ++s) {
-        scattered[r][s].resize(blocks[s]);
-        bufs.push_back(BlockBuffers{in[s][r].data(), scattered[r][s].data(), blocks[s], 4,
-                                    static_cast<int>(s)});
-      }
-      return reduce_scatter_by_host(*in_host, *between, mine, algorithm, algorithm, bufs, sum,
-                                    pipeline, ranks.deadline);
-    });
+    auto status =
+        ranks.run([&](int r, const HostGrid& mine, ChannelLink& in_host, ChannelLink& between) {
+          std::vector<BlockBuffers> bufs;
+          for (size_t s = 0; s < segments; ++s) {
+            scattered[r][s].resize(blocks[s]);
+            bufs.push_back(BlockBuffers{in[s][r].data(), scattered[r][s].data(), blocks[s], 4,
+                                        static_cast<int>(s)});
+          }
+          return reduce_scatter_by_host(in_host, between, mine, algorithm, algorithm, bufs, sum,
+                                        pipeline, ranks.deadline);
+        });
     for (int r = 0; r < n; ++r) {
       bool exact = status[r].ok();
       for (size_t s = 0; s < segments && exact; ++s) {
@@ -116,19 +125,17 @@ void test_scatter_gather(int hosts, int per_host, const std::vector<size_t>& blo
                           algorithm_name(algorithm) + ": " + status[r].message());
     }
     ByHostRanks again(hosts, per_host, 30);
-    status = on_threads(n, [&](int r) {
-      HostGrid mine;
-      std::unique_ptr<ChannelLink> in_host, between;
-      again.tiers(r, &mine, &in_host, &between);
-      std::vector<BlockBuffers> bufs;
-      for (size_t s = 0; s < segments; ++s) {
-        gathered[r][s].resize(n * blocks[s]);
-        bufs.push_back(BlockBuffers{scattered[r][s].data(), gathered[r][s].data(), blocks[s], 4,
-                                    static_cast<int>(s)});
-      }
-      return all_gather_by_host(*in_host, *between, mine, algorithm, algorithm, bufs, pipeline,
-                                again.deadline);
-    });
+    status =
+        again.run([&](int r, const HostGrid& mine, ChannelLink& in_host, ChannelLink& between) {
+          std::vector<BlockBuffers> bufs;
+          for (size_t s = 0; s < segments; ++s) {
+            gathered[r][s].resize(n * blocks[s]);
+            bufs.push_back(BlockBuffers{scattered[r][s].data(), gathered[r][s].data(), blocks[s], 4,
+                                        static_cast<int>(s)});
+          }
+          return all_gather_by_host(in_host, between, mine, algorithm, algorithm, bufs, pipeline,
+                                    again.deadline);
+        });
     for (int r = 0; r < n; ++r) {
       bool exact = status[r].ok();
       for (size_t s = 0; s < segments && exact; ++s) exact = gathered[r][s] == total[s];
@@ -149,18 +156,16 @@ void test_all_to_all(int hosts, int per_host, const std::vector<size_t>& blocks,
   std::vector<std::vector<std::vector<int32_t>>> out(n,
                                                      std::vector<std::vector<int32_t>>(segments));
   ByHostRanks ranks(hosts, per_host, 30);
-  auto status = on_threads(n, [&](int r) {
-    HostGrid mine;
-    std::unique_ptr<ChannelLink> in_host, between;
-    ranks.tiers(r, &mine, &in_host, &between);
-    std::vector<BlockBuffers> bufs;
-    for (size_t s = 0; s < segments; ++s) {
-      out[r][s] = in_place ? in[s][r] : std::vector<int32_t>(n * blocks[s]);
-      bufs.push_back(BlockBuffers{in_place ? out[r][s].data() : in[s][r].data(), out[r][s].data(),
-                                  blocks[s], 4, static_cast<int>(s)});
-    }
-    return all_to_all_by_host(*in_host, *between, mine, bufs, pipeline, ranks.deadline);
-  });
+  auto status =
+      ranks.run([&](int r, const HostGrid& mine, ChannelLink& in_host, ChannelLink& between) {
+        std::vector<BlockBuffers> bufs;
+        for (size_t s = 0; s < segments; ++s) {
+          out[r][s] = in_place ? in[s][r] : std::vector<int32_t>(n * blocks[s]);
+          bufs.push_back(BlockBuffers{in_place ? out[r][s].data() : in[s][r].data(),
+                                      out[r][s].data(), blocks[s], 4, static_cast<int>(s)});
+        }
+        return all_to_all_by_host(in_host, between, mine, bufs, pipeline, ranks.deadline);
+      });
   for (int r = 0; r < n; ++r) {
     bool exact = status[r].ok();
     for (size_t s = 0; s < segments && exact; ++s) {
@@ -298,20 +303,17 @@ void test_by_host_local_failure(Tiered kind, bool between_hosts, bool throws, in
   ByHostRanks ranks(hosts, per_host, 20.0);
   const auto start = std::chrono::steady_clock::now();
   std::vector<double> seconds(n);
-  auto status = on_threads(n, [&](int r) {
-    HostGrid mine;
-    std::unique_ptr<ChannelLink> in_host, between;
-    ranks.tiers(r, &mine, &in_host, &between);
+  auto status = ranks.run([&](int r, const HostGrid& mine, ChannelLink& in_host,
+                              ChannelLink& between) {
     // With one chunk, a ring of two ranks receives once per link.
-    FailingLink failing(between_hosts ? static_cast<Link&>(*between) : *in_host, chunks > 1 ? 2 : 1,
+    FailingLink failing(between_hosts ? static_cast<Link&>(between) : in_host, chunks > 1 ? 2 : 1,
                         throws);
-    Link& host_link = r == 0 && !between_hosts ? failing : static_cast<Link&>(*in_host);
-    Link& between_link = r == 0 && between_hosts ? failing : static_cast<Link&>(*between);
+    Link& host_link = r == 0 && !between_hosts ? failing : static_cast<Link&>(in_host);
+    Link& between_link = r == 0 && between_hosts ? failing : static_cast<Link&>(between);
     const std::vector<BlockBuffers> bufs = {BlockBuffers{in[r].data(), out[r].data(), block, 4, 0}};
-    Status s =
-        fail_links_on_error({in_host.get(), between.get()}, str_cat("selftest rank ", r), [&] {
-          return run_tiered(kind, host_link, between_link, mine, bufs, pipeline, ranks.deadline);
-        });
+    Status s = fail_links_on_error({&in_host, &between}, str_cat("selftest rank ", r), [&] {
+      return run_tiered(kind, host_link, between_link, mine, bufs, pipeline, ranks.deadline);
+    });
     seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return s;
   });
