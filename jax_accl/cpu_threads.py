@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import re
 
+from jax_accl import config
+
 
 def threads_for(devices: int) -> int:
     """The pool a client of `devices` CPU devices gets: two threads per device, or one
@@ -34,7 +36,7 @@ def _flag_device_count() -> int:
     """--xla_force_host_platform_device_count of XLA_FLAGS (XLA's default device count
     when JAX passes none), else 1."""
     found = re.findall(
-        r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", "")
+        r"--xla_force_host_platform_device_count=(\d+)", config.environment("XLA_FLAGS") or ""
     )
     return int(found[-1]) if found else 1
 
@@ -42,14 +44,14 @@ def _flag_device_count() -> int:
 def make_client_with_threads(make, *args, **kwargs):
     """`make(*args, **kwargs)` (jaxlib's make_cpu_client) with PJRT_NPROC set for it
     where nobody set the pool's size."""
-    if "PJRT_NPROC" in os.environ or "NPROC" in os.environ:
+    if config.environment("PJRT_NPROC") is not None or config.environment("NPROC") is not None:
         return make(*args, **kwargs)
     devices = kwargs.get("num_devices") or _flag_device_count()
-    os.environ["PJRT_NPROC"] = str(threads_for(devices))
+    config.set_environment("PJRT_NPROC", str(threads_for(devices)))
     try:
         return make(*args, **kwargs)
     finally:
-        os.environ.pop("PJRT_NPROC", None)
+        config.unset_environment("PJRT_NPROC")
 
 
 def install() -> None:

@@ -250,16 +250,18 @@ std::string stall_message(const std::vector<int64_t>& devices, const std::vector
   return str_cat(
       "XLA:CPU never started this launch (run id ", run_id, ") on devices [",
       list(devices, present, false), "] of this process (ranks [", list(devices, present, true),
-      "]): the call waited ", waited, " s for them while the process stayed idle. ",
-      "That is XLA:CPU's deadlock, not this collective's: with many launches of a ",
-      "multi-device program in flight (a loop that dispatches steps without reading a result), ",
-      "XLA:CPU's client blocks the threads that dispatch new launches (at 32 launches in flight ",
-      "per device) in the thread pool that must run every device of a launch, and the last ",
-      "devices of the launch never get a thread (jax.lax collectives hang the same way, ending ",
-      "in XLA's \"Termination timeout\"). To avoid it: read a result or call ",
-      "jax.block_until_ready every step or every few steps (fewer than 32 launches in flight), ",
-      "or give XLA:CPU's thread pool at least two threads per device of this process: ",
-      "PJRT_NPROC=<2 x devices> in the environment before JAX starts its CPU backend");
+      "]): they made no jax_accl call of it while the call waited ", waited,
+      " s for them, the process idle. Most likely XLA:CPU's deadlock, not this collective's: ",
+      "with many launches of a multi-device program in flight (a loop that dispatches steps ",
+      "without reading a result), XLA:CPU's client blocks the threads that dispatch new ",
+      "launches (at 32 launches in flight per device) in the thread pool that must run every ",
+      "device of a launch, and the last devices of the launch never get a thread (jax.lax ",
+      "collectives hang the same way, ending in XLA's \"Termination timeout\"). To avoid it: ",
+      "read a result or call jax.block_until_ready every step or every few steps (fewer than 32 ",
+      "launches in flight), or give XLA:CPU's thread pool two threads per device of this ",
+      "process: import jax_accl before JAX makes its CPU client, which then gets them, or set ",
+      "PJRT_NPROC=<2 x devices> in the environment before it does. (If those devices did run ",
+      "this launch, the program does not make this call on every device of its group.)");
 }
 
 }  // namespace accl
