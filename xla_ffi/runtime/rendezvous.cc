@@ -208,6 +208,7 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
     {
       std::lock_guard<std::mutex> lock(mutex_);
       first = record_left(call, rank, stalled);  // the others, and late arrivals, fail too
+      abandon(call);  // no longer pending, as at a timeout (its ranks may never come)
     }
     if (first) call.arrived.fetch_add_and_wake(kLeftMark);
     return error(stalled.code(), "rank ", rank, " of ", label, ": ", stalled.message());
