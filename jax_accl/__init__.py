@@ -13,6 +13,10 @@ from jax_accl import ffi_targets  # noqa: E402
 _xla_collectives.finish()
 ffi_targets.register()  # before anything can lower a call; explains a missing _accl
 
+from jax_accl import cpu_threads as _cpu_threads  # noqa: E402
+
+_cpu_threads.install()  # XLA:CPU's pool sized for launches in flight (issue 47)
+
 from jax_accl import distributed, profiler  # noqa: E402
 from jax_accl import fusion as _fusion  # noqa: E402
 from jax_accl import routing as _routing  # noqa: E402

@@ -437,3 +437,23 @@ def cpu_collectives_implementation() -> str | None:
     from jax._src import config as jax_config
 
     return jax_config.cpu_collectives_implementation.value
+
+
+# --- the making of XLA:CPU's client (jax_accl/cpu_threads.py) ---
+
+
+def wrap_cpu_client_maker(wrapper) -> None:
+    """Every CPU client JAX makes from now on is made by `wrapper(make, *args,
+    **kwargs)`, `make` jaxlib's make_cpu_client (JAX's CPU backend factory and
+    use_gloo_on_interface's both call it through xla_client). Idempotent."""
+    from jax._src.lib import xla_client
+
+    original = xla_client.make_cpu_client
+    if getattr(original, "_jax_accl_wrapped", False):
+        return
+
+    def make_cpu_client(*args, **kwargs):
+        return wrapper(original, *args, **kwargs)
+
+    make_cpu_client._jax_accl_wrapped = True
+    xla_client.make_cpu_client = make_cpu_client

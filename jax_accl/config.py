@@ -246,7 +246,8 @@ KNOBS = {
 
 
 def environment(name: str) -> str | None:
-    """A variable jax_accl reads or sets that is not its own knob (MPITRAMPOLINE_LIB)."""
+    """A variable jax_accl reads or sets that is not its own knob (MPITRAMPOLINE_LIB;
+    PJRT_NPROC, NPROC and XLA_FLAGS for XLA:CPU's pool, cpu_threads.py)."""
     return os.environ.get(name)
 
 
@@ -257,6 +258,10 @@ def environment_with(**variables: str) -> dict[str, str]:
 
 def set_environment(name: str, text: str) -> None:
     os.environ[name] = text
+
+
+def unset_environment(name: str) -> None:
+    os.environ.pop(name, None)
 
 
 def value(name: str):

@@ -1,17 +1,18 @@
 """One process of a job (or a one-process run on 8 devices) whose programs use one
 helper holding a jax_accl call twice, as real programs do: a jitted or rematerialized
-(`jax.checkpoint`) reduction applied to two independent arrays of the same shape, and
-a stack of identical FSDP-style blocks under `jax.checkpoint` (each block's weights
-gathered, independently of the others), differentiated. JAX lowers each such helper
-once and calls it from every use unless jax_accl prevents it
-(jax_accl/primitives/lanes.py); the uses then shared one lane, and across processes
-one process's first use was reduced with another's second (results 201 and 102 where
-3 and 300 are right).
+(`jax.checkpoint`) collective (a psum, an all_to_all, a ragged_all_to_all) applied to
+two independent sets of arrays, and a stack of identical FSDP-style blocks under
+`jax.checkpoint` (each block's weights gathered, independently of the others),
+differentiated. JAX lowers each such helper once and calls it from every use unless
+jax_accl prevents it (jax_accl/primitives/lanes.py); the uses then shared one lane, and
+across processes one process's first use was reduced with another's second (results
+201 and 102 where 3 and 300 are right).
 
-Every result is checked exactly against what it must be (integers, bitwise), with and
-without a delay before one of the two uses on one rank (so that the uses reach the
-runtime in different orders on different ranks); the blocks' loss and gradients against
-the same program on jax.lax. Prints "RESULT <json>".
+Every result is checked exactly against what it must be (integers, bitwise: the sums,
+jax.lax.all_to_all's program, the NumPy reference of jax.lax.ragged_all_to_all), with
+and without a delay before one use on the first rank and the other on the last (so that
+the uses reach the runtime in different orders on different ranks); the blocks' loss
+and gradients against the same program on jax.lax. Prints "RESULT <json>".
 
     python -m jax_accl.testing.reuse_worker --process-id 0 --num-processes 2 ...
     python -m jax_accl.testing.reuse_worker --single   # one process, 8 devices
@@ -25,78 +26,161 @@ import os
 import time
 
 HELPERS = ("jit", "checkpoint")
+# The collectives a helper holds: an all-reduce, an all-to-all, a ragged all-to-all.
+OPS = ("psum", "all_to_all", "ragged")
+DELAYS = (0.0, 0.003)
 
 
-def _delay_on_rank0(x, index, seconds):
-    """x, after `seconds` on the rank whose index is 0 (a host callback that x then
+def checked_keys(iterations: int) -> dict:
+    """What check_helpers returns when every launch was exact."""
+    return {f"{op}/{h}/{d}": iterations for op in OPS for h in HELPERS for d in DELAYS}
+
+
+def _delay_on_rank(x, index, seconds, rank):
+    """x, after `seconds` on the rank whose index is `rank` (a host callback that x then
     depends on): that rank reaches the call taking it later than the others."""
     import jax
     import numpy as np
 
     def wait(i):
-        if int(np.asarray(i).reshape(-1)[0]) == 0:
+        if int(np.asarray(i).reshape(-1)[0]) == rank:
             time.sleep(seconds)
         return np.zeros((), x.dtype)
 
     return x + jax.pure_callback(wait, jax.ShapeDtypeStruct((), x.dtype), index)
 
 
-def helper_twice(mesh, helper: str, delay_s: float):
-    """A program reducing `a` and `b` (int32) with one helper used twice; on rank 0 `a`
-    reaches its use `delay_s` late."""
+def _collective(op: str, lib):
+    """The helper's body: `op` over "x" with `lib` (jax_accl, or jax.lax for the
+    reference), on one operand (psum, all_to_all) or an operand, an output and its four
+    layout arrays (ragged)."""
+    if op == "psum":
+        return lambda v: lib.psum(v, "x")
+    if op == "all_to_all":
+        return lambda v: lib.all_to_all(v, "x", 0, 0, tiled=True)
+
+    def ragged(operand, output, *sizes):
+        return lib.ragged_all_to_all(operand, output, *sizes, axis_name="x")
+
+    return ragged
+
+
+def helper_twice(mesh, helper: str, delay_s: float, op: str = "psum", lib=None):
+    """A program applying one helper holding `op` to two independent sets of arguments
+    `a` and `b` (int32); on rank 0 `a`, on the last rank `b` reaches its use `delay_s`
+    late (so that, whatever order XLA gives the two calls, the ranks start them in
+    different orders). `lib`: whose collective the helper calls (jax_accl by default;
+    jax.lax for a reference)."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
 
     import jax_accl
 
-    def reduce(v):
-        return jax_accl.psum(v, "x")
+    call = _collective(op, jax_accl if lib is None else lib)
+    red = jax.jit(call) if helper == "jit" else jax.checkpoint(call)
+    arity = 6 if op == "ragged" else 1  # arrays per use
 
-    red = jax.jit(reduce) if helper == "jit" else jax.checkpoint(reduce)
-
-    def body(a, b):
+    def body(*args):
+        a, b = list(args[:arity]), list(args[arity:])
+        if op == "ragged":  # this device's block of each (the leading axis is the mesh's)
+            a, b = [v[0] for v in a], [v[0] for v in b]
         if delay_s:
-            a = _delay_on_rank0(a, jax.lax.axis_index("x"), delay_s)
+            index = jax.lax.axis_index("x")
+            a[0] = _delay_on_rank(a[0], index, delay_s, 0)
+            b[0] = _delay_on_rank(b[0], index, delay_s, mesh.size - 1)
         # Compute beside the calls: XLA:CPU runs a program of a few thunks in order,
         # one of more (and of buffers that are not tiny) as its data flow allows.
         m = jnp.full((64, 64), 0.01, jnp.float32)
         for _ in range(6):
             m = jnp.tanh(m @ m)
-        return red(a), red(b), m
+        got_a, got_b = red(*a), red(*b)
+        if op == "ragged":
+            got_a, got_b = got_a[None], got_b[None]
+        return got_a, got_b, m
 
-    specs = dict(in_specs=(P("x"), P("x")), out_specs=(P(), P(), P()))
+    out = P() if op == "psum" else P("x")
+    specs = dict(in_specs=(P("x"),) * (2 * arity), out_specs=(out, out, P()))
     return jax.jit(jax.shard_map(body, mesh=mesh, **specs))
 
 
-def check_helpers(mesh, iterations: int) -> dict:
-    """Each helper, without and with a delay: `iterations` launches, each result exact."""
+def _inputs(mesh, op: str):
+    """(a, b, what a program of `op` must return for each, or None where the reference
+    is jax.lax's own program): host arrays, int32, each device's rows distinct."""
+    import numpy as np
+
+    from jax_accl.testing import ragged
+
+    n = mesh.size
+    if op == "psum":
+        rows = np.arange(n, dtype=np.int32)[:, None] * np.ones((1, 1 << 16), np.int32)
+        a, b = rows + 1, 100 * (rows + 1)
+        return [a], [b], (a.sum(0, keepdims=True), b.sum(0, keepdims=True))
+    if op == "all_to_all":  # each device's (n blocks of 4 rows) x 256
+        shape = (n * n * 4, 256)
+        a = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
+        return [a], [-3 * a - 7], None
+    uses = []
+    for seed in (0, 1):  # two layouts: the uses' sizes differ too
+        sizes = ragged.layout(n, seed, per_peer=2)
+        operand = np.arange(n * 24 * 8, dtype=np.int32).reshape(n, 24, 8) * (seed + 1) + 1
+        output = np.full((n, 30, 8), -1 - seed, np.int32)
+        uses.append(([operand, output, *sizes], ragged.reference(operand, output, *sizes)))
+    return uses[0][0], uses[1][0], (uses[0][1], uses[1][1])
+
+
+def _local(result, whole=None):
+    """This process's shards of `result` (and of `whole`, the global array a result must
+    equal) as lists of host arrays."""
+    import numpy as np
+
+    got = [np.asarray(s.data) for s in result.addressable_shards]
+    if whole is None:
+        return got
+    return got, [np.asarray(whole[s.index]) for s in result.addressable_shards]
+
+
+def check_helpers(mesh, iterations: int, ops=OPS) -> dict:
+    """Each op's helper, jitted and checkpointed, without and with a delay: `iterations`
+    launches, each result exact (bitwise): a psum against the sums, an all_to_all
+    against the same program on jax.lax.all_to_all, a ragged all-to-all against the
+    NumPy reference of jax.lax.ragged_all_to_all's semantics (XLA:CPU has none)."""
     import jax
     import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    n = mesh.size
     sharding = NamedSharding(mesh, P("x"))
-    rows = np.arange(n, dtype=np.int32)[:, None] * np.ones((1, 1 << 16), np.int32)
-    a_host, b_host = rows + 1, 100 * (rows + 1)
-    a = jax.make_array_from_callback(a_host.shape, sharding, lambda i: a_host[i])
-    b = jax.make_array_from_callback(b_host.shape, sharding, lambda i: b_host[i])
-    want_a, want_b = a_host.sum(0), b_host.sum(0)
+
+    def put(v):
+        return jax.make_array_from_callback(v.shape, sharding, lambda i: v[i])
+
     checked = {}
-    for helper in HELPERS:
-        for delay_s in (0.0, 0.003):
-            program = helper_twice(mesh, helper, delay_s)
-            for k in range(iterations):
-                got_a, got_b, _ = program(a, b)
-                got_a = np.asarray(got_a.addressable_shards[0].data).reshape(-1)
-                got_b = np.asarray(got_b.addressable_shards[0].data).reshape(-1)
-                if not (np.array_equal(got_a, want_a) and np.array_equal(got_b, want_b)):
-                    raise AssertionError(
-                        f"{helper} helper used twice (delay {delay_s} s), launch {k}: got "
-                        f"{got_a[0]} and {got_b[0]}, want {want_a[0]} and {want_b[0]}"
-                    )
-            checked[f"{helper}/{delay_s}"] = iterations
+    for op in ops:
+        a_host, b_host, wants = _inputs(mesh, op)
+        args = [put(v) for v in (*a_host, *b_host)]
+        for helper in HELPERS:
+            for delay_s in DELAYS:
+                program = helper_twice(mesh, helper, delay_s, op)
+                if wants is None:  # jax.lax's program on the same arrays, once
+                    ref = helper_twice(mesh, helper, 0.0, op, lib=jax.lax)(*args)
+                    want = [_local(r) for r in ref[:2]]
+                for k in range(iterations):
+                    got = program(*args)
+                    for use, result in zip("ab", got[:2]):
+                        if wants is None:
+                            mine, theirs = _local(result), want["ab".index(use)]
+                        else:
+                            mine, theirs = _local(result, wants["ab".index(use)])
+                        for g, w in zip(mine, theirs):
+                            if not np.array_equal(g, w):
+                                bad = np.argwhere(g != w)[0]
+                                raise AssertionError(
+                                    f"{op} in a {helper} helper used twice (delay {delay_s} "
+                                    f"s), launch {k}, use {use!r}: got {g[tuple(bad)]} at "
+                                    f"{tuple(bad)}, want {w[tuple(bad)]}"
+                                )
+                checked[f"{op}/{helper}/{delay_s}"] = iterations
     return checked
 
 

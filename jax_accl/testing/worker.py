@@ -661,6 +661,33 @@ def scenario_abort():
     }
 
 
+def scenario_unstarted_devices():
+    """Every device but each process's first skips the psum (a cond on the device's index
+    in its process): the first ones wait, across processes, for devices of their own
+    process that make no call of the launch, as where XLA:CPU never started the launch on
+    them (issue 47; xla_ffi/runtime/stall.h). With a 60 s timeout the call must fail within
+    about 10 s naming them."""
+    exact, _, placed = checked_psum(5000, seed=11)
+    exact("before")  # every device has made a call: the process's own devices are known
+
+    def body(x):
+        first = jax.lax.axis_index("d") == 0
+        return jax.lax.cond(first, lambda v: jax_accl.psum(v, ALL) + 0 * v, lambda v: v, x)
+
+    program = jax.jit(
+        jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL), check_vma=False)
+    )
+    start = time.perf_counter()
+    error = None
+    try:
+        program(placed).block_until_ready()
+    except Exception as e:
+        error = str(e)
+    # (Not followed by another call: after a call some devices never took part in, the
+    # next call of the job waits for them whether it ended by this or by jax_accl.abort().)
+    return {"error": error, "seconds_to_error": time.perf_counter() - start}
+
+
 def scenario_concurrent():
     """--reps launches of one program with four all-reduces of different sizes and dtypes
     and no data dependency among them (buckets in flight together), beside compute;
@@ -911,6 +938,7 @@ SCENARIOS = {
     "exit_in_flight": scenario_exit_in_flight,
     "lockout": scenario_lockout,
     "concurrent": scenario_concurrent,
+    "unstarted_devices": scenario_unstarted_devices,
     "late_after_failure": scenario_late_after_failure,
     "late_peer": scenario_late_peer,
     "late_first_call": scenario_late_first_call,

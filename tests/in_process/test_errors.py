@@ -93,11 +93,18 @@ def only_device_0_calls(a):
 
 
 # A rank that never arrives: the others end at their deadline, naming the missing, or at
-# once by jax_accl.abort() from another thread (the one-shot path, and the rendezvous).
+# once by jax_accl.abort() from another thread (the one-shot path, and the rendezvous), or,
+# the process idle, after about 10 s as a launch XLA:CPU never started on the devices
+# missing (xla_ffi/runtime/stall.h; tests/multiprocess/test_async_loop.py: the real one).
+STALLED = r"never started this launch \(run id -?\d+\) on devices \[1, 2, 3, 4, 5, 6, 7\]"
+
+
 @pytest.mark.parametrize(
     "ended_by,size,error,seconds",
     [
         ("timeout", 4, r"timed out waiting for ranks \[1, 2, 3, 4, 5, 6, 7\]", 30),
+        ("stall", 4, STALLED, 25),
+        ("stall", 1 << 18, STALLED, 25),
         ("abort", 64, r"aborted by jax_accl\.abort\(\) while waiting for ranks", 5),
         ("abort", 1 << 18, r"aborted by jax_accl\.abort\(\) while waiting for ranks", 5),
     ],

@@ -1,9 +1,10 @@
 """No two jax_accl calls of a program share a lane (jax_accl/primitives/lanes.py): a
-helper holding a call that JAX would lower once and call from each use (a nested
-jax.jit, jax.checkpoint) is lowered once per use, each call with its own lane, proved
-in the compiled HLO; a program whose calls could not be told apart is refused at
-lowering, naming the helper; lowerings without jax_accl calls are still cached. The
-programs also run exact on this process's 8 devices (the multi-process runs:
+helper holding a call (a psum, an all_to_all, a ragged_all_to_all) that JAX would
+lower once and call from each use (a nested jax.jit, jax.checkpoint) is lowered once
+per use, each call with its own lane, proved in the compiled HLO; a program whose
+calls could not be told apart is refused at lowering, naming the helper; lowerings
+without jax_accl calls are still cached. The programs also run exact on this
+process's 8 devices (the multi-process runs, where shared lanes give wrong results:
 tests/multiprocess/test_reused_helpers.py)."""
 
 import re
@@ -41,14 +42,32 @@ def _call_keys(compiled_text: str) -> list:
     return keys
 
 
+def _specs(mesh, op):
+    """The shapes of helper_twice's arguments for `op` (two uses)."""
+    if op == "ragged":
+        use = [(8, 24, 8), (8, 30, 8), *[(8, 16)] * 4]
+    else:
+        use = [(8, 1 << 16) if op == "psum" else (8 * 32, 256)]
+    return [_spec(mesh, shape) for shape in use * 2]
+
+
+XLA_OPS = {"psum": "all-reduce(", "all_to_all": "all-to-all(", "ragged": "ragged-all-to-all("}
+TARGETS = {
+    "psum": "accl_allreduce",
+    "all_to_all": "accl_all_to_all",
+    "ragged": "accl_ragged_all_to_all",
+}
+
+
+@pytest.mark.parametrize("op", reuse_worker.OPS)
 @pytest.mark.parametrize("helper", reuse_worker.HELPERS)
-def test_a_helper_used_twice_has_a_lane_per_use_in_the_compiled_program(mesh, helper):
-    program = reuse_worker.helper_twice(mesh, helper, 0.0)
-    spec = _spec(mesh, (8, 1 << 16))
-    text = program.lower(spec, spec).compile().as_text()
+def test_a_helper_used_twice_has_a_lane_per_use_in_the_compiled_program(mesh, helper, op):
+    program = reuse_worker.helper_twice(mesh, helper, 0.0, op)
+    text = program.lower(*_specs(mesh, op)).compile().as_text()
     keys = _call_keys(text)
-    assert len(keys) == 2 and len(set(keys)) == 2, keys
-    assert "all-reduce(" not in text
+    target = TARGETS[op]
+    assert len(keys) == 2 and len(set(keys)) == 2 and {k[0] for k in keys} == {target}, keys
+    assert XLA_OPS[op] not in text
 
 
 def test_identical_checkpointed_fsdp_blocks_have_a_lane_per_call(mesh):
@@ -92,10 +111,11 @@ def test_lowerings_without_jax_accl_calls_are_still_shared(mesh):
 
 
 def test_helpers_used_twice_run_exact_on_8_devices(mesh):
-    # 100 launches each of the jitted and the checkpointed helper, with and without a
-    # delay before one use on one device: every result exact (int32).
-    checked = reuse_worker.check_helpers(mesh, 100)
-    assert checked == {f"{h}/{d}": 100 for h in reuse_worker.HELPERS for d in (0.0, 0.003)}
+    # 100 launches each of the jitted and the checkpointed helper of each op (psum,
+    # all_to_all, ragged_all_to_all), with and without a delay before one use on one
+    # device: every result exact (int32; against the sums, jax.lax.all_to_all, the
+    # NumPy reference of ragged_all_to_all).
+    assert reuse_worker.check_helpers(mesh, 100) == reuse_worker.checked_keys(100)
 
 
 def test_checkpointed_fsdp_blocks_match_jax_lax_on_8_devices(mesh):

@@ -325,6 +325,18 @@ def test_killed_peer_makes_every_survivor_raise(processes, devices):
         assert r["seconds_to_error"] < 10, r
 
 
+def test_devices_that_never_start_a_launch_are_named_within_seconds():
+    # Each process's second device skips the call (as where XLA:CPU never started the
+    # launch on it, issue 47): each process's watchdog ends the wait after about 10 s of
+    # idleness, naming it, not at the 60 s timeout.
+    results = run(2, 2, "unstarted_devices", timeout=180)
+    for r in results:
+        assert r["error"] is not None and "jax_accl" in r["error"], r
+        assert r["seconds_to_error"] < 25, r
+    said = [r["error"] for r in results if "never started this launch" in r["error"]]
+    assert said and "of this process" in said[0] and "PJRT_NPROC" in said[0], results
+
+
 def test_ranks_in_different_calls_all_raise():
     results = run(2, 2, "mismatch", env=[{"JAX_ACCL_TIMEOUT_S": "20"}] * 2, timeout=120)
     for r in results:

@@ -6,11 +6,41 @@
 #include <unistd.h>
 
 #include <climits>
+#include <mutex>
+#include <string>
 
 namespace accl {
 
 std::atomic<uint64_t> g_abort_generation{0};
 std::atomic<bool> g_stopping{false};
+
+namespace {
+struct AbortReason {
+  std::mutex mutex;
+  uint64_t generation = ~uint64_t{0};  // the generation whose waits it ended
+  std::string why;
+};
+AbortReason& abort_reason_slot() {
+  static AbortReason* r = new AbortReason;  // never destroyed: waits may outlive exit
+  return *r;
+}
+}  // namespace
+
+void abort_pending_waits_because(const std::string& why) {
+  AbortReason& r = abort_reason_slot();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.generation = abort_generation();
+    r.why = why;
+  }
+  abort_pending_waits();
+}
+
+std::string abort_reason(uint64_t generation) {
+  AbortReason& r = abort_reason_slot();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.generation == generation ? r.why : std::string();
+}
 
 namespace {
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {

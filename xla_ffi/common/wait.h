@@ -29,6 +29,11 @@ inline void abort_pending_waits() { g_abort_generation.fetch_add(1, std::memory_
 // Set while jax_accl stops (World::stop: jax.distributed.shutdown() or exit), which ends
 // the pending waits as abort() does: their errors say why.
 extern std::atomic<bool> g_stopping;
+// Ends the pending waits as abort_pending_waits() does, their errors giving `why` instead
+// of naming jax_accl.abort() (runtime/stall.cc: XLA:CPU never started a launch's devices).
+void abort_pending_waits_because(const std::string& why);
+// The `why` of the abort that ended waits begun in `generation`, or "" (jax_accl.abort()).
+std::string abort_reason(uint64_t generation);
 
 struct Deadline {
   static constexpr uint64_t kNotAbortable = ~uint64_t{0};
@@ -46,6 +51,9 @@ struct Deadline {
   // naming jax_accl.abort(), or kTimeout naming JAX_ACCL_TIMEOUT_S.
   Status ended(const std::string& where, const std::string& waiting) const {
     if (aborted()) {
+      if (std::string why = abort_reason(generation); !why.empty()) {
+        return Status(Code::kAborted, where + ": " + why + " (while " + waiting + ")");
+      }
       const char* by = g_stopping.load(std::memory_order_acquire)
                            ? ": jax_accl stopped (jax.distributed.shutdown() or exit) while "
                            : ": aborted by jax_accl.abort() while ";

@@ -68,7 +68,7 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   }
   std::shared_ptr<LocalExchange> exchange;
   Status s = spec.rendezvous->join(spec.key, spec.rank, spec.size, sig, spec.label, deadline,
-                                   segments, &exchange);
+                                   segments, &exchange, &spec.devices);
   if (s.ok()) {
     std::unique_ptr<LocalLink> link;
     try {

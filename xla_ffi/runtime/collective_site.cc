@@ -6,6 +6,7 @@
 
 #include "common/health.h"
 #include "runtime/collective.h"
+#include "runtime/stall.h"
 #include "runtime/stats.h"
 
 namespace accl {
@@ -147,10 +148,18 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
             ? error(Code::kInvalidArgument, "device ", device, " is in no replica group of ", name_)
             : error(Code::kInvalidArgument, "device ", device, " runs no partition of ", name_));
   }
+  note_launch_begun(device, run_id);
   const Member& member = it->second;
   if (Status fits = check_counts(member, buffers); !fits.ok()) return done(fits);
   const CallKey key{run_id, op_key_, member.group,
                     sequences_.next(device, run_id, settings_.timeout_s)};
+  if (member.call_group.across_processes) {  // watched for XLA:CPU's stall (stall.h)
+    const uint64_t token = watch_call(run_id, member.call_group.devices);
+    done = [token, done = std::move(done)](const Status& s) {
+      unwatch_call(token);
+      done(s);
+    };
+  }
   start_call(make_call(member.call_group, key, settings_, buffers.dtype, issued),
              std::move(buffers), std::move(done));
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "runtime/call_record.h"
 #include "runtime/call_threads.h"
 #include "runtime/collective.h"
+#include "runtime/stall.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 
@@ -31,6 +33,8 @@ struct Pending {
   std::vector<std::vector<char>> inputs;    // staged, all segments back to back
   std::vector<std::vector<void*>> outputs;  // per rank, per segment
   std::vector<int64_t> devices;
+  std::vector<int64_t> group_devices;  // every rank's, known or not yet arrived
+  int64_t run_id = 0;
   std::vector<int> recv_from;  // a permutation's source of each rank (-1: none)
   std::vector<std::function<void(const Status&)>> done;
   // Per rank: kWaiting while its thread still waits inline for the result (briefly),
@@ -60,6 +64,20 @@ void release(Pending& p, int self, const Status& s) {
 std::mutex& g_mutex = *new std::mutex;
 std::condition_variable& g_watchdog_cv = *new std::condition_variable;
 auto& g_pending = *new std::unordered_map<CallKey, std::shared_ptr<Pending>, CallKeyHash>;
+// Calls the watchdog failed, kept a while so that a rank arriving late fails at once with
+// their error instead of waiting alone for its own deadline (under g_mutex).
+auto& g_failed = *new std::unordered_map<CallKey, Status, CallKeyHash>;
+auto& g_failed_order = *new std::deque<CallKey>;
+constexpr size_t kFailedKept = 4096;
+
+void remember_failed(const CallKey& key, const Status& s) {
+  if (!g_failed.emplace(key, s).second) return;
+  g_failed_order.push_back(key);
+  if (g_failed_order.size() > kFailedKept) {
+    g_failed.erase(g_failed_order.front());
+    g_failed_order.pop_front();
+  }
+}
 
 // Fails expired calls (a rank never arrived, or jax_accl.abort()). One thread per
 // process, started lazily.
@@ -67,22 +85,26 @@ void watchdog() {
   std::unique_lock<std::mutex> lock(g_mutex);
   for (;;) {
     g_watchdog_cv.wait_for(lock, std::chrono::milliseconds(50));
-    std::vector<std::shared_ptr<Pending>> expired;
+    std::vector<std::pair<std::shared_ptr<Pending>, Status>> expired;
     for (auto it = g_pending.begin(); it != g_pending.end();) {
-      if (it->second->deadline.expired()) {
-        expired.push_back(it->second);
-        it = g_pending.erase(it);
+      Pending& p = *it->second;
+      if (p.deadline.expired()) {
+        expired.emplace_back(it->second, p.deadline.ended(p.label, str_cat("waiting for ranks [",
+                                                                           missing_ranks(p.present),
+                                                                           "] to join the call")));
+      } else if (xla_launch_stalled(p.group_devices, p.present, p.run_id, p.first_arrival)) {
+        expired.emplace_back(it->second, error(Code::kAborted, p.label, ": ",
+                                               stall_message(p.group_devices, p.present, p.run_id,
+                                                             p.first_arrival)));
       } else {
         ++it;
+        continue;
       }
+      remember_failed(it->first, expired.back().second);
+      it = g_pending.erase(it);
     }
     lock.unlock();
-    for (auto& p : expired) {
-      Status s = p->deadline.ended(
-          p->label,
-          str_cat("waiting for ranks [", missing_ranks(p->present), "] to join the call"));
-      release(*p, -1, s);
-    }
+    for (auto& [p, s] : expired) release(*p, -1, s);
     lock.lock();
   }
 }
@@ -164,6 +186,8 @@ std::shared_ptr<Pending> new_pending(const CallSpec& spec) {
   p->inputs.resize(spec.size);
   p->outputs.resize(spec.size);
   p->devices.resize(spec.size, -1);
+  p->group_devices = spec.devices;
+  p->run_id = spec.key.run_id;
   p->recv_from.resize(spec.size, -1);
   p->done.resize(spec.size);
   p->handoff = std::make_unique<std::atomic<int>[]>(spec.size);
@@ -226,6 +250,11 @@ void one_shot(CallSpec spec, const std::vector<const void*>& in, const std::vect
   std::shared_ptr<Pending> ready, waiting;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
+    if (auto failed = g_failed.find(spec.key); failed != g_failed.end()) {
+      record_error(Algorithm::kDirect, spec.signature.collective);
+      return done(error(failed->second.code(), "rank ", spec.rank, " of ", spec.label,
+                        ": arrived after the call failed: ", failed->second.message()));
+    }
     auto& slot = g_pending[spec.key];
     if (!slot) slot = new_pending(spec);
     Status joined = join_pending(*slot, spec, in, out, counts, reduction.elem_size, &done);

@@ -8,6 +8,7 @@
 #include <vector>
 #include "common/hash.h"
 #include "runtime/collective.h"
+#include "runtime/stall.h"
 
 namespace accl {
 
@@ -122,7 +123,8 @@ void describe_layout(const std::vector<uint64_t>& counts, Signature* s) {
 Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature& signature,
                         const std::string& label, const Deadline& deadline,
                         const std::vector<Buffers>& segments,
-                        std::shared_ptr<LocalExchange>* exchange) {
+                        std::shared_ptr<LocalExchange>* exchange,
+                        const std::vector<int64_t>* devices) {
   size_t bytes = 0;
   for (const Buffers& b : segments) bytes += b.count * b.elem_size;
   std::shared_ptr<PendingCall> call;
@@ -139,7 +141,7 @@ Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature&
     throw;
   }
   call->arrived.fetch_add_and_wake(1);
-  ACCL_RETURN_IF_ERROR(wait_for_all(*call, rank, size, label, deadline));
+  ACCL_RETURN_IF_ERROR(wait_for_all(*call, rank, size, label, deadline, key.run_id, devices));
   *exchange = call->exchange;
   return Status::Ok();
 }
@@ -180,9 +182,37 @@ Status Rendezvous::enter(const CallKey& key, int rank, int size, const Signature
 }
 
 Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std::string& label,
-                                const Deadline& deadline) {
-  Status s = call.arrived.wait([&](uint32_t n) { return n >= static_cast<uint32_t>(size); },
-                               deadline, nullptr);
+                                const Deadline& deadline, int64_t run_id,
+                                const std::vector<int64_t>* devices) {
+  const auto all_here = [&](uint32_t n) { return n >= static_cast<uint32_t>(size); };
+  const auto since = Clock::now();
+  Status s;
+  for (;;) {
+    // In slices of a second where the devices are known: between them, whether the
+    // missing ranks are devices XLA:CPU never started on this launch (runtime/stall.h).
+    Deadline slice = deadline;
+    if (devices != nullptr)
+      slice.at = std::min(deadline.at, Clock::now() + std::chrono::seconds(1));
+    s = call.arrived.wait(all_here, slice, nullptr);
+    if (s.ok() || devices == nullptr || deadline.expired() || call.arrived.load() >= kLeftMark) {
+      break;
+    }
+    std::vector<uint8_t> present;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      present = call.present;
+    }
+    if (!xla_launch_stalled(*devices, present, run_id, since)) continue;
+    const Status stalled(Code::kAborted, stall_message(*devices, present, run_id, since));
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      first = record_left(call, rank, stalled);  // the others, and late arrivals, fail too
+      abandon(call);  // no longer pending, as at a timeout (its ranks may never come)
+    }
+    if (first) call.arrived.fetch_add_and_wake(kLeftMark);
+    return error(stalled.code(), "rank ", rank, " of ", label, ": ", stalled.message());
+  }
   if (call.arrived.load() >= kLeftMark) {
     std::lock_guard<std::mutex> lock(mutex_);
     return error(Code::kAborted, "rank ", rank, " of ", label,
@@ -194,7 +224,7 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
       abandon(call);
       return deadline.ended(
           str_cat("rank ", rank, " of ", label),
-          str_cat("waiting for ranks [", missing_ranks(call.present), "] to join the all-reduce"));
+          str_cat("waiting for ranks [", missing_ranks(call.present), "] to join the call"));
     }
   }
   // Every rank checks every signature, so a mismatch fails on all ranks alike.

@@ -68,10 +68,13 @@ class Rendezvous {
 
   // Joins call `key` as `rank` of `size`, publishing this rank's segments. On success
   // *exchange is shared by all ranks, every rank's buffers are published and all
-  // signatures agree.
+  // signatures agree. `devices` (each rank's global device id, where known): a wait for
+  // ranks whose devices XLA:CPU never started on this launch fails within seconds
+  // (runtime/stall.h) instead of at the deadline.
   Status join(const CallKey& key, int rank, int size, const Signature& signature,
               const std::string& label, const Deadline& deadline,
-              const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange);
+              const std::vector<Buffers>& segments, std::shared_ptr<LocalExchange>* exchange,
+              const std::vector<int64_t>* devices = nullptr);
 
   // Rank `rank` will not join call `key` (it failed before it could: a link it could not
   // open, an allocation): the ranks waiting in join fail at once naming `why`, and so do
@@ -95,7 +98,8 @@ class Rendezvous {
   Status enter(const CallKey& key, int rank, int size, const Signature& signature,
                const std::string& label, size_t bytes, std::shared_ptr<PendingCall>* call);
   Status wait_for_all(PendingCall& call, int rank, int size, const std::string& label,
-                      const Deadline& deadline);
+                      const Deadline& deadline, int64_t run_id,
+                      const std::vector<int64_t>* devices);
 
   std::mutex mutex_;
   std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> calls_;

@@ -1,0 +1,267 @@
+#include "runtime/stall.h"
+
+#include <dirent.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include <cxxabi.h>
+
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+namespace accl {
+namespace {
+
+// The last launches each device began: enough to cover every launch in flight (XLA:CPU
+// admits 32 per device).
+constexpr size_t kLaunchesKept = 64;
+
+struct Launches {
+  std::mutex mutex;
+  std::unordered_map<int64_t, std::deque<int64_t>> by_device;
+};
+
+Launches& launches() {
+  static Launches* l = new Launches;  // never destroyed: call threads may outlive exit
+  return *l;
+}
+
+bool begun(int64_t device, int64_t run_id) {
+  Launches& l = launches();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  auto it = l.by_device.find(device);
+  if (it == l.by_device.end()) return false;
+  for (int64_t r : it->second) {
+    if (r == run_id) return true;
+  }
+  return false;
+}
+
+// CPU time of the process's threads but jax_accl's call threads ("accl_call": those wait,
+// polling their links), so that waiting calls do not hide an idle process: the whole
+// process's, less what the living call threads used (one that exited stays counted,
+// which can only make the process look busier).
+double cpu_seconds_outside_call_threads() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  double seconds = static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  static const double tick = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return seconds;
+  while (dirent* entry = readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%s/stat", entry->d_name);
+    FILE* f = std::fopen(path, "r");
+    if (f == nullptr) continue;
+    char line[512];
+    const size_t n = std::fread(line, 1, sizeof line - 1, f);
+    std::fclose(f);
+    line[n] = 0;
+    // "tid (comm) state ...": utime and stime are the 12th and 13th fields after comm.
+    const char* open = std::strchr(line, '(');
+    const char* close = std::strrchr(line, ')');
+    if (open == nullptr || close == nullptr || std::string(open + 1, close) != "accl_call") {
+      continue;
+    }
+    unsigned long long utime = 0, stime = 0;
+    if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                    &stime) == 2) {
+      seconds -= tick * static_cast<double>(utime + stime);
+    }
+  }
+  closedir(tasks);
+  return seconds;
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The process's CPU time, sampled at most every 250 ms by whoever asks; old samples go.
+struct CpuSamples {
+  std::mutex mutex;
+  std::deque<std::pair<Clock::time_point, double>> samples;
+
+  // Cores this process used over the last `window` seconds, or -1 if the samples do not
+  // reach back that far yet.
+  double cores_over(double window) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto now = Clock::now();
+    if (samples.empty() || seconds_between(samples.back().first, now) >= 0.25) {
+      samples.emplace_back(now, cpu_seconds_outside_call_threads());
+    }
+    while (samples.size() > 2 && seconds_between(samples[1].first, now) >= window) {
+      samples.pop_front();
+    }
+    const auto& [then, cpu] = samples.front();
+    const double wall = seconds_between(then, now);
+    if (wall < window) return -1;
+    return (cpu_seconds_outside_call_threads() - cpu) / wall;
+  }
+};
+
+CpuSamples& cpu_samples() {
+  static CpuSamples* s = new CpuSamples;
+  return *s;
+}
+
+std::string list(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
+                 bool ranks) {
+  std::string out;
+  for (size_t r = 0; r < present.size(); ++r) {
+    if (present[r]) continue;
+    out += str_cat(out.empty() ? "" : ", ",
+                   ranks ? static_cast<int64_t>(r) : (r < devices.size() ? devices[r] : -1));
+  }
+  return out;
+}
+
+// Calls across processes in flight (watch_call), by token.
+struct Watched {
+  int64_t run_id = 0;
+  std::vector<int64_t> devices;
+  Clock::time_point since;
+};
+struct Watch {
+  std::mutex mutex;
+  std::unordered_map<uint64_t, Watched> calls;
+  uint64_t next = 1;
+  std::set<int64_t> reported;  // launches already reported: once each
+};
+Watch& watch() {
+  static Watch* w = new Watch;  // never destroyed: the watchdog runs until exit
+  return *w;
+}
+
+// This process's devices: those that ever made a jax_accl call.
+bool local_device(int64_t device) {
+  Launches& l = launches();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  return l.by_device.count(device) > 0;
+}
+
+// One look at the watched calls: the first stalled one ends every pending wait.
+void check_watched() {
+  std::vector<Watched> old;
+  bool waiting = false;  // a call in flight a second already: the CPU is sampled
+  {
+    Watch& w = watch();
+    std::lock_guard<std::mutex> lock(w.mutex);
+    for (const auto& [token, call] : w.calls) {
+      waiting = waiting || seconds_between(call.since, Clock::now()) >= 1.0;
+      if (seconds_between(call.since, Clock::now()) >= kStallSeconds &&
+          !w.reported.count(call.run_id)) {
+        old.push_back(call);
+      }
+    }
+  }
+  if (!waiting) return;
+  const double cores = cpu_samples().cores_over(kIdleSeconds);
+  if (old.empty() || cores < 0 || cores >= kIdleCores) return;
+  for (const Watched& call : old) {
+    // Its ranks on this process's devices that never began the launch.
+    std::vector<uint8_t> present(call.devices.size(), 1);
+    bool missing = false;
+    for (size_t r = 0; r < call.devices.size(); ++r) {
+      if (local_device(call.devices[r]) && !begun(call.devices[r], call.run_id)) {
+        present[r] = 0;
+        missing = true;
+      }
+    }
+    if (!missing) continue;
+    {
+      Watch& w = watch();
+      std::lock_guard<std::mutex> lock(w.mutex);
+      if (!w.reported.insert(call.run_id).second) return;
+    }
+    abort_pending_waits_because(stall_message(call.devices, present, call.run_id, call.since));
+    return;
+  }
+}
+
+void watchdog() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    try {
+      check_watched();
+    } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+      throw;
+    } catch (...) {  // an allocation that failed: look again next time
+    }
+  }
+}
+
+}  // namespace
+
+uint64_t watch_call(int64_t run_id, const std::vector<int64_t>& devices) {
+  static std::once_flag started;
+  std::call_once(started, [] { std::thread(watchdog).detach(); });
+  Watch& w = watch();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  const uint64_t token = w.next++;
+  w.calls[token] = Watched{run_id, devices, Clock::now()};
+  return token;
+}
+
+void unwatch_call(uint64_t token) {
+  Watch& w = watch();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  w.calls.erase(token);
+}
+
+void note_launch_begun(int64_t device, int64_t run_id) {
+  Launches& l = launches();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  std::deque<int64_t>& runs = l.by_device[device];
+  if (!runs.empty() && runs.back() == run_id) return;
+  for (int64_t r : runs) {
+    if (r == run_id) return;
+  }
+  runs.push_back(run_id);
+  if (runs.size() > kLaunchesKept) runs.pop_front();
+}
+
+bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
+                        int64_t run_id, Clock::time_point since) {
+  // Sampled from the first slice of every wait, so that the window is full by then.
+  const double cores = cpu_samples().cores_over(kIdleSeconds);
+  if (seconds_between(since, Clock::now()) < kStallSeconds) return false;
+  bool missing = false;
+  for (size_t r = 0; r < present.size(); ++r) {
+    if (present[r]) continue;
+    // A rank of unknown device, or one that began the launch, is late, not stalled.
+    if (r >= devices.size() || devices[r] < 0 || begun(devices[r], run_id)) return false;
+    missing = true;
+  }
+  return missing && cores >= 0 && cores < kIdleCores;
+}
+
+std::string stall_message(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
+                          int64_t run_id, Clock::time_point since) {
+  const auto waited = static_cast<int64_t>(seconds_between(since, Clock::now()));
+  return str_cat(
+      "XLA:CPU never started this launch (run id ", run_id, ") on devices [",
+      list(devices, present, false), "] of this process (ranks [", list(devices, present, true),
+      "]): they made no jax_accl call of it while the call waited ", waited,
+      " s for them, the process idle. Most likely XLA:CPU's deadlock, not this collective's: ",
+      "with many launches of a multi-device program in flight (a loop that dispatches steps ",
+      "without reading a result), XLA:CPU's client blocks the threads that dispatch new ",
+      "launches (at 32 launches in flight per device) in the thread pool that must run every ",
+      "device of a launch, and the last devices of the launch never get a thread (jax.lax ",
+      "collectives hang the same way, ending in XLA's \"Termination timeout\"). To avoid it: ",
+      "read a result or call jax.block_until_ready every step or every few steps (fewer than 32 ",
+      "launches in flight), or give XLA:CPU's thread pool two threads per device of this ",
+      "process: import jax_accl before JAX makes its CPU client, which then gets them, or set ",
+      "PJRT_NPROC=<2 x devices> in the environment before it does. (If those devices did run ",
+      "this launch, the program does not make this call on every device of its group.)");
+}
+
+}  // namespace accl

@@ -1,0 +1,53 @@
+// Telling XLA:CPU's own deadlock from a late rank (issue 47). With many launches of a
+// multi-device program in flight, XLA:CPU's client can stop running a launch on some of
+// its devices for good: it runs each device's part of a launch, and the dispatch of the
+// next launches, on one thread pool of max(cores, devices) threads, and a dispatch blocks
+// its thread once the device has 32 launches in flight (jaxlib 0.10's PjRt CPU client:
+// CpuPjRtRawLoadedExecutable::Execute's ScopedAcquire on the device's semaphore). The
+// devices that got a thread then wait in their first collective (jax_accl's or XLA's) for
+// devices that never start: jax.lax collectives end in XLA's "Termination timeout" abort.
+//
+// A waiting call is that deadlock when every rank it waits for runs on a device of this
+// process that has begun no jax_accl call of the launch, and the process has been idle (no
+// thread computing) for a while: a device that is merely slow computes, and one that has
+// begun the launch holds a thread of its own. The call then fails within seconds with
+// stall_message, instead of at its timeout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/wait.h"
+
+namespace accl {
+
+// Device `device` (its global id) makes a jax_accl call of launch `run_id`.
+void note_launch_begun(int64_t device, int64_t run_id);
+
+// Whether a call waiting since `since` for the ranks of `devices` whose `present` flag is 0
+// (`devices[r]` rank r's global id; -1 unknown) is XLA:CPU's deadlock: waited at least
+// kStallSeconds, none of those devices has begun launch `run_id`, and this process's
+// threads but jax_accl's call threads (which wait, polling) used less than kIdleCores of a
+// core over the last kIdleSeconds. Cheap enough to ask every
+// few milliseconds (it samples the process's CPU time at most every 250 ms).
+bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
+                        int64_t run_id, Clock::time_point since);
+
+// Why such a call fails: what happened and what to do (its caller names the call).
+std::string stall_message(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
+                          int64_t run_id, Clock::time_point since);
+
+// A call across processes, watched from its start to its end: a watchdog thread ends
+// every pending wait of the process (abort_pending_waits_because, with stall_message) once
+// such a call has waited kStallSeconds for devices of this process that XLA:CPU never
+// started on its launch, the process idle. Its peers in other processes then fail at once
+// too. (A call within the process checks this while it waits: rendezvous, one-shot.)
+uint64_t watch_call(int64_t run_id, const std::vector<int64_t>& devices);
+void unwatch_call(uint64_t token);
+
+inline constexpr double kStallSeconds = 10.0;
+inline constexpr double kIdleSeconds = 5.0;
+inline constexpr double kIdleCores = 0.05;
+
+}  // namespace accl
