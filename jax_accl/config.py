@@ -20,6 +20,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("expected a number of seconds >= 0")
+    return value
+
+
 def _link_gbits(text: str) -> float | None:
     if not text:
         return None
@@ -211,6 +218,16 @@ KNOBS = {
             "its core) before it sleeps: on a fast wire a sleep's wake-up costs as much as "
             "the message; 0 sleeps at once (the least CPU)",
             _integer_at_least(0),
+        ),
+        Knob(
+            "JAX_ACCL_STALL_S",
+            "10",
+            "import",
+            "seconds a call waits for devices of its own process that XLA:CPU never started "
+            "on the launch (the process idle) before it fails saying so, instead of at "
+            "`JAX_ACCL_TIMEOUT_S` (README: launches in flight); `0`: never (a device idle "
+            "that long before its call, e.g. in a host callback, is then only late)",
+            _non_negative_float,
         ),
         Knob(
             "JAX_ACCL_TCP_CONGESTION",

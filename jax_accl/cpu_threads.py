@@ -55,7 +55,9 @@ def make_client_with_threads(make, *args, **kwargs):
 
 
 def install() -> None:
-    """Wraps the making of JAX's CPU client (idempotent; no effect on a client made)."""
-    from jax_accl import _compat
+    """Wraps the making of JAX's CPU client (idempotent; no effect on a client made), and
+    gives the stall detection its patience (JAX_ACCL_STALL_S)."""
+    from jax_accl import _accl, _compat
 
     _compat.wrap_cpu_client_maker(make_client_with_threads)
+    _accl.set_stall_seconds(config.value("JAX_ACCL_STALL_S"))

@@ -123,6 +123,21 @@ def test_a_call_whose_peers_never_arrive_ends(mesh8, monkeypatch, ended_by, size
     np.testing.assert_allclose(np.asarray(y)[0], np.asarray(x).sum(0), rtol=1e-5, atol=1e-5)
 
 
+def test_the_stall_detection_can_be_turned_off(mesh8, monkeypatch):
+    """JAX_ACCL_STALL_S=0 (applied at import; set here as import applies it): the devices
+    that never call are only late, and the call ends at its deadline, naming them."""
+    from jax_accl import _accl, config
+
+    monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "12")
+    x = put(mesh8, values((8, 4), "float32"), P("i"))
+    _accl.set_stall_seconds(0)
+    try:
+        with pytest.raises(Exception, match=r"timed out waiting for ranks \[1, 2, 3, 4, 5, 6, 7\]"):
+            jax.block_until_ready(shard(mesh8, only_device_0_calls, out=P("i"), check_vma=False)(x))
+    finally:
+        _accl.set_stall_seconds(config.value("JAX_ACCL_STALL_S"))
+
+
 def test_epoch_announcements_are_signed_with_the_jobs_secret():
     """A recovery's values in jax.distributed's store carry an HMAC under a key derived
     from the job's secret: a forged or moved value is refused."""

@@ -27,6 +27,7 @@
 #include "profiler/plugin_profiler.h"
 #include "runtime/collective_call.h"
 #include "runtime/communicator.h"
+#include "runtime/stall.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
@@ -362,6 +363,14 @@ NB_MODULE(_accl, m) {
         pipeline_chunks_setting() = chunks;
       },
       nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
+  m.def(
+      "set_stall_seconds",
+      [](double seconds) {
+        if (!(seconds >= 0)) throw nb::value_error("stall seconds must be >= 0");
+        stall_seconds().store(seconds, std::memory_order_relaxed);
+      },
+      nb::arg("seconds"),
+      "JAX_ACCL_STALL_S: how long a call waits for devices XLA:CPU never started (0: never)");
   m.def(
       "set_link_spin_us",
       [](int microseconds) {

@@ -17,6 +17,12 @@
 #include <unordered_map>
 
 namespace accl {
+
+std::atomic<double>& stall_seconds() {
+  static std::atomic<double> seconds{10.0};
+  return seconds;
+}
+
 namespace {
 
 // The last launches each device began: enough to cover every launch in flight (XLA:CPU
@@ -150,6 +156,7 @@ bool local_device(int64_t device) {
 
 // One look at the watched calls: the first stalled one ends every pending wait.
 void check_watched() {
+  const double stall = stall_seconds().load(std::memory_order_relaxed);
   std::vector<Watched> old;
   bool waiting = false;  // a call in flight a second already: the CPU is sampled
   {
@@ -157,7 +164,7 @@ void check_watched() {
     std::lock_guard<std::mutex> lock(w.mutex);
     for (const auto& [token, call] : w.calls) {
       waiting = waiting || seconds_between(call.since, Clock::now()) >= 1.0;
-      if (seconds_between(call.since, Clock::now()) >= kStallSeconds &&
+      if (stall > 0 && seconds_between(call.since, Clock::now()) >= stall &&
           !w.reported.count(call.run_id)) {
         old.push_back(call);
       }
@@ -233,7 +240,8 @@ bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<u
                         int64_t run_id, Clock::time_point since) {
   // Sampled from the first slice of every wait, so that the window is full by then.
   const double cores = cpu_samples().cores_over(kIdleSeconds);
-  if (seconds_between(since, Clock::now()) < kStallSeconds) return false;
+  const double stall = stall_seconds().load(std::memory_order_relaxed);
+  if (stall <= 0 || seconds_between(since, Clock::now()) < stall) return false;
   bool missing = false;
   for (size_t r = 0; r < present.size(); ++r) {
     if (present[r]) continue;

@@ -14,6 +14,7 @@
 // stall_message, instead of at its timeout.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,7 +28,7 @@ void note_launch_begun(int64_t device, int64_t run_id);
 
 // Whether a call waiting since `since` for the ranks of `devices` whose `present` flag is 0
 // (`devices[r]` rank r's global id; -1 unknown) is XLA:CPU's deadlock: waited at least
-// kStallSeconds, none of those devices has begun launch `run_id`, and this process's
+// stall_seconds(), none of those devices has begun launch `run_id`, and this process's
 // threads but jax_accl's call threads (which wait, polling) used less than kIdleCores of a
 // core over the last kIdleSeconds. Cheap enough to ask every
 // few milliseconds (it samples the process's CPU time at most every 250 ms).
@@ -40,13 +41,15 @@ std::string stall_message(const std::vector<int64_t>& devices, const std::vector
 
 // A call across processes, watched from its start to its end: a watchdog thread ends
 // every pending wait of the process (abort_pending_waits_because, with stall_message) once
-// such a call has waited kStallSeconds for devices of this process that XLA:CPU never
+// such a call has waited stall_seconds() for devices of this process that XLA:CPU never
 // started on its launch, the process idle. Its peers in other processes then fail at once
 // too. (A call within the process checks this while it waits: rendezvous, one-shot.)
 uint64_t watch_call(int64_t run_id, const std::vector<int64_t>& devices);
 void unwatch_call(uint64_t token);
 
-inline constexpr double kStallSeconds = 10.0;
+// JAX_ACCL_STALL_S: how long a call waits for such devices before it fails (0: never,
+// the call waits to its deadline as for a late rank); 10 s unless set.
+std::atomic<double>& stall_seconds();
 inline constexpr double kIdleSeconds = 5.0;
 inline constexpr double kIdleCores = 0.05;
 
