@@ -54,7 +54,7 @@ def main() -> None:
     step_fn = training.build_step(mesh, optimizer, args.variant)
     n = jax.device_count()
     x_all, y_all = training.make_dataset(args.steps * args.batch * n, seed=1)
-    started = time.monotonic()
+    started = last_read = time.monotonic()
     result = {"completed": False, "steps": 0, "losses": [], "error": ""}
     try:
         for i in range(args.steps):
@@ -64,11 +64,15 @@ def main() -> None:
             result["steps"] = i + 1
             if i % args.every == args.every - 1:
                 result["losses"].append(float(loss))
+                last_read = time.monotonic()
         jax.block_until_ready((params, opt_state))
         result["completed"] = True
     except Exception as e:  # the loop's one error, reported
         result["error"] = str(e)[-3000:]
     result["seconds"] = round(time.monotonic() - started, 1)
+    # From the last result read (the loop's last sign of progress) to its end or error:
+    # at most `every` steps' compute, then the wait that failed.
+    result["since_last_read"] = round(time.monotonic() - last_read, 1)
     print("RESULT " + json.dumps(result), flush=True)
     try:  # the launches queued behind a failed one fail at once
         jax.block_until_ready((params, opt_state))

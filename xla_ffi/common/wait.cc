@@ -28,12 +28,11 @@ AbortReason& abort_reason_slot() {
 
 void abort_pending_waits_because(const std::string& why) {
   AbortReason& r = abort_reason_slot();
-  {
-    std::lock_guard<std::mutex> lock(r.mutex);
-    r.generation = abort_generation();
-    r.why = why;
-  }
-  abort_pending_waits();
+  // The generation this abort ends, taken as it ends it (a concurrent abort() ends the
+  // next one, with its own words).
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.generation = g_abort_generation.fetch_add(1, std::memory_order_acq_rel);
+  r.why = why;
 }
 
 std::string abort_reason(uint64_t generation) {

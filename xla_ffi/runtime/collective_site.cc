@@ -149,6 +149,10 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
             : error(Code::kInvalidArgument, "device ", device, " runs no partition of ", name_));
   }
   note_launch_begun(device, run_id);
+  done = [device, done = std::move(done)](const Status& s) {
+    note_call_ended(device);
+    done(s);
+  };
   const Member& member = it->second;
   if (Status fits = check_counts(member, buffers); !fits.ok()) return done(fits);
   const CallKey key{run_id, op_key_, member.group,

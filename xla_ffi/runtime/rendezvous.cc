@@ -207,6 +207,8 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
     bool first = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      // The missing ranks may have arrived since the look: then the call goes on.
+      if (call.arrived.load() >= static_cast<uint32_t>(size)) continue;
       first = record_left(call, rank, stalled);  // the others, and late arrivals, fail too
       abandon(call);  // no longer pending, as at a timeout (its ranks may never come)
     }

@@ -32,6 +32,10 @@ constexpr size_t kLaunchesKept = 64;
 struct Launches {
   std::mutex mutex;
   std::unordered_map<int64_t, std::deque<int64_t>> by_device;
+  // The jax_accl calls each device is in now (begun, not done): a device in one holds a
+  // thread, so one that has not begun a launch is late (a call of an earlier launch
+  // waiting on a late process), not a device XLA:CPU gave no thread.
+  std::unordered_map<int64_t, int> calls_in;
 };
 
 Launches& launches() {
@@ -42,6 +46,7 @@ Launches& launches() {
 bool begun(int64_t device, int64_t run_id) {
   Launches& l = launches();
   std::lock_guard<std::mutex> lock(l.mutex);
+  if (auto in = l.calls_in.find(device); in != l.calls_in.end() && in->second > 0) return true;
   auto it = l.by_device.find(device);
   if (it == l.by_device.end()) return false;
   for (int64_t r : it->second) {
@@ -107,10 +112,11 @@ struct CpuSamples {
     while (samples.size() > 2 && seconds_between(samples[1].first, now) >= window) {
       samples.pop_front();
     }
+    // From the oldest sample in the window to the newest (no fresh scan of /proc here).
     const auto& [then, cpu] = samples.front();
-    const double wall = seconds_between(then, now);
+    const double wall = seconds_between(then, samples.back().first);
     if (wall < window) return -1;
-    return (cpu_seconds_outside_call_threads() - cpu) / wall;
+    return (samples.back().second - cpu) / wall;
   }
 };
 
@@ -189,7 +195,12 @@ void check_watched() {
       std::lock_guard<std::mutex> lock(w.mutex);
       if (!w.reported.insert(call.run_id).second) return;
     }
-    abort_pending_waits_because(stall_message(call.devices, present, call.run_id, call.since));
+    // Every pending wait of the process ends (those of the stalled launch, whose devices
+    // are out of step from now on, among them): each says why.
+    abort_pending_waits_because(str_cat(
+        "jax_accl ended every pending call of this process because a call across processes ",
+        "stalled: ", stall_message(call.devices, present, call.run_id, call.since),
+        " The job's calls are out of step after this: restart the job."));
     return;
   }
 }
@@ -224,9 +235,16 @@ void unwatch_call(uint64_t token) {
   w.calls.erase(token);
 }
 
+void note_call_ended(int64_t device) {
+  Launches& l = launches();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  --l.calls_in[device];
+}
+
 void note_launch_begun(int64_t device, int64_t run_id) {
   Launches& l = launches();
   std::lock_guard<std::mutex> lock(l.mutex);
+  ++l.calls_in[device];
   std::deque<int64_t>& runs = l.by_device[device];
   if (!runs.empty() && runs.back() == run_id) return;
   for (int64_t r : runs) {
@@ -238,10 +256,12 @@ void note_launch_begun(int64_t device, int64_t run_id) {
 
 bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
                         int64_t run_id, Clock::time_point since) {
-  // Sampled from the first slice of every wait, so that the window is full by then.
-  const double cores = cpu_samples().cores_over(kIdleSeconds);
   const double stall = stall_seconds().load(std::memory_order_relaxed);
-  if (stall <= 0 || seconds_between(since, Clock::now()) < stall) return false;
+  if (stall <= 0) return false;
+  // Sampled (at most every 250 ms) from the first slice of every wait, so that the
+  // window is full by the time the call has waited `stall`.
+  const double cores = cpu_samples().cores_over(kIdleSeconds);
+  if (seconds_between(since, Clock::now()) < stall) return false;
   bool missing = false;
   for (size_t r = 0; r < present.size(); ++r) {
     if (present[r]) continue;

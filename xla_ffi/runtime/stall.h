@@ -23,15 +23,17 @@
 
 namespace accl {
 
-// Device `device` (its global id) makes a jax_accl call of launch `run_id`.
+// Device `device` (its global id) begins a jax_accl call of launch `run_id`, and ends
+// it (each begun call ends once: its completion, whatever its status).
 void note_launch_begun(int64_t device, int64_t run_id);
+void note_call_ended(int64_t device);
 
 // Whether a call waiting since `since` for the ranks of `devices` whose `present` flag is 0
 // (`devices[r]` rank r's global id; -1 unknown) is XLA:CPU's deadlock: waited at least
-// stall_seconds(), none of those devices has begun launch `run_id`, and this process's
-// threads but jax_accl's call threads (which wait, polling) used less than kIdleCores of a
-// core over the last kIdleSeconds. Cheap enough to ask every
-// few milliseconds (it samples the process's CPU time at most every 250 ms).
+// stall_seconds(), none of those devices has begun launch `run_id` or is in a call, and this
+// process's threads but jax_accl's call threads (which wait, polling) used less than kIdleCores of
+// a core over the last kIdleSeconds. Cheap enough to ask every few milliseconds (it samples the
+// process's CPU time at most every 250 ms).
 bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
                         int64_t run_id, Clock::time_point since);
 
