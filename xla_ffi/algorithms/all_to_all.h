@@ -15,7 +15,8 @@ namespace accl {
 Status run_all_to_all(Link& link, const std::vector<Buffers>& segments);
 
 // Between hosts in two tiers (algorithms/all_to_all_by_host.cc): in the host, then among
-// each position's ranks on every host, d messages per host pair where direct sends d·d.
+// each position's ranks on every host: a rank exchanges one message with each of H - 1
+// ranks of other hosts where direct exchanges one with each of d·(H-1).
 // `in_host` links this host's ranks (index: position), `between_hosts` this position's
 // rank on every host (index: host); segments' blocks as BlockBuffers (n of them in and
 // out, in == out allowed). Pipelined as `pipeline` says, the second stage's thread

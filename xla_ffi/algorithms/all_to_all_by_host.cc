@@ -1,16 +1,17 @@
-// All-to-all between hosts in two tiers, so that each rank exchanges with H - 1 ranks of
-// other hosts (one per host: its position's) where the direct schedule has it exchange
-// with every rank of every other host, d·(H-1). Rank at position q of host g; block
-// hosts[h][p] of its output is what rank (h, p) sent it:
+// All-to-all between hosts in two tiers, so that each rank exchanges one message with each
+// of H - 1 ranks of other hosts (one per host: its position's) where the direct schedule
+// has it exchange one with every rank of every other host, d·(H-1). Rank at position q of
+// host g; block hosts[h][p] of its output is what rank (h, p) sent it:
 //   1. in the host: rank q sends each rank p of its host the H blocks bound for position
 //      p of every host (input blocks hosts[h][p], h = 0..H-1), and receives from each the
 //      blocks it holds for position q: a staging buffer's piece h gathers, at place p,
 //      what rank (g, p) sends rank (h, q);
-//   2. between hosts: rank q sends piece h to rank (h, q), and receives from each rank
-//      (h', q) the d blocks ranks (h', p) sent it, straight into output blocks hosts[h'][p].
-// Each block travels as a frame of its own (sent from the input, received into the
-// output: the staging buffer is the only copy beside the transports'), the frames of
-// one peer back to back, so a pair of ranks exchanges once per tier and chunk.
+//   2. between hosts: rank q sends piece h to rank (h, q) as one message, and receives
+//      from each rank (h', q) the d blocks ranks (h', p) sent it, one message, which it
+//      copies to output blocks hosts[h'][p].
+// In the host each block travels as a frame of its own, sent from the input (H frames
+// to each peer, back to back, no packing copy); between hosts one message per peer and
+// chunk. Copies beside the transports': this rank's own blocks, and the unpacking.
 // Each rank sends (d-1)/d of its buffer in the host and (H-1)/H between hosts (the
 // bytes the direct schedule sends between hosts).
 //
@@ -65,20 +66,25 @@ Status all_to_all_by_host(Link& in_host, Link& between_hosts, const HostGrid& gr
   // Thread-local (a fresh buffer costs its page faults; a send still posted when an
   // error returns reads from here until the caller's fail() fences the peers): H·d
   // blocks per chunk, piece h's block p at h·d + p.
-  thread_local std::vector<char> storage;
-  const ChunkStaging by_host(segments, hosts * per_host, storage);
+  thread_local std::vector<char> storage, arrived_storage;
+  const ChunkStaging by_host(segments, hosts * per_host, storage),
+      arrived(segments, hosts * per_host, arrived_storage);
   InOrderThread between(
       count, pipeline.chunks > 1,
       [&](int k) {
         const Chunk& c = chunks[k];
         if (c.bytes() == 0) return Status::Ok();
-        return exchange_frames(
-            between_hosts, per_host, c.bytes(),
-            [&](int h, int p) { return by_host.block(c, h * per_host + p); },
-            [&](int p) {
-              std::memcpy(c.out(grid.hosts[g][p]), by_host.block(c, g * per_host + p), c.bytes());
-            },
-            [&](int h, int p) { return c.out(grid.hosts[h][p]); });
+        ACCL_RETURN_IF_ERROR(exchange_frames(
+            between_hosts, 1, per_host * c.bytes(),
+            [&](int h, int) { return by_host.block(c, h * per_host); }, [](int) {},
+            [&](int h, int) { return arrived.block(c, h * per_host); }));
+        for (int h = 0; h < hosts; ++h) {
+          const ChunkStaging& from = h == g ? by_host : arrived;  // its own piece stays
+          for (int p = 0; p < per_host; ++p) {
+            std::memcpy(c.out(grid.hosts[h][p]), from.block(c, h * per_host + p), c.bytes());
+          }
+        }
+        return Status::Ok();
       },
       deadline, "all-to-all by host");
   for (int k = 0; k < count; ++k) {
@@ -96,6 +102,7 @@ Status all_to_all_by_host(Link& in_host, Link& between_hosts, const HostGrid& gr
   ACCL_RETURN_IF_ERROR(between.wait(count - 1));
   between.finish();
   release_if_large(storage);
+  release_if_large(arrived_storage);
   return Status::Ok();
 }
 

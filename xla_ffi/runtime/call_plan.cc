@@ -256,8 +256,8 @@ static double pipelined_seconds(int chunks, double local, double local_fixed, do
 // bound for other hosts crosses the host's rails with every rank of the host's. By host
 // (d ranks per host, H hosts): a direct exchange of S among the host's d ranks, then
 // among each position's H ranks (S / H to each other host, the host's d positions
-// sharing the rails), pipelined; each rank also copies its own blocks of each tier
-// (S / d, then S / H).
+// sharing the rails: one message per other host), pipelined; in the host a frame per
+// block (H per peer), and each rank copies its own blocks (S / d) and unpacks S.
 double predict_all_to_all_seconds(const GroupLayout& g, const CallPlan& plan,
                                   const PlanRequest& request, const CostModel& model) {
   const double S = static_cast<double>(request.bytes);
@@ -271,14 +271,16 @@ double predict_all_to_all_seconds(const GroupLayout& g, const CallPlan& plan,
   }
   const bool one_process = host_is_one_process(g);
   const CostModel in_host = one_process ? model : shared_memory_model(model, 1.0);
-  const double local_fixed =
+  // In the host each rank sends each peer H frames: H steps' fixed cost.
+  const double step_fixed =
       flat_scatter_gather_seconds(Algorithm::kDirect, per_host, 0, false, in_host, one_process);
+  const double local_fixed = hosts * step_fixed;
   const double local =
       flat_scatter_gather_seconds(Algorithm::kDirect, per_host, S, false, in_host, one_process) -
-      local_fixed + S / per_host * model.beta_s_per_byte;
+      step_fixed + S / per_host * model.beta_s_per_byte;
   const CostModel net = network_model(model, request.rails);
-  const double between =
-      per_host * (hosts - 1) * S / hosts * net.beta_s_per_byte + S / hosts * model.beta_s_per_byte;
+  const double between = per_host * (hosts - 1) * S / hosts * net.beta_s_per_byte +
+                         S * model.beta_s_per_byte;  // the unpacking
   return pipelined_seconds(plan.chunks, local, local_fixed, between, (hosts - 1) * net.alpha_s);
 }
 
