@@ -4,10 +4,12 @@ and one that re-executes its workers as jax's own test_multiprocess does
 (/proc/self/exe, from a virtual environment: the base interpreter, without the
 environment's .pth start-up hook), all running a script that never names jax_accl
 (scripts/plain_jit.py: jit programs on an Explicit mesh). Each job's collectives are
-counted in jax_accl.stats() and its results equal gloo's (integers bitwise); a job of 2
-CPU devices per process stops at start-up naming the rule; a psum over some of the
-processes is refused at once, naming XLA's split; float16, which XLA refuses before any
-MPI call, fails with XLA's exact error and its workaround runs (scripts/collective.py)."""
+counted in jax_accl.stats() and its results equal gloo's (integers bitwise); a second
+jax.distributed.initialize after a shutdown, in the same processes, runs on jax_accl
+again; a job of 2 CPU devices per process stops at start-up naming the rule; a
+collective over only some of the processes runs on jax_accl, split among those only;
+float16, which XLA refuses before any MPI call, fails with XLA's exact error and its
+workaround runs (scripts/collective.py)."""
 
 import json
 import subprocess
@@ -81,6 +83,27 @@ def test_a_launcher_re_executing_its_workers_under_jax_accl_run(n, monkeypatch):
     assert_carried_and_equal_to_gloo([json.loads(line[7:]) for line in lines], n)
 
 
+def test_a_second_initialize_after_a_shutdown_runs_on_jax_accl_again():
+    """In the same 2 processes: jax.distributed.initialize, the step, shutdown, JAX's
+    backends cleared (jax requires it), initialize again at the same coordinator, and
+    the step on a mesh of the devices in reverse order (a group XLA has not made: a new
+    split on the new job). Both sessions' calls on jax_accl, results equal gloo's."""
+    ours = sorted(on(True, 2, ["--again"]), key=pid)
+    theirs = sorted(on(False, 2, ["--again"]), key=pid)
+    for mine, gloos in zip(ours, theirs):
+        assert mine["calls"] == EXPECTED_CALLS, mine["calls"]
+        assert mine["calls_again"] == {
+            "MPI_Allreduce": 8,
+            "MPI_Allgather": 4,
+            "MPI_Comm_split": 2,  # XLA keeps the first group's communicator across clients
+        }, mine["calls_again"]
+        for key in ("outputs", "outputs_again"):
+            total, peak, gathered = mine[key]
+            np.testing.assert_array_equal(np.asarray(total), np.asarray(gloos[key][0]))
+            assert np.asarray(total).dtype.kind == "i"
+            assert (peak, gathered) == (gloos[key][1], gloos[key][2])
+
+
 def test_two_devices_per_process_stop_at_start_up_naming_the_rule():
     with pytest.raises(RuntimeError) as failed:
         launch.run_job(PLAIN, 2, 2, env=[{"JAX_ACCL_XLA_COLLECTIVES": "1"}] * 2, timeout=180)
@@ -101,28 +124,31 @@ def collective(accl: bool, n: int, *extra):
     return launch.run_job(COLLECTIVE, n, 1, extra=list(extra), env=env, timeout=180)
 
 
-def test_a_psum_over_a_subset_of_the_processes_is_refused_at_once_naming_xlas_split():
-    """A mesh of processes 1 and 2 of 3 (jax's test_shard_map_no_local_devices): XLA
-    splits MPI_COMM_WORLD from those two only, which no MPI split can complete; refused
-    when compiled (in every process: each compiles it), well within JAX_ACCL_TIMEOUT_S
-    (60 s), before any MPI call. Over gloo the same job computes the psum."""
+@pytest.mark.parametrize("op, n, members", [("psum", 4, [0, 1]), ("all_gather", 3, [2, 1])])
+def test_a_collective_over_a_subset_of_the_processes_runs_on_jax_accl(op, n, members):
+    """A mesh of only some processes: jax's array_test test_shard_map_no_local_devices (a
+    psum on processes [0, 1] of 4), and processes [2, 1] of 3 (XLA ranks a group in the
+    mesh's order). XLA splits MPI_COMM_WORLD from those processes only; jax_accl makes
+    that split among them (the groups read from the compiled program), well within
+    JAX_ACCL_TIMEOUT_S (60 s); the others make no MPI call at all. Integers bitwise
+    equal to gloo's, and to the sum computed here."""
+    args = ["--members", ",".join(map(str, members)), "--op", op]
     start = time.monotonic()
-    ours = collective(True, 3, "--subset")
+    ours = sorted(collective(True, n, *args), key=pid)
     assert time.monotonic() - start < 45
-    for r in ours:
-        assert r["shards"] is None and r["calls"] == {}, r
-        assert r["error"].startswith("AcclError: jax_accl: this program runs on processes [1, 2]")
-        assert (
-            "MPI_Comm_split of MPI_COMM_WORLD called from the participating processes"
-            in (r["error"])
-        )
-    theirs = sorted(collective(False, 3, "--subset"), key=lambda r: r["process_id"])
-    assert theirs[0]["shards"] == []  # process 0 holds none of the result
-    n = 2
-    x = np.arange(n * 4, dtype=np.int64).reshape(n, 4) * 1_000_000_007 % 2**32 - 2**31
-    expected = x.astype(np.int32).sum(axis=0, keepdims=True, dtype=np.int32)  # wraps
-    for r in theirs[1:]:
-        np.testing.assert_array_equal(np.asarray(r["shards"][0], np.int64), expected)
+    theirs = sorted(collective(False, n, *args), key=pid)
+    call = {"psum": "MPI_Allreduce", "all_gather": "MPI_Allgather"}[op]
+    x = np.arange(len(members) * 4, dtype=np.int64).reshape(len(members), 4)
+    x = (x * 1_000_000_007 % 2**32 - 2**31).astype(np.int32)
+    expected = x.sum(axis=0, keepdims=True, dtype=np.int32) if op == "psum" else x  # wraps
+    for mine, gloos in zip(ours, theirs):
+        assert mine["error"] is None and gloos["error"] is None, (mine, gloos)
+        assert mine["shards"] == gloos["shards"], (mine, gloos)  # bitwise: int32 as float64
+        if mine["process_id"] in members:
+            assert mine["calls"] == {"MPI_Comm_split": 1, call: 1}, mine
+            np.testing.assert_array_equal(np.asarray(mine["shards"][0], np.int64), expected)
+        else:
+            assert mine["calls"] == {} and mine["shards"] == [], mine
 
 
 @pytest.mark.parametrize("op", ["psum", "all_gather"])

@@ -20,14 +20,59 @@ namespace {
 // index and the color, the same in every process.
 constexpr uint64_t kWorldLane = 0x6d7069ull << 40;
 
+// A group of devices XLA may split MPI_COMM_WORLD into, read by jax_accl from a compiled
+// program's collectives (jax_accl/xla_subsets.py, note_groups): the group's devices in
+// rank order (devices[0] is the color XLA passes, a device's place its key), the
+// program's devices, whether those are only some of the processes, and when the program
+// was last compiled.
+struct KnownGroup {
+  std::vector<int64_t> devices;
+  std::vector<int64_t> program;
+  bool subset = false;
+  uint64_t seen = 0;
+};
+
 struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, std::shared_ptr<Comm>> comms;
   uintptr_t next_handle = kFirstDynamicHandle;
+  std::vector<KnownGroup> known;
+  uint64_t programs = 0;
+  // Communicators XLA holds, by their devices: a group XLA made is not made again while it
+  // holds it (XLA keeps one communicator per group of devices).
+  std::map<std::vector<int64_t>, int> live;
+  // The parents of splits among only some processes, by their devices: kept, so that
+  // their split count goes on as every member's does.
+  std::map<std::vector<int64_t>, std::shared_ptr<Comm>> among;
+  // The job all this is of (jax_accl's World; follow_job), and how many there were.
+  std::weak_ptr<World> world;
+  uint64_t epoch = 0;
 };
 
-Registry& registry() {
+// A registry that follows the job: where jax_accl's World is a new one (jax.distributed
+// shut down and initialized again, after jax.extend.backend.clear_backends()),
+// MPI_COMM_WORLD is made again from its table, every parent's split count starts again
+// in every process, and the groups are those of the programs compiled since. The
+// communicators XLA holds stay (XLA:CPU keeps them per process, across its clients, and
+// runs the new job's collectives of their groups on them: their calls run on the new
+// World), and so does what they say of the groups XLA will not make again (live).
+void follow_job(Registry& r) {
+  const std::shared_ptr<World> now = World::get();
+  if (now == nullptr || now == r.world.lock()) return;
+  if (r.epoch > 0) {
+    r.comms.erase(MPIABI_COMM_WORLD);
+    r.among.clear();
+    r.known.clear();
+  }
+  r.world = now;
+  ++r.epoch;
+}
+
+// The registry, r.mutex held by `lock`, following the job.
+Registry& registry(std::unique_lock<std::mutex>* lock) {
   static auto* r = new Registry;  // never destroyed: XLA frees communicators at exit
+  *lock = std::unique_lock<std::mutex>(r->mutex);
+  follow_job(*r);
   return *r;
 }
 
@@ -71,11 +116,89 @@ Status make_world(std::shared_ptr<Comm>* out) {
 
 // `comm` registered under a new handle, which *out receives.
 void register_comm(std::shared_ptr<Comm> comm, MPIABI_Comm* out) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
   comm->handle = r.next_handle++;
   *out = comm->handle;
+  if (comm->broken.ok()) ++r.live[comm->devices];
   r.comms[comm->handle] = std::move(comm);
+}
+
+// The process of a global device id (-1: none known).
+int process_of(int64_t device) {
+  const std::shared_ptr<World> world = World::get();
+  for (int p = 0; world != nullptr && p < world->process_count(); ++p) {
+    const std::vector<int64_t>& own = world->process(p).devices;
+    if (std::find(own.begin(), own.end(), device) != own.end()) return p;
+  }
+  return -1;
+}
+
+std::string processes_of(const std::vector<int64_t>& devices) {
+  std::string out;
+  for (int64_t d : devices) out += str_cat(out.empty() ? "" : ", ", process_of(d));
+  return str_cat("[", out, "]");
+}
+
+// The parent of the processes of `devices` (one device each), kept by its devices.
+std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices, int64_t mine) {
+  std::shared_ptr<Comm>& parent = r.among[devices];
+  if (parent == nullptr) {
+    parent = std::make_shared<Comm>();
+    parent->handle = MPIABI_COMM_WORLD;
+    parent->devices = devices;
+    parent->rank =
+        static_cast<int>(std::find(devices.begin(), devices.end(), mine) - devices.begin());
+    Fnv64 lane(kWorldLane);
+    lane.mix(0x737562ull);  // "sub"
+    for (int64_t d : devices) lane.mix(static_cast<uint64_t>(d));
+    parent->lane = lane.value();
+    parent->label = str_cat("MPI_COMM_WORLD's processes ", processes_of(devices));
+  }
+  return parent;
+}
+
+// Whom a split of MPI_COMM_WORLD (color, key) is made among, and the group it makes
+// where known (*expected, else empty). XLA splits MPI_COMM_WORLD once per group of
+// devices (it keeps the communicator), from that group's processes only, when a
+// program first runs a collective of the group; its arguments do not say which
+// processes those are. The groups jax_accl read from the programs compiled in this
+// process do: the group XLA is making starts with `color`, holds this process's device
+// at `key`, and is not one XLA holds already; the most recently compiled program's
+// match is taken (jit compiles a program right before its first run, which makes its
+// communicators). A split among that group's processes only does not depend on what
+// other processes do meanwhile (a program on some processes, a group another program
+// already made in some of its processes). Where that program has several such groups,
+// among its processes (MPI_COMM_WORLD for a program on every process), as every
+// process of a program splits at the same point of its first run; where no group is
+// known, among MPI_COMM_WORLD.
+std::shared_ptr<Comm> parent_among(const Comm& world, int color, int key,
+                                   std::vector<int64_t>* expected) {
+  expected->clear();
+  if (world.handle != MPIABI_COMM_WORLD || key < 0) return nullptr;
+  const int64_t mine = world.devices[world.rank];
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  const KnownGroup* best = nullptr;
+  bool several = false;
+  for (const KnownGroup& g : r.known) {
+    if (static_cast<size_t>(key) >= g.devices.size() || g.devices[0] != color ||
+        g.devices[key] != mine || r.live.count(g.devices) > 0) {
+      continue;
+    }
+    if (best == nullptr || g.seen > best->seen) {
+      best = &g;
+      several = false;
+    } else if (g.seen == best->seen && g.devices != best->devices) {
+      several = true;
+    }
+  }
+  if (best == nullptr) return nullptr;
+  if (!several) {
+    *expected = best->devices;
+    return parent_of(r, best->devices, mine);
+  }
+  return best->subset ? parent_of(r, best->program, mine) : nullptr;
 }
 
 // XLA ignores a split's error: the reason a communicator is broken goes to stderr too
@@ -112,8 +235,8 @@ Status world_identity(int* rank, int* size) {
 }
 
 Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>* out) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
   auto it = r.comms.find(handle);
   if (it != r.comms.end()) {
     *out = it->second;
@@ -137,8 +260,11 @@ Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>
                " (handle ", handle, ")");
 }
 
-Status split(Comm& parent, int color, int key, MPIABI_Comm* out) {
+Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
   *out = MPIABI_COMM_NULL;
+  std::vector<int64_t> expected;
+  std::shared_ptr<Comm> among = parent_among(world, color, key, &expected);
+  Comm& parent = among != nullptr ? *among : world;
   const uint64_t index = parent.splits.fetch_add(1);
   const int n = static_cast<int>(parent.devices.size());
   const int64_t mine[2] = {color, key};
@@ -160,7 +286,20 @@ Status split(Comm& parent, int color, int key, MPIABI_Comm* out) {
       comm->devices.push_back(parent.devices[members[i]]);
     }
     comm->label = label_of(comm->devices);
-  } else {
+    if (!expected.empty() && (comm->devices != expected || comm->rank != key)) {
+      std::string said;
+      for (int r = 0; r < n; ++r) {
+        said += str_cat(r == 0 ? "" : ", ", "process ", process_of(parent.devices[r]), " (color ",
+                        all[2 * r], ", key ", all[2 * r + 1], ")");
+      }
+      agreed = error(Code::kInvalidArgument, "MPI_Comm_split (color ", color, ", key ", key,
+                     ") among ", parent.label, " made ", comm->label, " (rank ", comm->rank,
+                     ") where this process's compiled programs make ", label_of(expected),
+                     " (rank ", key, "): the processes disagree on the group: ", said);
+      comm->devices.clear();
+    }
+  }
+  if (!agreed.ok()) {
     comm->devices = parent.devices;
     comm->label = str_cat("MPI communicator of color ", color, " split from ", parent.label);
     comm->broken =
@@ -192,9 +331,63 @@ Status refused_split(std::string why, int color, int key, MPIABI_Comm* out) {
 
 void free_comm(MPIABI_Comm handle) {
   if (handle == MPIABI_COMM_WORLD || handle == MPIABI_COMM_SELF) return;
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.comms.erase(handle);
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  auto it = r.comms.find(handle);
+  if (it == r.comms.end()) return;
+  if (it->second->broken.ok() && --r.live[it->second->devices] <= 0) {
+    r.live.erase(it->second->devices);
+  }
+  r.comms.erase(it);
+}
+
+Status note_groups(const int64_t* data, int64_t size) {
+  // [subset, program size, program devices..., group count, (group size, devices...)...]
+  int64_t at = 0;
+  auto next = [&](int64_t* v) {
+    if (at >= size) return false;
+    *v = data[at++];
+    return true;
+  };
+  KnownGroup proto;
+  int64_t subset = 0, count = 0, groups = 0;
+  if (!next(&subset) || !next(&count) || count < 0 || count > size) {
+    return error(Code::kInvalidArgument, "note_groups: malformed header");
+  }
+  proto.subset = subset != 0;
+  for (int64_t i = 0, d = 0; i < count; ++i) {
+    if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short program");
+    proto.program.push_back(d);
+  }
+  if (!next(&groups)) return error(Code::kInvalidArgument, "note_groups: no group count");
+  std::vector<std::vector<int64_t>> parsed;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t n = 0;
+    if (!next(&n) || n <= 0 || n > size) {
+      return error(Code::kInvalidArgument, "note_groups: malformed group");
+    }
+    parsed.emplace_back();
+    for (int64_t i = 0, d = 0; i < n; ++i) {
+      if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short group");
+      parsed.back().push_back(d);
+    }
+  }
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  proto.seen = ++r.programs;
+  for (std::vector<int64_t>& devices : parsed) {
+    auto same = std::find_if(r.known.begin(), r.known.end(), [&](const KnownGroup& k) {
+      return k.devices == devices && k.program == proto.program && k.subset == proto.subset;
+    });
+    if (same != r.known.end()) {
+      same->seen = proto.seen;
+      continue;
+    }
+    KnownGroup g = proto;
+    g.devices = std::move(devices);
+    r.known.push_back(std::move(g));
+  }
+  return Status::Ok();
 }
 
 Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out) {
@@ -249,3 +442,13 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
 }
 
 }  // namespace accl::mpiabi
+
+// For jax_accl/xla_subsets.py (through ctypes): the groups of a compiled program
+// (note_groups' layout): 0, or -1 with the reason on stderr.
+extern "C" __attribute__((visibility("default"))) int jax_accl_mpi_note_groups(const int64_t* data,
+                                                                               int64_t size) {
+  const accl::Status s = accl::mpiabi::note_groups(data, size);
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "jax_accl: %s\n", s.message().c_str());
+  return -1;
+}

@@ -1,10 +1,10 @@
 """One jax.lax collective in a shard_map, on a mesh of every process's device or (with
---subset) of processes 1..N-1 only, as jax's array_test test_shard_map_no_local_devices
-does: process 0 then runs nothing, and XLA makes the communicator from the
-participating processes only. Never names jax_accl.
+--members) of some processes only, in that order, as jax's array_test
+test_shard_map_no_local_devices does: the others then run nothing, and XLA makes the
+communicator from the participating processes only. Never names jax_accl.
 
     python collective.py --coordinator H:P --num-processes N --process-id I
-        [--subset] [--op psum|all_gather] [--dtype int32|float16] [--workaround]
+        [--members 0,1] [--op psum|all_gather] [--dtype int32|float16] [--workaround]
 
 --workaround: a float16 collective written as the XLA-backend docs' workaround (a psum
 summed as float32 and cast back; an all-gather of the bits as uint16). Prints
@@ -26,7 +26,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--coordinator", required=True)
 parser.add_argument("--num-processes", type=int, required=True)
 parser.add_argument("--process-id", type=int, required=True)
-parser.add_argument("--subset", action="store_true")
+parser.add_argument("--members", default=None)
 parser.add_argument("--op", default="psum", choices=["psum", "all_gather"])
 parser.add_argument("--dtype", default="int32", choices=["int32", "float16"])
 parser.add_argument("--workaround", action="store_true")
@@ -37,7 +37,9 @@ if os.environ.get("JAX_ACCL_XLA_COLLECTIVES", "0") != "1":
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
 
-devices = [d for d in jax.devices() if d.process_index != 0 or not args.subset]
+by_process = {d.process_index: d for d in jax.devices()}
+members = [int(p) for p in args.members.split(",")] if args.members else sorted(by_process)
+devices = [by_process[p] for p in members]
 mesh = jax.sharding.Mesh(np.array(devices), ("x",))
 n = len(devices)
 dtype = np.dtype(args.dtype)
