@@ -53,9 +53,10 @@ struct Registry {
 // shut down and initialized again, after jax.extend.backend.clear_backends()),
 // MPI_COMM_WORLD is made again from its table, every parent's split count starts again
 // in every process, and the groups are those of the programs compiled since. The
-// communicators XLA holds stay (XLA:CPU keeps them per process, across its clients, and
+// communicators XLA holds stay (jaxlib 0.10.2's XLA:CPU keeps them across its clients and
 // runs the new job's collectives of their groups on them: their calls run on the new
-// World), and so does what they say of the groups XLA will not make again (live).
+// World), and so does what they say of the groups XLA will not make again (live; one it
+// frees, MPI_Comm_free, it will make again).
 void follow_job(Registry& r) {
   const std::shared_ptr<World> now = World::get();
   if (now == nullptr || now == r.world.lock()) return;
