@@ -151,6 +151,25 @@ def test_a_collective_over_a_subset_of_the_processes_runs_on_jax_accl(op, n, mem
             assert mine["calls"] == {} and mine["shards"] == [], mine
 
 
+def test_two_groups_of_one_program_that_start_with_the_same_device_are_made_in_order():
+    """A 2 x 2 mesh: a psum over "y" (groups [0, 1], [2, 3]), then one over "x" ([0, 2],
+    [1, 3]). Process 0 splits twice with color 0 and key 0 (as jax's pjit_test
+    test_sharded_mul does at 8 processes: an all-gather's group and an all-reduce's):
+    jax_accl tells them apart by the program's order, each among its own processes.
+    Integers bitwise equal to gloo's and to the sum computed here."""
+    ours = sorted(collective(True, 4, "--op", "psum_y_then_x"), key=pid)
+    theirs = sorted(collective(False, 4, "--op", "psum_y_then_x"), key=pid)
+    x = np.arange(4 * 4, dtype=np.int64).reshape(4, 4)
+    x = (x * 1_000_000_007 % 2**32 - 2**31).astype(np.int32)
+    y = np.stack([x[0] + x[1], x[2] + x[3]]) * np.array([[3], [4]], np.int32)  # wraps
+    expected = (y[0] + y[1])[None]
+    for mine, gloos in zip(ours, theirs):
+        assert mine["error"] is None and gloos["error"] is None, (mine, gloos)
+        assert mine["calls"] == {"MPI_Comm_split": 2, "MPI_Allreduce": 2}, mine
+        assert mine["shards"] == gloos["shards"]
+        np.testing.assert_array_equal(np.asarray(mine["shards"][0], np.int64), expected)
+
+
 @pytest.mark.parametrize("op", ["psum", "all_gather"])
 def test_float16_is_refused_by_xla_before_any_mpi_call_and_the_workaround_runs(op):
     """XLA:CPU's MPI collectives have no MPI datatype for float16 (its error says

@@ -23,13 +23,14 @@ constexpr uint64_t kWorldLane = 0x6d7069ull << 40;
 // A group of devices XLA may split MPI_COMM_WORLD into, read by jax_accl from a compiled
 // program's collectives (jax_accl/xla_subsets.py, note_groups): the group's devices in
 // rank order (devices[0] is the color XLA passes, a device's place its key), the
-// program's devices, whether those are only some of the processes, and when the program
-// was last compiled.
+// program's devices, whether those are only some of the processes, when the program
+// was last compiled and the group's place in it.
 struct KnownGroup {
   std::vector<int64_t> devices;
   std::vector<int64_t> program;
   bool subset = false;
   uint64_t seen = 0;
+  size_t order = 0;  // its place among the program's groups, in the program's order
 };
 
 struct Registry {
@@ -167,12 +168,13 @@ std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices
 // process do: the group XLA is making starts with `color`, holds this process's device
 // at `key`, and is not one XLA holds already; the most recently compiled program's
 // match is taken (jit compiles a program right before its first run, which makes its
-// communicators). A split among that group's processes only does not depend on what
+// communicators), and of its matches the first in the program's order (its scheduled
+// HLO's; XLA runs a program's collectives in that order, so makes their groups so: a
+// device can be first of two groups of one program, an all-gather's and an
+// all-reduce's). A split among that group's processes only does not depend on what
 // other processes do meanwhile (a program on some processes, a group another program
-// already made in some of its processes). Where that program has several such groups,
-// among its processes (MPI_COMM_WORLD for a program on every process), as every
-// process of a program splits at the same point of its first run; where no group is
-// known, among MPI_COMM_WORLD.
+// already made in some of its processes). Where no group is known (a program the hook
+// did not see), among MPI_COMM_WORLD.
 std::shared_ptr<Comm> parent_among(const Comm& world, int color, int key,
                                    std::vector<int64_t>* expected) {
   expected->clear();
@@ -181,25 +183,18 @@ std::shared_ptr<Comm> parent_among(const Comm& world, int color, int key,
   std::unique_lock<std::mutex> lock;
   Registry& r = registry(&lock);
   const KnownGroup* best = nullptr;
-  bool several = false;
   for (const KnownGroup& g : r.known) {
     if (static_cast<size_t>(key) >= g.devices.size() || g.devices[0] != color ||
         g.devices[key] != mine || r.live.count(g.devices) > 0) {
       continue;
     }
-    if (best == nullptr || g.seen > best->seen) {
+    if (best == nullptr || g.seen > best->seen || (g.seen == best->seen && g.order < best->order)) {
       best = &g;
-      several = false;
-    } else if (g.seen == best->seen && g.devices != best->devices) {
-      several = true;
     }
   }
   if (best == nullptr) return nullptr;
-  if (!several) {
-    *expected = best->devices;
-    return parent_of(r, best->devices, mine);
-  }
-  return best->subset ? parent_of(r, best->program, mine) : nullptr;
+  *expected = best->devices;
+  return parent_of(r, best->devices, mine);
 }
 
 // XLA ignores a split's error: the reason a communicator is broken goes to stderr too
@@ -376,16 +371,19 @@ Status note_groups(const int64_t* data, int64_t size) {
   std::unique_lock<std::mutex> lock;
   Registry& r = registry(&lock);
   proto.seen = ++r.programs;
-  for (std::vector<int64_t>& devices : parsed) {
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    std::vector<int64_t>& devices = parsed[i];
     auto same = std::find_if(r.known.begin(), r.known.end(), [&](const KnownGroup& k) {
       return k.devices == devices && k.program == proto.program && k.subset == proto.subset;
     });
     if (same != r.known.end()) {
       same->seen = proto.seen;
+      same->order = i;
       continue;
     }
     KnownGroup g = proto;
     g.devices = std::move(devices);
+    g.order = i;
     r.known.push_back(std::move(g));
   }
   return Status::Ok();

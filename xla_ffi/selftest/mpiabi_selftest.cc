@@ -217,7 +217,8 @@ void failed_splits(Checks& c, int me, int done_write, int done_read) {
 // of one process's device (a program whose groups are {0} and {2048}, while process 1
 // holds its own from before): process 0 makes it alone, at once, where an agreement of
 // MPI_COMM_WORLD would wait for process 1 until its deadline. Then a group of both, in
-// the order XLA ranks it ([2048 0]: process 0 is rank 1), and an all-reduce on it.
+// the order XLA ranks it ([2048 0]: process 0 is rank 1), and an all-reduce on it; then
+// two groups of one program that both fit process 1's split, made in the program's order.
 void known_groups(Checks& c, int me) {
   const int64_t mine = int64_t{me} * 2048;
   const std::vector<int64_t> alone = {0, 2, 0, 2048, 2, 1, 0, 1, 2048};
@@ -228,13 +229,14 @@ void known_groups(Checks& c, int me) {
            "note_groups takes the programs' groups and refuses a short one");
   MPIABI_Comm comm = MPIABI_COMM_NULL;
   int rank = -1, size = -1;
+  MPIABI_Comm by_itself = MPIABI_COMM_NULL;
   if (me == 0) {
     const auto start = std::chrono::steady_clock::now();
-    const int rc = MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, 0, &comm);
+    const int rc = MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, 0, &by_itself);
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     c.expect(
-        rc == 0 && MPIABI_Comm_size(comm, &size) == 0 && size == 1 && took < 5,
+        rc == 0 && MPIABI_Comm_size(by_itself, &size) == 0 && size == 1 && took < 5,
         str_cat("a group of process 0 alone, split by it alone (", took, " s): " + message(rc)));
   }
   const int rc = MPIABI_Comm_split(MPIABI_COMM_WORLD, 2048, 1 - me, &comm);
@@ -244,6 +246,21 @@ void known_groups(Checks& c, int me) {
   std::vector<int64_t> x = {mine, 1}, y(2);
   const int sum = MPIABI_Allreduce(x.data(), y.data(), 2, MPIABI_INT64_T, MPIABI_SUM, comm);
   c.expect(sum == 0 && y == std::vector<int64_t>{2048, 2}, "an all-reduce on it: " + message(sum));
+  // Two groups of one program that both start with process 1's device at its key 0
+  // ([2048 0], then [2048]): made in the program's order (once XLA freed the [2048 0] it
+  // held).
+  MPIABI_Comm_free(&comm);
+  const std::vector<int64_t> ordered = {0, 2, 0, 2048, 2, 2, 2048, 0, 1, 2048};
+  c.expect(mpiabi::note_groups(ordered.data(), ordered.size()).ok(), "a program's two groups");
+  MPIABI_Comm first = MPIABI_COMM_NULL, second = MPIABI_COMM_NULL;
+  const int rc1 = MPIABI_Comm_split(MPIABI_COMM_WORLD, 2048, 1 - me, &first);
+  c.expect(rc1 == 0 && MPIABI_Comm_size(first, &size) == 0 && size == 2,
+           "the program's first group first: " + message(rc1));
+  if (me == 1) {
+    const int rc2 = MPIABI_Comm_split(MPIABI_COMM_WORLD, 2048, 0, &second);
+    c.expect(rc2 == 0 && MPIABI_Comm_size(second, &size) == 0 && size == 1,
+             "then its second, by process 1 alone: " + message(rc2));
+  }
 }
 
 // What would end the process if it escaped the library, an error instead, on `comm`

@@ -4,7 +4,13 @@ test_shard_map_no_local_devices does: the others then run nothing, and XLA makes
 communicator from the participating processes only. Never names jax_accl.
 
     python collective.py --coordinator H:P --num-processes N --process-id I
-        [--members 0,1] [--op psum|all_gather] [--dtype int32|float16] [--workaround]
+        [--members 0,1] [--op psum|all_gather|psum_y_then_x] [--dtype int32|float16]
+        [--workaround]
+
+psum_y_then_x: on a 2 x (N/2) mesh ("x", "y") of the devices, a psum over "y", a
+multiplication by a number of the "x" position, then a psum over "x": two groups of one
+program that start with the same device (process 0's, first of both), made in the
+program's order.
 
 --workaround: a float16 collective written as the XLA-backend docs' workaround (a psum
 summed as float32 and cast back; an all-gather of the bits as uint16). Prints
@@ -27,7 +33,7 @@ parser.add_argument("--coordinator", required=True)
 parser.add_argument("--num-processes", type=int, required=True)
 parser.add_argument("--process-id", type=int, required=True)
 parser.add_argument("--members", default=None)
-parser.add_argument("--op", default="psum", choices=["psum", "all_gather"])
+parser.add_argument("--op", default="psum", choices=["psum", "all_gather", "psum_y_then_x"])
 parser.add_argument("--dtype", default="int32", choices=["int32", "float16"])
 parser.add_argument("--workaround", action="store_true")
 args, _ = parser.parse_known_args()
@@ -40,8 +46,13 @@ jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id
 by_process = {d.process_index: d for d in jax.devices()}
 members = [int(p) for p in args.members.split(",")] if args.members else sorted(by_process)
 devices = [by_process[p] for p in members]
-mesh = jax.sharding.Mesh(np.array(devices), ("x",))
 n = len(devices)
+if args.op == "psum_y_then_x":
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(2, n // 2), ("x", "y"))
+    spec = P(("x", "y"))
+else:
+    mesh = jax.sharding.Mesh(np.array(devices), ("x",))
+    spec = P("x")
 dtype = np.dtype(args.dtype)
 if dtype == np.int32:  # near the int32 limits: the sum wraps, compared bitwise
     x_np = np.arange(n * 4, dtype=np.int64).reshape(n, 4) * 1_000_000_007 % 2**32 - 2**31
@@ -49,11 +60,14 @@ else:
     x_np = np.linspace(-2.0, 2.0, n * 4).reshape(n, 4)
 x_np = x_np.astype(dtype)
 x = jax.make_array_from_callback(
-    x_np.shape, NamedSharding(mesh, P("x")), lambda i: x_np[i], dtype=dtype
+    x_np.shape, NamedSharding(mesh, spec), lambda i: x_np[i], dtype=dtype
 )
 
 
 def body(a):
+    if args.op == "psum_y_then_x":
+        b = jax.lax.psum(a, "y") * (jax.lax.axis_index("x").astype(a.dtype) + 3)
+        return jax.lax.psum(b, "x")
     if args.op == "all_gather" and args.workaround:
         bits = jax.lax.all_gather(jax.lax.bitcast_convert_type(a, jnp.uint16), "x", tiled=True)
         return jax.lax.bitcast_convert_type(bits, a.dtype)
@@ -66,7 +80,7 @@ def body(a):
 
 result = {"process_id": args.process_id, "shards": None, "error": None, "calls": None}
 try:
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P(), check_vma=False))
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P(), check_vma=False))
     y = f(x)
     result["shards"] = [
         np.asarray(s.data).astype(np.float64).tolist() for s in y.addressable_shards
