@@ -65,11 +65,14 @@ def check(devices, executable) -> None:
             "on a mesh over every process, or without JAX_ACCL_XLA_COLLECTIVES (gloo makes "
             "such communicators)"
         )
-    note_groups(ids, groups, subset)
+    note_groups(ids, groups, subset, in_order(text))
 
 
-def note_groups(program: list[int], groups: list[list[int]], subset: bool) -> None:
-    """Tells jax_accl's MPI library (loaded by jaxlib) a program's groups."""
+def note_groups(
+    program: list[int], groups: list[list[int]], subset: bool, ordered: bool = True
+) -> None:
+    """Tells jax_accl's MPI library (loaded by jaxlib) a program's groups; `ordered`:
+    they are in the order the program runs its collectives (see in_order)."""
     global _library
     if _library is None:
         _library = ctypes.CDLL(_library_path)
@@ -77,7 +80,7 @@ def note_groups(program: list[int], groups: list[list[int]], subset: bool) -> No
             ctypes.POINTER(ctypes.c_int64),
             ctypes.c_int64,
         ]
-    data = [int(subset), len(program), *program, len(groups)]
+    data = [int(subset) | (0 if ordered else 2), len(program), *program, len(groups)]
     for g in groups:
         data += [len(g), *g]
     array = (ctypes.c_int64 * len(data))(*data)
@@ -95,8 +98,7 @@ def groups_in(text: str, devices: list[int]) -> list[list[int]] | None:
     if replicas * partitions != len(devices):
         return None
     found: list[list[int]] = []
-    pattern = rf"^\s*(?:ROOT )?\S+ = .* ({'|'.join(KINDS)})(?:-start)?\((.*)$"
-    for match in re.finditer(pattern, text, re.M):
+    for match in re.finditer(_COLLECTIVE, text, re.M):
         kind, rest = match.group(1), match.group(2)
         logical = _logical_groups(kind, rest, replicas, partitions)
         if logical is None:
@@ -108,6 +110,23 @@ def groups_in(text: str, devices: list[int]) -> list[list[int]] | None:
             if ids not in found:
                 found.append(ids)
     return found
+
+
+_COLLECTIVE = rf"^\s*(?:ROOT )?\S+ = .* ({'|'.join(KINDS)})(?:-start)?\((.*)$"
+
+
+def in_order(text: str) -> bool:
+    """Whether a compiled module's collectives are all in its ENTRY computation, where
+    the printed order is the order they run in (a scheduled module's). One inside a loop
+    or a branch (a computation printed before ENTRY) may run before or after others, or
+    not at all: where two of its groups fit one split, the library then cannot tell which
+    XLA is making. Without an ENTRY computation (no such text from XLA): True."""
+    entry = re.search(r"^ENTRY .*$", text, re.M)
+    if entry is None:
+        return True
+    end = text.find("\n}", entry.end())
+    end = len(text) if end < 0 else end
+    return all(entry.start() < m.start() < end for m in re.finditer(_COLLECTIVE, text, re.M))
 
 
 def _header_int(header, name: str) -> int:

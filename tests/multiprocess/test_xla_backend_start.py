@@ -119,8 +119,10 @@ def test_two_devices_per_process_stop_at_start_up_naming_the_rule():
 COLLECTIVE = [str(SCRIPTS / "collective.py")]
 
 
-def collective(accl: bool, n: int, *extra):
-    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": "60"}] * n
+def collective(accl: bool, n: int, *extra, timeout_s: int = 60):
+    env = [
+        {"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": str(timeout_s)}
+    ] * n
     return launch.run_job(COLLECTIVE, n, 1, extra=list(extra), env=env, timeout=180)
 
 
@@ -168,6 +170,39 @@ def test_two_groups_of_one_program_that_start_with_the_same_device_are_made_in_o
         assert mine["calls"] == {"MPI_Comm_split": 2, "MPI_Allreduce": 2}, mine
         assert mine["shards"] == gloos["shards"]
         np.testing.assert_array_equal(np.asarray(mine["shards"][0], np.int64), expected)
+
+
+@pytest.mark.parametrize("order", ["AB", "BA"])
+def test_two_programs_compiled_before_either_ran_whose_groups_fit_one_split_never_sum_wrong(
+    order,
+):
+    """A 2 x 2 mesh; A: a psum over "y" (groups [0, 1], [2, 3]), B: a psum over both axes
+    ([0, 1, 2, 3]), both compiled ahead of time (.lower().compile()) before either runs,
+    then the one compiled first run. Processes 0 and 1 split with color 0 and keys 0, 1,
+    which A's group [0, 1] and B's fit: jax_accl cannot tell which program runs and
+    refuses the split there, naming both groups and what to do (before, AB: a wait for
+    processes 2 and 3 until the deadline; BA: a sum over processes 0 and 1 only, with no
+    error). Every process either gives gloo's result bitwise (A's [2, 3], which no other
+    group fits), or raises: the ambiguity where it is seen, the split's deadline (5 s)
+    where the group's other processes refused it (BA: processes 2 and 3)."""
+    ours = sorted(collective(True, 4, "--aot", order, timeout_s=5), key=pid)
+    theirs = sorted(collective(False, 4, "--aot", order), key=pid)
+    for mine, gloos in zip(ours, theirs):
+        assert gloos["error"] is None, gloos
+        if mine["process_id"] in (0, 1):
+            assert mine["error"] is not None and mine["shards"] is None, mine
+            for said in (
+                "fits two groups XLA may be making now: processes [0, 1] (devices [",
+                ") and processes [0, 1, 2, 3] (devices [",
+                "were compiled before either ran",
+                "Run each program once right after compiling it (as jax.jit does)",
+            ):
+                assert said in mine["error"], mine
+        elif order == "AB":
+            assert mine["error"] is None and mine["shards"] == gloos["shards"], (mine, gloos)
+        else:
+            assert mine["error"] is not None and mine["shards"] is None, mine
+            assert "MPI_Comm_split" in mine["error"], mine
 
 
 @pytest.mark.parametrize("op", ["psum", "all_gather"])

@@ -104,14 +104,41 @@ def test_a_program_on_some_processes_is_told_to_the_library_as_a_subset(monkeypa
     )
     devices, told = fake_program(monkeypatch, text, [3, 1])
     xla_subsets.check(devices, None)
-    assert told == [([6144, 2048], [[6144, 2048]], True)]
+    assert told == [([6144, 2048], [[6144, 2048]], True, True)]
     devices, told = fake_program(
         monkeypatch,
         module(op("all-reduce", "channel_id=1, replica_groups={}, use_global_device_ids=true")),
         [0, 1, 2, 3],
     )
     xla_subsets.check(devices, None)
-    assert told == [(DEVICES, [DEVICES], False)]
+    assert told == [(DEVICES, [DEVICES], False, True)]
+
+
+def test_collectives_inside_a_loop_or_a_branch_leave_the_programs_order_unknown():
+    """The printed order of a scheduled module's ENTRY computation is the order its
+    collectives run in; one inside a while body or a branch (printed before ENTRY) may
+    run before, after or never: the library is told, and refuses a split two of such a
+    program's groups fit rather than guess (native self-test known_groups)."""
+    entry = (
+        "ENTRY %main (p: s32[1,4]) -> s32[1,4] {\n"
+        "  %p = s32[1,4]{1,0} parameter(0)\n"
+        "  ROOT %r = s32[1,4]{1,0} all-reduce(%p), channel_id=1, replica_groups={{0,1,2,3}}, "
+        "use_global_device_ids=true, to_apply=%sum\n}\n"
+    )
+    body = (
+        "%body (q: s32[1,4]) -> s32[1,4] {\n"
+        "  %q = s32[1,4]{1,0} parameter(0)\n"
+        "  ROOT %b = s32[1,4]{1,0} all-reduce(%q), channel_id=2, replica_groups={{0,1},{2,3}}, "
+        "use_global_device_ids=true, to_apply=%sum\n}\n\n"
+    )
+    header = HEADER.replace("{extra}", ", num_partitions=4")
+    assert xla_subsets.in_order(header + entry)
+    assert not xla_subsets.in_order(header + body + entry)
+    assert xla_subsets.groups_in(header + body + entry, DEVICES) == [
+        DEVICES[:2],
+        DEVICES[2:],
+        DEVICES,
+    ]
 
 
 def test_a_program_on_some_processes_whose_groups_cannot_be_read_is_refused_at_once(monkeypatch):

@@ -20,24 +20,26 @@ namespace {
 // index and the color, the same in every process.
 constexpr uint64_t kWorldLane = 0x6d7069ull << 40;
 
-// A group of devices XLA may split MPI_COMM_WORLD into, read by jax_accl from a compiled
-// program's collectives (jax_accl/xla_subsets.py, note_groups): the group's devices in
-// rank order (devices[0] is the color XLA passes, a device's place its key), the
-// program's devices, whether those are only some of the processes, when the program
-// was last compiled and the group's place in it.
-struct KnownGroup {
+// A compiled program's groups of devices XLA may split MPI_COMM_WORLD into, read by
+// jax_accl from its collectives (jax_accl/xla_subsets.py, note_groups): each group's
+// devices in rank order (devices[0] is the color XLA passes, a device's place its key),
+// in the program's order; the program's devices, whether those are only some of the
+// processes, whether its order is the order it runs its collectives in (not so where
+// some are inside a loop or a branch), and when it was last compiled (the same program
+// compiled again is kept once).
+struct KnownProgram {
+  std::vector<std::vector<int64_t>> groups;
   std::vector<int64_t> devices;
-  std::vector<int64_t> program;
   bool subset = false;
+  bool ordered = true;
   uint64_t seen = 0;
-  size_t order = 0;  // its place among the program's groups, in the program's order
 };
 
 struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, std::shared_ptr<Comm>> comms;
   uintptr_t next_handle = kFirstDynamicHandle;
-  std::vector<KnownGroup> known;
+  std::vector<KnownProgram> known;
   uint64_t programs = 0;
   // Communicators XLA holds, by their devices: a group XLA made is not made again while it
   // holds it (XLA keeps one communicator per group of devices).
@@ -160,41 +162,88 @@ std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices
   return parent;
 }
 
+// "processes [0, 1] (devices [0 2048])".
+std::string group_text(const std::vector<int64_t>& devices) {
+  std::string ids;
+  for (int64_t d : devices) ids += str_cat(ids.empty() ? "" : " ", d);
+  return str_cat("processes ", processes_of(devices), " (devices [", ids, "])");
+}
+
 // Whom a split of MPI_COMM_WORLD (color, key) is made among, and the group it makes
 // where known (*expected, else empty). XLA splits MPI_COMM_WORLD once per group of
 // devices (it keeps the communicator), from that group's processes only, when a
 // program first runs a collective of the group; its arguments do not say which
 // processes those are. The groups jax_accl read from the programs compiled in this
 // process do: the group XLA is making starts with `color`, holds this process's device
-// at `key`, and is not one XLA holds already; the most recently compiled program's
-// match is taken (jit compiles a program right before its first run, which makes its
-// communicators), and of its matches the first in the program's order (its scheduled
-// HLO's; XLA runs a program's collectives in that order, so makes their groups so: a
-// device can be first of two groups of one program, an all-gather's and an
-// all-reduce's). A split among that group's processes only does not depend on what
-// other processes do meanwhile (a program on some processes, a group another program
-// already made in some of its processes). Where no group is known (a program the hook
-// did not see), among MPI_COMM_WORLD.
-std::shared_ptr<Comm> parent_among(const Comm& world, int color, int key,
-                                   std::vector<int64_t>* expected) {
+// at `key`, and is not one XLA holds already. Of one program's such groups, the first in
+// its order (its scheduled HLO's; XLA runs a program's collectives in that order, so
+// makes their groups so: a device can be first of two groups of one program, an
+// all-gather's and an all-reduce's). Where two programs' groups so chosen have
+// different processes, which program runs cannot be told from the split (two programs
+// compiled before either ran, ahead of time): the split is refused on every process
+// that sees it, naming both groups, rather than made among one of them (the smaller one
+// would sum over its processes only, silently, while the others wait). A split among its
+// group's processes only does not depend on what other processes do meanwhile (a program
+// on some processes, a group another program already made in some of its processes).
+// Where no group is known (a program the hook did not see), among MPI_COMM_WORLD.
+Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>* expected,
+                    std::shared_ptr<Comm>* out) {
   expected->clear();
-  if (world.handle != MPIABI_COMM_WORLD || key < 0) return nullptr;
+  *out = nullptr;
+  if (world.handle != MPIABI_COMM_WORLD || key < 0) return Status::Ok();
   const int64_t mine = world.devices[world.rank];
   std::unique_lock<std::mutex> lock;
   Registry& r = registry(&lock);
-  const KnownGroup* best = nullptr;
-  for (const KnownGroup& g : r.known) {
-    if (static_cast<size_t>(key) >= g.devices.size() || g.devices[0] != color ||
-        g.devices[key] != mine || r.live.count(g.devices) > 0) {
-      continue;
+  const std::vector<int64_t>* best = nullptr;   // the latest program's choice
+  const std::vector<int64_t>* other = nullptr;  // another program's, of other devices
+  uint64_t best_seen = 0;
+  for (const KnownProgram& p : r.known) {
+    const std::vector<int64_t>* choice = nullptr;
+    for (const std::vector<int64_t>& g : p.groups) {
+      if (static_cast<size_t>(key) >= g.size() || g[0] != color || g[key] != mine ||
+          r.live.count(g) > 0) {
+        continue;
+      }
+      if (choice == nullptr) {
+        choice = &g;
+        if (p.ordered) break;
+      } else if (g != *choice) {
+        // Some of this program's collectives are inside a loop or a branch: its order
+        // is not the one they run in.
+        return error(Code::kInvalidArgument, "this process's device ", mine,
+                     " at this place fits two groups of one compiled program XLA may be "
+                     "making now: ",
+                     group_text(*choice), " and ", group_text(g),
+                     ", and some of the program's collectives are inside a loop or a branch, "
+                     "so that the order they run in is not known: jax_accl refuses the split "
+                     "rather than summing over the wrong processes. Give those collectives "
+                     "groups that do not start with the same device, or run the program "
+                     "without JAX_ACCL_XLA_COLLECTIVES (gloo)");
+      }
     }
-    if (best == nullptr || g.seen > best->seen || (g.seen == best->seen && g.order < best->order)) {
-      best = &g;
+    if (choice == nullptr) continue;
+    if (best != nullptr && *choice != *best) other = p.seen > best_seen ? best : choice;
+    if (best == nullptr || p.seen > best_seen) {
+      best = choice;
+      best_seen = p.seen;
     }
   }
-  if (best == nullptr) return nullptr;
-  *expected = best->devices;
-  return parent_of(r, best->devices, mine);
+  if (best == nullptr) return Status::Ok();
+  if (other != nullptr) {
+    const std::vector<int64_t>& small = other->size() < best->size() ? *other : *best;
+    const std::vector<int64_t>& large = other->size() < best->size() ? *best : *other;
+    return error(Code::kInvalidArgument, "this process's device ", mine,
+                 " at this place fits two groups XLA may be making now: ", group_text(small),
+                 " and ", group_text(large),
+                 ", of two compiled programs. Two programs with these collective groups were "
+                 "compiled before either ran, and the split does not say which one runs: "
+                 "jax_accl refuses it rather than summing over the wrong processes. Run each "
+                 "program once right after compiling it (as jax.jit does), or compile them in "
+                 "the order they run");
+  }
+  *expected = *best;
+  *out = parent_of(r, *best, mine);
+  return Status::Ok();
 }
 
 // XLA ignores a split's error: the reason a communicator is broken goes to stderr too
@@ -259,7 +308,8 @@ Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>
 Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
   *out = MPIABI_COMM_NULL;
   std::vector<int64_t> expected;
-  std::shared_ptr<Comm> among = parent_among(world, color, key, &expected);
+  std::shared_ptr<Comm> among;
+  ACCL_RETURN_IF_ERROR(parent_among(world, color, key, &expected, &among));
   Comm& parent = among != nullptr ? *among : world;
   const uint64_t index = parent.splits.fetch_add(1);
   const int n = static_cast<int>(parent.devices.size());
@@ -338,53 +388,47 @@ void free_comm(MPIABI_Comm handle) {
 }
 
 Status note_groups(const int64_t* data, int64_t size) {
-  // [subset, program size, program devices..., group count, (group size, devices...)...]
+  // [flags (1: subset, 2: not in order), program size, program devices..., group count,
+  //  (group size, devices...)...]
   int64_t at = 0;
   auto next = [&](int64_t* v) {
     if (at >= size) return false;
     *v = data[at++];
     return true;
   };
-  KnownGroup proto;
+  KnownProgram proto;
   int64_t subset = 0, count = 0, groups = 0;
   if (!next(&subset) || !next(&count) || count < 0 || count > size) {
     return error(Code::kInvalidArgument, "note_groups: malformed header");
   }
-  proto.subset = subset != 0;
+  proto.subset = (subset & 1) != 0;
+  proto.ordered = (subset & 2) == 0;
   for (int64_t i = 0, d = 0; i < count; ++i) {
     if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short program");
-    proto.program.push_back(d);
+    proto.devices.push_back(d);
   }
   if (!next(&groups)) return error(Code::kInvalidArgument, "note_groups: no group count");
-  std::vector<std::vector<int64_t>> parsed;
   for (int64_t g = 0; g < groups; ++g) {
     int64_t n = 0;
     if (!next(&n) || n <= 0 || n > size) {
       return error(Code::kInvalidArgument, "note_groups: malformed group");
     }
-    parsed.emplace_back();
+    proto.groups.emplace_back();
     for (int64_t i = 0, d = 0; i < n; ++i) {
       if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short group");
-      parsed.back().push_back(d);
+      proto.groups.back().push_back(d);
     }
   }
   std::unique_lock<std::mutex> lock;
   Registry& r = registry(&lock);
   proto.seen = ++r.programs;
-  for (size_t i = 0; i < parsed.size(); ++i) {
-    std::vector<int64_t>& devices = parsed[i];
-    auto same = std::find_if(r.known.begin(), r.known.end(), [&](const KnownGroup& k) {
-      return k.devices == devices && k.program == proto.program && k.subset == proto.subset;
-    });
-    if (same != r.known.end()) {
-      same->seen = proto.seen;
-      same->order = i;
-      continue;
-    }
-    KnownGroup g = proto;
-    g.devices = std::move(devices);
-    g.order = i;
-    r.known.push_back(std::move(g));
+  auto same = std::find_if(r.known.begin(), r.known.end(), [&](const KnownProgram& k) {
+    return k.groups == proto.groups && k.devices == proto.devices && k.subset == proto.subset;
+  });
+  if (same != r.known.end()) {
+    same->seen = proto.seen;  // the same program compiled again
+  } else if (!proto.groups.empty()) {
+    r.known.push_back(std::move(proto));
   }
   return Status::Ok();
 }

@@ -214,16 +214,20 @@ void failed_splits(Checks& c, int me, int done_write, int done_read) {
 
 // Splits of the groups jax_accl read from compiled programs (mpiabi::note_groups, as
 // jax_accl/xla_subsets.py gives them): each among its group's processes only. A group
-// of one process's device (a program whose groups are {0} and {2048}, while process 1
-// holds its own from before): process 0 makes it alone, at once, where an agreement of
-// MPI_COMM_WORLD would wait for process 1 until its deadline. Then a group of both, in
-// the order XLA ranks it ([2048 0]: process 0 is rank 1), and an all-reduce on it; then
-// two groups of one program that both fit process 1's split, made in the program's order.
+// of one process's device (a program whose group is {0}): process 0 makes it alone, at
+// once, where an agreement of MPI_COMM_WORLD would wait for process 1 until its
+// deadline. Then a group of both, in the order XLA ranks it ([2048 0]: process 0 is
+// rank 1; its program compiled twice), and an all-reduce on it; then two groups of one
+// program that both fit process 1's split, made in the program's order, the first also
+// an earlier program's (the same devices: no ambiguity). Then, each process's split
+// fitting two programs' groups of different processes, neither made (programs compiled
+// before either ran): refused at once in each, naming both groups, never made among one.
 void known_groups(Checks& c, int me) {
   const int64_t mine = int64_t{me} * 2048;
-  const std::vector<int64_t> alone = {0, 2, 0, 2048, 2, 1, 0, 1, 2048};
+  const std::vector<int64_t> alone = {0, 2, 0, 2048, 1, 1, 0};
   const std::vector<int64_t> both = {0, 2, 2048, 0, 1, 2, 2048, 0};
   c.expect(mpiabi::note_groups(alone.data(), alone.size()).ok() &&
+               mpiabi::note_groups(both.data(), both.size()).ok() &&
                mpiabi::note_groups(both.data(), both.size()).ok() &&
                !mpiabi::note_groups(both.data(), 5).ok(),
            "note_groups takes the programs' groups and refuses a short one");
@@ -260,7 +264,47 @@ void known_groups(Checks& c, int me) {
     const int rc2 = MPIABI_Comm_split(MPIABI_COMM_WORLD, 2048, 0, &second);
     c.expect(rc2 == 0 && MPIABI_Comm_size(second, &size) == 0 && size == 1,
              "then its second, by process 1 alone: " + message(rc2));
+    MPIABI_Comm_free(&second);
   }
+  // XLA freed them all: process 1's split (2048, 0) fits [2048 0] (the programs above)
+  // and [2048] (a program on process 1 alone, compiled last); process 0's (0, 0) fits [0]
+  // and [0 4096] (a program compiled last; 4096 no process's device: process 0 holds a
+  // [0 2048] from the scenarios before). Neither process waits for the other.
+  MPIABI_Comm_free(&first);
+  if (me == 0) MPIABI_Comm_free(&by_itself);
+  const std::vector<int64_t> one = {1, 1, 2048, 1, 1, 2048};
+  const std::vector<int64_t> pair = {0, 2, 0, 2048, 1, 2, 0, 4096};
+  c.expect(mpiabi::note_groups(one.data(), one.size()).ok() &&
+               mpiabi::note_groups(pair.data(), pair.size()).ok(),
+           "two more programs' groups");
+  MPIABI_Comm ambiguous = MPIABI_COMM_NULL;
+  const auto start = std::chrono::steady_clock::now();
+  const int rc3 = MPIABI_Comm_split(MPIABI_COMM_WORLD, me == 0 ? 0 : 2048, 0, &ambiguous);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string said = message(rc3);
+  const std::string groups =
+      me == 0 ? "processes [0] (devices [0]) and processes [0, -1] (devices [0 4096])"
+              : "processes [1] (devices [2048]) and processes [1, 0] (devices [2048 0])";
+  c.expect(rc3 != 0 && ambiguous != MPIABI_COMM_NULL && took < 5 &&
+               said.find(groups) != std::string::npos &&
+               said.find("compiled before either ran") != std::string::npos &&
+               said.find("compile them in the order they run") != std::string::npos,
+           str_cat("a split two programs' groups fit is refused at once (", took,
+                   " s), naming both: ", said));
+  std::vector<int64_t> z = {1}, w(1);
+  const int call = MPIABI_Allreduce(z.data(), w.data(), 1, MPIABI_INT64_T, MPIABI_SUM, ambiguous);
+  c.expect(call != 0 && message(call).find(groups) != std::string::npos,
+           "and every call on what XLA got fails with the reason: " + message(call));
+  // A program some of whose collectives are inside a loop or a branch (flag 2), two of
+  // whose groups fit each process's split: its order is not the one they run in.
+  const std::vector<int64_t> unordered = {2, 2, 0, 2048, 4, 1, 0, 2, 0, 4096, 1, 2048, 2, 2048, 0};
+  c.expect(mpiabi::note_groups(unordered.data(), unordered.size()).ok(), "a loop's groups");
+  MPIABI_Comm looped = MPIABI_COMM_NULL;
+  const int rc4 = MPIABI_Comm_split(MPIABI_COMM_WORLD, mine, 0, &looped);
+  c.expect(rc4 != 0 && looped != MPIABI_COMM_NULL &&
+               message(rc4).find("inside a loop or a branch") != std::string::npos,
+           "two groups of one program out of order, fitting one split: refused: " + message(rc4));
 }
 
 // What would end the process if it escaped the library, an error instead, on `comm`

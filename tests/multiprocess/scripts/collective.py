@@ -5,12 +5,17 @@ communicator from the participating processes only. Never names jax_accl.
 
     python collective.py --coordinator H:P --num-processes N --process-id I
         [--members 0,1] [--op psum|all_gather|psum_y_then_x] [--dtype int32|float16]
-        [--workaround]
+        [--workaround] [--aot AB|BA]
 
 psum_y_then_x: on a 2 x (N/2) mesh ("x", "y") of the devices, a psum over "y", a
 multiplication by a number of the "x" position, then a psum over "x": two groups of one
 program that start with the same device (process 0's, first of both), made in the
 program's order.
+
+--aot AB: on a 2 x (N/2) mesh, two programs compiled ahead of time (jit's
+.lower().compile()) before either runs, A (a psum over "y") first and B (a psum over both
+axes) last, then A run; --aot BA: B compiled first, A last, then B run. A's group of
+process 0 and B's both start with process 0's device.
 
 --workaround: a float16 collective written as the XLA-backend docs' workaround (a psum
 summed as float32 and cast back; an all-gather of the bits as uint16). Prints
@@ -36,6 +41,7 @@ parser.add_argument("--members", default=None)
 parser.add_argument("--op", default="psum", choices=["psum", "all_gather", "psum_y_then_x"])
 parser.add_argument("--dtype", default="int32", choices=["int32", "float16"])
 parser.add_argument("--workaround", action="store_true")
+parser.add_argument("--aot", default=None, choices=["AB", "BA"])
 args, _ = parser.parse_known_args()
 
 jax.config.update("jax_num_cpu_devices", 1)
@@ -47,7 +53,7 @@ by_process = {d.process_index: d for d in jax.devices()}
 members = [int(p) for p in args.members.split(",")] if args.members else sorted(by_process)
 devices = [by_process[p] for p in members]
 n = len(devices)
-if args.op == "psum_y_then_x":
+if args.op == "psum_y_then_x" or args.aot:
     mesh = jax.sharding.Mesh(np.array(devices).reshape(2, n // 2), ("x", "y"))
     spec = P(("x", "y"))
 else:
@@ -80,8 +86,21 @@ def body(a):
 
 result = {"process_id": args.process_id, "shards": None, "error": None, "calls": None}
 try:
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P(), check_vma=False))
-    y = f(x)
+    if args.aot:
+        programs = {
+            "A": lambda a: jax.lax.psum(a, "y"),
+            "B": lambda a: jax.lax.psum(a, ("x", "y")),
+        }
+        compiled = {}
+        for name in args.aot:
+            g = jax.shard_map(
+                programs[name], mesh=mesh, in_specs=spec, out_specs=P(), check_vma=False
+            )
+            compiled[name] = jax.jit(g).lower(x).compile()
+        y = compiled[args.aot[0]](x)
+    else:
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P(), check_vma=False))
+        y = f(x)
     result["shards"] = [
         np.asarray(s.data).astype(np.float64).tolist() for s in y.addressable_shards
     ]
