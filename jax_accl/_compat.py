@@ -261,9 +261,11 @@ def distributed_state():
     return _distributed.global_state
 
 
-def hook_distributed_state(after_initialize=None, before_shutdown=None) -> None:
+def hook_distributed_state(
+    after_initialize=None, before_shutdown=None, after_shutdown=None
+) -> None:
     """Runs after_initialize() once jax.distributed's state has initialized, and
-    before_shutdown() before it shuts down, on every path there: the public
+    before_shutdown() before it shuts down (after_shutdown() after), on every path there: the public
     jax.distributed.initialize, jax._src.distributed.initialize (what launchers such as
     jax's own test_multiprocess call), the state's method itself, and again after a
     shutdown. Each hook wraps the State class's method once per name."""
@@ -294,8 +296,8 @@ def hook_distributed_state(after_initialize=None, before_shutdown=None) -> None:
 
     if after_initialize is not None:
         wrap("initialize", after=after_initialize)
-    if before_shutdown is not None:
-        wrap("shutdown", before=before_shutdown)
+    if before_shutdown is not None or after_shutdown is not None:
+        wrap("shutdown", before=before_shutdown, after=after_shutdown)
 
 
 class _ServiceStoppingLate:

@@ -24,6 +24,7 @@ import json
 import secrets
 import socket
 import threading
+import time
 
 import jax
 
@@ -37,6 +38,8 @@ _lock = threading.Lock()
 _table: list[dict] | None = None
 # How long the coordinator's service outlives its client at shutdown (_compat's why).
 _SERVICE_GRACE_S = 0.3
+# And how long its stopping then takes, at most, as a client waits for it (_outlast_service).
+_SERVICE_STOPS_S = 0.7
 
 
 def host_id() -> str:
@@ -71,13 +74,29 @@ def stop() -> None:
 def _stop_with_jax_distributed() -> None:
     """Makes jax.distributed's shutdown, by whichever path, stop jax_accl first (its
     store goes with it)."""
-    c.hook_distributed_state(before_shutdown=_stop_if_started)
+    c.hook_distributed_state(before_shutdown=_stop_if_started, after_shutdown=_outlast_service)
+
+
+_service_elsewhere = False
 
 
 def _stop_if_started() -> None:
+    global _service_elsewhere
     if _table is not None:
         stop()
+    _service_elsewhere = c.distributed_state().service is None
     c.delay_service_shutdown(_SERVICE_GRACE_S)
+
+
+def _outlast_service() -> None:
+    """A process whose coordinator is elsewhere returns from jax.distributed's shutdown
+    once the coordinator's service has stopped (it outlives its client by
+    _SERVICE_GRACE_S): a second jax.distributed.initialize at the same address right
+    after would reach the old service, whose end then cancels the new job's calls."""
+    global _service_elsewhere
+    if _service_elsewhere:
+        _service_elsewhere = False
+        time.sleep(_SERVICE_GRACE_S + _SERVICE_STOPS_S)
 
 
 def _start() -> list[dict]:

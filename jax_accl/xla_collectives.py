@@ -84,7 +84,7 @@ def finish() -> None:
 
     jax.config.update("jax_cpu_collectives_implementation", "mpi")
     _compat.hook_distributed_state(after_initialize=start_our_side)
-    xla_subsets.install()
+    xla_subsets.install(LIBRARY)
     if _compat.distributed_client() is not None:  # initialized before jax_accl's import
         start_our_side()
 

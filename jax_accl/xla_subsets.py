@@ -1,46 +1,174 @@
-"""Programs that run on only some of the processes, refused at once under
-JAX_ACCL_XLA_COLLECTIVES=1 when XLA inserted collectives into them.
+"""The groups XLA:CPU's MPI collectives split MPI_COMM_WORLD into, read from every
+compiled multi-process program under JAX_ACCL_XLA_COLLECTIVES=1 and told to jax_accl's
+MPI library, so that a program on only some of the processes runs.
 
 XLA:CPU's MPI collectives make each communicator by ``MPI_Comm_split(MPI_COMM_WORLD,
-color, key)`` where color is the group's first device and key its rank, called only
-from the processes that run the program (those of its devices). MPI_Comm_split is
-collective over the parent, MPI_COMM_WORLD: a real MPI would wait for the other
-processes for ever, and jax_accl's split (an agreement of every process) would wait for
-them until its timeout. (gloo, XLA's default, makes a communicator from the group's
-devices and passes.) Nothing in the split tells which processes take part, so such a
-program is refused when it is compiled, naming the processes and what to do, rather
-than failing its first collective after JAX_ACCL_TIMEOUT_S."""
+color, key)`` where color is the group's first device and key the device's place in it,
+called only from the processes that run the program (those of its devices): nothing in
+the call says which processes those are, and MPI's split is collective over the parent.
+jax_accl's library splits among every process for a program on every process; for a
+group of a program on some processes it splits among that group's processes only (an
+agreement of those, within JAX_ACCL_TIMEOUT_S), knowing the group from here
+(xla_ffi/mpiabi/communicators.cc, parent_among). A program on some processes whose
+groups cannot be read is refused when compiled, naming the processes and what to do,
+rather than failing its first collective after JAX_ACCL_TIMEOUT_S."""
 
 from __future__ import annotations
 
+import ctypes
+import re
+
+import numpy as np
+
 from jax_accl import _compat
 from jax_accl.errors import AcclError
-from jax_accl.hlo_text import xla_collectives_in
+from jax_accl.hlo_text import KINDS, xla_collectives_in
+
+_library_path: str | None = None  # jax_accl's MPI library (xla_collectives.LIBRARY)
+_library = None
 
 
-def install() -> None:
+def install(library) -> None:
+    global _library_path
+    _library_path = str(library)
     _compat.hook_compilation(check)
 
 
 def check(devices, executable) -> None:
-    """Raises AcclError for a program whose devices span more than one process but not
-    all of them, where its compiled HLO holds XLA collectives."""
+    """Tells the MPI library the groups of a program whose devices span several
+    processes and whose compiled HLO holds XLA collectives; raises AcclError for one on
+    only some of the processes whose groups cannot be read."""
     import jax
 
     count = jax.process_count()
-    processes = sorted({d.process_index for d in getattr(devices, "flat", devices)})
-    if count <= 1 or len(processes) <= 1 or len(processes) == count:
+    flat = [] if devices is None else list(getattr(devices, "flat", devices))
+    processes = sorted({d.process_index for d in flat})
+    if count <= 1 or len(processes) <= 1:
         return
-    kinds = xla_collectives_in(_compat.compiled_text(executable))
+    text = _compat.compiled_text(executable)
+    kinds = xla_collectives_in(text)
     if not kinds:
         return
-    raise AcclError(
-        f"jax_accl: this program runs on processes {processes} of {count} and holds XLA "
-        f"collectives ({', '.join(sorted(kinds))}). With JAX_ACCL_XLA_COLLECTIVES=1 XLA:CPU "
-        "runs them through MPI, making their communicator by MPI_Comm_split of "
-        "MPI_COMM_WORLD called from the participating processes only, which MPI's split "
-        "(collective over every process) cannot complete, and which does not say who "
-        "takes part: jax_accl refuses it now rather than failing after JAX_ACCL_TIMEOUT_S. "
-        "Run it on a mesh over every process, or without JAX_ACCL_XLA_COLLECTIVES (gloo "
-        "makes such communicators)"
-    )
+    subset = len(processes) < count
+    ids = [d.id for d in flat]
+    groups = groups_in(text, ids)
+    if groups is None:
+        if not subset:
+            return  # split among every process, as every process runs the program
+        raise AcclError(
+            f"jax_accl: this program runs on processes {processes} of {count} and holds "
+            f"XLA collectives ({', '.join(sorted(kinds))}) whose groups jax_accl cannot "
+            "read from its HLO. With JAX_ACCL_XLA_COLLECTIVES=1 XLA:CPU runs them through "
+            "MPI, making their communicator by MPI_Comm_split of MPI_COMM_WORLD called "
+            "from the participating processes only, which does not say who takes part: "
+            "jax_accl refuses it now rather than failing after JAX_ACCL_TIMEOUT_S. Run it "
+            "on a mesh over every process, or without JAX_ACCL_XLA_COLLECTIVES (gloo makes "
+            "such communicators)"
+        )
+    note_groups(ids, groups, subset, in_order(text))
+
+
+def note_groups(
+    program: list[int], groups: list[list[int]], subset: bool, ordered: bool = True
+) -> None:
+    """Tells jax_accl's MPI library (loaded by jaxlib) a program's groups; `ordered`:
+    they are in the order the program runs its collectives (see in_order)."""
+    global _library
+    if _library is None:
+        _library = ctypes.CDLL(_library_path)
+        _library.jax_accl_mpi_note_groups.argtypes = [
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.c_int64,
+        ]
+    data = [int(subset) | (0 if ordered else 2), len(program), *program, len(groups)]
+    for g in groups:
+        data += [len(g), *g]
+    array = (ctypes.c_int64 * len(data))(*data)
+    if _library.jax_accl_mpi_note_groups(array, len(data)) != 0:
+        raise AcclError("jax_accl: the MPI library refused a program's groups (see stderr)")
+
+
+def groups_in(text: str, devices: list[int]) -> list[list[int]] | None:
+    """The device groups (global device ids, in XLA's rank order) of every XLA
+    collective in a compiled module's HLO `text`, whose logical devices are `devices`
+    (jax's device assignment, replica-major); None where a collective's cannot be read."""
+    header = re.search(r"^HloModule .*$", text, re.M)
+    replicas = _header_int(header, "replica_count")
+    partitions = _header_int(header, "num_partitions")
+    if replicas * partitions != len(devices):
+        return None
+    found: list[list[int]] = []
+    for match in re.finditer(_COLLECTIVE, text, re.M):
+        kind, rest = match.group(1), match.group(2)
+        logical = _logical_groups(kind, rest, replicas, partitions)
+        if logical is None:
+            return None
+        for group in logical:
+            if any(not 0 <= i < len(devices) for i in group):
+                return None
+            ids = [devices[i] for i in group]
+            if ids not in found:
+                found.append(ids)
+    return found
+
+
+_COLLECTIVE = rf"^\s*(?:ROOT )?\S+ = .* ({'|'.join(KINDS)})(?:-start)?\((.*)$"
+
+
+def in_order(text: str) -> bool:
+    """Whether a compiled module's collectives are all in its ENTRY computation, where
+    the printed order is the order they run in (a scheduled module's). One inside a loop
+    or a branch (a computation printed before ENTRY) may run before or after others, or
+    not at all: where two of its groups fit one split, the library then cannot tell which
+    XLA is making. Without an ENTRY computation (no such text from XLA): True."""
+    entry = re.search(r"^ENTRY .*$", text, re.M)
+    if entry is None:
+        return True
+    end = text.find("\n}", entry.end())
+    end = len(text) if end < 0 else end
+    return all(entry.start() < m.start() < end for m in re.finditer(_COLLECTIVE, text, re.M))
+
+
+def _header_int(header, name: str) -> int:
+    m = header and re.search(rf"\b{name}=(\d+)", header.group(0))
+    return int(m.group(1)) if m else 1
+
+
+def _logical_groups(kind, rest, replicas, partitions) -> list[list[int]] | None:
+    """The groups of one collective as logical ids (replica * partitions + partition)."""
+    channel = re.search(r"\bchannel_id=\d+", rest) is not None
+    global_ids = "use_global_device_ids=true" in rest
+    everyone = list(range(replicas * partitions))
+    if kind == "collective-permute":
+        # Its ranks are the replicas (partitions with a channel): its group all of them.
+        if channel and replicas == 1 or not channel and partitions == 1:
+            return [everyone]
+        return None
+    groups = _replica_groups(rest)
+    if groups is None:
+        return None
+    if channel and global_ids:
+        return groups or [everyone]
+    if channel and replicas == 1 or not channel and partitions == 1:  # ids are flat
+        return groups or [everyone]
+    if not channel and replicas == 1:  # each partition alone (cross-replica, one replica)
+        return [[p] for p in everyone]
+    return None
+
+
+def _replica_groups(rest: str) -> list[list[int]] | None:
+    """replica_groups={{0,1},{2,3}}, ={} (every device: []) or the iota form
+    [G,S]<=[dims] with an optional T(perm)."""
+    m = re.search(r"\breplica_groups=\{((?:\{[\d,]*\},?)*)\}", rest)
+    if m:
+        return [[int(i) for i in g.split(",") if i] for g in re.findall(r"\{([\d,]*)\}", m[1])]
+    m = re.search(r"\breplica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", rest)
+    if m:
+        dims = [int(d) for d in m[3].split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if m[4]:
+            ids = ids.transpose([int(p) for p in m[4].split(",")])
+        return ids.reshape(int(m[1]), int(m[2])).tolist()
+    if "replica_groups=" not in rest:
+        return []
+    return None

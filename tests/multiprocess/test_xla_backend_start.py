@@ -4,10 +4,12 @@ and one that re-executes its workers as jax's own test_multiprocess does
 (/proc/self/exe, from a virtual environment: the base interpreter, without the
 environment's .pth start-up hook), all running a script that never names jax_accl
 (scripts/plain_jit.py: jit programs on an Explicit mesh). Each job's collectives are
-counted in jax_accl.stats() and its results equal gloo's (integers bitwise); a job of 2
-CPU devices per process stops at start-up naming the rule; a psum over some of the
-processes is refused at once, naming XLA's split; float16, which XLA refuses before any
-MPI call, fails with XLA's exact error and its workaround runs (scripts/collective.py)."""
+counted in jax_accl.stats() and its results equal gloo's (integers bitwise); a second
+jax.distributed.initialize after a shutdown, in the same processes, runs on jax_accl
+again; a job of 2 CPU devices per process stops at start-up naming the rule; a
+collective over only some of the processes runs on jax_accl, split among those only;
+float16, which XLA refuses before any MPI call, fails with XLA's exact error and its
+workaround runs (scripts/collective.py)."""
 
 import json
 import subprocess
@@ -81,6 +83,27 @@ def test_a_launcher_re_executing_its_workers_under_jax_accl_run(n, monkeypatch):
     assert_carried_and_equal_to_gloo([json.loads(line[7:]) for line in lines], n)
 
 
+def test_a_second_initialize_after_a_shutdown_runs_on_jax_accl_again():
+    """In the same 2 processes: jax.distributed.initialize, the step, shutdown, JAX's
+    backends cleared (jax requires it), initialize again at the same coordinator, and
+    the step on a mesh of the devices in reverse order (a group XLA has not made: a new
+    split on the new job). Both sessions' calls on jax_accl, results equal gloo's."""
+    ours = sorted(on(True, 2, ["--again"]), key=pid)
+    theirs = sorted(on(False, 2, ["--again"]), key=pid)
+    for mine, gloos in zip(ours, theirs):
+        assert mine["calls"] == EXPECTED_CALLS, mine["calls"]
+        assert mine["calls_again"] == {
+            "MPI_Allreduce": 8,
+            "MPI_Allgather": 4,
+            "MPI_Comm_split": 2,  # XLA keeps the first group's communicator across clients
+        }, mine["calls_again"]
+        for key in ("outputs", "outputs_again"):
+            total, peak, gathered = mine[key]
+            np.testing.assert_array_equal(np.asarray(total), np.asarray(gloos[key][0]))
+            assert np.asarray(total).dtype.kind == "i"
+            assert (peak, gathered) == (gloos[key][1], gloos[key][2])
+
+
 def test_two_devices_per_process_stop_at_start_up_naming_the_rule():
     with pytest.raises(RuntimeError) as failed:
         launch.run_job(PLAIN, 2, 2, env=[{"JAX_ACCL_XLA_COLLECTIVES": "1"}] * 2, timeout=180)
@@ -96,33 +119,90 @@ def test_two_devices_per_process_stop_at_start_up_naming_the_rule():
 COLLECTIVE = [str(SCRIPTS / "collective.py")]
 
 
-def collective(accl: bool, n: int, *extra):
-    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": "60"}] * n
+def collective(accl: bool, n: int, *extra, timeout_s: int = 60):
+    env = [
+        {"JAX_ACCL_XLA_COLLECTIVES": "1" if accl else "0", "JAX_ACCL_TIMEOUT_S": str(timeout_s)}
+    ] * n
     return launch.run_job(COLLECTIVE, n, 1, extra=list(extra), env=env, timeout=180)
 
 
-def test_a_psum_over_a_subset_of_the_processes_is_refused_at_once_naming_xlas_split():
-    """A mesh of processes 1 and 2 of 3 (jax's test_shard_map_no_local_devices): XLA
-    splits MPI_COMM_WORLD from those two only, which no MPI split can complete; refused
-    when compiled (in every process: each compiles it), well within JAX_ACCL_TIMEOUT_S
-    (60 s), before any MPI call. Over gloo the same job computes the psum."""
+@pytest.mark.parametrize("op, n, members", [("psum", 4, [0, 1]), ("all_gather", 3, [2, 1])])
+def test_a_collective_over_a_subset_of_the_processes_runs_on_jax_accl(op, n, members):
+    """A mesh of only some processes: jax's array_test test_shard_map_no_local_devices (a
+    psum on processes [0, 1] of 4), and processes [2, 1] of 3 (XLA ranks a group in the
+    mesh's order). XLA splits MPI_COMM_WORLD from those processes only; jax_accl makes
+    that split among them (the groups read from the compiled program), well within
+    JAX_ACCL_TIMEOUT_S (60 s); the others make no MPI call at all. Integers bitwise
+    equal to gloo's, and to the sum computed here."""
+    args = ["--members", ",".join(map(str, members)), "--op", op]
     start = time.monotonic()
-    ours = collective(True, 3, "--subset")
+    ours = sorted(collective(True, n, *args), key=pid)
     assert time.monotonic() - start < 45
-    for r in ours:
-        assert r["shards"] is None and r["calls"] == {}, r
-        assert r["error"].startswith("AcclError: jax_accl: this program runs on processes [1, 2]")
-        assert (
-            "MPI_Comm_split of MPI_COMM_WORLD called from the participating processes"
-            in (r["error"])
-        )
-    theirs = sorted(collective(False, 3, "--subset"), key=lambda r: r["process_id"])
-    assert theirs[0]["shards"] == []  # process 0 holds none of the result
-    n = 2
-    x = np.arange(n * 4, dtype=np.int64).reshape(n, 4) * 1_000_000_007 % 2**32 - 2**31
-    expected = x.astype(np.int32).sum(axis=0, keepdims=True, dtype=np.int32)  # wraps
-    for r in theirs[1:]:
-        np.testing.assert_array_equal(np.asarray(r["shards"][0], np.int64), expected)
+    theirs = sorted(collective(False, n, *args), key=pid)
+    call = {"psum": "MPI_Allreduce", "all_gather": "MPI_Allgather"}[op]
+    x = np.arange(len(members) * 4, dtype=np.int64).reshape(len(members), 4)
+    x = (x * 1_000_000_007 % 2**32 - 2**31).astype(np.int32)
+    expected = x.sum(axis=0, keepdims=True, dtype=np.int32) if op == "psum" else x  # wraps
+    for mine, gloos in zip(ours, theirs):
+        assert mine["error"] is None and gloos["error"] is None, (mine, gloos)
+        assert mine["shards"] == gloos["shards"], (mine, gloos)  # bitwise: int32 as float64
+        if mine["process_id"] in members:
+            assert mine["calls"] == {"MPI_Comm_split": 1, call: 1}, mine
+            np.testing.assert_array_equal(np.asarray(mine["shards"][0], np.int64), expected)
+        else:
+            assert mine["calls"] == {} and mine["shards"] == [], mine
+
+
+def test_two_groups_of_one_program_that_start_with_the_same_device_are_made_in_order():
+    """A 2 x 2 mesh: a psum over "y" (groups [0, 1], [2, 3]), then one over "x" ([0, 2],
+    [1, 3]). Process 0 splits twice with color 0 and key 0 (as jax's pjit_test
+    test_sharded_mul does at 8 processes: an all-gather's group and an all-reduce's):
+    jax_accl tells them apart by the program's order, each among its own processes.
+    Integers bitwise equal to gloo's and to the sum computed here."""
+    ours = sorted(collective(True, 4, "--op", "psum_y_then_x"), key=pid)
+    theirs = sorted(collective(False, 4, "--op", "psum_y_then_x"), key=pid)
+    x = np.arange(4 * 4, dtype=np.int64).reshape(4, 4)
+    x = (x * 1_000_000_007 % 2**32 - 2**31).astype(np.int32)
+    y = np.stack([x[0] + x[1], x[2] + x[3]]) * np.array([[3], [4]], np.int32)  # wraps
+    expected = (y[0] + y[1])[None]
+    for mine, gloos in zip(ours, theirs):
+        assert mine["error"] is None and gloos["error"] is None, (mine, gloos)
+        assert mine["calls"] == {"MPI_Comm_split": 2, "MPI_Allreduce": 2}, mine
+        assert mine["shards"] == gloos["shards"]
+        np.testing.assert_array_equal(np.asarray(mine["shards"][0], np.int64), expected)
+
+
+@pytest.mark.parametrize("order", ["AB", "BA"])
+def test_two_programs_compiled_before_either_ran_whose_groups_fit_one_split_never_sum_wrong(
+    order,
+):
+    """A 2 x 2 mesh; A: a psum over "y" (groups [0, 1], [2, 3]), B: a psum over both axes
+    ([0, 1, 2, 3]), both compiled ahead of time (.lower().compile()) before either runs,
+    then the one compiled first run. Processes 0 and 1 split with color 0 and keys 0, 1,
+    which A's group [0, 1] and B's fit: jax_accl cannot tell which program runs and
+    refuses the split there, naming both groups and what to do (before, AB: a wait for
+    processes 2 and 3 until the deadline; BA: a sum over processes 0 and 1 only, with no
+    error). Every process either gives gloo's result bitwise (A's [2, 3], which no other
+    group fits), or raises: the ambiguity where it is seen, the split's deadline (5 s)
+    where the group's other processes refused it (BA: processes 2 and 3)."""
+    ours = sorted(collective(True, 4, "--aot", order, timeout_s=5), key=pid)
+    theirs = sorted(collective(False, 4, "--aot", order), key=pid)
+    for mine, gloos in zip(ours, theirs):
+        assert gloos["error"] is None, gloos
+        if mine["process_id"] in (0, 1):
+            assert mine["error"] is not None and mine["shards"] is None, mine
+            for said in (
+                "fits two groups XLA may be making now: processes [0, 1] (devices [",
+                ") and processes [0, 1, 2, 3] (devices [",
+                "were compiled before either ran",
+                "Run each program once right after compiling it (as jax.jit does)",
+            ):
+                assert said in mine["error"], mine
+        elif order == "AB":
+            assert mine["error"] is None and mine["shards"] == gloos["shards"], (mine, gloos)
+        else:
+            assert mine["error"] is not None and mine["shards"] is None, mine
+            assert "MPI_Comm_split" in mine["error"], mine
 
 
 @pytest.mark.parametrize("op", ["psum", "all_gather"])

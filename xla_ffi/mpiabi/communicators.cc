@@ -20,14 +20,63 @@ namespace {
 // index and the color, the same in every process.
 constexpr uint64_t kWorldLane = 0x6d7069ull << 40;
 
+// A compiled program's groups of devices XLA may split MPI_COMM_WORLD into, read by
+// jax_accl from its collectives (jax_accl/xla_subsets.py, note_groups): each group's
+// devices in rank order (devices[0] is the color XLA passes, a device's place its key),
+// in the program's order; the program's devices, whether those are only some of the
+// processes, whether its order is the order it runs its collectives in (not so where
+// some are inside a loop or a branch), and when it was last compiled (the same program
+// compiled again is kept once).
+struct KnownProgram {
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<int64_t> devices;
+  bool subset = false;
+  bool ordered = true;
+  uint64_t seen = 0;
+};
+
 struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, std::shared_ptr<Comm>> comms;
   uintptr_t next_handle = kFirstDynamicHandle;
+  std::vector<KnownProgram> known;
+  uint64_t programs = 0;
+  // Communicators XLA holds, by their devices: a group XLA made is not made again while it
+  // holds it (XLA keeps one communicator per group of devices).
+  std::map<std::vector<int64_t>, int> live;
+  // The parents of splits among only some processes, by their devices: kept, so that
+  // their split count goes on as every member's does.
+  std::map<std::vector<int64_t>, std::shared_ptr<Comm>> among;
+  // The job all this is of (jax_accl's World; follow_job), and how many there were.
+  std::weak_ptr<World> world;
+  uint64_t epoch = 0;
 };
 
-Registry& registry() {
+// A registry that follows the job: where jax_accl's World is a new one (jax.distributed
+// shut down and initialized again, after jax.extend.backend.clear_backends()),
+// MPI_COMM_WORLD is made again from its table, every parent's split count starts again
+// in every process, and the groups are those of the programs compiled since. The
+// communicators XLA holds stay (jaxlib 0.10.2's XLA:CPU keeps them across its clients and
+// runs the new job's collectives of their groups on them: their calls run on the new
+// World), and so does what they say of the groups XLA will not make again (live; one it
+// frees, MPI_Comm_free, it will make again).
+void follow_job(Registry& r) {
+  const std::shared_ptr<World> now = World::get();
+  if (now == nullptr || now == r.world.lock()) return;
+  if (r.epoch > 0) {
+    r.comms.erase(MPIABI_COMM_WORLD);
+    r.among.clear();
+    r.known.clear();
+  }
+  r.world = now;
+  ++r.epoch;
+}
+
+// The registry, r.mutex held by `lock`, following the job.
+Registry& registry(std::unique_lock<std::mutex>* lock) {
   static auto* r = new Registry;  // never destroyed: XLA frees communicators at exit
+  *lock = std::unique_lock<std::mutex>(r->mutex);
+  follow_job(*r);
   return *r;
 }
 
@@ -71,11 +120,130 @@ Status make_world(std::shared_ptr<Comm>* out) {
 
 // `comm` registered under a new handle, which *out receives.
 void register_comm(std::shared_ptr<Comm> comm, MPIABI_Comm* out) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
   comm->handle = r.next_handle++;
   *out = comm->handle;
+  if (comm->broken.ok()) ++r.live[comm->devices];
   r.comms[comm->handle] = std::move(comm);
+}
+
+// The process of a global device id (-1: none known).
+int process_of(int64_t device) {
+  const std::shared_ptr<World> world = World::get();
+  for (int p = 0; world != nullptr && p < world->process_count(); ++p) {
+    const std::vector<int64_t>& own = world->process(p).devices;
+    if (std::find(own.begin(), own.end(), device) != own.end()) return p;
+  }
+  return -1;
+}
+
+std::string processes_of(const std::vector<int64_t>& devices) {
+  std::string out;
+  for (int64_t d : devices) out += str_cat(out.empty() ? "" : ", ", process_of(d));
+  return str_cat("[", out, "]");
+}
+
+// The parent of the processes of `devices` (one device each), kept by its devices.
+std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices, int64_t mine) {
+  std::shared_ptr<Comm>& parent = r.among[devices];
+  if (parent == nullptr) {
+    parent = std::make_shared<Comm>();
+    parent->handle = MPIABI_COMM_WORLD;
+    parent->devices = devices;
+    parent->rank =
+        static_cast<int>(std::find(devices.begin(), devices.end(), mine) - devices.begin());
+    Fnv64 lane(kWorldLane);
+    lane.mix(0x737562ull);  // "sub"
+    for (int64_t d : devices) lane.mix(static_cast<uint64_t>(d));
+    parent->lane = lane.value();
+    parent->label = str_cat("MPI_COMM_WORLD's processes ", processes_of(devices));
+  }
+  return parent;
+}
+
+// "processes [0, 1] (devices [0 2048])".
+std::string group_text(const std::vector<int64_t>& devices) {
+  std::string ids;
+  for (int64_t d : devices) ids += str_cat(ids.empty() ? "" : " ", d);
+  return str_cat("processes ", processes_of(devices), " (devices [", ids, "])");
+}
+
+// Whom a split of MPI_COMM_WORLD (color, key) is made among, and the group it makes
+// where known (*expected, else empty). XLA splits MPI_COMM_WORLD once per group of
+// devices (it keeps the communicator), from that group's processes only, when a
+// program first runs a collective of the group; its arguments do not say which
+// processes those are. The groups jax_accl read from the programs compiled in this
+// process do: the group XLA is making starts with `color`, holds this process's device
+// at `key`, and is not one XLA holds already. Of one program's such groups, the first in
+// its order (its scheduled HLO's; XLA runs a program's collectives in that order, so
+// makes their groups so: a device can be first of two groups of one program, an
+// all-gather's and an all-reduce's). Where two programs' groups so chosen have
+// different processes, which program runs cannot be told from the split (two programs
+// compiled before either ran, ahead of time): the split is refused on every process
+// that sees it, naming both groups, rather than made among one of them (the smaller one
+// would sum over its processes only, silently, while the others wait). A split among its
+// group's processes only does not depend on what other processes do meanwhile (a program
+// on some processes, a group another program already made in some of its processes).
+// Where no group is known (a program the hook did not see), among MPI_COMM_WORLD.
+Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>* expected,
+                    std::shared_ptr<Comm>* out) {
+  expected->clear();
+  *out = nullptr;
+  if (world.handle != MPIABI_COMM_WORLD || key < 0) return Status::Ok();
+  const int64_t mine = world.devices[world.rank];
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  const std::vector<int64_t>* best = nullptr;   // the latest program's choice
+  const std::vector<int64_t>* other = nullptr;  // another program's, of other devices
+  uint64_t best_seen = 0;
+  for (const KnownProgram& p : r.known) {
+    const std::vector<int64_t>* choice = nullptr;
+    for (const std::vector<int64_t>& g : p.groups) {
+      if (static_cast<size_t>(key) >= g.size() || g[0] != color || g[key] != mine ||
+          r.live.count(g) > 0) {
+        continue;
+      }
+      if (choice == nullptr) {
+        choice = &g;
+        if (p.ordered) break;
+      } else if (g != *choice) {
+        // Some of this program's collectives are inside a loop or a branch: its order
+        // is not the one they run in.
+        return error(Code::kInvalidArgument, "this process's device ", mine,
+                     " at this place fits two groups of one compiled program XLA may be "
+                     "making now: ",
+                     group_text(*choice), " and ", group_text(g),
+                     ", and some of the program's collectives are inside a loop or a branch, "
+                     "so that the order they run in is not known: jax_accl refuses the split "
+                     "rather than summing over the wrong processes. Give those collectives "
+                     "groups that do not start with the same device, or run the program "
+                     "without JAX_ACCL_XLA_COLLECTIVES (gloo)");
+      }
+    }
+    if (choice == nullptr) continue;
+    if (best != nullptr && *choice != *best) other = p.seen > best_seen ? best : choice;
+    if (best == nullptr || p.seen > best_seen) {
+      best = choice;
+      best_seen = p.seen;
+    }
+  }
+  if (best == nullptr) return Status::Ok();
+  if (other != nullptr) {
+    const std::vector<int64_t>& small = other->size() < best->size() ? *other : *best;
+    const std::vector<int64_t>& large = other->size() < best->size() ? *best : *other;
+    return error(Code::kInvalidArgument, "this process's device ", mine,
+                 " at this place fits two groups XLA may be making now: ", group_text(small),
+                 " and ", group_text(large),
+                 ", of two compiled programs. Two programs with these collective groups were "
+                 "compiled before either ran, and the split does not say which one runs: "
+                 "jax_accl refuses it rather than summing over the wrong processes. Run each "
+                 "program once right after compiling it (as jax.jit does), or compile them in "
+                 "the order they run");
+  }
+  *expected = *best;
+  *out = parent_of(r, *best, mine);
+  return Status::Ok();
 }
 
 // XLA ignores a split's error: the reason a communicator is broken goes to stderr too
@@ -112,8 +280,8 @@ Status world_identity(int* rank, int* size) {
 }
 
 Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>* out) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
   auto it = r.comms.find(handle);
   if (it != r.comms.end()) {
     *out = it->second;
@@ -137,8 +305,12 @@ Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>
                " (handle ", handle, ")");
 }
 
-Status split(Comm& parent, int color, int key, MPIABI_Comm* out) {
+Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
   *out = MPIABI_COMM_NULL;
+  std::vector<int64_t> expected;
+  std::shared_ptr<Comm> among;
+  ACCL_RETURN_IF_ERROR(parent_among(world, color, key, &expected, &among));
+  Comm& parent = among != nullptr ? *among : world;
   const uint64_t index = parent.splits.fetch_add(1);
   const int n = static_cast<int>(parent.devices.size());
   const int64_t mine[2] = {color, key};
@@ -160,7 +332,20 @@ Status split(Comm& parent, int color, int key, MPIABI_Comm* out) {
       comm->devices.push_back(parent.devices[members[i]]);
     }
     comm->label = label_of(comm->devices);
-  } else {
+    if (!expected.empty() && (comm->devices != expected || comm->rank != key)) {
+      std::string said;
+      for (int r = 0; r < n; ++r) {
+        said += str_cat(r == 0 ? "" : ", ", "process ", process_of(parent.devices[r]), " (color ",
+                        all[2 * r], ", key ", all[2 * r + 1], ")");
+      }
+      agreed = error(Code::kInvalidArgument, "MPI_Comm_split (color ", color, ", key ", key,
+                     ") among ", parent.label, " made ", comm->label, " (rank ", comm->rank,
+                     ") where this process's compiled programs make ", label_of(expected),
+                     " (rank ", key, "): the processes disagree on the group: ", said);
+      comm->devices.clear();
+    }
+  }
+  if (!agreed.ok()) {
     comm->devices = parent.devices;
     comm->label = str_cat("MPI communicator of color ", color, " split from ", parent.label);
     comm->broken =
@@ -192,9 +377,60 @@ Status refused_split(std::string why, int color, int key, MPIABI_Comm* out) {
 
 void free_comm(MPIABI_Comm handle) {
   if (handle == MPIABI_COMM_WORLD || handle == MPIABI_COMM_SELF) return;
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.comms.erase(handle);
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  auto it = r.comms.find(handle);
+  if (it == r.comms.end()) return;
+  if (it->second->broken.ok() && --r.live[it->second->devices] <= 0) {
+    r.live.erase(it->second->devices);
+  }
+  r.comms.erase(it);
+}
+
+Status note_groups(const int64_t* data, int64_t size) {
+  // [flags (1: subset, 2: not in order), program size, program devices..., group count,
+  //  (group size, devices...)...]
+  int64_t at = 0;
+  auto next = [&](int64_t* v) {
+    if (at >= size) return false;
+    *v = data[at++];
+    return true;
+  };
+  KnownProgram proto;
+  int64_t subset = 0, count = 0, groups = 0;
+  if (!next(&subset) || !next(&count) || count < 0 || count > size) {
+    return error(Code::kInvalidArgument, "note_groups: malformed header");
+  }
+  proto.subset = (subset & 1) != 0;
+  proto.ordered = (subset & 2) == 0;
+  for (int64_t i = 0, d = 0; i < count; ++i) {
+    if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short program");
+    proto.devices.push_back(d);
+  }
+  if (!next(&groups)) return error(Code::kInvalidArgument, "note_groups: no group count");
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t n = 0;
+    if (!next(&n) || n <= 0 || n > size) {
+      return error(Code::kInvalidArgument, "note_groups: malformed group");
+    }
+    proto.groups.emplace_back();
+    for (int64_t i = 0, d = 0; i < n; ++i) {
+      if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short group");
+      proto.groups.back().push_back(d);
+    }
+  }
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  proto.seen = ++r.programs;
+  auto same = std::find_if(r.known.begin(), r.known.end(), [&](const KnownProgram& k) {
+    return k.groups == proto.groups && k.devices == proto.devices && k.subset == proto.subset;
+  });
+  if (same != r.known.end()) {
+    same->seen = proto.seen;  // the same program compiled again
+  } else if (!proto.groups.empty()) {
+    r.known.push_back(std::move(proto));
+  }
+  return Status::Ok();
 }
 
 Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out) {
@@ -249,3 +485,13 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
 }
 
 }  // namespace accl::mpiabi
+
+// For jax_accl/xla_subsets.py (through ctypes): the groups of a compiled program
+// (note_groups' layout): 0, or -1 with the reason on stderr.
+extern "C" __attribute__((visibility("default"))) int jax_accl_mpi_note_groups(const int64_t* data,
+                                                                               int64_t size) {
+  const accl::Status s = accl::mpiabi::note_groups(data, size);
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "jax_accl: %s\n", s.message().c_str());
+  return -1;
+}

@@ -51,7 +51,17 @@ Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>
 // all-gather, within the collective timeout); *out is the new communicator, or
 // MPI_COMM_NULL for MPI_UNDEFINED. A failed agreement still makes a communicator, a
 // broken one, so that XLA's later calls on it fail with the reason.
+// A split of MPI_COMM_WORLD that XLA makes from only some processes (a program on some
+// of them: the groups note_groups was given say which) is an agreement of those only;
+// one whose group cannot be told (two programs' groups of different processes fit it, or
+// two of one program whose order is not known) is refused: an error, *out left
+// MPI_COMM_NULL (MPI_Comm_split then gives a communicator failing with the reason).
 Status split(Comm& parent, int color, int key, MPIABI_Comm* out);
+// The groups XLA may split MPI_COMM_WORLD into, read from one compiled program:
+// `data` is [flags (1: the program runs on only some processes; 2: some of its
+// collectives are inside a loop or a branch, its order not theirs), program size, its
+// devices..., group count, (group size, its devices in rank order...)...].
+Status note_groups(const int64_t* data, int64_t size);
 // A split that could not be made (`why`: its error's text): *out is a communicator whose
 // every call fails naming `why`, never MPI_COMM_NULL (XLA ignores the split's error and
 // keeps what it got). Its size is MPI_COMM_WORLD's where known.

@@ -4,7 +4,8 @@
 // hosts: TCP), run XLA's sequence: Init_thread, Comm_rank/size on MPI_COMM_WORLD,
 // Comm_split (keys reversed, and a color MPI_UNDEFINED), Allreduce, Allgather,
 // Reduce_scatter, Sendrecv, Isend/Irecv/Wait, the errors of bad arguments and of a
-// function XLA never calls, Comm_free, then splits that fail (failed_splits), and what
+// function XLA never calls, Comm_free, then splits that fail (failed_splits), splits of
+// the groups read from compiled programs (known_groups), and what
 // must be an error rather than an abort (calls_that_must_not_abort): a negative count, a
 // failed allocation, a thread that cannot start, a process marked unusable. In-process:
 // MPI_COMM_SELF. Process 1 sets its process table late, so process 0 connects to a peer
@@ -28,6 +29,7 @@
 #include "common/faults.h"
 #include "common/health.h"
 #include "mpiabi/abi.h"
+#include "mpiabi/communicators.h"
 #include "runtime/stats.h"
 #include "runtime/world.h"
 #include "selftest/checks.h"
@@ -210,6 +212,101 @@ void failed_splits(Checks& c, int me, int done_write, int done_read) {
   c.expect(write(done_write, &byte, 1) == 1, "tell process 1");
 }
 
+// Splits of the groups jax_accl read from compiled programs (mpiabi::note_groups, as
+// jax_accl/xla_subsets.py gives them): each among its group's processes only. A group
+// of one process's device (a program whose group is {0}): process 0 makes it alone, at
+// once, where an agreement of MPI_COMM_WORLD would wait for process 1 until its
+// deadline. Then a group of both, in the order XLA ranks it ([2048 0]: process 0 is
+// rank 1; its program compiled twice), and an all-reduce on it; then two groups of one
+// program that both fit process 1's split, made in the program's order, the first also
+// an earlier program's (the same devices: no ambiguity). Then, each process's split
+// fitting two programs' groups of different processes, neither made (programs compiled
+// before either ran): refused at once in each, naming both groups, never made among one.
+void known_groups(Checks& c, int me) {
+  const int64_t mine = int64_t{me} * 2048;
+  const std::vector<int64_t> alone = {0, 2, 0, 2048, 1, 1, 0};
+  const std::vector<int64_t> both = {0, 2, 2048, 0, 1, 2, 2048, 0};
+  c.expect(mpiabi::note_groups(alone.data(), alone.size()).ok() &&
+               mpiabi::note_groups(both.data(), both.size()).ok() &&
+               mpiabi::note_groups(both.data(), both.size()).ok() &&
+               !mpiabi::note_groups(both.data(), 5).ok(),
+           "note_groups takes the programs' groups and refuses a short one");
+  MPIABI_Comm comm = MPIABI_COMM_NULL;
+  int rank = -1, size = -1;
+  MPIABI_Comm by_itself = MPIABI_COMM_NULL;
+  if (me == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    const int rc = MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, 0, &by_itself);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    c.expect(
+        rc == 0 && MPIABI_Comm_size(by_itself, &size) == 0 && size == 1 && took < 5,
+        str_cat("a group of process 0 alone, split by it alone (", took, " s): " + message(rc)));
+  }
+  const int rc = MPIABI_Comm_split(MPIABI_COMM_WORLD, 2048, 1 - me, &comm);
+  c.expect(rc == 0 && MPIABI_Comm_rank(comm, &rank) == 0 && rank == 1 - me &&
+               MPIABI_Comm_size(comm, &size) == 0 && size == 2,
+           "the group [2048 0], among its processes: " + message(rc));
+  std::vector<int64_t> x = {mine, 1}, y(2);
+  const int sum = MPIABI_Allreduce(x.data(), y.data(), 2, MPIABI_INT64_T, MPIABI_SUM, comm);
+  c.expect(sum == 0 && y == std::vector<int64_t>{2048, 2}, "an all-reduce on it: " + message(sum));
+  // Two groups of one program that both start with process 1's device at its key 0
+  // ([2048 0], then [2048]): made in the program's order (once XLA freed the [2048 0] it
+  // held).
+  MPIABI_Comm_free(&comm);
+  const std::vector<int64_t> ordered = {0, 2, 0, 2048, 2, 2, 2048, 0, 1, 2048};
+  c.expect(mpiabi::note_groups(ordered.data(), ordered.size()).ok(), "a program's two groups");
+  MPIABI_Comm first = MPIABI_COMM_NULL, second = MPIABI_COMM_NULL;
+  const int rc1 = MPIABI_Comm_split(MPIABI_COMM_WORLD, 2048, 1 - me, &first);
+  c.expect(rc1 == 0 && MPIABI_Comm_size(first, &size) == 0 && size == 2,
+           "the program's first group first: " + message(rc1));
+  if (me == 1) {
+    const int rc2 = MPIABI_Comm_split(MPIABI_COMM_WORLD, 2048, 0, &second);
+    c.expect(rc2 == 0 && MPIABI_Comm_size(second, &size) == 0 && size == 1,
+             "then its second, by process 1 alone: " + message(rc2));
+    MPIABI_Comm_free(&second);
+  }
+  // XLA freed them all: process 1's split (2048, 0) fits [2048 0] (the programs above)
+  // and [2048] (a program on process 1 alone, compiled last); process 0's (0, 0) fits [0]
+  // and [0 4096] (a program compiled last; 4096 no process's device: process 0 holds a
+  // [0 2048] from the scenarios before). Neither process waits for the other.
+  MPIABI_Comm_free(&first);
+  if (me == 0) MPIABI_Comm_free(&by_itself);
+  const std::vector<int64_t> one = {1, 1, 2048, 1, 1, 2048};
+  const std::vector<int64_t> pair = {0, 2, 0, 2048, 1, 2, 0, 4096};
+  c.expect(mpiabi::note_groups(one.data(), one.size()).ok() &&
+               mpiabi::note_groups(pair.data(), pair.size()).ok(),
+           "two more programs' groups");
+  MPIABI_Comm ambiguous = MPIABI_COMM_NULL;
+  const auto start = std::chrono::steady_clock::now();
+  const int rc3 = MPIABI_Comm_split(MPIABI_COMM_WORLD, me == 0 ? 0 : 2048, 0, &ambiguous);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string said = message(rc3);
+  const std::string groups =
+      me == 0 ? "processes [0] (devices [0]) and processes [0, -1] (devices [0 4096])"
+              : "processes [1] (devices [2048]) and processes [1, 0] (devices [2048 0])";
+  c.expect(rc3 != 0 && ambiguous != MPIABI_COMM_NULL && took < 5 &&
+               said.find(groups) != std::string::npos &&
+               said.find("compiled before either ran") != std::string::npos &&
+               said.find("compile them in the order they run") != std::string::npos,
+           str_cat("a split two programs' groups fit is refused at once (", took,
+                   " s), naming both: ", said));
+  std::vector<int64_t> z = {1}, w(1);
+  const int call = MPIABI_Allreduce(z.data(), w.data(), 1, MPIABI_INT64_T, MPIABI_SUM, ambiguous);
+  c.expect(call != 0 && message(call).find(groups) != std::string::npos,
+           "and every call on what XLA got fails with the reason: " + message(call));
+  // A program some of whose collectives are inside a loop or a branch (flag 2), two of
+  // whose groups fit each process's split: its order is not the one they run in.
+  const std::vector<int64_t> unordered = {2, 2, 0, 2048, 4, 1, 0, 2, 0, 4096, 1, 2048, 2, 2048, 0};
+  c.expect(mpiabi::note_groups(unordered.data(), unordered.size()).ok(), "a loop's groups");
+  MPIABI_Comm looped = MPIABI_COMM_NULL;
+  const int rc4 = MPIABI_Comm_split(MPIABI_COMM_WORLD, mine, 0, &looped);
+  c.expect(rc4 != 0 && looped != MPIABI_COMM_NULL &&
+               message(rc4).find("inside a loop or a branch") != std::string::npos,
+           "two groups of one program out of order, fitting one split: refused: " + message(rc4));
+}
+
 // What would end the process if it escaped the library, an error instead, on `comm`
 // (rank r of 2, both processes at once): a negative count (a collective-permute of
 // 2 GiB or more, as XLA's int narrows it), the first allocation of an all-reduce failing
@@ -310,6 +407,7 @@ void run_mpiabi_selftest(int* checks, int* failures) {
     c.expect(start_world(1, to_parent[1], to_child[0]), "process 1 starts its World");
     as_xla_does(c, 1);
     failed_splits(c, 1, -1, to_child[0]);
+    known_groups(c, 1);
     unusable_process_refuses(c);  // for good: the last of this process
     World::stop(5.0);
     _exit(c.failures == 0 ? 0 : 1);
@@ -317,6 +415,7 @@ void run_mpiabi_selftest(int* checks, int* failures) {
   parent.expect(start_world(0, to_child[1], to_parent[0]), "process 0 starts its World");
   as_xla_does(parent, 0);
   failed_splits(parent, 0, to_child[1], -1);
+  known_groups(parent, 0);
   World::stop(5.0);
   int wstatus = 0;
   for (int waited_ms = 0; waitpid(child, &wstatus, WNOHANG) == 0; waited_ms += 10) {

@@ -5,6 +5,13 @@ jax._src.distributed.initialize as jax's test_multiprocess calls it, or the glob
 state's method), then jit programs on an Explicit mesh whose collectives XLA inserts.
 
     python plain_jit.py --coordinator H:P --num-processes N --process-id I [--init ...]
+        [--again]
+
+--again: then shuts jax.distributed down, clears JAX's backends (which jax requires
+before a second initialization), initializes it again (the same path and coordinator)
+and runs the step twice more in the same process, on a mesh of the devices in reverse
+order (groups XLA has not made yet); the result then also holds the outputs and calls
+(so far) of that second session.
 
 Prints ``RESULT <json>``: the outputs (this process's shards), JAX's CPU collectives
 implementation, whether the script's own code imported jax_accl (never), and, where
@@ -17,6 +24,7 @@ import os
 import sys
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 from jax._src import distributed as jax_distributed
@@ -29,6 +37,7 @@ parser.add_argument("--num-processes", type=int, required=True)
 parser.add_argument("--process-id", type=int, required=True)
 parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--init", default="public", choices=["public", "module", "method"])
+parser.add_argument("--again", action="store_true")
 args, _ = parser.parse_known_args()
 
 jax.config.update("jax_num_cpu_devices", args.devices)
@@ -42,7 +51,6 @@ initialize = {
 initialize(args.coordinator, args.num_processes, args.process_id)
 
 n = jax.device_count()
-mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Explicit,))
 # Integers near the int32 limits, so a sum wraps: compared bitwise with gloo's.
 ints = (np.arange(n * 6, dtype=np.int64).reshape(n, 6) * 357_913_941 % 2**32 - 2**31).astype(
     np.int32
@@ -50,7 +58,7 @@ ints = (np.arange(n * 6, dtype=np.int64).reshape(n, 6) * 357_913_941 % 2**32 - 2
 floats = np.linspace(-1.0, 1.0, n * 8, dtype=np.float32).reshape(n, 8)
 
 
-def put(x):
+def put(x, mesh):
     return jax.make_array_from_callback(x.shape, NamedSharding(mesh, P("x")), lambda i: x[i])
 
 
@@ -61,24 +69,33 @@ def step(a, b):
     return total, jnp.max(b, axis=0), gathered
 
 
-with jax.set_mesh(mesh):
-    a, b = put(ints), put(floats)
-    outputs = [step(a, b) for _ in range(2)][-1]
-accl = sys.modules.get("jax_accl")  # imported by the start-up hook, never by this script
-calls = None
-if accl is not None:
-    calls = {k: v["calls"] for k, v in accl.stats()["xla_collectives"].items() if v["calls"]}
-print(
-    "RESULT "
-    + json.dumps(
-        {
-            "outputs": [
-                [np.asarray(s.data).tolist() for s in o.addressable_shards] for o in outputs
-            ],
-            "implementation": jax.config.jax_cpu_collectives_implementation,
-            "calls": calls,
-            "process_id": args.process_id,
-        }
-    ),
-    flush=True,
-)
+def run_steps(mesh):
+    with jax.set_mesh(mesh):
+        a, b = put(ints, mesh), put(floats, mesh)
+        outputs = [step(a, b) for _ in range(2)][-1]
+    return [[np.asarray(s.data).tolist() for s in o.addressable_shards] for o in outputs]
+
+
+def calls():
+    accl = sys.modules.get("jax_accl")  # imported by the start-up hook, never by this script
+    if accl is None:
+        return None
+    return {k: v["calls"] for k, v in accl.stats()["xla_collectives"].items() if v["calls"]}
+
+
+result = {
+    "outputs": run_steps(jax.make_mesh((n,), ("x",), axis_types=(AxisType.Explicit,))),
+    "implementation": jax.config.jax_cpu_collectives_implementation,
+    "calls": calls(),
+    "process_id": args.process_id,
+}
+if args.again:
+    jax_distributed.shutdown()
+    jax.extend.backend.clear_backends()
+    initialize(args.coordinator, args.num_processes, args.process_id)
+    # The devices in the reverse order: groups XLA has not made yet (a new split).
+    devices = np.array(jax.devices()[::-1])
+    reverse = jax.sharding.Mesh(devices, ("x",), axis_types=(AxisType.Explicit,))
+    result["outputs_again"] = run_steps(reverse)
+    result["calls_again"] = calls()
+print("RESULT " + json.dumps(result), flush=True)

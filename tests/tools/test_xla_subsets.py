@@ -1,0 +1,185 @@
+"""The groups the XLA backend's compile hook (jax_accl/xla_subsets.py) reads from a
+compiled program's HLO and tells jax_accl's MPI library, so that XLA's splits of
+MPI_COMM_WORLD are made among the group's processes only (a program on some of the
+processes runs): every form XLA writes them in, the device order XLA ranks them in,
+and the refusal, at compile time, of a program on some processes whose groups cannot be
+read. The multi-process runs are in tests/multiprocess/test_xla_backend_start.py."""
+
+import ctypes
+from types import SimpleNamespace
+
+import jax
+import pytest
+
+from jax_accl import _compat, xla_collectives, xla_subsets
+from jax_accl.errors import AcclError
+
+HEADER = "HloModule jit_f, is_scheduled=true, entry_computation_layout={()->()}{extra}\n\n"
+# Global device ids of 4 processes' devices, in a device assignment's order.
+DEVICES = [0, 2048, 4096, 6144]
+
+
+def module(*lines, extra=", num_partitions=4"):
+    return HEADER.replace("{extra}", extra) + "\n".join(f"  {line}" for line in lines)
+
+
+def op(kind, attributes):
+    return f"ROOT %r = s32[1,4]{{1,0}} {kind}(%p), {attributes}, to_apply=%sum"
+
+
+@pytest.mark.parametrize(
+    "attributes, groups",
+    [
+        (
+            "channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true",
+            [[0, 1], [2, 3]],
+        ),
+        ("channel_id=1, replica_groups={{3,1}}, use_global_device_ids=true", [[3, 1]]),
+        ("channel_id=1, replica_groups=[2,2]<=[4], use_global_device_ids=true", [[0, 1], [2, 3]]),
+        (
+            "channel_id=1, replica_groups=[2,2]<=[2,2]T(1,0), use_global_device_ids=true",
+            [[0, 2], [1, 3]],
+        ),
+        ("channel_id=1, replica_groups={}, use_global_device_ids=true", [[0, 1, 2, 3]]),
+        ("channel_id=1, replica_groups=[1,4]<=[4]", [[0, 1, 2, 3]]),  # partition ids
+        ("replica_groups={{0},{1},{2},{3}}", [[0], [1], [2], [3]]),  # one replica each
+    ],
+)
+def test_the_groups_of_each_form_as_global_device_ids_in_xlas_rank_order(attributes, groups):
+    for kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+        text = module(op(kind, attributes))
+        assert xla_subsets.groups_in(text, DEVICES) == [[DEVICES[i] for i in g] for g in groups]
+
+
+def test_a_pmap_program_counts_replicas_and_async_collectives_count_once():
+    text = module(
+        "%s = (s32[4], s32[4]) all-reduce-start(%p), replica_groups={{0,1,2,3}}, to_apply=%a",
+        "ROOT %d = s32[4] all-reduce-done(%s)",
+        extra=", replica_count=4",
+    )
+    assert xla_subsets.groups_in(text, DEVICES) == [DEVICES]
+
+
+def test_a_collective_permute_is_a_group_of_every_device_of_the_program():
+    """XLA's CollectivePermuteThunk ranks its peers by their partition (replica) ids: its
+    communicator is every device of the program."""
+    text = module(
+        "ROOT %q = s32[1] collective-permute(%p), channel_id=2, source_target_pairs={{0,1},{1,0}}",
+        extra=", num_partitions=2",
+    )
+    assert xla_subsets.groups_in(text, [4096, 2048]) == [[4096, 2048]]
+
+
+def test_groups_that_cannot_be_read_are_none():
+    both = ", replica_count=2, num_partitions=2"
+    assert (
+        xla_subsets.groups_in(
+            module(op("all-reduce", "replica_groups={{0,1}}"), extra=both), DEVICES
+        )
+        is None
+    )
+    assert xla_subsets.groups_in(module(op("all-reduce", "replica_groups=<odd>")), DEVICES) is None
+    assert (
+        xla_subsets.groups_in(
+            module(op("all-reduce", "channel_id=1, replica_groups={{0,7}}")), DEVICES
+        )
+        is None
+    )
+    assert xla_subsets.groups_in(module(op("all-reduce", "channel_id=1")), DEVICES[:2]) is None
+
+
+def fake_program(monkeypatch, text, processes):
+    monkeypatch.setattr(jax, "process_count", lambda: 4)
+    monkeypatch.setattr(_compat, "compiled_text", lambda executable: text)
+    told = []
+    monkeypatch.setattr(xla_subsets, "note_groups", lambda *a: told.append(a))
+    devices = [SimpleNamespace(id=DEVICES[p], process_index=p) for p in processes]
+    return devices, told
+
+
+def test_a_program_on_some_processes_is_told_to_the_library_as_a_subset(monkeypatch):
+    text = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true"),
+        extra=", num_partitions=2",
+    )
+    devices, told = fake_program(monkeypatch, text, [3, 1])
+    xla_subsets.check(devices, None)
+    assert told == [([6144, 2048], [[6144, 2048]], True, True)]
+    devices, told = fake_program(
+        monkeypatch,
+        module(op("all-reduce", "channel_id=1, replica_groups={}, use_global_device_ids=true")),
+        [0, 1, 2, 3],
+    )
+    xla_subsets.check(devices, None)
+    assert told == [(DEVICES, [DEVICES], False, True)]
+
+
+def test_collectives_inside_a_loop_or_a_branch_leave_the_programs_order_unknown():
+    """The printed order of a scheduled module's ENTRY computation is the order its
+    collectives run in; one inside a while body or a branch (printed before ENTRY) may
+    run before, after or never: the library is told, and refuses a split two of such a
+    program's groups fit rather than guess (native self-test known_groups)."""
+    entry = (
+        "ENTRY %main (p: s32[1,4]) -> s32[1,4] {\n"
+        "  %p = s32[1,4]{1,0} parameter(0)\n"
+        "  ROOT %r = s32[1,4]{1,0} all-reduce(%p), channel_id=1, replica_groups={{0,1,2,3}}, "
+        "use_global_device_ids=true, to_apply=%sum\n}\n"
+    )
+    body = (
+        "%body (q: s32[1,4]) -> s32[1,4] {\n"
+        "  %q = s32[1,4]{1,0} parameter(0)\n"
+        "  ROOT %b = s32[1,4]{1,0} all-reduce(%q), channel_id=2, replica_groups={{0,1},{2,3}}, "
+        "use_global_device_ids=true, to_apply=%sum\n}\n\n"
+    )
+    header = HEADER.replace("{extra}", ", num_partitions=4")
+    assert xla_subsets.in_order(header + entry)
+    assert not xla_subsets.in_order(header + body + entry)
+    assert xla_subsets.groups_in(header + body + entry, DEVICES) == [
+        DEVICES[:2],
+        DEVICES[2:],
+        DEVICES,
+    ]
+
+
+def test_a_program_on_some_processes_whose_groups_cannot_be_read_is_refused_at_once(monkeypatch):
+    text = module(op("all-reduce", "replica_groups=<odd>"), extra=", num_partitions=2")
+    devices, told = fake_program(monkeypatch, text, [1, 2])
+    with pytest.raises(AcclError) as refused:
+        xla_subsets.check(devices, None)
+    assert str(refused.value).startswith(
+        "jax_accl: this program runs on processes [1, 2] of 4 and holds XLA collectives "
+        "(all-reduce) whose groups jax_accl cannot read from its HLO."
+    )
+    assert "MPI_Comm_split of MPI_COMM_WORLD called from the participating processes" in str(
+        refused.value
+    )
+    assert told == []
+    # On every process it is split among every process, as before: not refused.
+    devices, told = fake_program(
+        monkeypatch, module(op("all-reduce", "replica_groups=<odd>")), [0, 1, 2, 3]
+    )
+    xla_subsets.check(devices, None)
+    assert told == []
+
+
+def test_programs_without_collectives_or_on_one_process_are_left_alone(monkeypatch):
+    devices, told = fake_program(monkeypatch, module("ROOT %c = s32[] constant(0)"), [1, 2])
+    xla_subsets.check(devices, None)
+    devices, told = fake_program(monkeypatch, module(op("all-reduce", "replica_groups=<odd>")), [2])
+    xla_subsets.check(devices, None)
+    assert told == []
+
+
+def test_the_library_takes_well_formed_groups_and_refuses_others(capfd):
+    lib = ctypes.CDLL(str(xla_collectives.LIBRARY))
+    note = lib.jax_accl_mpi_note_groups
+    note.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+
+    def call(*data):
+        return note((ctypes.c_int64 * len(data))(*data), len(data))
+
+    # Devices no job of this process has: nothing it splits can match them.
+    assert call(1, 2, 10**9, 10**9 + 1, 1, 2, 10**9, 10**9 + 1) == 0
+    assert call(1, 2, 10**9, 10**9 + 1, 2, 2, 10**9) == -1
+    assert "note_groups: " in capfd.readouterr().err
+    assert call(0, 9) == -1
