@@ -21,8 +21,8 @@ struct Chunk {
   char* out(int j) const { return segment->out_block(j) + begin * segment->elem_size; }
 };
 
-// Every segment cut as `pipeline` says (one chunk for an empty block, so that every
-// rank still takes part in each tier).
+// Every segment cut as `pipeline` says (one chunk for an empty block: the reduce-scatter
+// and all-gather run both tiers on it, the all-to-all skips it on every rank alike).
 std::vector<Chunk> chunks_of(const std::vector<BlockBuffers>& segments,
                              const ByHostPipeline& pipeline);
 
