@@ -53,8 +53,10 @@ def check(devices, executable) -> None:
     ids = [d.id for d in flat]
     groups = groups_in(text, ids)
     if groups is None:
-        if not subset:
-            return  # split among every process, as every process runs the program
+        if not subset:  # split among every process, as every process runs the program;
+            # told, so that no split of its devices is taken for another program's group
+            note_groups(ids, [], subset=False, unknown=True)
+            return
         raise AcclError(
             f"jax_accl: this program runs on processes {processes} of {count} and holds "
             f"XLA collectives ({', '.join(sorted(kinds))}) whose groups jax_accl cannot "
@@ -69,10 +71,15 @@ def check(devices, executable) -> None:
 
 
 def note_groups(
-    program: list[int], groups: list[list[int]], subset: bool, ordered: bool = True
+    program: list[int],
+    groups: list[list[int]],
+    subset: bool,
+    ordered: bool = True,
+    unknown: bool = False,
 ) -> None:
     """Tells jax_accl's MPI library (loaded by jaxlib) a program's groups; `ordered`:
-    they are in the order the program runs its collectives (see in_order)."""
+    they are in the order the program runs its collectives (see in_order); `unknown`:
+    its groups could not be read (any group of its devices may be one)."""
     global _library
     if _library is None:
         _library = ctypes.CDLL(_library_path)
@@ -80,7 +87,8 @@ def note_groups(
             ctypes.POINTER(ctypes.c_int64),
             ctypes.c_int64,
         ]
-    data = [int(subset) | (0 if ordered else 2), len(program), *program, len(groups)]
+    flags = int(subset) | (0 if ordered else 2) | (4 if unknown else 0)
+    data = [flags, len(program), *program, len(groups)]
     for g in groups:
         data += [len(g), *g]
     array = (ctypes.c_int64 * len(data))(*data)

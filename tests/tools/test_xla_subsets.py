@@ -92,7 +92,9 @@ def fake_program(monkeypatch, text, processes):
     monkeypatch.setattr(jax, "process_count", lambda: 4)
     monkeypatch.setattr(_compat, "compiled_text", lambda executable: text)
     told = []
-    monkeypatch.setattr(xla_subsets, "note_groups", lambda *a: told.append(a))
+    monkeypatch.setattr(
+        xla_subsets, "note_groups", lambda *a, **kw: told.append(a + tuple(kw.items()))
+    )
     devices = [SimpleNamespace(id=DEVICES[p], process_index=p) for p in processes]
     return devices, told
 
@@ -154,12 +156,13 @@ def test_a_program_on_some_processes_whose_groups_cannot_be_read_is_refused_at_o
         refused.value
     )
     assert told == []
-    # On every process it is split among every process, as before: not refused.
+    # On every process it is split among every process, as before: not refused, and told
+    # as a program of unknown groups (no split of its devices taken for another's group).
     devices, told = fake_program(
         monkeypatch, module(op("all-reduce", "replica_groups=<odd>")), [0, 1, 2, 3]
     )
     xla_subsets.check(devices, None)
-    assert told == []
+    assert told == [(DEVICES, [], ("subset", False), ("unknown", True))]
 
 
 def test_programs_without_collectives_or_on_one_process_are_left_alone(monkeypatch):

@@ -32,6 +32,9 @@ struct KnownProgram {
   std::vector<int64_t> devices;
   bool subset = false;
   bool ordered = true;
+  // Its groups could not be read from its HLO (`groups` empty): any group of `devices`
+  // may be one, so no split among them is taken for another program's group.
+  bool unknown = false;
   uint64_t seen = 0;
 };
 
@@ -196,8 +199,16 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
   Registry& r = registry(&lock);
   const std::vector<int64_t>* best = nullptr;   // the latest program's choice
   const std::vector<int64_t>* other = nullptr;  // another program's, of other devices
+  const KnownProgram* unread = nullptr;         // a program of unknown groups that fits
   uint64_t best_seen = 0;
   for (const KnownProgram& p : r.known) {
+    if (p.unknown) {
+      const auto has = [&](int64_t d) {
+        return std::find(p.devices.begin(), p.devices.end(), d) != p.devices.end();
+      };
+      if (has(mine) && has(color)) unread = &p;
+      continue;
+    }
     const std::vector<int64_t>* choice = nullptr;
     for (const std::vector<int64_t>& g : p.groups) {
       if (static_cast<size_t>(key) >= g.size() || g[0] != color || g[key] != mine ||
@@ -229,6 +240,17 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
     }
   }
   if (best == nullptr) return Status::Ok();
+  if (unread != nullptr) {
+    return error(Code::kInvalidArgument, "this process's device ", mine,
+                 " at this place fits the group ", group_text(*best),
+                 " of a compiled program, and may as well belong to a compiled program whose "
+                 "collective groups jax_accl could not read from its HLO (on devices ",
+                 group_text(unread->devices),
+                 "): the split does not say which one runs, and jax_accl refuses it rather "
+                 "than summing over the wrong processes. Run each program once right after "
+                 "compiling it (as jax.jit does), or run the job without "
+                 "JAX_ACCL_XLA_COLLECTIVES (gloo)");
+  }
   if (other != nullptr) {
     const std::vector<int64_t>& small = other->size() < best->size() ? *other : *best;
     const std::vector<int64_t>& large = other->size() < best->size() ? *best : *other;
@@ -238,8 +260,7 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
                  ", of two compiled programs. Two programs with these collective groups were "
                  "compiled before either ran, and the split does not say which one runs: "
                  "jax_accl refuses it rather than summing over the wrong processes. Run each "
-                 "program once right after compiling it (as jax.jit does), or compile them in "
-                 "the order they run");
+                 "program once right after compiling it (as jax.jit does)");
   }
   *expected = *best;
   *out = parent_of(r, *best, mine);
@@ -388,7 +409,8 @@ void free_comm(MPIABI_Comm handle) {
 }
 
 Status note_groups(const int64_t* data, int64_t size) {
-  // [flags (1: subset, 2: not in order), program size, program devices..., group count,
+  // [flags (1: subset, 2: not in order, 4: groups unknown), program size, program devices..., group
+  // count,
   //  (group size, devices...)...]
   int64_t at = 0;
   auto next = [&](int64_t* v) {
@@ -403,6 +425,7 @@ Status note_groups(const int64_t* data, int64_t size) {
   }
   proto.subset = (subset & 1) != 0;
   proto.ordered = (subset & 2) == 0;
+  proto.unknown = (subset & 4) != 0;
   for (int64_t i = 0, d = 0; i < count; ++i) {
     if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short program");
     proto.devices.push_back(d);
@@ -423,11 +446,12 @@ Status note_groups(const int64_t* data, int64_t size) {
   Registry& r = registry(&lock);
   proto.seen = ++r.programs;
   auto same = std::find_if(r.known.begin(), r.known.end(), [&](const KnownProgram& k) {
-    return k.groups == proto.groups && k.devices == proto.devices && k.subset == proto.subset;
+    return k.groups == proto.groups && k.devices == proto.devices && k.subset == proto.subset &&
+           k.unknown == proto.unknown;
   });
   if (same != r.known.end()) {
     same->seen = proto.seen;  // the same program compiled again
-  } else if (!proto.groups.empty()) {
+  } else if (!proto.groups.empty() || proto.unknown) {
     r.known.push_back(std::move(proto));
   }
   return Status::Ok();
