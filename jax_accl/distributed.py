@@ -84,7 +84,10 @@ def _stop_if_started() -> None:
     global _service_elsewhere
     if _table is not None:
         stop()
-    _service_elsewhere = c.distributed_state().service is None
+    # Only a process that was a client of a service elsewhere waits for it.
+    _service_elsewhere = (
+        c.distributed_client() is not None and c.distributed_state().service is None
+    )
     c.delay_service_shutdown(_SERVICE_GRACE_S)
 
 
