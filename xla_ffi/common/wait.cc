@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <deque>
 #include <mutex>
 #include <string>
 
@@ -15,10 +16,11 @@ std::atomic<uint64_t> g_abort_generation{0};
 std::atomic<bool> g_stopping{false};
 
 namespace {
+// The reasons of the last aborts that gave one, by the generation whose waits each
+// ended (a few: a waiter reads its own soon after, even if another abort came since).
 struct AbortReason {
   std::mutex mutex;
-  uint64_t generation = ~uint64_t{0};  // the generation whose waits it ended
-  std::string why;
+  std::deque<std::pair<uint64_t, std::string>> recent;
 };
 AbortReason& abort_reason_slot() {
   static AbortReason* r = new AbortReason;  // never destroyed: waits may outlive exit
@@ -31,14 +33,17 @@ void abort_pending_waits_because(const std::string& why) {
   // The generation this abort ends, taken as it ends it (a concurrent abort() ends the
   // next one, with its own words).
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.generation = g_abort_generation.fetch_add(1, std::memory_order_acq_rel);
-  r.why = why;
+  r.recent.emplace_back(g_abort_generation.fetch_add(1, std::memory_order_acq_rel), why);
+  if (r.recent.size() > 8) r.recent.pop_front();
 }
 
 std::string abort_reason(uint64_t generation) {
   AbortReason& r = abort_reason_slot();
   std::lock_guard<std::mutex> lock(r.mutex);
-  return r.generation == generation ? r.why : std::string();
+  for (const auto& [ended, why] : r.recent) {
+    if (ended == generation) return why;
+  }
+  return std::string();
 }
 
 namespace {
