@@ -177,6 +177,26 @@ def _replica_groups(rest: str) -> list[list[int]] | None:
         if m[4]:
             ids = ids.transpose([int(p) for p in m[4].split(",")])
         return ids.reshape(int(m[1]), int(m[2])).tolist()
+    m = re.search(r"\breplica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", rest)
+    if m:
+        return _mesh_groups(m[1], m[2])
     if "replica_groups=" not in rest:
         return []
     return None
+
+
+def _mesh_groups(mesh: str, selected: str) -> list[list[int]] | None:
+    """The named form XLA prints from jaxlib 0.12 on, replica_groups=mesh['x'=2,'y'=2]
+    {'y'}: the ids laid out row-major over the mesh's axes, a group per index of the axes
+    not selected, its ranks in the selected axes' order; None for forms not read here
+    (sub-axes)."""
+    axes = re.findall(r"'(\w+)'=(\d+)", mesh)
+    names = [n for n, _ in axes]
+    chosen = re.findall(r"'(\w+)'", selected)
+    if not axes or len(axes) != mesh.count("=") or any(n not in names for n in chosen):
+        return None
+    ids = np.arange(int(np.prod([int(k) for _, k in axes]))).reshape([int(k) for _, k in axes])
+    rest = [i for i, n in enumerate(names) if n not in chosen]
+    order = rest + [names.index(n) for n in chosen]
+    size = int(np.prod([int(axes[names.index(n)][1]) for n in chosen])) if chosen else 1
+    return ids.transpose(order).reshape(-1, size).tolist()

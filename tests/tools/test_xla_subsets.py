@@ -43,6 +43,19 @@ def op(kind, attributes):
         ("channel_id=1, replica_groups={}, use_global_device_ids=true", [[0, 1, 2, 3]]),
         ("channel_id=1, replica_groups=[1,4]<=[4]", [[0, 1, 2, 3]]),  # partition ids
         ("replica_groups={{0},{1},{2},{3}}", [[0], [1], [2], [3]]),  # one replica each
+        # The named form of jaxlib 0.12: a group per index of the axes not selected.
+        (
+            "channel_id=1, replica_groups=mesh['x'=2,'y'=2] {'y'}, use_global_device_ids=true",
+            [[0, 1], [2, 3]],
+        ),
+        (
+            "channel_id=1, replica_groups=mesh['x'=2,'y'=2] {'x'}, use_global_device_ids=true",
+            [[0, 2], [1, 3]],
+        ),
+        (
+            "channel_id=1, replica_groups=mesh['x'=2,'y'=2] {'x','y'}, use_global_device_ids=true",
+            [[0, 1, 2, 3]],
+        ),
     ],
 )
 def test_the_groups_of_each_form_as_global_device_ids_in_xlas_rank_order(attributes, groups):
