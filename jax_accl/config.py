@@ -5,6 +5,7 @@ the values from here); the README's knob table is generated from KNOBS
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
@@ -277,8 +278,19 @@ def set_environment(name: str, text: str) -> None:
     os.environ[name] = text
 
 
-def unset_environment(name: str) -> None:
-    os.environ.pop(name, None)
+@contextlib.contextmanager
+def environment_set(name: str, text: str):
+    """`name`=`text` in this process's environment while the block runs, then as before
+    (unset, or its earlier value)."""
+    before = os.environ.get(name)
+    os.environ[name] = text
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def value(name: str):

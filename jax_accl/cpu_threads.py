@@ -47,11 +47,8 @@ def make_client_with_threads(make, *args, **kwargs):
     if config.environment("PJRT_NPROC") is not None or config.environment("NPROC") is not None:
         return make(*args, **kwargs)
     devices = kwargs.get("num_devices") or _flag_device_count()
-    config.set_environment("PJRT_NPROC", str(threads_for(devices)))
-    try:
+    with config.environment_set("PJRT_NPROC", str(threads_for(devices))):
         return make(*args, **kwargs)
-    finally:
-        config.unset_environment("PJRT_NPROC")
 
 
 def install() -> None:

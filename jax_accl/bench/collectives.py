@@ -90,19 +90,12 @@ def variants(names, a2a_schedules) -> list[tuple[str, str]]:
 def compiled(fn, x, schedule: str):
     """`fn` compiled for `x`, with JAX_ACCL_ALGORITHM=`schedule` unless "auto" (jax_accl
     reads it when it lowers its calls; "auto" leaves the environment as it is)."""
-    import os
+    from jax_accl import config
 
     if schedule == "auto":
         return fn.lower(x).compile()
-    before = os.environ.get("JAX_ACCL_ALGORITHM")
-    os.environ["JAX_ACCL_ALGORITHM"] = schedule
-    try:
+    with config.environment_set("JAX_ACCL_ALGORITHM", schedule):
         return fn.lower(x).compile()
-    finally:
-        if before is None:
-            del os.environ["JAX_ACCL_ALGORITHM"]
-        else:
-            os.environ["JAX_ACCL_ALGORITHM"] = before
 
 
 def measure(
