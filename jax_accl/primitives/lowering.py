@@ -180,13 +180,17 @@ def _scatter_gather_lowering(
         return _lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params), dim0=True)
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     devices = _device_ids(ctx, groups)
-    places, _ = _places(max(groups, key=len), devices)
-    collective = primitive.name.removeprefix("accl_")
-    schedule = _accl.plan(
-        places, sum(_nbytes(aval) for aval in ctx.avals_in), collective=collective
-    )["schedule"]  # the runtime's own plan_call, named in the profile and the log
-    algorithm = "by_host" if schedule == "hierarchical" else schedule
+    algorithm = _schedule_name(ctx, groups, devices, primitive.name.removeprefix("accl_"))
     return _emit_data_call(ctx, xs, primitive.name, api, axes, groups, devices, op_id, algorithm)
+
+
+def _schedule_name(ctx, groups, devices, collective: str, forced: str = "auto") -> str:
+    """The runtime's own plan_call of a data call (direct, ring or by_host), as the
+    profile and the log name it."""
+    places, _ = _places(max(groups, key=len), devices)
+    nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
+    schedule = _accl.plan(places, nbytes, algorithm=forced, collective=collective)["schedule"]
+    return "by_host" if schedule == "hierarchical" else schedule
 
 
 def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
@@ -241,9 +245,6 @@ def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
     devices = _device_ids(ctx, groups)
     chosen = config.value("JAX_ACCL_ALGORITHM")
     forced = chosen if chosen in ("direct", "hierarchical") else "auto"
-    places, _ = _places(max(groups, key=len), devices)
-    nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
-    schedule = _accl.plan(places, nbytes, algorithm=forced, collective="all_to_all")["schedule"]
     return _emit_data_call(
         ctx,
         xs,
@@ -253,7 +254,7 @@ def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
         groups,
         devices,
         op_id,
-        "by_host" if schedule == "hierarchical" else schedule,
+        _schedule_name(ctx, groups, devices, "all_to_all", forced),
         forced=forced,
     )
 
