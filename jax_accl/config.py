@@ -161,7 +161,8 @@ KNOBS = {
             "~/.cache/jax_accl",
             "first call lowered",
             "where `bench --calibrate` stores what the first lowered call loads: the "
-            "cost-model constants and the calibrated one-host lines",
+            "cost-model constants, the calibrated one-host lines and the wire between "
+            "hosts (process 0's, at job start, for every process)",
             lambda text: Path(os.path.expanduser(text)),
         ),
         Knob(
@@ -177,6 +178,16 @@ KNOBS = {
             "job start",
             "TCP connections per rail and peer",
             _integer_at_least(1),
+        ),
+        Knob(
+            "JAX_ACCL_RAIL_CHOICE",
+            "model",
+            "job start",
+            "`model`: stripe over every rail where process 0's stored wire calibration "
+            "(`bench --calibrate --hosts 2`) measured the rails together carrying at least "
+            "1.15x what one carries, else over the first only (every rail without a "
+            "calibration of as many rails, or with JAX_ACCL_LINK_GBITS); `all`: every rail",
+            _one_of(("model", "all")),
         ),
         Knob(
             "JAX_ACCL_HOST_ID",
@@ -247,8 +258,10 @@ KNOBS = {
             "job start, or the first call lowered",
             "the payload one rail carries between hosts, in Gbit/s (the same in every "
             "process): the cost model's wire (net_beta), by which the runtime chooses the "
-            "algorithm and pipeline chunks between hosts and fusion its buckets; unset: a "
-            "stored net_beta, else the model's 10 Gbit/s",
+            "algorithm and pipeline chunks between hosts and fusion its buckets, every rail "
+            "used (a stored wire calibration is then not used); unset: a stored wire "
+            "calibration's (process 0's, `bench --calibrate --hosts 2`), else the model's "
+            "10 Gbit/s",
             _link_gbits,
         ),
         Knob(

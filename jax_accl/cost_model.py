@@ -19,8 +19,14 @@ Processes of one host, per group shape P x k (processes x devices per process):
   shm_alpha, shm_process_alpha: a message step between device threads of one process,
          and one between processes; shm_beta: a byte through the shared-memory rings;
   cma_beta: a byte of the cross-memory-attach reduce-broadcast.
-The constants between hosts (net_alpha, net_beta) keep their defaults unless given;
-JAX_ACCL_LINK_GBITS states net_beta (a rail's payload rate) over both.
+Between hosts ("wire", ``bench --calibrate --hosts 2``, wire_constants()): one rail's and
+every rail's rate each way at once (a bidirectional stream test) and a small message's
+step between two hosts (a forced direct all-reduce at 4-256 KiB, its latency doubled:
+direct between two costs alpha/2). At job start every process takes process 0's wire
+(jax_accl.distributed), which also decides whether the job stripes over every rail
+(jax_accl.rails.paying): then net_beta is what the rails carry together, per rail; else
+one rail's. JAX_ACCL_LINK_GBITS states the wire instead (net_beta, a rail's payload rate,
+every rail used): the stored wire is then not used.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from jax_accl import config
+from jax_accl import config, rails
 
 # The constants of one host (fitted by `bench --calibrate` from its one-host timings).
 ONE_HOST = ("shm_alpha", "shm_process_alpha", "shm_beta", "cma_beta")
@@ -69,7 +75,7 @@ def load() -> dict | None:
         return None
     try:
         apply(stored)
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError) as e:
         warnings.warn(
             f"jax_accl: ignoring {path} (run `python -m jax_accl.bench "
             f"--calibrate` again): {type(e).__name__}: {e}",
@@ -97,6 +103,9 @@ def apply(stored: dict) -> None:
     from jax_accl import _accl
 
     _accl.set_cost_model(**{k: float(v) for k, v in stored.items() if k in _accl.get_cost_model()})
+    wire = stored.get("wire")
+    if wire is not None and not wire_stated():  # the rails a job with the calibrated ones uses
+        _accl.set_cost_model(**wire_constants(wire, rails.paying_count(wire["rails"], wire)))
     apply_stated_wire()
     _accl.clear_measured_one_host()
     for shape, lines in stored.get("one_host", {}).items():
@@ -104,6 +113,52 @@ def apply(stored: dict) -> None:
         _accl.set_measured_one_host(
             processes, k, {a: (line["latency"], line["per_byte"]) for a, line in lines.items()}
         )
+
+
+def wire_stated() -> bool:
+    """JAX_ACCL_LINK_GBITS is set: the operator states the wire (every rail that rate), and
+    a stored wire calibration is not used."""
+    return config.value("JAX_ACCL_LINK_GBITS") is not None
+
+
+def stored_wire() -> dict | None:
+    """The stored wire calibration ("wire": rates and net_alpha), or None (none stored, the
+    wire stated, or one that cannot be used: reported as load() does)."""
+    if wire_stated():
+        return None
+    try:
+        wire = json.loads(cache_path().read_text()).get("wire")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if wire is None:
+        return None
+    try:
+        wire_constants(wire, 1)
+        rails.rails_gain(wire)
+    except (TypeError, KeyError, ValueError, ZeroDivisionError) as e:
+        warnings.warn(f"jax_accl: ignoring the wire in {cache_path()}: {e!r}", stacklevel=2)
+        return None
+    return wire
+
+
+def wire_constants(wire: dict, rails: int) -> dict:
+    """net_alpha and net_beta (a rail's share of what `rails` rails carry at once) from a
+    wire calibration: every calibrated rail in use -> their rate together / rails, one
+    rail -> one rail's, another count (a job with other rails) -> one rail's."""
+    together = wire["rails"] > 1 and rails == wire["rails"]
+    rate = wire["all_rails_bytes_per_s"] / rails if together else wire["one_rail_bytes_per_s"]
+    return {"net_alpha": float(wire["net_alpha"]), "net_beta": 1.0 / float(rate)}
+
+
+def apply_wire(wire: dict | None, rails: int) -> None:
+    """The job's wire (process 0's calibration, or None: nothing changes) as the model's
+    net_alpha/net_beta over `rails` rails in use; JAX_ACCL_LINK_GBITS still states net_beta."""
+    if wire is None:
+        return
+    from jax_accl import _accl
+
+    _accl.set_cost_model(**wire_constants(wire, rails))
+    apply_stated_wire()
 
 
 def store(values: dict) -> Path:

@@ -3,8 +3,10 @@
 After ``jax.distributed.initialize()``, the first jax_accl collective lowered in a
 multi-process program calls ``ensure_started()``. Every process then
 
-1. gets the job's secret: process 0 draws it and puts it in jax.distributed's
-   key-value store, the others read it (connections that cannot prove they know it are
+1. gets the job's secret and wire: process 0 draws the secret and puts it and its wire
+   calibration (``jax_accl.cost_model``, or none) in jax.distributed's key-value store,
+   the others read them (every process plans by process 0's wire, and by it stripes over
+   every rail or one, ``jax_accl.rails.paying``) (connections that cannot prove they know it are
    refused, xla_ffi/transport/handshake.h); process 0 deletes it from the store once
    every process has published its entry (step 3), which each does after reading it;
 2. opens a TCP listener on each of its rails (``jax_accl.rails``);
@@ -113,11 +115,14 @@ def _start() -> list[dict]:
     timeout_ms = int(config.current().timeout_s * 1000)
     if index != 0:
         secret = client.blocking_key_value_get(f"{_PREFIX}/secret", timeout_ms)
-        return _join(client, index, count, secret, timeout_ms)
+        wire = json.loads(client.blocking_key_value_get(f"{_PREFIX}/wire", timeout_ms))
+        return _join(client, index, count, secret, wire, timeout_ms)
     secret = secrets.token_hex(16)
+    wire = cost_model.stored_wire()
+    client.key_value_set(f"{_PREFIX}/wire", json.dumps(wire))  # before the secret: read after it
     client.key_value_set(f"{_PREFIX}/secret", secret)
     try:
-        return _join(client, index, count, secret, timeout_ms)
+        return _join(client, index, count, secret, wire, timeout_ms)
     except BaseException:
         # Out of the store on failure too: the job may go on (a caller that catches
         # this), and nobody who reaches the coordinator later may read it.
@@ -145,14 +150,18 @@ def _set_tcp_congestion() -> None:
         _accl.set_tcp_congestion("")
 
 
-def _join(client, index: int, count: int, secret: str, timeout_ms: int) -> list[dict]:
-    """Listeners up, this process's entry published, everybody's read (steps 2 and 3)."""
+def _join(client, index: int, count: int, secret: str, wire, timeout_ms: int) -> list[dict]:
+    """Listeners up, this process's entry published, everybody's read (steps 2 and 3);
+    `wire`: process 0's wire calibration (or None), which every process plans by."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
     _set_tcp_congestion()
     cost_model.ensure_loaded()  # the model every process plans by, from the first call
-    rails = rails_lib.resolve()
+    rails, why = rails_lib.paying(rails_lib.resolve(), wire)
+    if why:
+        log.logger.info("%s", why)
+    cost_model.apply_wire(wire, len(rails))
     ports = _accl.world_start(
         index,
         count,

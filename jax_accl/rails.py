@@ -7,6 +7,11 @@
     rail-optimised clusters);
   * ``eth1:3,eth2:1``: with weights, the share of each striped message a rail carries
     (for rails of different bandwidth; default 1 each).
+
+``JAX_ACCL_RAIL_CHOICE`` (paying()): with ``model`` (default) and process 0's wire
+calibration of as many rails, a job whose rails together carried less than
+RAILS_PAY_MIN x one rail's stripes over the first only: on a fast wire whose limit is the
+hosts' CPUs, a second connection per peer adds work and no bandwidth.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import struct
 from jax_accl import config
 
 SIOCGIFADDR = 0x8915
+# Rails pay where together they carry at least this much more than one (else the extra
+# rails' connections only add sends, receives and their cores' time to every message).
+RAILS_PAY_MIN = 1.15
 
 
 def interface_ipv4(name: str) -> str | None:
@@ -68,3 +76,31 @@ def resolve(spec: str | None = None) -> list[tuple[str, str, float]]:
             )
         rails.append((name, ip, w))
     return rails
+
+
+def paying_count(count: int, wire: dict | None) -> int:
+    """How many of `count` rails a job stripes over (the first ones): all, unless
+    JAX_ACCL_RAIL_CHOICE is model and `wire` (process 0's calibration, jax_accl.cost_model)
+    measured as many rails carrying together under RAILS_PAY_MIN x one rail's: then 1."""
+    if config.value("JAX_ACCL_RAIL_CHOICE") != "model" or wire is None or count < 2:
+        return count
+    if wire["rails"] != count or rails_gain(wire) >= RAILS_PAY_MIN:
+        return count
+    return 1
+
+
+def rails_gain(wire: dict) -> float:
+    """What a wire calibration's rails carried together, in units of one rail's."""
+    return wire["all_rails_bytes_per_s"] / wire["one_rail_bytes_per_s"]
+
+
+def paying(rails: list, wire: dict | None) -> tuple[list, str]:
+    """(the rails a job stripes over, why where not all of `rails`: "" otherwise)."""
+    used = paying_count(len(rails), wire)
+    if used == len(rails):
+        return rails, ""
+    return rails[:used], (
+        f"the {len(rails)} rails together carried {rails_gain(wire):.2f}x one rail's in the "
+        f"stored wire calibration (under {RAILS_PAY_MIN}x): striping over {rails[0][0]} only "
+        "(JAX_ACCL_RAIL_CHOICE=all stripes over every rail)"
+    )

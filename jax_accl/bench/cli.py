@@ -8,7 +8,19 @@ import json
 import os
 
 import jax_accl.bench as package
-from jax_accl.bench import calibrate, memory, mpi, overlap, profiler_cost, report, sweep, wire
+from jax_accl import cost_model
+from jax_accl import rails as rails_lib
+from jax_accl.bench import (
+    calibrate,
+    calibrate_wire,
+    memory,
+    mpi,
+    overlap,
+    profiler_cost,
+    report,
+    sweep,
+    wire,
+)
 from jax_accl.bench.progress import Progress, report_piece, weight
 from jax_accl.bench.timing import JOB_TIMEOUT_S
 from jax_accl.testing import launch, netns
@@ -80,7 +92,8 @@ def parse_args(argv):
         action="store_true",
         help="measure this machine's cost-model constants (in one process on "
         "--devices devices, then across --processes processes, 2 by "
-        "default) and store them",
+        "default) and store them; with --hosts 2: the wire between two namespaced "
+        "hosts with --rails rails (--rate-mbit 0: unshaped)",
     )
     parser.add_argument(
         "--profiler-cost",
@@ -112,6 +125,7 @@ def parse_args(argv):
     parser.add_argument("--coordinator", default="", help=argparse.SUPPRESS)
     parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
     parser.add_argument("--label", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--wire-points", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -127,7 +141,9 @@ def worker_main(args) -> int:
 
     # Process 0 tells the launcher which size starts (the progress line).
     on_size = (lambda size: report_piece(size=size)) if args.process_id == 0 else None
-    if args.calibrate:
+    if args.calibrate and args.wire_points:
+        result = {"points": calibrate_wire.wire_points(args.reps, on_size)}
+    elif args.calibrate:
         result = {"points": calibrate.calibration_points(n, args.reps, on_size)}
     elif args.overlap:
         result = {"overlap": [r for s in sizes_of(args) for r in overlap.measure(s, n, args.reps)]}
@@ -233,9 +249,13 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
         speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""
+        # Shaped, the job states its wire (netns.stated_wire): a stored one is not used.
+        stored = None if args.rate_mbit else cost_model.stored_wire()
+        striped = rails_lib.paying_count(rails, stored)
         label = (
             f"{args.hosts} hosts x {shape} processes x {args.devices} devices, "
             f"{rails} of {args.rails} rails {speed}"
+            + (f" (striped over {striped}: the stored wire calibration)" if striped < rails else "")
             + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else "")
         )
         measure_wire = not args.rate_mbit and args.wire_seconds > 0 and not args.overlap
@@ -300,6 +320,8 @@ def main(argv=None) -> int:
         args.reps = 9 if args.calibrate else 5
     if args.process_id >= 0:
         return worker_main(args)
+    if args.calibrate and args.hosts > 1:
+        return calibrate_wire.main(args)
     if args.calibrate:
         return calibrate.main(args)
     if args.profiler_cost:

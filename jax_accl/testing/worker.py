@@ -981,6 +981,7 @@ def main(argv=None):
         result["trace"] = profile_events()
     result["process"] = jax.process_index()
     result.setdefault("stats", jax_accl.stats())
+    result["cost_model"] = _accl.get_cost_model()  # what this process planned by
     result["topology"] = jax_accl.distributed.topology()
     if args.scenario in ("survive_kill", "mismatch", "plan_mismatch"):
         print("RESULT " + json.dumps(result), flush=True)

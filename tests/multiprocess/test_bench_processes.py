@@ -137,6 +137,48 @@ def test_hosts_table_has_each_tier_and_progress(tmp_path):
     assert progress[3].startswith("[jax_accl.bench] done: 3 pieces in ")
 
 
+def test_calibrating_the_wire_stores_rates_and_a_step_that_jobs_go_by(root_required, tmp_path):
+    """`bench --calibrate --hosts 2` (unshaped, two rails): each rail's rate and both at
+    once, a step between the hosts, stored; the bench's jobs then say how many rails they
+    stripe over by it, and a fresh process's model is the stored one's."""
+    env = {**os.environ, "JAX_ACCL_CACHE": str(tmp_path), "XLA_FLAGS": ""}
+    env.pop("JAX_ACCL_LINK_GBITS", None)
+    args = ["--calibrate", "--hosts", "2", "--rails", "2", "--rate-mbit", "0"]
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.bench", *args, "--reps", "2", "--wire-seconds", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wire = json.loads((tmp_path / "cost_model.json").read_text())["wire"]
+    assert wire["rails"] == 2
+    assert wire["one_rail_bytes_per_s"] > 1e6 and wire["all_rails_bytes_per_s"] > 1e6, wire
+    assert 0 < wire["net_alpha"] < 0.1 and len(wire["measured"]) == 4, wire
+    gain = wire["all_rails_bytes_per_s"] / wire["one_rail_bytes_per_s"]
+    striped = 2 if gain >= 1.15 else 1
+    assert f"# jobs with 2 rails stripe over {striped}" in done.stdout, done.stdout
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json; from jax_accl import _accl, cost_model; cost_model.ensure_loaded(); "
+            "print(json.dumps(_accl.get_cost_model()))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=env,
+        timeout=120,
+    )
+    model = json.loads(loaded.stdout)
+    assert model["net_alpha"] == pytest.approx(wire["net_alpha"])
+    rate = wire["all_rails_bytes_per_s"] / 2 if striped == 2 else wire["one_rail_bytes_per_s"]
+    assert model["net_beta"] == pytest.approx(1 / rate)
+
+
 @pytest.mark.timeout(1200)  # past the demo's own 900 s
 def test_demo_on_namespaced_hosts_breaks_the_step_down(root_required):
     """The training demo on 2 namespaced hosts x 1 process x 2 devices, two shaped rails:

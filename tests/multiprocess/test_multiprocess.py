@@ -209,6 +209,45 @@ def test_all_to_all_by_host_and_direct_between_hosts_match_gloo(root_required, p
         assert set(rail_shares(r["stats"])) == {"tcp:rail0", "tcp:rail1"}
 
 
+@pytest.mark.parametrize("first_pays", [False, True])
+def test_every_process_stripes_and_plans_by_process_0s_wire(root_required, tmp_path, first_pays):
+    """Process 0's stored wire calibration decides for the job: its rails carried together
+    1.05x one rail's (no gain: every process stripes over rail0 only) or 1.9x (both
+    rails), whatever process 1's own says; both plan by its net_alpha; exact results."""
+
+    def cache(name, gain, alpha):
+        one = 1e9
+        wire = {"rails": 2, "one_rail_bytes_per_s": one, "all_rails_bytes_per_s": gain * one}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cost_model.json").write_text(
+            json.dumps({"wire": {**wire, "net_alpha": alpha}})
+        )
+        return str(tmp_path / name)
+
+    gains = (1.9, 1.05) if first_pays else (1.05, 1.9)
+    caches = [cache("p0", gains[0], 31e-6), cache("p1", gains[1], 77e-6)]
+    with netns.virtual_hosts(2, 2) as names:
+        results = run(
+            2,
+            2,
+            "hierarchy",
+            extra=["--gloo-interface", "rail0"],
+            env=[dict(e, JAX_ACCL_CACHE=c) for e, c in zip(host_env(names), caches)],
+            namespaces=names,
+            coordinator_ip=netns.rail_ip(0, 0),
+        )
+    for r in results:
+        assert r["checks"] > 0
+        assert r["cost_model"]["net_alpha"] == pytest.approx(31e-6)
+        shares = rail_shares(r["stats"])
+        if first_pays:
+            assert set(shares) == {"tcp:rail0", "tcp:rail1"}, shares
+            assert r["cost_model"]["net_beta"] == pytest.approx(2 / 1.9e9)
+        else:
+            assert set(shares) == {"tcp:rail0"}, shares
+            assert r["cost_model"]["net_beta"] == pytest.approx(1 / 1e9)
+
+
 def test_two_hosts_two_processes_each_over_two_rails(root_required):
     with netns.virtual_hosts(2, 2) as names:
         spaces = [n for n in names for _ in range(2)]
