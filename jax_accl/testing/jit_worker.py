@@ -71,7 +71,7 @@ parser.add_argument(
     default=[],
     choices=["allocation", "thread_start"],
     help="after the first run, for each: arm this fault in jax_accl's MPI library "
-    "(jax_accl._accl_testing.inject_mpi_fault) for one call and run (which must raise), "
+    "(jax_accl._accl_testing.arm_fault) for one call and run (which must raise), "
     "then run again (which must not)",
 )
 
@@ -315,14 +315,14 @@ def run_with_faults(run, kinds) -> dict:
 
     out = {}
     for kind in kinds:
-        _accl_testing.inject_mpi_fault(kind, 1)
+        _accl_testing.arm_fault(kind, 1)
         try:
             run()
             failed = None
         except Exception as e:  # XLA's runtime error, carrying jax_accl's message
             failed = {"type": type(e).__name__, "module": type(e).__module__, "message": str(e)}
         finally:
-            _accl_testing.inject_mpi_fault("none", 0)
+            _accl_testing.arm_fault("none", 0)
         try:
             after = {"outputs": run()}
         except Exception as e:

@@ -7,6 +7,7 @@ import gc
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from accl_testing import P, put
 
 import jax_accl
@@ -52,3 +53,32 @@ def test_the_pipeline_chunks_travel_with_the_call_as_its_deadline_does(mesh8, mo
 
     assert "pipeline_chunks = 3 : i64" in lowered("3")
     assert "pipeline_chunks = 0 : i64" in lowered("0")
+
+
+def test_an_exception_starting_a_call_is_its_error_and_leaves_no_call_counted(mesh8):
+    """A failed allocation (injected: common/faults.h) while a call site starts a device's
+    call: that call fails naming it, its peers waiting for it fail by the deadline naming
+    the device that never came, no device stays counted in a call (the stall check,
+    runtime/stall.h), and the next launch is exact."""
+    from jax_accl import _accl_testing
+
+    step = jax.jit(
+        jax.shard_map(lambda x: jax_accl.psum(x, "i"), mesh=mesh8, in_specs=P("i"), out_specs=P())
+    )
+    x = put(mesh8, jnp.arange(16.0, dtype=jnp.float32), P("i"))
+    compiled = step.lower(x).compile()
+    devices = [d.id for d in mesh8.devices.flat]
+    before = [_accl_testing.calls_in_progress(d) for d in devices]
+    assert before == [0] * 8, before
+    _accl_testing.arm_fault("allocation", 8)  # every device's call
+    try:
+        with pytest.raises(
+            jax.errors.JaxRuntimeError, match=r"jax_accl.psum over .* on device \d+: std::bad_alloc"
+        ):
+            jax.block_until_ready(compiled(x))
+    finally:
+        _accl_testing.arm_fault("none", 0)
+    assert [_accl_testing.calls_in_progress(d) for d in devices] == [0] * 8
+    total = jax.block_until_ready(compiled(x))  # every device's part, not only the first
+    np.testing.assert_allclose(np.asarray(total), np.arange(16.0).reshape(8, 2).sum(0))
+    assert [_accl_testing.calls_in_progress(d) for d in devices] == [0] * 8

@@ -276,9 +276,9 @@ def test_negative_counts_are_refused_naming_the_function_and_the_count(lib):
 
 @pytest.fixture
 def faults():
-    """jax_accl._accl_testing.inject_mpi_fault, disarmed after the test."""
-    yield _accl_testing.inject_mpi_fault
-    _accl_testing.inject_mpi_fault("none", 0)
+    """jax_accl._accl_testing.arm_fault, disarmed after the test."""
+    yield _accl_testing.arm_fault
+    _accl_testing.arm_fault("none", 0)
 
 
 INJECTED = {

@@ -128,7 +128,8 @@ HARNESS = {
     "connect_handshake",
     "tcp_channel_options",
     "receive_frames",
-    "inject_mpi_fault",  # test-only faults of the MPI library (common/faults.h)
+    "arm_fault",  # test-only faults of the native core (common/faults.h)
+    "calls_in_progress",
     "mark_process_unusable",
     "cma_lanes",
 }
@@ -145,7 +146,7 @@ def test_the_test_harness_is_not_in_the_module_users_import():
         b"hierarchical_threads",
         b"simulated_hosts",
         b"run_on_simulated_hosts",
-        b"inject_mpi_fault",
+        b"arm_fault",
         b"run_cma_lanes",
     ):
         assert marker not in library, marker

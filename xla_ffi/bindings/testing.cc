@@ -32,6 +32,7 @@
 #include "runtime/call_plan.h"
 #include "runtime/collective_call.h"
 #include "runtime/rendezvous.h"
+#include "runtime/stall.h"
 #include "testing/cma_lanes.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
@@ -365,10 +366,10 @@ nb::tuple receive_frames(nb::bytes data, size_t expected, double timeout_s, bool
   return nb::make_tuple(std::string(), nb::bytes(payload.data(), payload.size()));
 }
 
-// Arms a fault (common/faults.h) for the next `times` fault points of jax_accl's MPI
-// library in this process: "allocation" (std::bad_alloc), "thread_start"
+// Arms a fault (common/faults.h) for the next `times` fault points of jax_accl's native
+// core in this process: "allocation" (std::bad_alloc), "thread_start"
 // (std::system_error) or "none" (disarms).
-void inject_mpi_fault(const std::string& kind, int times) {
+void arm_fault(const std::string& kind, int times) {
   static const std::map<std::string, Fault> kinds = {{"none", Fault::kNone},
                                                      {"allocation", Fault::kAllocation},
                                                      {"thread_start", Fault::kThreadStart}};
@@ -425,7 +426,9 @@ NB_MODULE(_accl_testing, m) {
   m.def("tcp_channel_options", &tcp_channel_options);
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002, nb::arg("tcp") = false);
-  m.def("inject_mpi_fault", &inject_mpi_fault, nb::arg("kind"), nb::arg("times") = 1);
+  m.def("arm_fault", &arm_fault, nb::arg("kind"), nb::arg("times") = 1);
+  // The jax_accl calls device `device` is in now (runtime/stall.h's count).
+  m.def("calls_in_progress", &calls_in_progress, nb::arg("device"));
   // For good: a process marked so refuses every later call (common/health.h).
   m.def("mark_process_unusable", &mark_process_unusable, nb::arg("why"));
   m.def("cma_lanes", &cma_lanes, nb::arg("ranks") = 2, nb::arg("count") = 1 << 18,

@@ -1,5 +1,6 @@
-// Faults that tests inject into jax_accl's MPI library (xla_ffi/mpiabi/): only the
-// test harness arms them (jax_accl._accl_testing.inject_mpi_fault, the native
+// Faults that tests inject into jax_accl's native core, where a call starts (the MPI
+// library, xla_ffi/mpiabi/, and the FFI call sites, runtime/collective_site.cc): only the
+// test harness arms them (jax_accl._accl_testing.arm_fault, the native
 // self-test); jax_accl._accl, no setting and no environment variable can. An armed
 // fault makes the next fault points throw what a failed allocation or thread start
 // throws, so that the library's handling of real ones is tested.

@@ -1,9 +1,12 @@
 #include "runtime/collective_site.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <optional>
 #include <set>
 
+#include "common/faults.h"
 #include "common/health.h"
 #include "runtime/collective.h"
 #include "runtime/stall.h"
@@ -137,35 +140,63 @@ Status CollectiveSite::check_counts(const Member& member, const CallBuffers& buf
   return Status::Ok();
 }
 
+// One call's answer: `done` exactly once, after undoing what the call's start noted
+// (stall.h's count of the device's calls, its watch), whatever ends it: its completion,
+// an error found before it starts, or an exception while starting it.
+struct CollectiveSite::Reply {
+  std::function<void(const Status&)> done;
+  std::atomic<bool> answered{false};
+  int64_t counted_device = -1;    // note_launch_begun counted the call
+  std::optional<uint64_t> watch;  // watch_call watches it
+  void operator()(const Status& s) {
+    if (answered.exchange(true)) return;
+    if (watch) unwatch_call(*watch);
+    if (counted_device >= 0) note_call_ended(counted_device);
+    done(s);
+  }
+};
+
 void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
                          Clock::time_point issued, std::function<void(const Status&)> done) {
-  if (Status usable = process_usable(); !usable.ok()) return done(usable);
+  std::shared_ptr<Reply> reply;
+  try {
+    reply = std::make_shared<Reply>();
+  } catch (const std::exception& e) {
+    return done(error(Code::kInternal, name_, " on device ", device, ": ", e.what()));
+  }
+  reply->done = std::move(done);
+  // Nothing escapes into XLA's handler: an exception (an allocation that failed while
+  // numbering, making or queueing the call) is the call's error.
+  try {
+    start(device, run_id, std::move(buffers), issued, reply);
+  } catch (const std::exception& e) {
+    (*reply)(error(Code::kInternal, name_, " on device ", device, ": ", e.what()));
+  }
+}
+
+void CollectiveSite::start(int64_t device, int64_t run_id, CallBuffers buffers,
+                           Clock::time_point issued, const std::shared_ptr<Reply>& reply) {
+  if (Status usable = process_usable(); !usable.ok()) return (*reply)(usable);
   auto it = members_.find(device);
   if (it == members_.end()) {
     const bool runs_one = std::find(devices_.begin(), devices_.end(), device) != devices_.end();
-    return done(
+    return (*reply)(
         runs_one
             ? error(Code::kInvalidArgument, "device ", device, " is in no replica group of ", name_)
             : error(Code::kInvalidArgument, "device ", device, " runs no partition of ", name_));
   }
   note_launch_begun(device, run_id);
-  done = [device, done = std::move(done)](const Status& s) {
-    note_call_ended(device);
-    done(s);
-  };
+  reply->counted_device = device;
   const Member& member = it->second;
-  if (Status fits = check_counts(member, buffers); !fits.ok()) return done(fits);
+  if (Status fits = check_counts(member, buffers); !fits.ok()) return (*reply)(fits);
   const CallKey key{run_id, op_key_, member.group,
                     sequences_.next(device, run_id, settings_.timeout_s)};
   if (member.call_group.across_processes) {  // watched for XLA:CPU's stall (stall.h)
-    const uint64_t token = watch_call(run_id, member.call_group.devices);
-    done = [token, done = std::move(done)](const Status& s) {
-      unwatch_call(token);
-      done(s);
-    };
+    reply->watch = watch_call(run_id, member.call_group.devices);
   }
+  fault_point();  // an allocation or thread start of the call, injected by tests
   start_call(make_call(member.call_group, key, settings_, buffers.dtype, issued),
-             std::move(buffers), std::move(done));
+             std::move(buffers), [reply](const Status& s) { (*reply)(s); });
 }
 
 }  // namespace accl

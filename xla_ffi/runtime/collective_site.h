@@ -53,12 +53,17 @@ class CollectiveSite {
   const std::string& name() const { return name_; }
   // Device `device`'s (its global id: XLA:CPU's device ordinal) call of launch `run_id`;
   // `done` runs exactly once, on this or another thread, when the outputs are written or
-  // with the error. `issued`: when XLA issued it (its trace event starts there).
+  // with the error (an exception while starting it included). `issued`: when XLA issued
+  // it (its trace event starts there).
   void run(int64_t device, int64_t run_id, CallBuffers buffers, Clock::time_point issued,
            std::function<void(const Status&)> done);
 
  private:
   CollectiveSite();
+  struct Reply;
+  // run's work, which may throw (run makes an exception the call's error).
+  void start(int64_t device, int64_t run_id, CallBuffers buffers, Clock::time_point issued,
+             const std::shared_ptr<Reply>& reply);
   struct Member {
     int64_t group = 0;  // the group's index among the site's
     CallGroup call_group;

@@ -241,6 +241,13 @@ void note_call_ended(int64_t device) {
   --l.calls_in[device];
 }
 
+int calls_in_progress(int64_t device) {
+  Launches& l = launches();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  auto it = l.calls_in.find(device);
+  return it == l.calls_in.end() ? 0 : static_cast<int>(it->second);
+}
+
 void note_launch_begun(int64_t device, int64_t run_id) {
   Launches& l = launches();
   std::lock_guard<std::mutex> lock(l.mutex);

@@ -27,6 +27,8 @@ namespace accl {
 // it (each begun call ends once: its completion, whatever its status).
 void note_launch_begun(int64_t device, int64_t run_id);
 void note_call_ended(int64_t device);
+// How many jax_accl calls device `device` is in now (begun and not ended).
+int calls_in_progress(int64_t device);
 
 // Whether a call waiting since `since` for the ranks of `devices` whose `present` flag is 0
 // (`devices[r]` rank r's global id; -1 unknown) is XLA:CPU's deadlock: waited at least
