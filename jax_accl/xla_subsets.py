@@ -177,26 +177,55 @@ def _replica_groups(rest: str) -> list[list[int]] | None:
         if m[4]:
             ids = ids.transpose([int(p) for p in m[4].split(",")])
         return ids.reshape(int(m[1]), int(m[2])).tolist()
-    m = re.search(r"\breplica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", rest)
+    m = re.search(
+        r"\breplica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(([^()]*(?:\([\d,]*\))?)\))?"
+        r"\s*\{([^}]*)\}",
+        rest,
+    )
     if m:
-        return _mesh_groups(m[1], m[2])
+        return _mesh_groups(m[1], m[3], m[2])
     if "replica_groups=" not in rest:
         return []
     return None
 
 
-def _mesh_groups(mesh: str, selected: str) -> list[list[int]] | None:
-    """The named form XLA prints from jaxlib 0.12 on, replica_groups=mesh['x'=2,'y'=2]
-    {'y'}: the ids laid out row-major over the mesh's axes, a group per index of the axes
-    not selected, its ranks in the selected axes' order; None for forms not read here
-    (sub-axes)."""
+def _mesh_groups(mesh: str, selected: str, device_ids: str | None = None) -> list[list[int]] | None:
+    """The named form, replica_groups=mesh['x'=2,'y'=2] {'y'} (jaxlib 0.12), or with the
+    mesh's ids in another order, mesh['x'=2,'y'=4], device_ids=([4,2]T(1,0)) {'x'} (also
+    jaxlib 0.10): the ids (0.. in order, or device_ids: an iota [dims] with an optional
+    transpose T(perm), or a list) laid out row-major over the mesh's axes, a group per
+    index of the axes not selected, its ranks in the selected axes' order; None for forms
+    not read here (sub-axes)."""
     axes = re.findall(r"'(\w+)'=(\d+)", mesh)
     names = [n for n, _ in axes]
     chosen = re.findall(r"'(\w+)'", selected)
     if not axes or len(axes) != mesh.count("=") or any(n not in names for n in chosen):
         return None
-    ids = np.arange(int(np.prod([int(k) for _, k in axes]))).reshape([int(k) for _, k in axes])
+    shape = [int(k) for _, k in axes]
+    ids = _device_ids(device_ids, int(np.prod(shape)))
+    if ids is None:
+        return None
+    ids = ids.reshape(shape)
     rest = [i for i, n in enumerate(names) if n not in chosen]
     order = rest + [names.index(n) for n in chosen]
     size = int(np.prod([int(axes[names.index(n)][1]) for n in chosen])) if chosen else 1
     return ids.transpose(order).reshape(-1, size).tolist()
+
+
+def _device_ids(text: str | None, count: int):
+    """A mesh's device_ids as a flat array of `count` ids: none given (0..count-1), the
+    iota form [dims] or [dims]T(perm), or a list a,b,c; None where unread or not `count`."""
+    if text is None:
+        return np.arange(count)
+    m = re.fullmatch(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", text.strip())
+    if m:
+        dims = [int(d) for d in m[1].split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if m[2]:
+            ids = ids.transpose([int(p) for p in m[2].split(",")])
+        ids = ids.reshape(-1)
+    elif re.fullmatch(r"[\d,\s]+", text):
+        ids = np.array([int(i) for i in text.split(",") if i.strip()])
+    else:
+        return None
+    return ids if ids.size == count else None

@@ -64,6 +64,38 @@ def test_the_groups_of_each_form_as_global_device_ids_in_xlas_rank_order(attribu
         assert xla_subsets.groups_in(text, DEVICES) == [[DEVICES[i] for i in g] for g in groups]
 
 
+@pytest.mark.parametrize(
+    "device_ids, selected, groups",
+    [
+        # As jaxlib 0.10.2 printed them for jax's array_test at 8 processes (mesh
+        # ('axis_0'=2, 'axis_1'=1, 'axis_2'=4)): the mesh's ids an iota, transposed.
+        ("[4,2]T(1,0)", "'axis_0'", [[0, 1], [2, 3], [4, 5], [6, 7]]),
+        ("[2,2,2]T(1,0,2)", "'axis_0'", [[0, 2], [1, 3], [4, 6], [5, 7]]),
+        ("[2,2,2]T(1,0,2)", "'axis_2'", [[0, 1, 4, 5], [2, 3, 6, 7]]),
+        ("[8]", "'axis_0','axis_2'", [[0, 1, 2, 3, 4, 5, 6, 7]]),
+        ("7,6,5,4,3,2,1,0", "'axis_2'", [[7, 6, 5, 4], [3, 2, 1, 0]]),  # a list
+    ],
+)
+def test_the_named_form_with_the_meshs_device_ids_in_another_order(device_ids, selected, groups):
+    devices = list(range(0, 8 * 2048, 2048))
+    attributes = (
+        "channel_id=1, replica_groups=mesh['axis_0'=2,'axis_1'=1,'axis_2'=4], "
+        f"device_ids=({device_ids}) {{{selected}}}, dimensions={{0}}, use_global_device_ids=true"
+    )
+    text = module(op("all-gather", attributes), extra=", num_partitions=8")
+    assert xla_subsets.groups_in(text, devices) == [[devices[i] for i in g] for g in groups]
+
+
+@pytest.mark.parametrize("device_ids", ["[4,4]", "[4,2]T(1,0", "0,1,2", "x"])
+def test_device_ids_that_do_not_fit_the_mesh_are_not_read(device_ids):
+    attributes = (
+        "channel_id=1, replica_groups=mesh['x'=2,'y'=4], "
+        f"device_ids=({device_ids}) {{'x'}}, use_global_device_ids=true"
+    )
+    text = module(op("all-reduce", attributes), extra=", num_partitions=8")
+    assert xla_subsets.groups_in(text, list(range(8))) is None
+
+
 def test_a_pmap_program_counts_replicas_and_async_collectives_count_once():
     text = module(
         "%s = (s32[4], s32[4]) all-reduce-start(%p), replica_groups={{0,1,2,3}}, to_apply=%a",
