@@ -1,9 +1,10 @@
 #include "algorithms/hierarchical.h"
 
+#include <algorithm>
 #include <cstring>
-#include <exception>
-#include <thread>
+#include <optional>
 
+#include "algorithms/in_order_thread.h"
 #include "reduce/reduce.h"
 
 namespace accl {
@@ -123,15 +124,15 @@ Status gather_by_messages(Link& link, int owners, const std::vector<Buffers>& se
   return link.wait_sends();
 }
 
-// The step between hosts of every chunk, in chunk order, on a thread of its own while
-// the caller's thread runs the local tiers: chunk c's transfer overlaps the local
-// reduce-scatter of c + 1.. and the all-gather of c - 1... Without a thread (it could
-// not be started) each chunk's step runs inline, in the same order on the wire.
-// Direct between hosts is streamed: every chunk's slice is posted to the peers as soon
-// as it is ready, without waiting for the previous chunk's to arrive, so the rails never
-// idle between chunks (each chunk otherwise ends with a wait for the slowest of the
-// flows that share the rails); the receives follow in chunk order, folded in rank order
-// as direct does everywhere.
+// The step between hosts of every chunk, in chunk order, on the second stage of an
+// InOrderThread while the caller's thread runs the local tiers: chunk c's transfer
+// overlaps the local reduce-scatter of c + 1.. and the all-gather of c - 1... (Without a
+// thread, each chunk's step runs inline, in the same order on the wire.) Direct between
+// hosts is streamed: every chunk's slice is posted to the peers as soon as it is ready,
+// without waiting for the previous chunk's to arrive, so the rails never idle between
+// chunks (each chunk otherwise ends with a wait for the slowest of the flows that share
+// the rails); the receives follow in chunk order, folded in rank order as direct does
+// everywhere, and the last chunk's step waits until the peers have every slice.
 class BetweenHosts {
  public:
   // `staged`: where in-place slices are copied while they stream, kept by the caller's
@@ -145,81 +146,57 @@ class BetweenHosts {
         reduction_(reduction),
         slices_(slices),
         chunks_(chunks),
-        deadline_(deadline),
         times_(times),
         staged_(*staged) {
-    if (link_ == nullptr || chunks_ < 2) return;
-    try {
-      thread_ = std::thread([this] {
-        try {
-          run();
-        } catch (const std::exception& e) {  // nothing may escape a thread
-          status_ = error(Code::kInternal, link_->where(), ": between hosts: ", e.what());
-          failed_.store(true, std::memory_order_release);
-          done_.wake_all();
-        }
-      });
-    } catch (const std::exception&) {
-      // No thread: ready() runs each chunk's step inline.
-    }
+    if (link_ == nullptr) return;
+    stage_.emplace(
+        chunks_, /*threaded=*/true, [this](int c) { return step(c); }, deadline,
+        str_cat(link_->where(), ": between hosts"));
   }
   ~BetweenHosts() { finish(); }
 
   // Chunk c's slice is reduced up the local tiers.
-  Status ready(int c) {
-    if (link_ == nullptr) return Status::Ok();
-    if (!thread_.joinable()) return step(c, times_);
-    ready_.store_and_wake(static_cast<uint32_t>(c + 1));
-    return Status::Ok();
-  }
+  Status ready(int c) { return stage_ ? stage_->ready(c) : Status::Ok(); }
   // Waits until chunk c's step between hosts is done (or failed).
-  Status wait(int c) {
-    if (link_ == nullptr || !thread_.joinable()) return status_;
-    Status s =
-        done_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &failed_);
-    if (failed_.load(std::memory_order_acquire)) return status_;
-    return s.ok() ? s
-                  : error(s.code(), link_->where(), ": waiting for chunk ", c,
-                          " between hosts: ", s.message());
-  }
-  // Stops the thread (the caller failed) and waits for it; its phases join `times`.
+  Status wait(int c) { return stage_ ? stage_->wait(c) : Status::Ok(); }
+  // Stops the stage (the caller failed) and waits for it; its phases join `times`.
   void finish() {
-    if (!thread_.joinable()) return;
-    stop_.store(true, std::memory_order_release);
-    ready_.wake_all();
-    thread_.join();
+    if (!stage_) return;
+    stage_->finish();
     times_->insert(times_->end(), own_times_.begin(), own_times_.end());
+    own_times_.clear();
   }
 
  private:
-  Status step(int c, HierarchicalTimes* times) {
+  Status step(int c) {
     const auto start = Clock::now();
-    Status s = run_allreduce(algorithm_, *link_, (*slices_)[c], reduction_);
-    times->push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, c, start, Clock::now(),
-                                 bytes_of((*slices_)[c])});
-    if (!s.ok()) status_ = s;
+    Status s = streams_between_hosts(algorithm_, chunks_)
+                   ? streamed_step(c)
+                   : run_allreduce(algorithm_, *link_, (*slices_)[c], reduction_);
+    own_times_.push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, c, start, Clock::now(),
+                                     bytes_of((*slices_)[c])});
     return s;
   }
-  // Waits until chunk c is ready; false when stopped or failed (status_ says why).
-  bool wait_ready(int c) {
-    Status s =
-        ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
-    if (!s.ok() && !stop_.load(std::memory_order_acquire)) status_ = s;
-    return s.ok();
+  Status streamed_step(int c) {
+    ACCL_RETURN_IF_ERROR(post_ready(stage_->ready_count()));
+    for (const Buffers& b : streamed_[c])
+      ACCL_RETURN_IF_ERROR(direct_receive(*link_, b, reduction_));
+    // The slices stay in place until the peers have them all.
+    return c + 1 == chunks_ ? link_->wait_sends() : Status::Ok();
   }
-  // Posts the slices of every ready chunk not yet posted (a chunk whose slice is computed
-  // in place is sent from a copy, since its result lands there while the send may still
-  // be on its way).
-  Status post_ready(int* posted) {
-    const int ready = std::min<int>(chunks_, static_cast<int>(ready_.load()));
+  // Posts the slices of the chunks before `ready` not yet posted (a chunk whose slice is
+  // computed in place is sent from a copy, since its result lands there while the send
+  // may still be on its way).
+  Status post_ready(int ready) {
+    ready = std::min(chunks_, ready);
     if (streamed_.size() < static_cast<size_t>(chunks_)) streamed_.resize(chunks_);
-    for (; *posted < ready; ++*posted) {
-      std::vector<Buffers>& slice = streamed_[*posted];
-      slice = (*slices_)[*posted];
+    for (; posted_ < ready; ++posted_) {
+      std::vector<Buffers>& slice = streamed_[posted_];
+      slice = (*slices_)[posted_];
       for (size_t s = 0; s < slice.size(); ++s) {
         Buffers& b = slice[s];
         if (b.in == b.out && b.count > 0) {
-          const size_t index = *posted * slice.size() + s;
+          const size_t index = posted_ * slice.size() + s;
           if (staged_.size() <= index) staged_.resize(index + 1);
           std::vector<char>& copy = staged_[index];
           copy.assign(static_cast<const char*>(b.in),
@@ -231,64 +208,18 @@ class BetweenHosts {
     }
     return Status::Ok();
   }
-  void run_streamed() {
-    int posted = 0;
-    bool all_received = false;
-    for (int c = 0; c < chunks_ && status_.ok(); ++c) {
-      if (!wait_ready(c)) break;  // stopped: the caller failed and poisons the link
-      const auto start = Clock::now();
-      Status s = post_ready(&posted);
-      for (size_t k = 0; k < streamed_[c].size() && s.ok(); ++k) {
-        s = direct_receive(*link_, streamed_[c][k], reduction_);
-      }
-      own_times_.push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, c, start, Clock::now(),
-                                       bytes_of((*slices_)[c])});
-      if (!s.ok()) {
-        status_ = s;
-        break;
-      }
-      done_.store_and_wake(static_cast<uint32_t>(c + 1));
-      all_received = c + 1 == chunks_;
-    }
-    // The slices stay in place until the peers have them all (finish() joins after it).
-    if (all_received) status_ = link_->wait_sends();
-    if (!status_.ok()) {
-      failed_.store(true, std::memory_order_release);
-      done_.wake_all();
-    }
-  }
-  void run() {
-    if (streams_between_hosts(algorithm_, chunks_)) return run_streamed();
-    for (int c = 0; c < chunks_; ++c) {
-      Status s =
-          ready_.wait([c](uint32_t v) { return v > static_cast<uint32_t>(c); }, deadline_, &stop_);
-      if (!s.ok()) {
-        if (!stop_.load(std::memory_order_acquire)) status_ = s;
-        break;
-      }
-      if (!step(c, &own_times_).ok()) break;
-      done_.store_and_wake(static_cast<uint32_t>(c + 1));
-    }
-    if (!status_.ok()) {
-      failed_.store(true, std::memory_order_release);
-      done_.wake_all();
-    }
-  }
 
   Link* link_;
   Algorithm algorithm_;
   const Reduction& reduction_;
   const std::vector<std::vector<Buffers>>* slices_;
   int chunks_;
-  Deadline deadline_;
   HierarchicalTimes* times_;
-  HierarchicalTimes own_times_;
-  Status status_;
+  HierarchicalTimes own_times_;                 // the stage's, joined to times_ at finish()
+  int posted_ = 0;                              // streamed: chunks whose slices are posted
   std::vector<std::vector<Buffers>> streamed_;  // streamed: each chunk's slices as posted
   std::vector<std::vector<char>>& staged_;      // streamed: copies of in-place slices in flight
-  Flag ready_, done_;
-  std::atomic<bool> stop_{false}, failed_{false};
-  std::thread thread_;
+  std::optional<InOrderThread> stage_;          // none for a rank with no link between hosts
 };
 
 }  // namespace

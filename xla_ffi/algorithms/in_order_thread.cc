@@ -19,6 +19,7 @@ InOrderThread::InOrderThread(int chunks, bool threaded, std::function<Status(int
 Status InOrderThread::ready(int c) {
   if (failed_.load(std::memory_order_acquire)) return status_;
   if (!thread_.joinable()) {
+    ready_.store_and_wake(static_cast<uint32_t>(c + 1));  // what ready_count() tells the steps
     for (int k = static_cast<int>(done_.load()); k <= c && k < chunks_; ++k) {
       Status s = run_step(k);
       if (!s.ok()) {

@@ -37,6 +37,9 @@ class InOrderThread {
   // Stops the thread after the step it is running and joins it.
   void finish();
   bool threaded() const { return thread_.joinable(); }
+  // How many chunks the caller has handed over so far (a step may take up those after
+  // its own: the streamed step between hosts posts every ready chunk's slice).
+  int ready_count() const { return static_cast<int>(ready_.load()); }
 
  private:
   void run();
