@@ -183,7 +183,8 @@ KNOBS = {
             "JAX_ACCL_RAIL_CHOICE",
             "model",
             "job start",
-            "`model`: stripe over every rail where process 0's stored wire calibration "
+            "process 0's, for every process: `model`: stripe over every rail where process "
+            "0's stored wire calibration "
             "(`bench --calibrate --hosts 2`) measured the rails together carrying at least "
             "1.15x what one carries, else over the first only (every rail without a "
             "calibration of as many rails, or with JAX_ACCL_LINK_GBITS); `all`: every rail",

@@ -104,7 +104,9 @@ def apply(stored: dict) -> None:
 
     _accl.set_cost_model(**{k: float(v) for k, v in stored.items() if k in _accl.get_cost_model()})
     wire = stored.get("wire")
-    if wire is not None and not wire_stated():  # the rails a job with the calibrated ones uses
+    if _job_wire is not None:  # in a job: its wire, whatever this process's file holds
+        _set_net(*_job_wire)
+    elif wire is not None and not wire_stated():  # over the rails a job would stripe over
         _accl.set_cost_model(**wire_constants(wire, rails.paying_count(wire["rails"], wire)))
     apply_stated_wire()
     _accl.clear_measured_one_host()
@@ -134,7 +136,8 @@ def stored_wire() -> dict | None:
         return None
     try:
         wire_constants(wire, 1)
-        rails.rails_gain(wire)
+        if not (rails.rails_gain(wire) > 0 and wire["net_alpha"] > 0 and wire["rails"] >= 1):
+            raise ValueError("rates, net_alpha and rails must be positive")
     except (TypeError, KeyError, ValueError, ZeroDivisionError) as e:
         warnings.warn(f"jax_accl: ignoring the wire in {cache_path()}: {e!r}", stacklevel=2)
         return None
@@ -150,15 +153,29 @@ def wire_constants(wire: dict, rails: int) -> dict:
     return {"net_alpha": float(wire["net_alpha"]), "net_beta": 1.0 / float(rate)}
 
 
+NET = ("net_alpha", "net_beta")  # the constants a wire sets
+_job_wire: tuple | None = None  # (wire or None, rails in use) of this process's job
+
+
 def apply_wire(wire: dict | None, rails: int) -> None:
-    """The job's wire (process 0's calibration, or None: nothing changes) as the model's
-    net_alpha/net_beta over `rails` rails in use; JAX_ACCL_LINK_GBITS still states net_beta."""
-    if wire is None:
-        return
+    """The job's wire (process 0's calibration) as the model's net_alpha/net_beta over
+    `rails` rails in use, also over any later load() of this process's file; None
+    (process 0 has none): the model's own, whatever this process's file says, so that
+    every process plans alike; JAX_ACCL_LINK_GBITS still states net_beta."""
+    global _job_wire
+    _job_wire = (wire, rails)
+    _set_net(wire, rails)
+    apply_stated_wire()
+
+
+def _set_net(wire: dict | None, rails: int) -> None:
     from jax_accl import _accl
 
-    _accl.set_cost_model(**wire_constants(wire, rails))
-    apply_stated_wire()
+    if wire is None:
+        defaults = _accl.default_cost_model()
+        _accl.set_cost_model(**{name: defaults[name] for name in NET})
+    else:
+        _accl.set_cost_model(**wire_constants(wire, rails))
 
 
 def store(values: dict) -> Path:

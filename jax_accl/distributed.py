@@ -3,12 +3,14 @@
 After ``jax.distributed.initialize()``, the first jax_accl collective lowered in a
 multi-process program calls ``ensure_started()``. Every process then
 
-1. gets the job's secret and wire: process 0 draws the secret and puts it and its wire
-   calibration (``jax_accl.cost_model``, or none) in jax.distributed's key-value store,
-   the others read them (every process plans by process 0's wire, and by it stripes over
-   every rail or one, ``jax_accl.rails.paying``) (connections that cannot prove they know it are
-   refused, xla_ffi/transport/handshake.h); process 0 deletes it from the store once
-   every process has published its entry (step 3), which each does after reading it;
+1. gets the job's secret, wire and rail choice: process 0 draws the secret and puts it,
+   its wire calibration (``jax_accl.cost_model``, or none) and its JAX_ACCL_RAIL_CHOICE in
+   jax.distributed's key-value store, and the others read them: connections that cannot
+   prove they know the secret are refused (xla_ffi/transport/handshake.h); every process
+   plans by process 0's wire and stripes by it and its choice over every rail or the
+   first (``jax_accl.rails.paying``). Process 0 deletes the secret and the wire from the
+   store once every process has published its entry (step 3), which each does after
+   reading them;
 2. opens a TCP listener on each of its rails (``jax_accl.rails``);
 3. publishes its host (the hostname, or ``JAX_ACCL_HOST_ID``), its rails and ports and
    its devices under ``jax_accl/v1/process/<index>``, and reads everybody else's.
@@ -118,8 +120,9 @@ def _start() -> list[dict]:
         wire = json.loads(client.blocking_key_value_get(f"{_PREFIX}/wire", timeout_ms))
         return _join(client, index, count, secret, wire, timeout_ms)
     secret = secrets.token_hex(16)
-    wire = cost_model.stored_wire()
-    client.key_value_set(f"{_PREFIX}/wire", json.dumps(wire))  # before the secret: read after it
+    # Process 0's wire and rail choice, for every process (read after the secret).
+    wire = {"wire": cost_model.stored_wire(), "choice": config.value("JAX_ACCL_RAIL_CHOICE")}
+    client.key_value_set(f"{_PREFIX}/wire", json.dumps(wire))
     client.key_value_set(f"{_PREFIX}/secret", secret)
     try:
         return _join(client, index, count, secret, wire, timeout_ms)
@@ -131,8 +134,11 @@ def _start() -> list[dict]:
 
 
 def _delete_secret(client) -> None:
+    """The secret out of the store, and the wire published with it (a later start in this
+    job publishes them again)."""
     try:
         client.key_value_delete(f"{_PREFIX}/secret")
+        client.key_value_delete(f"{_PREFIX}/wire")
     except Exception as e:  # the store may be gone with the job: then so is the secret
         log.logger.warning("jax_accl: could not delete the job's secret from the store: %s", e)
 
@@ -150,18 +156,19 @@ def _set_tcp_congestion() -> None:
         _accl.set_tcp_congestion("")
 
 
-def _join(client, index: int, count: int, secret: str, wire, timeout_ms: int) -> list[dict]:
+def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: int) -> list[dict]:
     """Listeners up, this process's entry published, everybody's read (steps 2 and 3);
-    `wire`: process 0's wire calibration (or None), which every process plans by."""
+    `wire`: process 0's wire calibration ("wire", or None) and rail choice ("choice"),
+    which every process plans and stripes by."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
     _set_tcp_congestion()
     cost_model.ensure_loaded()  # the model every process plans by, from the first call
-    rails, why = rails_lib.paying(rails_lib.resolve(), wire)
+    rails, why = rails_lib.paying(rails_lib.resolve(), wire["wire"], wire["choice"])
     if why:
         log.logger.info("%s", why)
-    cost_model.apply_wire(wire, len(rails))
+    cost_model.apply_wire(wire["wire"], len(rails))
     ports = _accl.world_start(
         index,
         count,

@@ -112,7 +112,11 @@ def bucket_bytes(limit: int) -> tuple[int, int]:
     buckets are large enough that alpha is at most 5% of a bucket's time (20 alpha /
     beta, at least 1 MiB); the first is a quarter of that, so that the first
     reduction starts early in the backward pass, as DDP's 1 MiB first bucket."""
-    cost_model.ensure_loaded()  # as the calls' algorithm choice (same file on every process)
+    cost_model.ensure_loaded()  # as the calls' algorithm choice
+    if jax.process_count() > 1:  # the job's wire, process 0's (jax_accl.distributed)
+        from jax_accl import distributed
+
+        distributed.ensure_started()
     model = _accl.get_cost_model()
     if jax.process_count() > 1:
         alpha, beta = model["net_alpha"], model["net_beta"]

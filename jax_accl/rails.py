@@ -8,7 +8,7 @@
   * ``eth1:3,eth2:1``: with weights, the share of each striped message a rail carries
     (for rails of different bandwidth; default 1 each).
 
-``JAX_ACCL_RAIL_CHOICE`` (paying()): with ``model`` (default) and process 0's wire
+``JAX_ACCL_RAIL_CHOICE`` (paying(), process 0's): with ``model`` (default) and process 0's wire
 calibration of as many rails, a job whose rails together carried less than
 RAILS_PAY_MIN x one rail's stripes over the first only: on a fast wire whose limit is the
 hosts' CPUs, a second connection per peer adds work and no bandwidth.
@@ -78,11 +78,13 @@ def resolve(spec: str | None = None) -> list[tuple[str, str, float]]:
     return rails
 
 
-def paying_count(count: int, wire: dict | None) -> int:
-    """How many of `count` rails a job stripes over (the first ones): all, unless
-    JAX_ACCL_RAIL_CHOICE is model and `wire` (process 0's calibration, jax_accl.cost_model)
-    measured as many rails carrying together under RAILS_PAY_MIN x one rail's: then 1."""
-    if config.value("JAX_ACCL_RAIL_CHOICE") != "model" or wire is None or count < 2:
+def paying_count(count: int, wire: dict | None, choice: str | None = None) -> int:
+    """How many of `count` rails a job stripes over (the first ones): all, unless `choice`
+    (process 0's JAX_ACCL_RAIL_CHOICE; None: this process's) is model and `wire` (process
+    0's calibration, jax_accl.cost_model) measured as many rails carrying together under
+    RAILS_PAY_MIN x one rail's: then 1."""
+    choice = choice if choice is not None else config.value("JAX_ACCL_RAIL_CHOICE")
+    if choice != "model" or wire is None or count < 2:
         return count
     if wire["rails"] != count or rails_gain(wire) >= RAILS_PAY_MIN:
         return count
@@ -94,9 +96,9 @@ def rails_gain(wire: dict) -> float:
     return wire["all_rails_bytes_per_s"] / wire["one_rail_bytes_per_s"]
 
 
-def paying(rails: list, wire: dict | None) -> tuple[list, str]:
+def paying(rails: list, wire: dict | None, choice: str | None = None) -> tuple[list, str]:
     """(the rails a job stripes over, why where not all of `rails`: "" otherwise)."""
-    used = paying_count(len(rails), wire)
+    used = paying_count(len(rails), wire, choice)
     if used == len(rails):
         return rails, ""
     return rails[:used], (

@@ -291,8 +291,11 @@ def launch_main(args) -> tuple[list[dict], str, object]:
     with netns.virtual_hosts(args.hosts, args.rails, rate_mbit=args.rate_mbit or None) as names:
         wire_rates = {} if args.rate_mbit else wire.measure_rails(names, args.rails)
         spaces = [name for name in names for _ in range(per_host)]
+        # Shaped, the jobs are told the wire (every rail at that rate): a stored
+        # calibration of another wire is not theirs.
+        env = [netns.stated_wire(args.rate_mbit)] * len(spaces)
         results = launch.run_on_namespaced_hosts(
-            forwarded, spaces, args.devices, rails, extra=extra, timeout=1800
+            forwarded, spaces, args.devices, rails, extra=extra, env=env, timeout=1800
         )
     speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
     label = (

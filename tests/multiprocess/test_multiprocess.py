@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jax_accl import cost_model
+from jax_accl import _accl, cost_model
 from jax_accl.plan import places_of, runtime_plan
 from jax_accl.plan.schedule import slice_parts
 from jax_accl.plan.topology import Topology
@@ -209,22 +209,23 @@ def test_all_to_all_by_host_and_direct_between_hosts_match_gloo(root_required, p
         assert set(rail_shares(r["stats"])) == {"tcp:rail0", "tcp:rail1"}
 
 
-@pytest.mark.parametrize("first_pays", [False, True])
-def test_every_process_stripes_and_plans_by_process_0s_wire(root_required, tmp_path, first_pays):
+@pytest.mark.parametrize("first", ["pays", "does not pay", "none"])
+def test_every_process_stripes_and_plans_by_process_0s_wire(root_required, tmp_path, first):
     """Process 0's stored wire calibration decides for the job: its rails carried together
-    1.05x one rail's (no gain: every process stripes over rail0 only) or 1.9x (both
-    rails), whatever process 1's own says; both plan by its net_alpha; exact results."""
+    1.9x one rail's (both rails), 1.05x (every process stripes over rail0 only), or it has
+    none (both rails, the model's own wire), whatever process 1's own file and rail choice
+    say; every process plans by the same net_alpha and net_beta; exact results."""
 
     def cache(name, gain, alpha):
-        one = 1e9
-        wire = {"rails": 2, "one_rail_bytes_per_s": one, "all_rails_bytes_per_s": gain * one}
         (tmp_path / name).mkdir()
-        (tmp_path / name / "cost_model.json").write_text(
-            json.dumps({"wire": {**wire, "net_alpha": alpha}})
-        )
+        if gain is not None:
+            wire = {"rails": 2, "one_rail_bytes_per_s": 1e9, "all_rails_bytes_per_s": gain * 1e9}
+            (tmp_path / name / "cost_model.json").write_text(
+                json.dumps({"wire": {**wire, "net_alpha": alpha}})
+            )
         return str(tmp_path / name)
 
-    gains = (1.9, 1.05) if first_pays else (1.05, 1.9)
+    gains = {"pays": (1.9, 1.05), "does not pay": (1.05, 1.9), "none": (None, 1.05)}[first]
     caches = [cache("p0", gains[0], 31e-6), cache("p1", gains[1], 77e-6)]
     with netns.virtual_hosts(2, 2) as names:
         results = run(
@@ -232,20 +233,25 @@ def test_every_process_stripes_and_plans_by_process_0s_wire(root_required, tmp_p
             2,
             "hierarchy",
             extra=["--gloo-interface", "rail0"],
-            env=[dict(e, JAX_ACCL_CACHE=c) for e, c in zip(host_env(names), caches)],
+            # Process 1's rail choice is not the job's: process 0's is.
+            env=[
+                dict(e, JAX_ACCL_CACHE=c, JAX_ACCL_RAIL_CHOICE="model" if i == 0 else "all")
+                for i, (e, c) in enumerate(zip(host_env(names), caches))
+            ],
             namespaces=names,
             coordinator_ip=netns.rail_ip(0, 0),
         )
+    defaults = _accl.default_cost_model()
+    want = {
+        "pays": (31e-6, 2 / 1.9e9, {"tcp:rail0", "tcp:rail1"}),
+        "does not pay": (31e-6, 1 / 1e9, {"tcp:rail0"}),
+        "none": (defaults["net_alpha"], defaults["net_beta"], {"tcp:rail0", "tcp:rail1"}),
+    }[first]
     for r in results:
         assert r["checks"] > 0
-        assert r["cost_model"]["net_alpha"] == pytest.approx(31e-6)
-        shares = rail_shares(r["stats"])
-        if first_pays:
-            assert set(shares) == {"tcp:rail0", "tcp:rail1"}, shares
-            assert r["cost_model"]["net_beta"] == pytest.approx(2 / 1.9e9)
-        else:
-            assert set(shares) == {"tcp:rail0"}, shares
-            assert r["cost_model"]["net_beta"] == pytest.approx(1 / 1e9)
+        assert r["cost_model"]["net_alpha"] == pytest.approx(want[0])
+        assert r["cost_model"]["net_beta"] == pytest.approx(want[1])
+        assert set(rail_shares(r["stats"])) == want[2]
 
 
 def test_two_hosts_two_processes_each_over_two_rails(root_required):

@@ -404,6 +404,15 @@ NB_MODULE(_accl, m) {
       },
       "The cost model's constants by name, in seconds and seconds per byte.");
   m.def(
+      "default_cost_model",
+      [] {
+        nb::dict values;
+        const CostModel defaults;
+        for (const CostModelField& f : kCostModelFields) values[f.name] = defaults.*f.member;
+        return values;
+      },
+      "The cost model's constants before any calibration or setting, by name.");
+  m.def(
       "set_cost_model",
       [](nb::kwargs values) {
         std::map<std::string, double> named;
