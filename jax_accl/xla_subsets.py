@@ -201,6 +201,8 @@ def _mesh_groups(mesh: str, selected: str, device_ids: str | None = None) -> lis
     chosen = re.findall(r"'(\w+)'", selected)
     if not axes or len(axes) != mesh.count("=") or any(n not in names for n in chosen):
         return None
+    if ":" in selected or "(" in selected:  # a sub-axis, e.g. {'a':(1)2}
+        return None
     shape = [int(k) for _, k in axes]
     ids = _device_ids(device_ids, int(np.prod(shape)))
     if ids is None:
@@ -222,7 +224,10 @@ def _device_ids(text: str | None, count: int):
         dims = [int(d) for d in m[1].split(",")]
         ids = np.arange(int(np.prod(dims))).reshape(dims)
         if m[2]:
-            ids = ids.transpose([int(p) for p in m[2].split(",")])
+            perm = [int(p) for p in m[2].split(",")]
+            if sorted(perm) != list(range(len(dims))):
+                return None
+            ids = ids.transpose(perm)
         ids = ids.reshape(-1)
     elif re.fullmatch(r"[\d,\s]+", text):
         ids = np.array([int(i) for i in text.split(",") if i.strip()])

@@ -86,7 +86,7 @@ def test_the_named_form_with_the_meshs_device_ids_in_another_order(device_ids, s
     assert xla_subsets.groups_in(text, devices) == [[devices[i] for i in g] for g in groups]
 
 
-@pytest.mark.parametrize("device_ids", ["[4,4]", "[4,2]T(1,0", "0,1,2", "x"])
+@pytest.mark.parametrize("device_ids", ["[4,4]", "[4,2]T(1,0", "[4,2]T(0,0)", "0,1,2", "x"])
 def test_device_ids_that_do_not_fit_the_mesh_are_not_read(device_ids):
     attributes = (
         "channel_id=1, replica_groups=mesh['x'=2,'y'=4], "
@@ -231,3 +231,14 @@ def test_the_library_takes_well_formed_groups_and_refuses_others(capfd):
     assert call(1, 2, 10**9, 10**9 + 1, 2, 2, 10**9) == -1
     assert "note_groups: " in capfd.readouterr().err
     assert call(0, 9) == -1
+
+
+def test_a_sub_axis_of_the_named_form_is_not_read():
+    text = module(
+        op(
+            "all-reduce",
+            "channel_id=1, replica_groups=mesh['a'=8] {'a':(1)2}, use_global_device_ids=true",
+        ),
+        extra=", num_partitions=8",
+    )
+    assert xla_subsets.groups_in(text, list(range(8))) is None

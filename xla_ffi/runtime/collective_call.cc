@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <memory>
+#include <string>
 
 #include "runtime/call_plan.h"
 #include "runtime/call_record.h"
@@ -121,38 +123,46 @@ Status run_call(const CallSpec& spec, const CallBuffers& buffers) {
 }
 
 void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done) {
+  // Made before the call counts as begun: what throws here ends nothing begun.
+  auto complete = std::make_shared<std::function<void(const Status&)>>(
+      [done = std::move(done)](const Status& s) {
+        call_ended();
+        done(s);
+      });
   call_began();
-  auto complete = [done = std::move(done)](const Status& s) {
-    call_ended();
-    done(s);
-  };
   // What a rank stages or receives, whichever is more (an all-gather's output is n inputs).
   size_t bytes_in = 0, bytes_out = 0;
   for (uint64_t count : buffers.counts) bytes_in += count * dtype_size(buffers.dtype);
   for (uint64_t count : buffers.out_counts) bytes_out += count * dtype_size(buffers.dtype);
   if (!spec.across_processes && collective_row(spec.signature.collective).one_shot != nullptr &&
       plan_one_shot(std::max(bytes_in, bytes_out), spec.signature.algorithm)) {
-    return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts, std::move(complete));
+    return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts,
+                    [complete](const Status& s) { (*complete)(s); });
   }
   // Each call gets a thread of its own, so that calls of one device that XLA runs
   // concurrently never queue behind each other (their order may differ by device).
-  run_on_call_thread(
-      [spec = std::move(spec), buffers = std::move(buffers), complete = std::move(complete)]() {
-        // Nothing may escape a call thread (std::terminate), and `done` must run either
-        // way: an exception (an allocation that failed) becomes the call's error.
-        Status s;
-        try {
-          s = run_call(spec, buffers);
-        } catch (const std::exception& e) {
-          s = error(Code::kInternal, spec.label, ": ", e.what());
-        } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
-          complete(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
-          throw;
-        } catch (...) {
-          s = error(Code::kInternal, spec.label, ": an unknown exception");
-        }
-        complete(s);
-      });
+  std::string label;
+  try {
+    label = spec.label;
+    run_on_call_thread([spec = std::move(spec), buffers = std::move(buffers), complete]() {
+      // Nothing may escape a call thread (std::terminate), and `done` must run either
+      // way: an exception (an allocation that failed) becomes the call's error.
+      Status s;
+      try {
+        s = run_call(spec, buffers);
+      } catch (const std::exception& e) {
+        s = error(Code::kInternal, spec.label, ": ", e.what());
+      } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
+        (*complete)(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
+        throw;
+      } catch (...) {
+        s = error(Code::kInternal, spec.label, ": an unknown exception");
+      }
+      (*complete)(s);
+    });
+  } catch (const std::exception& e) {  // not queued (it never runs): the call ends here
+    (*complete)(error(Code::kInternal, label, ": the call could not be started: ", e.what()));
+  }
 }
 
 }  // namespace accl
