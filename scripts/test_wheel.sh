@@ -60,6 +60,8 @@ for version in $JAXLIBS; do
     "$wheel" "jax==$version" "jaxlib==$version"
   # From a directory without the checkout: the installed wheel is what is imported.
   (cd "$work" && PATH="$path" "$venv/bin/python" "$repo/tests/wheel/allreduce_job.py")
+  # Every module the wheel ships imports (the tools' extras aside); no test harness in it.
+  (cd "$work" && PATH="$path" "$venv/bin/python" "$repo/tests/wheel/modules.py")
   # The demo as a user of the wheel runs it (its extra, optax, from binaries too).
   PATH="$path" "$venv/bin/python" -m pip install --quiet --only-binary=:all: "optax>=0.2"
   (cd "$work" && PATH="$path" "$venv/bin/python" -m jax_accl.demo --steps 2) >"$work/demo.log" 2>&1 ||
