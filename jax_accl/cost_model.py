@@ -66,6 +66,7 @@ def load() -> dict | None:
     file that cannot be applied is reported (a warning naming it and why) and skipped."""
     path = cache_path()
     apply_stated_wire()
+    config.value("JAX_ACCL_RAIL_CHOICE")  # a bad value is its own error, not the file's
     try:
         stored = json.loads(path.read_text())
     except FileNotFoundError:

@@ -53,10 +53,15 @@ def test_every_rail_is_kept_where_the_calibration_does_not_speak_for_them(monkey
     assert rails.paying(given, stored) == (given, "")
 
 
-def test_a_rail_choice_that_is_not_known_is_refused(monkeypatch):
+def test_a_rail_choice_that_is_not_known_is_refused(tmp_path, monkeypatch, model):
     monkeypatch.setenv("JAX_ACCL_RAIL_CHOICE", "some")
     with pytest.raises(ValueError, match="JAX_ACCL_RAIL_CHOICE"):
         config.value("JAX_ACCL_RAIL_CHOICE")
+    # Loading the model says so too, not that the stored file is bad.
+    monkeypatch.setenv("JAX_ACCL_CACHE", str(tmp_path))
+    (tmp_path / "cost_model.json").write_text(json.dumps({"wire": wire()}))
+    with pytest.raises(ValueError, match="JAX_ACCL_RAIL_CHOICE"):
+        cost_model.load()
 
 
 def test_the_model_takes_the_rate_of_the_rails_in_use():
