@@ -70,16 +70,15 @@ def _places(group, devices) -> tuple[list[tuple[str, int]], int]:
     return [where[devices[p]] for p in group], max(1, len(table[jax.process_index()]["rails"]))
 
 
-def _profile_name(algorithm: str, avals, groups, devices) -> str:
-    """The HLO name of the call, which is what profilers show: e.g. "accl_allreduce
-    reduce_broadcast 16MiB", the schedule of the runtime's own plan for the call
-    (jax_accl.plan.runtime, for its largest group), so a profile names what runs."""
-    nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in avals)
+def _allreduce_schedule(algorithm: str, avals, groups, devices) -> str:
+    """The schedule of the runtime's own plan for an all-reduce (jax_accl.plan.runtime,
+    for its largest group), which its profile and log name: e.g. reduce_broadcast."""
+    nbytes = sum(_nbytes(a) for a in avals)
     places, rails = _places(max(groups, key=len), devices)
     plan = runtime_plan(
         places, nbytes, algorithm=algorithm, rails=rails, one_shot=jax.process_count() == 1
     )
-    return f"accl_allreduce {plan.schedule} {human(nbytes)}"
+    return plan.schedule
 
 
 def _lane(ctx, groups) -> int:
@@ -111,42 +110,31 @@ def _device_ids(ctx, groups) -> tuple:
 
 
 def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op_id, lane, devices):
-    """The custom call itself, in a fully manual context; returns its results."""
+    """The all-reduce's custom call, in a fully manual context: in place (each result is
+    its operand's buffer: XLA then allocates no output, and at 64 MiB per device fresh
+    buffers cost more in page faults than the all-reduce; it copies an operand only where
+    it is still needed afterwards), named by the runtime's plan for it."""
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
-    group_size = max(len(g) for g in groups)
     cost_model.ensure_loaded()  # this machine's constants, if `bench --calibrate` stored them
-    cfg = config.current()
-    chosen = cfg.algorithm if algorithm == "auto" else algorithm
-    processes = jax.process_count()
-    if processes > 1:  # the native side bootstraps its process table first
+    chosen = config.current().algorithm if algorithm == "auto" else algorithm
+    if jax.process_count() > 1:  # the process table first: the plan reads it
         distributed.ensure_started()
-    # In place: each result is its operand's buffer. XLA then allocates no output (at
-    # 64 MiB per device, fresh buffers cost more in page faults than the all-reduce) and
-    # copies an operand only where it is still needed afterwards.
-    aliases = {k: k for k in range(len(xs))}
-    call = jax.ffi.ffi_lowering(
-        "accl_allreduce", has_side_effect=True, operand_output_aliases=aliases
-    )
-    profile_name = _profile_name(chosen, ctx.avals_in, groups, devices)
-    log.once(
-        (profile_name, len(groups), group_size),
-        "jax_accl.%s over %s: %d group(s) of %d devices, %s -> %s",
-        API_NAMES[op],
+    return _emit_data_call(
+        ctx,
+        xs,
+        "accl_allreduce",
+        f"jax_accl.{API_NAMES[op]}",
         axes,
-        len(groups),
-        group_size,
-        profile_name.split()[-1],
-        profile_name.split()[1],
+        groups,
+        devices,
+        op_id,
+        _allreduce_schedule(chosen, ctx.avals_in, groups, devices),
+        aliases={k: k for k in range(len(xs))},
+        forced=chosen,
+        op=op,
+        lane=lane,
     )
-    with c.ir.Location.name(profile_name):
-        return call(
-            ctx,
-            *xs,
-            **_attributes(
-                groups, op, chosen, op_id, lane, f"jax_accl.{API_NAMES[op]} over {axes}", devices
-            ),
-        )
 
 
 def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: str, devices):
@@ -334,11 +322,15 @@ def _emit_data_call(
     algorithm,
     aliases=None,
     forced="auto",
+    op="sum",
+    lane=None,
     **extra,
 ):
-    """A call that moves data (fully manual contexts only): one result per operand, or
-    as `aliases` ({operand: result}) says; `algorithm` names its schedule in the profile
-    and the log, `forced` is the algorithm the runtime's plan is asked for."""
+    """Every jax_accl custom call (fully manual contexts only): one result per operand,
+    or as `aliases` ({operand: result}) says; `algorithm` names its schedule in the
+    profile (the HLO name profilers show, e.g. "accl_allreduce reduce_broadcast 16MiB")
+    and the log, `forced` is the algorithm the runtime's plan is asked for, `lane` the
+    call's (default: the next of the module, _lane)."""
     if jax.process_count() > 1:
         distributed.ensure_started()
     nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
@@ -355,9 +347,8 @@ def _emit_data_call(
         algorithm,
     )
     call = jax.ffi.ffi_lowering(target, has_side_effect=True, operand_output_aliases=aliases)
-    attributes = _attributes(
-        groups, "sum", forced, op_id, _lane(ctx, groups), f"{api} over {axes}", devices
-    )
+    lane = _lane(ctx, groups) if lane is None else lane
+    attributes = _attributes(groups, op, forced, op_id, lane, f"{api} over {axes}", devices)
     with c.ir.Location.name(profile_name):
         return call(ctx, *xs, **attributes, **extra)
 

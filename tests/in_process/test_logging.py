@@ -47,7 +47,7 @@ def test_silent_by_default():
 def test_info_names_the_algorithm_once():
     lines = run_with("INFO").splitlines()
     assert len(lines) == 1, lines
-    assert "1 group(s) of 4 devices, 4KiB -> direct" in lines[0]
+    assert "1 group(s) of 4 devices, 1 array(s), 4KiB -> direct" in lines[0]
 
 
 def test_debug_adds_a_line_per_call_and_device():
