@@ -18,6 +18,7 @@ from jax_accl.bench import (
     overlap,
     profiler_cost,
     report,
+    steps,
     sweep,
     wire,
 )
@@ -107,6 +108,12 @@ def parse_args(argv):
         "program, and the share of the shorter one hidden (jax_accl and jax.lax)",
     )
     parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="with --hosts: instead of the sweep, where each algorithm's time between hosts "
+        "goes, step by step (process 0's native events of a few calls per size)",
+    )
+    parser.add_argument(
         "--mpi",
         choices=("auto", "on", "off"),
         default="auto",
@@ -145,6 +152,15 @@ def worker_main(args) -> int:
         result = {"points": calibrate_wire.wire_points(args.reps, on_size)}
     elif args.calibrate:
         result = {"points": calibrate.calibration_points(n, args.reps, on_size)}
+    elif args.steps:
+        algorithms = [a for a in args.algorithms.split(",") if a]
+        result = {
+            "steps": [
+                s
+                for size in sizes_of(args)
+                for s in steps.measure(size, n, args.hosts, algorithms, args.reps)
+            ]
+        }
     elif args.overlap:
         result = {"overlap": [r for s in sizes_of(args) for r in overlap.measure(s, n, args.reps)]}
     else:
@@ -175,6 +191,7 @@ def worker_args(args) -> list[str]:
     """The sweep's options, as every process of a multi-process run gets them."""
     return [
         *(["--overlap"] if args.overlap else []),
+        *(["--steps", "--hosts", str(args.hosts)] if args.steps else []),
         "--sizes",
         args.sizes,
         "--algorithms",
@@ -229,7 +246,7 @@ def multi_process_main(args, out) -> int:
     pipelines = [c for c in args.pipeline_chunks.split(",") if c] or [None]
     jobs = [(rails, chunks) for rails in rail_counts for chunks in pipelines]
     sizes = [weight(s) for s in sizes_of(args)]
-    with_mpi = [sum(sizes) / 4] if mpi.will_run(args) and not args.overlap else []
+    with_mpi = [sum(sizes) / 4] if mpi.will_run(args) and not (args.overlap or args.steps) else []
     progress = Progress("jax_accl.bench", [w for _ in jobs for w in sizes + with_mpi])
     for rails, chunks in jobs:
         multi_host_job(args, per_host, rails, rate, chunks, out, progress)
@@ -272,6 +289,10 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         )
         if args.overlap:
             overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
+            return
+        if args.steps:
+            print(f"# {label}")
+            steps.print_summary(results[0]["steps"], args.hosts, rails * rate)
             return
         rows = report.job_rows(results)
         if mpi.will_run(args):

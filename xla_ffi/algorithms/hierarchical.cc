@@ -4,6 +4,7 @@
 #include <exception>
 #include <thread>
 
+#include "algorithms/step_times.h"
 #include "reduce/reduce.h"
 
 namespace accl {
@@ -194,7 +195,9 @@ class BetweenHosts {
  private:
   Status step(int c, HierarchicalTimes* times) {
     const auto start = Clock::now();
-    Status s = run_allreduce(algorithm_, *link_, (*slices_)[c], reduction_);
+    StepTimesLink timed(*link_, c, times);
+    Link& link = step_times_enabled().load(std::memory_order_relaxed) ? timed : *link_;
+    Status s = run_allreduce(algorithm_, link, (*slices_)[c], reduction_);
     times->push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, c, start, Clock::now(),
                                  bytes_of((*slices_)[c])});
     if (!s.ok()) status_ = s;
