@@ -18,6 +18,7 @@ from jax_accl.bench import (
     overlap,
     profiler_cost,
     report,
+    scaling,
     steps,
     sweep,
     wire,
@@ -42,9 +43,10 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--hosts",
-        type=int,
-        default=1,
-        help="spread the processes over this many network-namespace hosts (root)",
+        default="1",
+        help="spread the processes over this many network-namespace hosts (root); several "
+        "counts (2,4,8,16): weak scaling, one job per count, --processes-per-host processes "
+        "on each host, busbw per host against hosts with the planner's prediction",
     )
     parser.add_argument(
         "--processes-per-host",
@@ -133,7 +135,17 @@ def parse_args(argv):
     parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
     parser.add_argument("--label", default="", help=argparse.SUPPRESS)
     parser.add_argument("--wire-points", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.host_counts = [int(h) for h in str(args.hosts).split(",")]
+    except ValueError:
+        parser.error(f"--hosts: a count or counts separated by commas, not {args.hosts!r}")
+    if min(args.host_counts) < 1:
+        parser.error("--hosts: every count must be >= 1")
+    if len(args.host_counts) > 1 and ("," in args.processes_per_host or min(args.host_counts) < 2):
+        parser.error("--hosts with several counts: each >= 2, one --processes-per-host for all")
+    args.hosts = args.host_counts[0]
+    return args
 
 
 def worker_main(args) -> int:
@@ -240,6 +252,8 @@ def multi_process_main(args, out) -> int:
         if args.plot:
             report.plot(rows, args.plot, label)
         return 0
+    if len(args.host_counts) > 1:
+        return weak_scaling_main(args, out)
     per_host = processes_per_host(args)
     rate = args.rate_mbit * 1e6 / 8
     rail_counts = [args.rails] if args.all_rails_only else sorted({1, args.rails})
@@ -254,8 +268,34 @@ def multi_process_main(args, out) -> int:
     return 0
 
 
-def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
-    """One job on namespaced hosts with `rails` rails in use; prints its table."""
+def weak_scaling_main(args, out) -> int:
+    """One job per count of --hosts (all rails, --processes-per-host x --devices on each
+    host), then the scaling table (and --plot: busbw per host against hosts)."""
+    sizes = [weight(s) for s in sizes_of(args)]
+    progress = Progress("jax_accl.bench", [w for _ in args.host_counts for w in sizes])
+    pts = []
+    plot_path, args.plot = args.plot, ""  # the jobs' own plots: not drawn
+    for hosts in args.host_counts:
+        args.hosts = hosts
+        per_host = processes_per_host(args)
+        args.processes = sum(per_host)
+        rate = args.rate_mbit * 1e6 / 8
+        rows = multi_host_job(args, per_host, args.rails, rate, None, None, progress)
+        layout = [[args.devices] * count for count in per_host]
+        pts += scaling.points(rows, hosts, layout, args.rails, args.rate_mbit, args.mtu)
+    progress.finish()
+    scaling.print_points(pts, out)
+    if plot_path:
+        shape = f"{args.processes_per_host or 1} process(es) x {args.devices} device(s) per host"
+        speed = f"{args.rails} rails at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        scaling.plot(pts, plot_path, args.rate_mbit, f"weak scaling, {shape}, {speed}")
+        print(f"# plot: {plot_path}")
+    return 0
+
+
+def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
+    """One job on namespaced hosts with `rails` rails in use; prints its table and returns
+    its rows (none for --overlap and --steps)."""
     forwarded = worker_args(args)
     with netns.virtual_hosts(
         args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
@@ -289,11 +329,11 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         )
         if args.overlap:
             overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
-            return
+            return []
         if args.steps:
             print(f"# {label}")
             steps.print_summary(results[0]["steps"], args.hosts, rails * rate)
-            return
+            return []
         rows = report.job_rows(results)
         if mpi.will_run(args):
             progress.begin(f"{label}: the MPI baseline")
@@ -314,6 +354,7 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         "# bytes sent per rail by process 0:",
         {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()},
     )
+    return rows
 
 
 def network_limits(rows, args, rails: int, rate: float, wire_rates: dict) -> list:
