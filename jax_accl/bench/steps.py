@@ -23,7 +23,8 @@ _RAIL = re.compile(r"inter-host \S+ rail (\S+)")
 
 
 def measure(size_bytes: int, n: int, hosts: int, algorithms: list[str], reps: int) -> list[dict]:
-    """One summary per algorithm (see summarize): `reps` programs of 8 chained calls (as
+    """One summary per algorithm (see summarize; "hosts:X": the automatic plan with X
+    between hosts, as _accl.set_between_hosts forces it): `reps` programs of 8 chained calls (as
     the sweep times them: each call feeds the next), after a warm-up, every program
     started by all processes together; the first call of each program is left out (it
     waits for the processes' start)."""
@@ -34,16 +35,22 @@ def measure(size_bytes: int, n: int, hosts: int, algorithms: list[str], reps: in
     x = sweep.sharded_rows(mesh, sweep.test_data(size_bytes, n))
     out = []
     for algorithm in algorithms:
-        reduce = lambda v, a=algorithm: jax_accl.allreduce(v, "i", algorithm=a)  # noqa: E731
+        # "hosts:X": the automatic plan (the hierarchy) with X between hosts.
+        forced, _, between = algorithm.partition("hosts:")
+        _accl.set_between_hosts(between or "auto")
+        reduce = lambda v, a=forced or "auto": jax_accl.allreduce(v, "i", algorithm=a)  # noqa: E731
         program = sweep.chained(mesh, reduce, CHAINED)
-        for _ in range(2):
-            jax.block_until_ready(program(x))
-        with tempfile.TemporaryDirectory() as log_dir:
-            with jax_accl.profiler.trace(log_dir) as result:
-                for rep in range(reps):
-                    timing.barrier(f"steps-{algorithm}-{size_bytes}-{rep}")
-                    jax.block_until_ready(program(x))
-            events = jax_accl.profiler.native_events(result.xplane) if result.xplane else []
+        try:
+            for _ in range(2):
+                jax.block_until_ready(program(x))
+            with tempfile.TemporaryDirectory() as log_dir:
+                with jax_accl.profiler.trace(log_dir) as result:
+                    for rep in range(reps):
+                        timing.barrier(f"steps-{algorithm}-{size_bytes}-{rep}")
+                        jax.block_until_ready(program(x))
+                events = jax_accl.profiler.native_events(result.xplane) if result.xplane else []
+        finally:
+            _accl.set_between_hosts("auto")
         out.append(summarize(events, size_bytes, algorithm, hosts))
     return out
 

@@ -89,3 +89,18 @@ def test_cluster_scale_answers_follow_from_the_same_model(hosts):
     assert p.between == "halving_doubling"
     ring = plan_for(places, "hierarchical ring", 256 << 20, rails=8, link_gbps=200)
     assert ring.predicted_s > p.predicted_s
+
+
+def test_bench_steps_forces_the_algorithm_between_hosts_and_auto_restores_the_model():
+    """_accl.set_between_hosts (bench --steps' "hosts:X"): every hierarchical plan of this
+    process runs X between hosts until set back to auto."""
+    try:
+        _accl.set_between_hosts("halving_doubling")
+        assert plan(8, 64 << 20).between == "halving_doubling"
+        _accl.set_between_hosts("direct")
+        assert plan(5, 64 << 20).between == "direct"
+    finally:
+        _accl.set_between_hosts("auto")
+    assert plan(8, 64 << 20).between == "ring"
+    with pytest.raises(ValueError):
+        _accl.set_between_hosts("nonsense")
