@@ -18,6 +18,8 @@ from jax_accl.bench import (
     overlap,
     profiler_cost,
     report,
+    scaling,
+    steps,
     sweep,
     wire,
 )
@@ -41,9 +43,10 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--hosts",
-        type=int,
-        default=1,
-        help="spread the processes over this many network-namespace hosts (root)",
+        default="1",
+        help="spread the processes over this many network-namespace hosts (root); several "
+        "counts (2,4,8,16): weak scaling, one job per count, --processes-per-host processes "
+        "on each host, busbw per host against hosts with the planner's prediction",
     )
     parser.add_argument(
         "--processes-per-host",
@@ -107,6 +110,12 @@ def parse_args(argv):
         "program, and the share of the shorter one hidden (jax_accl and jax.lax)",
     )
     parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="with --hosts: instead of the sweep, where each algorithm's time between hosts "
+        "goes, step by step (process 0's native events of a few calls per size)",
+    )
+    parser.add_argument(
         "--mpi",
         choices=("auto", "on", "off"),
         default="auto",
@@ -126,7 +135,17 @@ def parse_args(argv):
     parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
     parser.add_argument("--label", default="", help=argparse.SUPPRESS)
     parser.add_argument("--wire-points", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.host_counts = [int(h) for h in str(args.hosts).split(",")]
+    except ValueError:
+        parser.error(f"--hosts: a count or counts separated by commas, not {args.hosts!r}")
+    if min(args.host_counts) < 1:
+        parser.error("--hosts: every count must be >= 1")
+    if len(args.host_counts) > 1 and ("," in args.processes_per_host or min(args.host_counts) < 2):
+        parser.error("--hosts with several counts: each >= 2, one --processes-per-host for all")
+    args.hosts = args.host_counts[0]
+    return args
 
 
 def worker_main(args) -> int:
@@ -145,6 +164,15 @@ def worker_main(args) -> int:
         result = {"points": calibrate_wire.wire_points(args.reps, on_size)}
     elif args.calibrate:
         result = {"points": calibrate.calibration_points(n, args.reps, on_size)}
+    elif args.steps:
+        algorithms = [a for a in args.algorithms.split(",") if a]
+        result = {
+            "steps": [
+                s
+                for size in sizes_of(args)
+                for s in steps.measure(size, n, args.hosts, algorithms, args.reps)
+            ]
+        }
     elif args.overlap:
         result = {"overlap": [r for s in sizes_of(args) for r in overlap.measure(s, n, args.reps)]}
     else:
@@ -175,6 +203,7 @@ def worker_args(args) -> list[str]:
     """The sweep's options, as every process of a multi-process run gets them."""
     return [
         *(["--overlap"] if args.overlap else []),
+        *(["--steps", "--hosts", str(args.hosts)] if args.steps else []),
         "--sizes",
         args.sizes,
         "--algorithms",
@@ -223,13 +252,15 @@ def multi_process_main(args, out) -> int:
         if args.plot:
             report.plot(rows, args.plot, label)
         return 0
+    if len(args.host_counts) > 1:
+        return weak_scaling_main(args, out)
     per_host = processes_per_host(args)
     rate = args.rate_mbit * 1e6 / 8
     rail_counts = [args.rails] if args.all_rails_only else sorted({1, args.rails})
     pipelines = [c for c in args.pipeline_chunks.split(",") if c] or [None]
     jobs = [(rails, chunks) for rails in rail_counts for chunks in pipelines]
     sizes = [weight(s) for s in sizes_of(args)]
-    with_mpi = [sum(sizes) / 4] if mpi.will_run(args) and not args.overlap else []
+    with_mpi = [sum(sizes) / 4] if mpi.will_run(args) and not (args.overlap or args.steps) else []
     progress = Progress("jax_accl.bench", [w for _ in jobs for w in sizes + with_mpi])
     for rails, chunks in jobs:
         multi_host_job(args, per_host, rails, rate, chunks, out, progress)
@@ -237,8 +268,34 @@ def multi_process_main(args, out) -> int:
     return 0
 
 
-def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
-    """One job on namespaced hosts with `rails` rails in use; prints its table."""
+def weak_scaling_main(args, out) -> int:
+    """One job per count of --hosts (all rails, --processes-per-host x --devices on each
+    host), then the scaling table (and --plot: busbw per host against hosts)."""
+    sizes = [weight(s) for s in sizes_of(args)]
+    progress = Progress("jax_accl.bench", [w for _ in args.host_counts for w in sizes])
+    pts = []
+    plot_path, args.plot = args.plot, ""  # the jobs' own plots: not drawn
+    for hosts in args.host_counts:
+        args.hosts = hosts
+        per_host = processes_per_host(args)
+        args.processes = sum(per_host)
+        rate = args.rate_mbit * 1e6 / 8
+        rows = multi_host_job(args, per_host, args.rails, rate, None, None, progress)
+        layout = [[args.devices] * count for count in per_host]
+        pts += scaling.points(rows, hosts, layout, args.rails, args.rate_mbit, args.mtu)
+    progress.finish()
+    scaling.print_points(pts, out)
+    if plot_path:
+        shape = f"{args.processes_per_host or 1} process(es) x {args.devices} device(s) per host"
+        speed = f"{args.rails} rails at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        scaling.plot(pts, plot_path, args.rate_mbit, f"weak scaling, {shape}, {speed}")
+        print(f"# plot: {plot_path}")
+    return 0
+
+
+def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
+    """One job on namespaced hosts with `rails` rails in use; prints its table and returns
+    its rows (none for --overlap and --steps)."""
     forwarded = worker_args(args)
     with netns.virtual_hosts(
         args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
@@ -272,7 +329,11 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         )
         if args.overlap:
             overlap.print_rows([r for res in results for r in res["overlap"]], label, out)
-            return
+            return []
+        if args.steps:
+            print(f"# {label}")
+            steps.print_summary(results[0]["steps"], args.hosts, rails * rate)
+            return []
         rows = report.job_rows(results)
         if mpi.will_run(args):
             progress.begin(f"{label}: the MPI baseline")
@@ -293,6 +354,7 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress) -> None:
         "# bytes sent per rail by process 0:",
         {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()},
     )
+    return rows
 
 
 def network_limits(rows, args, rails: int, rate: float, wire_rates: dict) -> list:

@@ -393,6 +393,23 @@ def scenario_hierarchy():
     return {"checks": check_sweep((ALL,), ("auto", "hierarchical"))}
 
 
+def scenario_many_hosts():
+    """Between many hosts (issue 49): what the plan runs between them (halving-doubling
+    for small slices, the streamed ring for large ones) and the flat ring and
+    halving-doubling forced, int32 bitwise and float32, against the reference."""
+    checks = 0
+    for dtype, sizes in ((np.int32, (1, 1000, 16_384, 600_001)), (np.float32, (600_001,))):
+        for elements in sizes:
+            x = global_input((elements,), dtype, seed=elements)
+            placed = place(x, P(ALL))
+            want = reference(x, ALL, placed)
+            for algorithm in ("auto", "ring", "halving_doubling"):
+                got = allreduce_program(jax_accl, ALL, algorithm=algorithm)(placed)
+                check(f"{dtype.__name__} x{elements} ({algorithm})", got, want)
+                checks += 1
+    return {"checks": checks}
+
+
 def timed(fn, x):
     out = fn(x)
     out.block_until_ready()
@@ -954,6 +971,7 @@ SCENARIOS = {
     "mismatch": scenario_mismatch,
     "plan_mismatch": scenario_plan_mismatch,
     "hierarchy": scenario_hierarchy,
+    "many_hosts": scenario_many_hosts,
     "scatter_gather": scenario_scatter_gather,
     "all_to_all_tiers": scenario_all_to_all_tiers,
     "exact_scatter": scenario_exact_scatter,

@@ -37,8 +37,12 @@ Status run_segment(Algorithm algorithm, Link& link, const Buffers& buf,
       if (pair_streams(link, buf.count * buf.elem_size)) {
         return allreduce_pair_streamed(link, buf, reduction);
       }
-      return algorithm == Algorithm::kRing ? allreduce_ring(link, buf, reduction)
-                                           : allreduce_halving_doubling(link, buf, reduction);
+      if (algorithm == Algorithm::kHalvingDoubling) {
+        return allreduce_halving_doubling(link, buf, reduction);
+      }
+      return ring_streams(link, buf.count * buf.elem_size)
+                 ? allreduce_ring_streamed(link, buf, reduction)
+                 : allreduce_ring(link, buf, reduction);
     case Algorithm::kReduceBroadcast: return allreduce_reduce_broadcast(link, buf, reduction);
     case Algorithm::kHierarchical:  // composed by runtime/multiprocess.cc, not a Link algorithm
     case Algorithm::kAuto: break;

@@ -69,6 +69,13 @@ Status allreduce_pair_streamed(Link& link, const Buffers& buf, const Reduction& 
 Status direct_post(Link& link, const Buffers& buf);
 Status direct_receive(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_ring(Link& link, const Buffers& buf, const Reduction& reduction);
+// More than two ranks over a link that queues sends, blocks of at least two pieces
+// (ring_stream_pieces > 1): the ring with every block cut into pieces, each forwarded as
+// soon as it arrives, so the link never drains between steps (algorithms/ring_streamed.cc).
+// The ring runs it there.
+int ring_stream_pieces(size_t bytes, int n);
+bool ring_streams(const Link& link, size_t bytes);
+Status allreduce_ring_streamed(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_halving_doubling(Link& link, const Buffers& buf, const Reduction& reduction);
 Status allreduce_reduce_broadcast(Link& link, const Buffers& buf, const Reduction& reduction);
 

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "algorithms/in_order_thread.h"
+#include "algorithms/step_times.h"
 #include "reduce/reduce.h"
 
 namespace accl {
@@ -170,12 +171,17 @@ class BetweenHosts {
  private:
   Status step(int c) {
     const auto start = Clock::now();
-    Status s = streams_between_hosts(algorithm_, chunks_)
-                   ? streamed_step(c)
-                   : run_allreduce(algorithm_, *link_, (*slices_)[c], reduction_);
+    Status s = streams_between_hosts(algorithm_, chunks_) ? streamed_step(c) : whole_step(c);
     own_times_.push_back(PhaseRecord{PhaseRecord::kBetweenHosts, -1, c, start, Clock::now(),
                                      bytes_of((*slices_)[c])});
     return s;
+  }
+  // Chunk c's slice by the schedule between hosts, each of its steps timed where asked
+  // (algorithms/step_times.h).
+  Status whole_step(int c) {
+    StepTimesLink timed(*link_, c, &own_times_);
+    Link& link = step_times_enabled().load(std::memory_order_relaxed) ? timed : *link_;
+    return run_allreduce(algorithm_, link, (*slices_)[c], reduction_);
   }
   Status streamed_step(int c) {
     ACCL_RETURN_IF_ERROR(post_ready(stage_->ready_count()));

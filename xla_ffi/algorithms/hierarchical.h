@@ -36,12 +36,17 @@ struct Tier {
 
 // One phase of one rank's call, for stats and traces.
 struct PhaseRecord {
-  enum Kind { kReduceScatter = 0, kBetweenHosts = 1, kAllGather = 2 } kind;  // = stats phase
-  int tier;  // the local tier of a reduce-scatter or all-gather
+  // The first three = the stats phase; kStep: one step of the schedule between hosts
+  // (algorithms/step_times.h), inside its chunk's kBetweenHosts.
+  enum Kind { kReduceScatter = 0, kBetweenHosts = 1, kAllGather = 2, kStep = 3 } kind;
+  int tier;  // the local tier of a reduce-scatter or all-gather; a step's number
   int chunk;
   Clock::time_point start, end;
   uint64_t bytes;  // the bytes the phase works on: this rank's part entering the tier
-                   // (reduce-scatter, all-gather), its slice (between hosts)
+                   // (reduce-scatter, all-gather), its slice (between hosts), a step's
+                   // received message
+  int peer = -1;   // a step: the rank (between hosts) it received from; -1: waiting for
+                   // the step's sends
 };
 using HierarchicalTimes = std::vector<PhaseRecord>;
 

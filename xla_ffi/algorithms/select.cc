@@ -39,13 +39,28 @@ double predict_seconds(Algorithm algorithm, int n, size_t bytes, bool peer_memor
     }
     return INFINITY;
   }
+  // Between hosts, a whole step of `step` bytes leaves the wire idle for the step pause,
+  // or for as long as its bytes took where that is shorter (a small step's wire is idle
+  // for its latency anyway).
+  auto pause = [&](double step) { return std::min(m.step_pause_s, step * b); };
   switch (algorithm) {
-    case Algorithm::kDirect: return (n - 1) * a / 2 + (n - 1) * S * (b + g);
-    case Algorithm::kRing:
-      return 2.0 * (n - 1) * a + 2.0 * (n - 1) / n * S * b + double(n - 1) / n * S * g;
-    case Algorithm::kHalvingDoubling:
-      return 2.0 * (log_p + fold) * a + 2.0 * (p - 1) / p * S * b + double(p - 1) / p * S * g +
-             fold * (2.0 * S * b + S * g);
+    case Algorithm::kDirect: return (n - 1) * a / 2 + pause(S) + (n - 1) * S * (b + g);
+    case Algorithm::kRing: {
+      const int pieces = n > 2 && m.ring_streams ? ring_stream_pieces(bytes, n) : 1;
+      if (pieces > 1) {  // streamed (between hosts: a link that queues sends)
+        const double tau = S / (double(n) * pieces) * b;
+        return 2.0 * (n - 1) * std::max(pieces * tau, a + tau) + pause(S / n) +
+               double(n - 1) / n * S * g;
+      }
+      return 2.0 * (n - 1) * (a + pause(S / n)) + 2.0 * (n - 1) / n * S * b +
+             double(n - 1) / n * S * g;
+    }
+    case Algorithm::kHalvingDoubling: {
+      double pauses = fold * 2 * pause(S);  // the fold and unfold move the whole buffer
+      for (int q = 2; q <= p; q *= 2) pauses += 2 * pause(S / q);  // S/2 .. S/p, each twice
+      return 2.0 * (log_p + fold) * a + pauses + 2.0 * (p - 1) / p * S * b +
+             double(p - 1) / p * S * g + fold * (2.0 * S * b + S * g);
+    }
     case Algorithm::kReduceBroadcast:
     case Algorithm::kHierarchical:
     case Algorithm::kAuto: break;
@@ -57,6 +72,8 @@ CostModel network_model(const CostModel& model, int rails) {
   CostModel net = model;
   net.alpha_s = model.net_alpha_s;
   net.beta_s_per_byte = model.net_beta_s_per_byte / std::max(1, rails);
+  net.step_pause_s = model.net_step_bytes * model.net_beta_s_per_byte;
+  net.ring_streams = true;
   return net;
 }
 

@@ -5,6 +5,13 @@
 //   ring:             2(n-1)·alpha + 2(n-1)/n·S·beta + (n-1)/n·S·gamma
 //   halving-doubling: 2·log2(p)·alpha + 2(p-1)/p·S·beta + (p-1)/p·S·gamma,
 //                     plus 2·alpha + 2·S·beta + S·gamma to fold n - p extra ranks
+// Between hosts every step that waits for the whole of the previous one (direct's one
+// step, halving-doubling's, the unstreamed ring's) also leaves the wire idle: a step of
+// b bytes for min(net_step, b·beta), net_step being net_step_bytes at a rail's rate. The
+// streamed ring (ring_streamed.cc: blocks of m >= 2 pieces of tau = S/(n·m)·beta) pauses
+// once, and each of its 2(n-1) steps takes the longer of its pieces' wire time and its
+// first piece's trip:
+//   ring, streamed:   2(n-1)·max(m·tau, alpha + tau) + pause + (n-1)/n·S·gamma
 // Among threads sharing memory, beta is per byte of memory traffic instead:
 //   direct:           alpha (x2 above the eager size) + (n+1)·S·beta
 //   reduce-broadcast: 2·alpha + 2·S·beta + S·gamma
@@ -31,6 +38,17 @@ struct CostModel {
   // so beta is divided by their number.
   double net_alpha_s = 60e-6;
   double net_beta_s_per_byte = 8.0 / 10e9;
+  // Between hosts, the wire's idle time at the end of a step that the next one waits
+  // for whole (its last bytes' trip through the rails' queues, the reduction of the last
+  // stripe, TCP's restart towards the next peer after the pause), as the bytes a rail
+  // carries meanwhile: net_step = net_step_bytes · net_beta. Measured on namespaced
+  // hosts, two rails shaped to 300 Mbit/s (benchmarks.md, "Linear to 16 hosts"):
+  // halving-doubling lost it at each of its 2·log2(H) steps, the streamed ring once.
+  double net_step_bytes = 96 << 10;
+  // Set by network_model, for the message formulas between hosts: the step pause
+  // (net_step; 0 on every other link), and that the ring streams there.
+  double step_pause_s = 0.0;
+  bool ring_streams = false;
   // Between processes of one host (8 ranks on 2 cores, measured with benchmarks/ at
   // 2x4, 4x2 and 8x1 processes x devices): a message step through the memory rings
   // between device threads of one process costs ~8 us, one between processes ~28 us

@@ -21,6 +21,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/measured.h"
 #include "algorithms/select.h"
+#include "algorithms/step_times.h"
 #include "bindings/parse.h"
 #include "common/dtype.h"
 #include "ffi/handlers.h"
@@ -363,6 +364,18 @@ NB_MODULE(_accl, m) {
         pipeline_chunks_setting() = chunks;
       },
       nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
+  m.def(
+      "set_between_hosts",
+      [](const std::string& name) {
+        between_hosts_setting() = parse_or_throw<Algorithm>(name, parse_algorithm, "algorithm");
+      },
+      nb::arg("algorithm"),
+      "The algorithm between hosts of this process's hierarchical all-reduces (bench "
+      "--steps); 'auto': the cost model's");
+  m.def(
+      "set_step_times", [](bool on) { step_times_enabled().store(on); }, nb::arg("on"),
+      "Whether the step between hosts records each of its steps (bench --steps): traced as "
+      "'step between hosts k from p' events");
   m.def(
       "set_stall_seconds",
       [](double seconds) {

@@ -32,6 +32,7 @@ inline constexpr CostModelField kCostModelFields[] = {
     {"gamma", &CostModel::gamma_s_per_byte},
     {"net_alpha", &CostModel::net_alpha_s},
     {"net_beta", &CostModel::net_beta_s_per_byte},
+    {"net_step_bytes", &CostModel::net_step_bytes},
     {"shm_alpha", &CostModel::shm_alpha_s},
     {"shm_process_alpha", &CostModel::shm_process_alpha_s},
     {"shm_beta", &CostModel::shm_beta_s_per_byte},

@@ -54,6 +54,11 @@ int& pipeline_chunks_setting() {
   return chunks;
 }
 
+Algorithm& between_hosts_setting() {
+  static Algorithm between = Algorithm::kAuto;
+  return between;
+}
+
 Algorithm plan_scatter_gather(int n, size_t bytes, Algorithm forced, bool peer_memory) {
   if (forced == Algorithm::kDirect || forced == Algorithm::kRing) return forced;
   return peer_memory || n <= 2 || bytes <= kOneShotBytes ? Algorithm::kDirect : Algorithm::kRing;
@@ -179,8 +184,10 @@ CallPlan plan_allreduce_call(const GroupLayout& g, int rank, const PlanRequest& 
     // j of that among the host's processes.
     const size_t slice = Blocks{bytes, g.thread_owners()}.length(g.device_position(rank));
     const size_t owned = Blocks{slice, g.process_owners()}.length(g.process_position(rank));
-    plan.between = request.between != Algorithm::kAuto
-                       ? request.between
+    const Algorithm forced_between =
+        request.between != Algorithm::kAuto ? request.between : between_hosts_setting();
+    plan.between = forced_between != Algorithm::kAuto
+                       ? forced_between
                        : choose_between_hosts(g.host_count(), owned, g.process_owners(),
                                               network_model(model, request.rails));
   }

@@ -80,6 +80,10 @@ struct PlanRequest {
 // JAX_ACCL_PIPELINE_CHUNKS, as jax_accl's configuration sets it: 0 lets the cost model
 // choose (choose_pipeline_chunks), 1 turns pipelining off, n > 1 forces n chunks.
 int& pipeline_chunks_setting();
+// The algorithm between hosts every hierarchical all-reduce of this process runs where
+// its request does not force one: kAuto (the default) the model's choice. Set only by
+// bench --steps (_accl.set_between_hosts), to time each schedule's steps in one job.
+Algorithm& between_hosts_setting();
 
 // Whether an all-reduce among the device threads of this process runs as the one-shot
 // asynchronous reduce (runtime/one_shot.h): at most kOneShotBytes per rank (all

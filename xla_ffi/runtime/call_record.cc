@@ -65,6 +65,16 @@ void record_hierarchy_phases(const HierarchyResult& result, Algorithm between,
   }
   auto& phase_ns = phase_nanoseconds();
   for (const PhaseRecord& p : result.times) {
+    if (p.kind == PhaseRecord::kStep) {  // a step between hosts: traced, not a phase of stats
+      if (trace_enabled()) {
+        trace_record(TraceEvent{p.peer >= 0
+                                    ? str_cat("step between hosts ", p.tier, " from ", p.peer)
+                                    : str_cat("step between hosts ", p.tier, " sends"),
+                                spec.device, ns_of(p.start), ns_of(p.end), p.bytes,
+                                str_cat(spec.label, ", chunk ", p.chunk)});
+      }
+      continue;
+    }
     phase_ns[static_cast<int>(p.kind)].fetch_add(ns_of(p.end) - ns_of(p.start),
                                                  std::memory_order_relaxed);
     if (!trace_enabled()) continue;

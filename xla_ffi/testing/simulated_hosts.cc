@@ -98,6 +98,7 @@ std::vector<Status> run_on_simulated_hosts(const SimulatedCall& call, const Pair
         run_hierarchy(hc, segments, Reduction{fn, elem, reduce_many_kernel(call.dtype, call.op)},
                       connect, &result);
     for (const PhaseRecord& p : result.times) {
+      if (p.kind == PhaseRecord::kStep) continue;
       (p.kind == PhaseRecord::kReduceScatter  ? runs[r].reduce_scatters
        : p.kind == PhaseRecord::kBetweenHosts ? runs[r].between_hosts
                                               : runs[r].all_gathers) += 1;

@@ -1,0 +1,45 @@
+// The steps of a schedule between hosts, timed: a Link that forwards every call to
+// another and records, for each receive, the time from the previous receive's end (or
+// the first call) to its own end, its peer and bytes, and for each wait for sends the
+// time it waited. Where step_times_enabled() (bench --steps), the hierarchy runs the step
+// between hosts over it, so the runtime's trace shows where each step's time goes
+// (runtime/call_record.cc: "step between hosts k from p", "step between hosts k sends").
+#pragma once
+
+#include <atomic>
+
+#include "algorithms/hierarchical.h"
+
+namespace accl {
+
+std::atomic<bool>& step_times_enabled();
+
+class StepTimesLink : public Link {
+ public:
+  // Records join `times` as PhaseRecord::kStep of chunk `chunk`.
+  StepTimesLink(Link& inner, int chunk, HierarchicalTimes* times)
+      : inner_(inner), chunk_(chunk), times_(times), last_(Clock::now()) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Status post_send(int peer, const void* data, size_t bytes) override {
+    return inner_.post_send(peer, data, bytes);
+  }
+  Status wait_sends() override;
+  Status recv(int peer, void* dst, size_t bytes) override;
+  Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
+                     const Reduction& reduction) override;
+  PeerMemory* peer_memory() override { return inner_.peer_memory(); }
+  bool queues_sends() const override { return inner_.queues_sends(); }
+  std::string where() const override { return inner_.where(); }
+
+ private:
+  void record(int peer, size_t bytes, Clock::time_point start);
+
+  Link& inner_;
+  int chunk_;
+  HierarchicalTimes* times_;
+  Clock::time_point last_;
+  int steps_ = 0;
+};
+
+}  // namespace accl
