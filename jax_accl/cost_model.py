@@ -154,7 +154,9 @@ def wire_constants(wire: dict, rails: int) -> dict:
     return {"net_alpha": float(wire["net_alpha"]), "net_beta": 1.0 / float(rate)}
 
 
-NET = ("net_alpha", "net_beta")  # the constants a wire sets
+# The constants of the wire between hosts, the same in every process of a job: what
+# process 0's wire sets, the model's own for the rest (net_step_bytes is not measured).
+NET = ("net_alpha", "net_beta", "net_step_bytes")
 _job_wire: tuple | None = None  # (wire or None, rails in use) of this process's job
 
 
@@ -172,11 +174,9 @@ def apply_wire(wire: dict | None, rails: int) -> None:
 def _set_net(wire: dict | None, rails: int) -> None:
     from jax_accl import _accl
 
-    if wire is None:
-        defaults = _accl.default_cost_model()
-        _accl.set_cost_model(**{name: defaults[name] for name in NET})
-    else:
-        _accl.set_cost_model(**wire_constants(wire, rails))
+    defaults = _accl.default_cost_model()
+    measured = {} if wire is None else wire_constants(wire, rails)
+    _accl.set_cost_model(**{name: measured.get(name, defaults[name]) for name in NET})
 
 
 def store(values: dict) -> Path:

@@ -48,6 +48,17 @@ def test_two_processes_of_two_devices_per_host_ring_large_slices(hosts):
     assert p.chunks > 1  # the local tiers pipelined beside the ring
 
 
+@pytest.mark.parametrize("hosts", [4, 8])
+@pytest.mark.parametrize("size", [4 << 20, 16 << 20])
+def test_a_chunked_ring_between_hosts_still_streams_every_chunk(hosts, size):
+    """The runtime streams a chunk's slice only while its blocks between hosts have two
+    pieces of 64 KiB or more (ring_streamed.cc): the plan never cuts the slice finer."""
+    p = plan(hosts, size, processes=2, devices=2)
+    assert (p.schedule, p.between) == ("hierarchical", "ring")
+    slice_per_chunk = size // 4 // p.chunks  # 2 x 2 owners per host
+    assert slice_per_chunk // hosts >= 2 * (64 << 10), (p.chunks, slice_per_chunk)
+
+
 def test_whole_step_schedules_pay_a_pause_per_step_the_streamed_ring_once():
     """Halving-doubling's 2·log2(H) steps each leave the wire idle for net_step (the
     step's own wire time where shorter); the streamed ring pauses once."""

@@ -207,7 +207,15 @@ int choose_pipeline_chunks(int hosts, int processes, int k, int rails, size_t by
   const double hidden = std::min(p.local - p.local_fixed, p.network - p.network_fixed);
   const double fixed = std::max(1e-9, p.local_fixed + p.network_fixed);
   const int best = static_cast<int>(std::lround(std::sqrt(std::max(0.0, hidden) / fixed)));
-  return std::max(1, std::min({best, kMaxChunks, static_cast<int>(bytes / kMinChunkBytes)}));
+  int chunks = std::max(1, std::min({best, kMaxChunks, static_cast<int>(bytes / kMinChunkBytes)}));
+  // The ring between more than two hosts streams a chunk's slice only while its blocks
+  // have two pieces or more (ring_stream_pieces, what the runtime decides by, chunk by
+  // chunk): no more chunks than that, or they would run the unstreamed ring the model
+  // did not predict.
+  if (between == Algorithm::kRing && hosts > 2 && ring_stream_pieces(slice, hosts) > 1) {
+    while (chunks > 1 && ring_stream_pieces(slice / chunks, hosts) < 2) --chunks;
+  }
+  return chunks;
 }
 
 double predict_hierarchy_seconds(const HierarchyShape& shape, int rails, size_t bytes,

@@ -29,6 +29,9 @@ class StepTimesLink : public Link {
   Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                      const Reduction& reduction) override;
   PeerMemory* peer_memory() override { return inner_.peer_memory(); }
+  Status begin_peer_access() override { return inner_.begin_peer_access(); }
+  Status check_peer_access() override { return inner_.check_peer_access(); }
+  void end_peer_access() override { inner_.end_peer_access(); }
   bool queues_sends() const override { return inner_.queues_sends(); }
   std::string where() const override { return inner_.where(); }
 

@@ -367,7 +367,12 @@ NB_MODULE(_accl, m) {
   m.def(
       "set_between_hosts",
       [](const std::string& name) {
-        between_hosts_setting() = parse_or_throw<Algorithm>(name, parse_algorithm, "algorithm");
+        const Algorithm a = parse_or_throw<Algorithm>(name, parse_algorithm, "algorithm");
+        if (a != Algorithm::kAuto && a != Algorithm::kDirect && a != Algorithm::kRing &&
+            a != Algorithm::kHalvingDoubling) {
+          throw nb::value_error("between hosts: direct, ring, halving_doubling or auto");
+        }
+        between_hosts_setting().store(a);
       },
       nb::arg("algorithm"),
       "The algorithm between hosts of this process's hierarchical all-reduces (bench "

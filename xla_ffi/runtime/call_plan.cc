@@ -54,8 +54,8 @@ int& pipeline_chunks_setting() {
   return chunks;
 }
 
-Algorithm& between_hosts_setting() {
-  static Algorithm between = Algorithm::kAuto;
+std::atomic<Algorithm>& between_hosts_setting() {
+  static std::atomic<Algorithm> between{Algorithm::kAuto};  // read by call threads
   return between;
 }
 
@@ -185,7 +185,7 @@ CallPlan plan_allreduce_call(const GroupLayout& g, int rank, const PlanRequest& 
     const size_t slice = Blocks{bytes, g.thread_owners()}.length(g.device_position(rank));
     const size_t owned = Blocks{slice, g.process_owners()}.length(g.process_position(rank));
     const Algorithm forced_between =
-        request.between != Algorithm::kAuto ? request.between : between_hosts_setting();
+        request.between != Algorithm::kAuto ? request.between : between_hosts_setting().load();
     plan.between = forced_between != Algorithm::kAuto
                        ? forced_between
                        : choose_between_hosts(g.host_count(), owned, g.process_owners(),

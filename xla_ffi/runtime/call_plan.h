@@ -19,6 +19,7 @@
 //                    streams them (algorithms/hierarchical.h).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -83,7 +84,7 @@ int& pipeline_chunks_setting();
 // The algorithm between hosts every hierarchical all-reduce of this process runs where
 // its request does not force one: kAuto (the default) the model's choice. Set only by
 // bench --steps (_accl.set_between_hosts), to time each schedule's steps in one job.
-Algorithm& between_hosts_setting();
+std::atomic<Algorithm>& between_hosts_setting();
 
 // Whether an all-reduce among the device threads of this process runs as the one-shot
 // asynchronous reduce (runtime/one_shot.h): at most kOneShotBytes per rank (all
