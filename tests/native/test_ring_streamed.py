@@ -6,7 +6,7 @@ between simulated hosts of the hierarchy, at 5, 8 and 16 ranks, integers bitwise
 import numpy as np
 import pytest
 
-from jax_accl import _accl_testing
+from jax_accl import _accl, _accl_testing
 from jax_accl.plan import places_of
 
 PIECE = 64 << 10  # bytes: a block of two pieces or more streams
@@ -130,6 +130,24 @@ def test_between_hosts_at_5_8_16_hosts_bitwise(hosts, devices, between, chunks):
     inputs = int_inputs(n, count, seed=chunks)
     outputs, errors = hierarchy(layout, inputs, between, chunks)
     assert errors == [""] * n
+    want = reduce(inputs, "sum")
+    for rank, out in enumerate(outputs):
+        np.testing.assert_array_equal(out, want, err_msg=f"rank {rank}")
+
+
+@pytest.mark.parametrize("between", ["ring", "halving_doubling"])
+def test_steps_timed_between_hosts_leave_the_results_bitwise(between):
+    """With the steps between hosts timed (bench --steps: each step's receive and wait
+    recorded through a forwarding link, algorithms/step_times.h), the hierarchy between
+    5 simulated hosts gives the same bits as without."""
+    layout = [[2]] * 5
+    inputs = int_inputs(10, streamed_count(5, 4, extra=11) * 2 * 3, seed=5)
+    _accl.set_step_times(True)
+    try:
+        outputs, errors = hierarchy(layout, inputs, between, 3)
+    finally:
+        _accl.set_step_times(False)
+    assert errors == [""] * 10
     want = reduce(inputs, "sum")
     for rank, out in enumerate(outputs):
         np.testing.assert_array_equal(out, want, err_msg=f"rank {rank}")

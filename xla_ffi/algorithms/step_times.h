@@ -9,36 +9,25 @@
 #include <atomic>
 
 #include "algorithms/hierarchical.h"
+#include "transport/forwarding_link.h"
 
 namespace accl {
 
 std::atomic<bool>& step_times_enabled();
 
-class StepTimesLink : public Link {
+class StepTimesLink : public ForwardingLink {
  public:
   // Records join `times` as PhaseRecord::kStep of chunk `chunk`.
   StepTimesLink(Link& inner, int chunk, HierarchicalTimes* times)
-      : inner_(inner), chunk_(chunk), times_(times), last_(Clock::now()) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  Status post_send(int peer, const void* data, size_t bytes) override {
-    return inner_.post_send(peer, data, bytes);
-  }
+      : ForwardingLink(inner), chunk_(chunk), times_(times), last_(Clock::now()) {}
   Status wait_sends() override;
   Status recv(int peer, void* dst, size_t bytes) override;
   Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                      const Reduction& reduction) override;
-  PeerMemory* peer_memory() override { return inner_.peer_memory(); }
-  Status begin_peer_access() override { return inner_.begin_peer_access(); }
-  Status check_peer_access() override { return inner_.check_peer_access(); }
-  void end_peer_access() override { inner_.end_peer_access(); }
-  bool queues_sends() const override { return inner_.queues_sends(); }
-  std::string where() const override { return inner_.where(); }
 
  private:
   void record(int peer, size_t bytes, Clock::time_point start);
 
-  Link& inner_;
   int chunk_;
   HierarchicalTimes* times_;
   Clock::time_point last_;
