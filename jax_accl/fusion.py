@@ -113,14 +113,14 @@ def bucket_bytes(limit: int) -> tuple[int, int]:
     beta, at least 1 MiB); the first is a quarter of that, so that the first
     reduction starts early in the backward pass, as DDP's 1 MiB first bucket."""
     cost_model.ensure_loaded()  # as the calls' algorithm choice
-    if jax.process_count() > 1:  # the job's wire, process 0's (jax_accl.distributed)
+    if jax.process_count() > 1:
         from jax_accl import distributed
 
-        distributed.ensure_started()
-    model = _accl.get_cost_model()
-    if jax.process_count() > 1:
+        distributed.ensure_started()  # the job's wire, process 0's (jax_accl.distributed)
+        model = _accl.get_cost_model()
         alpha, beta = model["net_alpha"], model["net_beta"]
     else:
+        model = _accl.get_cost_model()
         alpha, beta = model["alpha"], model["beta"]
     later = max(1 << 20, int(20 * alpha / beta))
     return min(limit, max(256 << 10, later // 4)), min(limit, later)

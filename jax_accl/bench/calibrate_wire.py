@@ -26,15 +26,15 @@ WIRE_SIZES = (256 << 10, 64 << 10, 16 << 10, 4 << 10)
 
 def wire_points(reps: int, on_size=None) -> list[dict]:
     """One process of the calibration's job (one per host): the direct all-reduce forced
-    between the two hosts at every size of WIRE_SIZES: [{"bytes", "seconds", "ran"}]."""
+    between the two hosts at every size of WIRE_SIZES: [{"bytes", "seconds"}]."""
     points = []
     for size in WIRE_SIZES:
         if on_size:
             on_size(size)
-        rows, _, ran, _, _ = sweep.measure(
+        rows, _, _, _, _ = sweep.measure(
             size, 2, ["direct"], timing.chain_length(size, 0, 2), reps, baseline=False
         )
-        points += [{"bytes": size, "seconds": t, "ran": ran[name]} for name, t in rows]
+        points += [{"bytes": size, "seconds": t} for _, t in rows]
     return points
 
 
