@@ -172,10 +172,9 @@ def _replica_groups(rest: str) -> list[list[int]] | None:
         return [[int(i) for i in g.split(",") if i] for g in re.findall(r"\{([\d,]*)\}", m[1])]
     m = re.search(r"\breplica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", rest)
     if m:
-        dims = [int(d) for d in m[3].split(",")]
-        ids = np.arange(int(np.prod(dims))).reshape(dims)
-        if m[4]:
-            ids = ids.transpose([int(p) for p in m[4].split(",")])
+        ids = _iota(m[3], m[4])
+        if ids is None or ids.size != int(m[1]) * int(m[2]):
+            return None
         return ids.reshape(int(m[1]), int(m[2])).tolist()
     m = re.search(
         r"\breplica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(([^()]*(?:\([\d,]*\))?)\))?"
@@ -221,16 +220,24 @@ def _device_ids(text: str | None, count: int):
         return np.arange(count)
     m = re.fullmatch(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", text.strip())
     if m:
-        dims = [int(d) for d in m[1].split(",")]
-        ids = np.arange(int(np.prod(dims))).reshape(dims)
-        if m[2]:
-            perm = [int(p) for p in m[2].split(",")]
-            if sorted(perm) != list(range(len(dims))):
-                return None
-            ids = ids.transpose(perm)
-        ids = ids.reshape(-1)
+        ids = _iota(m[1], m[2])
+        if ids is None:
+            return None
     elif re.fullmatch(r"[\d,\s]+", text):
         ids = np.array([int(i) for i in text.split(",") if i.strip()])
     else:
         return None
     return ids if ids.size == count else None
+
+
+def _iota(dims: str, perm: str | None):
+    """XLA's iota tile [dims]T(perm) (both as printed, comma-separated) flattened: the ids
+    0.. laid out over dims, then transposed by perm; None for a perm that is not one."""
+    shape = [int(d) for d in dims.split(",")]
+    ids = np.arange(int(np.prod(shape))).reshape(shape)
+    if perm:
+        order = [int(p) for p in perm.split(",")]
+        if sorted(order) != list(range(len(shape))):
+            return None
+        ids = ids.transpose(order)
+    return ids.reshape(-1)
