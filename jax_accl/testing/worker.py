@@ -684,12 +684,27 @@ def scenario_unstarted_devices():
     process that make no call of the launch, as where XLA:CPU never started the launch on
     them (issue 47; xla_ffi/runtime/stall.h). With a 60 s timeout the call must fail within
     about 10 s naming them."""
+    return unstarted_devices(lambda: jax.lax.axis_index("d") == 0)
+
+
+def scenario_unstarted_in_last_process():
+    """As unstarted_devices, but only the last process's devices but its first skip the
+    psum: the other processes' devices all call and wait for devices that never come, in
+    a process that is not theirs. The last process names them after about 10 s; the
+    others' calls must fail then too (a peer of theirs failed the call), not at the 60 s
+    timeout."""
+    return unstarted_devices(
+        lambda: (jax.lax.axis_index("p") != NP - 1) | (jax.lax.axis_index("d") == 0)
+    )
+
+
+def unstarted_devices(calls):
+    """A psum that the devices where `calls()` (traced in the body) is false skip."""
     exact, _, placed = checked_psum(5000, seed=11)
     exact("before")  # every device has made a call: the process's own devices are known
 
     def body(x):
-        first = jax.lax.axis_index("d") == 0
-        return jax.lax.cond(first, lambda v: jax_accl.psum(v, ALL) + 0 * v, lambda v: v, x)
+        return jax.lax.cond(calls(), lambda v: jax_accl.psum(v, ALL) + 0 * v, lambda v: v, x)
 
     program = jax.jit(
         jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL), check_vma=False)
@@ -956,6 +971,7 @@ SCENARIOS = {
     "lockout": scenario_lockout,
     "concurrent": scenario_concurrent,
     "unstarted_devices": scenario_unstarted_devices,
+    "unstarted_in_last_process": scenario_unstarted_in_last_process,
     "late_after_failure": scenario_late_after_failure,
     "late_peer": scenario_late_peer,
     "late_first_call": scenario_late_first_call,

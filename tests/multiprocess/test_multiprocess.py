@@ -382,6 +382,18 @@ def test_devices_that_never_start_a_launch_are_named_within_seconds():
     assert said and "of this process" in said[0] and "PJRT_NPROC" in said[0], results
 
 
+def test_where_one_process_never_started_some_devices_every_process_fails_within_seconds():
+    # Only the last process's second device skips the call: process 0's devices wait for
+    # it, and only their peers failing the call can tell them (issue 47's async loop on 2
+    # processes: the other process failed at the 120 s timeout).
+    results = run(2, 2, "unstarted_in_last_process", timeout=180)
+    for r in results:
+        assert r["error"] is not None and "jax_accl" in r["error"], r
+        assert r["seconds_to_error"] < 25, r
+    assert "never started this launch" in results[-1]["error"], results[-1]
+    assert "failed" in results[0]["error"] or "aborted" in results[0]["error"], results[0]
+
+
 def test_ranks_in_different_calls_all_raise():
     results = run(2, 2, "mismatch", env=[{"JAX_ACCL_TIMEOUT_S": "20"}] * 2, timeout=120)
     for r in results:

@@ -368,6 +368,7 @@ class ProcessesCall {
   Status run_flat();
   Status run_hierarchical();
   Status finish(const Status& s);
+  Status aborted_because(const Status& s) const;
   // A link over this call's channels to `ranks` of the group (this rank `index` there).
   Status open(const std::vector<int>& ranks, int index, const WirePlan& wire,
               std::unique_ptr<ChannelLink>* link);
@@ -538,13 +539,25 @@ Status ProcessesCall::finish(const Status& s) {
     return s;
   }
   record_error(plan_.schedule, sig_.collective);
-  // Every channel of the call, links opened or not: the peers fail at once. The next
-  // call recovers first, on fresh channels. Not for abort() or a stop, which end every
-  // call of this process themselves (each then says so, not that a sibling failed
-  // first); the links the call had opened tell the peers.
-  if (s.code() != Code::kAborted) space_->poison_all(s.code());
   group_->call_failed(index_, *space_);
+  // This process ended its pending waits (abort(), a stop, XLA:CPU's stall): every call
+  // of the process ends by itself, and says why, whatever it met first (a sibling's
+  // poisoned link, say); the links the call had opened tell the peers.
+  if (deadline_.aborted()) return aborted_because(s);
+  // Every channel of the call, links opened or not: the peers fail at once (a peer's
+  // own error, or its abort, reaches this process's other ranks too, whichever peer
+  // they wait for). The next call recovers first, on fresh channels.
+  space_->poison_all(s.code());
   return s;
+}
+
+// A call that was pending when this process aborted its waits gives the abort's reason,
+// with its own error beside it where that is another.
+Status ProcessesCall::aborted_because(const Status& s) const {
+  const Status why = deadline_.ended(where_, "in the call");
+  const std::string reason = abort_reason(deadline_.generation);
+  if (!reason.empty() && s.message().find(reason) != std::string::npos) return s;
+  return Status(Code::kAborted, str_cat(why.message(), "; the call's own error: ", s.message()));
 }
 
 }  // namespace

@@ -165,11 +165,15 @@ Status ChannelLink::begin_peer_access() {
 }
 
 Status ChannelLink::check_peer_access() {
+  return peer_failed("while this rank was reading and writing its buffers");
+}
+
+Status ChannelLink::peer_failed(const char* while_what) const {
   for (size_t r = 0; r < channels_.size(); ++r) {
     for (Channel* c : channels_[r]) {
       if (c->poisoned()) {
-        return error(Code::kAborted, where_, ": ", peer_label(r),
-                     " failed the call while this rank was reading and writing its buffers");
+        return error(Code::kAborted, where_, ": ", peer_label(static_cast<int>(r)),
+                     " failed the call ", while_what);
       }
     }
   }
@@ -320,6 +324,9 @@ Status ChannelLink::wait_idle(const std::vector<Transfer>& recvs, int* idle_roun
         }
       }
     }
+    // A peer this rank is not waiting for failed the call: the peer it waits for may
+    // never come (a device XLA:CPU never started, whose process failed the call).
+    ACCL_RETURN_IF_ERROR(peer_failed("while this rank waited for another"));
   }
   std::vector<pollfd> fds;
   bool memory = false;

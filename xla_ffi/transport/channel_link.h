@@ -129,6 +129,9 @@ class ChannelLink : public Link {
                    Clock::time_point* idle_since);
   std::string peer_label(int peer) const;
 
+  // kAborted naming the first peer that poisoned its channels (it failed the call).
+  Status peer_failed(const char* while_what) const;
+
   int rank_;
   std::vector<std::vector<Channel*>> channels_;
   uint64_t tag_;
