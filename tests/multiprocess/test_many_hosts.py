@@ -36,6 +36,7 @@ def test_many_hosts_match_gloo_bitwise(root_required, hosts):
         assert r["checks"] == 15
         assert r["stats"]["algorithms"]["hierarchical"]["calls"] > 0
         assert r["stats"]["algorithms"]["ring"]["calls"] > 0
+        assert r["stats"]["streamed_segments"]["ring"] > 0  # the ring streamed between hosts
         sent = {k: v["bytes_sent"] for k, v in r["stats"]["transports"].items()}
         assert sent.get("tcp:rail0", 0) > 0 and sent.get("tcp:rail1", 0) > 0, sent
     # What the workers planned by: the wire they were told.

@@ -42,6 +42,21 @@ def channels(inputs, op="sum", stripes=1, in_place=False, algorithm="ring"):
     return outputs, errors
 
 
+def streamed_rings():
+    """Segments this process ran as the streamed ring (jax_accl.stats())."""
+    return _accl.stats()["streamed_segments"]["ring"]
+
+
+def test_blocks_of_one_piece_run_the_plain_ring():
+    n = 5
+    inputs = int_inputs(n, n * PIECE // 4 // 2)  # half a piece per block
+    before = streamed_rings()
+    outputs, errors = channels(inputs)
+    assert errors == [""] * n and streamed_rings() == before
+    for out in outputs:
+        np.testing.assert_array_equal(out, reduce(inputs, "sum"))
+
+
 def streamed_count(n, pieces, itemsize=4, extra=0):
     """Elements per rank for blocks of `pieces` pieces (and `extra` more: uneven blocks)."""
     return n * pieces * PIECE // itemsize + extra
@@ -54,8 +69,10 @@ def streamed_count(n, pieces, itemsize=4, extra=0):
 def test_streamed_ring_matches_numpy_bitwise(n, pieces, extra, stripes):
     count = streamed_count(n, pieces, extra=extra)
     inputs = int_inputs(n, count, seed=pieces + stripes)
+    before = streamed_rings()
     outputs, errors = channels(inputs, stripes=stripes)
     assert errors == [""] * n
+    assert streamed_rings() - before == n  # every rank's one segment, streamed
     want = reduce(inputs, "sum")
     for rank, out in enumerate(outputs):
         np.testing.assert_array_equal(out, want, err_msg=f"rank {rank}")

@@ -26,6 +26,11 @@ bool parse_algorithm(std::string_view name, Algorithm* out) {
   return false;
 }
 
+StreamedSegments& streamed_segments() {
+  static StreamedSegments counts;
+  return counts;
+}
+
 namespace {
 Status run_segment(Algorithm algorithm, Link& link, const Buffers& buf,
                    const Reduction& reduction) {
@@ -35,14 +40,17 @@ Status run_segment(Algorithm algorithm, Link& link, const Buffers& buf,
     case Algorithm::kHalvingDoubling:
       // For two ranks both are one exchange of halves: streamed where the link allows.
       if (pair_streams(link, buf.count * buf.elem_size)) {
+        streamed_segments().pair.fetch_add(1, std::memory_order_relaxed);
         return allreduce_pair_streamed(link, buf, reduction);
       }
       if (algorithm == Algorithm::kHalvingDoubling) {
         return allreduce_halving_doubling(link, buf, reduction);
       }
-      return ring_streams(link, buf.count * buf.elem_size)
-                 ? allreduce_ring_streamed(link, buf, reduction)
-                 : allreduce_ring(link, buf, reduction);
+      if (ring_streams(link, buf.count * buf.elem_size)) {
+        streamed_segments().ring.fetch_add(1, std::memory_order_relaxed);
+        return allreduce_ring_streamed(link, buf, reduction);
+      }
+      return allreduce_ring(link, buf, reduction);
     case Algorithm::kReduceBroadcast: return allreduce_reduce_broadcast(link, buf, reduction);
     case Algorithm::kHierarchical:  // composed by runtime/multiprocess.cc, not a Link algorithm
     case Algorithm::kAuto: break;

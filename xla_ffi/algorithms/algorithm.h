@@ -2,7 +2,9 @@
 // same arguments and leaves the reduction of all ranks' `in` in every rank's `out`.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -99,5 +101,13 @@ Status close_in_place_reads(Link& link, bool always = false);
 
 Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
                      const Reduction& reduction);
+
+// The segments run_allreduce ran streamed in this process (one per rank and segment), by
+// schedule: what shows that a call streamed (jax_accl.stats()["streamed_segments"]).
+struct StreamedSegments {
+  std::atomic<uint64_t> pair{0};  // allreduce_pair_streamed
+  std::atomic<uint64_t> ring{0};  // allreduce_ring_streamed
+};
+StreamedSegments& streamed_segments();
 
 }  // namespace accl

@@ -188,6 +188,10 @@ nb::dict stats() {
     phases[phase_name(static_cast<Phase>(p))] = phase_nanoseconds()[p].load() * 1e-9;
   }
   out["phase_seconds"] = phases;
+  nb::dict streamed;
+  streamed["pair"] = streamed_segments().pair.load();
+  streamed["ring"] = streamed_segments().ring.load();
+  out["streamed_segments"] = streamed;
   out["max_calls_in_flight"] = max_calls_in_flight();
   out["calls_in_flight"] = calls_in_flight();
   out["call_sites"] = call_sites();

@@ -107,6 +107,8 @@ void reset_stats() {
   g_max_in_flight = g_in_flight.load();
   for (auto& s : algorithm_stats()) zero(s);
   for (auto& s : collective_stats()) zero(s);
+  streamed_segments().pair = 0;
+  streamed_segments().ring = 0;
   std::lock_guard<std::mutex> lock(traffic_mutex());
   for (auto& [name, s] : xla_collective_map()) zero(*s);
   for (auto& [key, t] : traffic_map()) {
