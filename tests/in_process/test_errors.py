@@ -112,11 +112,13 @@ STALLED = r"never started this launch \(run id -?\d+\) on devices \[1, 2, 3, 4, 
 def test_a_call_whose_peers_never_arrive_ends(mesh8, monkeypatch, ended_by, size, error, seconds):
     monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "1" if ended_by == "timeout" else "60")
     x = put(mesh8, values((8, size), "float32"), P("i"))
+    # Compiled first: the abort must find the call waiting, however slow the compile.
+    call = shard(mesh8, only_device_0_calls, out=P("i"), check_vma=False).lower(x).compile()
     if ended_by == "abort":
         threading.Timer(0.5, jax_accl.abort).start()
     start = time.monotonic()
     with pytest.raises(Exception, match=error):
-        jax.block_until_ready(shard(mesh8, only_device_0_calls, out=P("i"), check_vma=False)(x))
+        jax.block_until_ready(call(x))
     assert time.monotonic() - start < seconds
     # The runtime is usable afterwards.
     y = shard(mesh8, lambda a: jax_accl.psum(a, "i"))(x)

@@ -1,6 +1,10 @@
 #include "runtime/call_plan.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "algorithms/hierarchical.h"
 #include "runtime/collective.h"
@@ -90,18 +94,38 @@ bool host_is_one_process(const GroupLayout& g) {
   return g.process_ranks(g.host_ranks(0)[0]).size() == g.host_ranks(0).size();
 }
 
-bool plan_one_shot(size_t bytes, Algorithm forced) {
-  return bytes <= kOneShotBytes && (forced == Algorithm::kAuto || forced == Algorithm::kDirect);
-}
-
 Algorithm plan_in_process(int n, size_t bytes, Algorithm forced, const CostModel& model) {
   if (forced != Algorithm::kAuto && forced != Algorithm::kHierarchical) return forced;
   return choose_algorithm(n, bytes, /*peer_memory=*/true, model);
 }
 
+const GroupLayout& one_process_layout(int n) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<GroupLayout>>* made =
+      new std::map<int, std::unique_ptr<GroupLayout>>;  // never destroyed: call threads
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<GroupLayout>& layout = (*made)[n];
+  if (layout == nullptr) {
+    auto fresh = std::make_unique<GroupLayout>();
+    (void)GroupLayout::make(std::vector<RankPlace>(n), fresh.get());  // one place: valid
+    layout = std::move(fresh);
+  }
+  return *layout;
+}
+
 CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,
                    const CostModel& model) {
-  return collective_row(request.collective).plan(g, rank, request, model);
+  const CollectiveRow& row = collective_row(request.collective);
+  // What a rank stages or receives, whichever is more (an all-gather's output is n inputs).
+  if (request.one_shot && g.process_count() == 1 && row.one_shot != nullptr &&
+      std::max<size_t>(request.bytes, row.output_count(request.bytes, g.size())) <= kOneShotBytes &&
+      (request.forced == Algorithm::kAuto || request.forced == Algorithm::kDirect)) {
+    CallPlan plan;
+    plan.schedule = Algorithm::kDirect;
+    plan.protocol = Protocol::kOneShot;
+    return plan;
+  }
+  return row.plan(g, rank, request, model);
 }
 
 CallPlan plan_direct_call(const GroupLayout&, int, const PlanRequest&, const CostModel&) {
@@ -154,11 +178,6 @@ CallPlan plan_allreduce_call(const GroupLayout& g, int rank, const PlanRequest& 
   const Algorithm forced = request.forced;
   CallPlan plan;
   if (g.process_count() == 1) {
-    if (request.one_shot && plan_one_shot(bytes, forced)) {
-      plan.schedule = Algorithm::kDirect;
-      plan.protocol = Protocol::kOneShot;
-      return plan;
-    }
     plan.schedule = plan_in_process(g.size(), bytes, forced, model);
     return plan;
   }

@@ -1,15 +1,18 @@
-// The runtime's plan of a call: the one place where a call's schedule is chosen. Every
-// path of the runtime decides here: the call site by plan_one_shot, run_in_process (a
-// group of one process) by its collective's plan_local, the Communicator of a group that
-// spans processes by plan_call (through the collective's row, runtime/collective.h). The
-// simulated hosts of the native tests and jax_accl.plan (bindings/plan.cc) call plan_call
-// too, so what they report is the plan the runtime runs.
+// The runtime's plan of a call: the one place where a call's schedule is chosen, plan_call.
+// Every path of the runtime asks it: a call among the device threads of this process (on
+// one_process_layout, which one-shot protocol or flat schedule it runs) and the
+// Communicator of a group that spans processes; the collective's row (runtime/collective.h)
+// holds each collective's own choice. The simulated hosts of the native tests and
+// jax_accl.plan (bindings/plan.cc) call plan_call too, so what they report is the plan
+// the runtime runs.
 //
 // The choice, for a group laid out as topology/group_layout.h says:
-//   one process      small, direct or automatic, in a program of one process: the one-shot
-//                    asynchronous reduce (runtime/one_shot.h); else `forced`, or for kAuto
-//                    (and kHierarchical, which has one level there) the model's pick among
-//                    the flat algorithms over peer memory;
+//   one process      small (kOneShotBytes staged or received per rank), direct or
+//                    automatic, in a program of one process, of a collective with a
+//                    one-shot writer: the one-shot asynchronous protocol
+//                    (runtime/one_shot.h); else `forced`, or for kAuto (and kHierarchical,
+//                    which has one level there) the model's pick among the flat algorithms
+//                    over peer memory;
 //   one host         `forced` flat algorithms run over all devices; the automatic choice is
 //                    choose_one_host's (flat, cross-memory attach, or the hierarchy);
 //   several hosts    flat when forced, else the hierarchy: between hosts the owners of a
@@ -86,11 +89,8 @@ int& pipeline_chunks_setting();
 // bench --steps (_accl.set_between_hosts), to time each schedule's steps in one job.
 std::atomic<Algorithm>& between_hosts_setting();
 
-// Whether an all-reduce among the device threads of this process runs as the one-shot
-// asynchronous reduce (runtime/one_shot.h): at most kOneShotBytes per rank (all
-// segments), and direct or the automatic choice.
+// The most a rank of a one-shot call stages or receives (all segments).
 constexpr size_t kOneShotBytes = 64 << 10;
-bool plan_one_shot(size_t bytes, Algorithm forced);
 
 // The algorithm of a reduce-scatter or all-gather of `bytes` of input per rank among `n`
 // ranks: `forced` (direct or ring), or direct where the ranks read each other's memory
@@ -131,6 +131,8 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced,
 // plan_*_call below makes it.
 CallPlan plan_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                    const CostModel& model);
+// The layout of a group of `n` device threads of this process (every such group's).
+const GroupLayout& one_process_layout(int n);
 CallPlan plan_allreduce_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                              const CostModel& model);
 CallPlan plan_scatter_gather_call(const GroupLayout& layout, int rank, const PlanRequest& request,

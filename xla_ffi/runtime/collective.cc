@@ -21,14 +21,6 @@ std::string permute_what(ReduceOp) { return "permute"; }
 std::string all_to_all_what(ReduceOp) { return "all-to-all"; }
 std::string ragged_all_to_all_what(ReduceOp) { return "ragged all-to-all"; }
 
-Algorithm plan_allreduce_local(int n, size_t bytes, Algorithm forced) {
-  return plan_in_process(n, bytes, forced);
-}
-Algorithm plan_scatter_gather_local(int n, size_t bytes, Algorithm forced) {
-  return plan_scatter_gather(n, bytes, forced, /*peer_memory=*/true);
-}
-Algorithm plan_direct_local(int, size_t, Algorithm) { return Algorithm::kDirect; }
-
 // The one-shot's last rank, one segment: every output from the staged inputs.
 void allreduce_one_shot(const OneShotSegment& s) {
   const size_t bytes = s.count * s.reduction->elem_size;
@@ -135,27 +127,26 @@ Status all_to_all_by_host_runner(Link& in_host, Link& between_hosts, const HostG
 // In the order of enum Collective.
 const CollectiveRow kRows[kNumCollectives] = {
     {Collective::kAllReduce, "accl_allreduce ", "flat", true, false, same_count, same_count,
-     op_only, plan_allreduce_local, plan_allreduce_call, predict_allreduce_seconds,
-     allreduce_one_shot, allreduce_flat, nullptr},
+     op_only, plan_allreduce_call, predict_allreduce_seconds, allreduce_one_shot, allreduce_flat,
+     nullptr},
     {Collective::kReduceScatter, "accl_reduce_scatter ", "reduce-scatter", true, false,
-     one_block_of_n, one_block_of_n, reduce_scatter_what, plan_scatter_gather_local,
-     plan_scatter_gather_call, predict_scatter_gather_seconds, reduce_scatter_one_shot,
-     reduce_scatter_flat, reduce_scatter_by_host},
+     one_block_of_n, one_block_of_n, reduce_scatter_what, plan_scatter_gather_call,
+     predict_scatter_gather_seconds, reduce_scatter_one_shot, reduce_scatter_flat,
+     reduce_scatter_by_host},
     {Collective::kAllGather, "accl_all_gather ", "all-gather", false, false, n_blocks, same_count,
-     all_gather_what, plan_scatter_gather_local, plan_scatter_gather_call,
-     predict_scatter_gather_seconds, all_gather_one_shot, all_gather_flat,
-     all_gather_by_host_runner},
+     all_gather_what, plan_scatter_gather_call, predict_scatter_gather_seconds, all_gather_one_shot,
+     all_gather_flat, all_gather_by_host_runner},
     {Collective::kPermute, "accl_ppermute ", "permute", false, true, same_count, same_count,
-     permute_what, plan_direct_local, plan_direct_call, predict_permute_seconds, permute_one_shot,
-     permute_flat, nullptr},
+     permute_what, plan_direct_call, predict_permute_seconds, permute_one_shot, permute_flat,
+     nullptr},
     {Collective::kAllToAll, "accl_all_to_all ", "all-to-all", false, false, same_count,
-     one_block_of_n, all_to_all_what, plan_direct_local, plan_all_to_all_call,
-     predict_all_to_all_seconds, all_to_all_one_shot, all_to_all_flat, all_to_all_by_host_runner},
+     one_block_of_n, all_to_all_what, plan_all_to_all_call, predict_all_to_all_seconds,
+     all_to_all_one_shot, all_to_all_flat, all_to_all_by_host_runner},
     // Its segments are the data and the layout table (algorithms/ragged_all_to_all.h),
     // whose sizes the table describes.
     {Collective::kRaggedAllToAll, "accl_ragged_all_to_all ", "ragged-all-to-all", false, false,
-     nullptr, nullptr, ragged_all_to_all_what, plan_direct_local, plan_direct_call,
-     predict_all_to_all_seconds, nullptr, ragged_all_to_all_flat, nullptr},
+     nullptr, nullptr, ragged_all_to_all_what, plan_direct_call, predict_all_to_all_seconds,
+     nullptr, ragged_all_to_all_flat, nullptr},
 };
 
 }  // namespace

@@ -56,9 +56,8 @@ struct CollectiveRow {
   uint64_t (*block_count)(uint64_t in, uint64_t n);
   // e.g. "sum", "reduce-scatter (max)", "all-gather": what a rank calls, for errors.
   std::string (*what)(ReduceOp op);
-  // The plan (runtime/call_plan.h): among the device threads of one process, and of a
-  // group on any layout; the model's time of a plan.
-  Algorithm (*plan_local)(int n, size_t bytes, Algorithm forced);
+  // The plan of a group on any layout (runtime/call_plan.h's plan_call asks it where the
+  // one-shot protocol does not run); the model's time of a plan.
   CallPlan (*plan)(const GroupLayout& layout, int rank, const PlanRequest& request,
                    const CostModel& model);
   double (*predict)(const GroupLayout& layout, const CallPlan& plan, const PlanRequest& request,

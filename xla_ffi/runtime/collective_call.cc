@@ -31,6 +31,15 @@ Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   return Status::Ok();
 }
 
+CallPlan plan_in_process_call(const CallSpec& spec, size_t bytes, bool one_shot) {
+  PlanRequest request;
+  request.bytes = bytes;
+  request.forced = spec.signature.algorithm;
+  request.one_shot = one_shot;
+  request.collective = spec.signature.collective;
+  return plan_call(one_process_layout(spec.size), spec.rank, request, cost_model());
+}
+
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
                       const PermutePeers& peers) {
@@ -52,8 +61,7 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   const auto start = spec.start();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
-  const Algorithm algorithm =
-      collective_row(sig.collective).plan_local(spec.size, sig.count * elem, sig.algorithm);
+  const Algorithm algorithm = plan_in_process_call(spec, sig.count * elem, false).schedule;
 
   // An exception (an allocation that failed) fails the call like any error: the other
   // ranks learn it at once instead of at their deadline (before the join, by leaving
@@ -130,12 +138,10 @@ void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Sta
         done(s);
       });
   call_began();
-  // What a rank stages or receives, whichever is more (an all-gather's output is n inputs).
-  size_t bytes_in = 0, bytes_out = 0;
-  for (uint64_t count : buffers.counts) bytes_in += count * dtype_size(buffers.dtype);
-  for (uint64_t count : buffers.out_counts) bytes_out += count * dtype_size(buffers.dtype);
-  if (!spec.across_processes && collective_row(spec.signature.collective).one_shot != nullptr &&
-      plan_one_shot(std::max(bytes_in, bytes_out), spec.signature.algorithm)) {
+  size_t bytes = 0;
+  for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
+  if (!spec.across_processes && spec.size > 0 &&
+      plan_in_process_call(spec, bytes, true).protocol == Protocol::kOneShot) {
     return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts,
                     [complete](const Status& s) { (*complete)(s); });
   }

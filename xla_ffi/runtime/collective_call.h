@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/permute.h"
+#include "runtime/call_plan.h"
 #include "runtime/rendezvous.h"
 
 namespace accl {
@@ -92,6 +93,11 @@ Status run_call(const CallSpec& spec, const CallBuffers& buffers);
 
 // The reduce kernel of spec.signature, or an error naming the rank and the call.
 Status reduction_for(const CallSpec& spec, Reduction* reduction);
+
+// The runtime's plan (runtime/call_plan.h) of call `spec` among the device threads of this
+// process, `bytes` of input per rank: `one_shot` where the one-shot protocol may run (the
+// call's start; run_in_process asks for its flat schedule).
+CallPlan plan_in_process_call(const CallSpec& spec, size_t bytes, bool one_shot);
 
 // Runs `collective` by `algorithm` over `link` (its row's flat runner): an all-reduce of
 // each segment, a reduce-scatter (a segment's `count` is its n blocks of input, n =
