@@ -14,7 +14,7 @@ def stats() -> dict:
       "bytes_received", "messages_sent"}}, one entry per transport and per rail;
     * ``phase_seconds``: time in each phase of the hierarchical all-reduce;
     * ``streamed_segments``: {"pair", "ring"}: the all-reduce segments (one per rank and
-      segment) that ran streamed, two ranks' halves chunk by chunk or the ring's blocks
+      segment) begun streamed, two ranks' halves chunk by chunk or the ring's blocks
       piece by piece, each piece forwarded as it arrives;
     * ``refused_connections``: connections refused for a wrong secret or protocol;
     * ``recoveries``: epochs the groups of this process started after a failed call

@@ -171,7 +171,7 @@ def shared_links(t: Topology, plan: Plan) -> tuple[int, str]:
 def describe(plan: Plan, tiers: dict) -> list[str]:
     """The runtime's plan, tier by tier."""
     if plan.schedule != "hierarchical":
-        how = {"one_shot": "one-shot (the last rank to arrive reduces)"}.get(
+        how = {"one_shot": "one-shot (the last rank to arrive writes every output)"}.get(
             plan.protocol, plan.protocol
         )
         return [f"  {plan.schedule} over all {plan.ranks} devices, {how}"]

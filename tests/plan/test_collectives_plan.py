@@ -157,3 +157,32 @@ def test_an_all_to_all_of_small_blocks_between_hosts_runs_by_host(layout):
         main(["--hosts", "2", "--devices-per-host", "4", "--size", "16KiB"]
              + ["--collective", "all_to_all"])  # fmt: skip
     assert "by host: an all-to-all among each host's 4 ranks" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "collective,nbytes,algorithm,want",
+    [
+        # What a rank stages or receives, whichever is more, at most 64 KiB: an
+        # all-gather's output is 8 inputs.
+        ("all_gather", 8 << 10, "auto", "one_shot"),
+        ("all_gather", 9 << 10, "auto", "whole"),
+        ("reduce_scatter", 64 << 10, "auto", "one_shot"),
+        ("reduce_scatter", 64 << 10, "ring", "whole"),  # forced: not one-shot
+        ("all_reduce", 64 << 10, "direct", "one_shot"),
+        ("all_reduce", (64 << 10) + 4, "auto", "whole"),
+        ("permute", 4 << 10, "auto", "one_shot"),
+        ("all_to_all", 4 << 10, "auto", "one_shot"),
+        ("ragged_all_to_all", 4 << 10, "auto", "whole"),  # no one-shot writer
+    ],
+)
+def test_small_calls_in_one_process_plan_the_one_shot(collective, nbytes, algorithm, want):
+    """The one-shot protocol is the plan's answer (what the runtime runs), for every
+    collective with a one-shot writer; not where another algorithm is forced or the
+    program spans processes."""
+    one_process = places_of(regular_layout(1, 1, 8))
+    got = runtime_plan(one_process, nbytes, algorithm=algorithm, collective=collective)
+    assert got.protocol == want, got
+    spans = runtime_plan(
+        one_process, nbytes, algorithm=algorithm, collective=collective, one_shot=False
+    )
+    assert spans.protocol == "whole", spans

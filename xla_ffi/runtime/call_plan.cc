@@ -100,17 +100,20 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced, const CostModel
 }
 
 const GroupLayout& one_process_layout(int n) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<GroupLayout>>* made =
-      new std::map<int, std::unique_ptr<GroupLayout>>;  // never destroyed: call threads
-  std::lock_guard<std::mutex> lock(mutex);
+  // Each thread keeps the layouts it used; the process's are made once, under the lock,
+  // and never destroyed (call threads may outlive exit).
+  thread_local std::map<int, const GroupLayout*> used;
+  if (auto it = used.find(n); it != used.end()) return *it->second;
+  static std::mutex* mutex = new std::mutex;
+  static auto* made = new std::map<int, std::unique_ptr<GroupLayout>>;
+  std::lock_guard<std::mutex> lock(*mutex);
   std::unique_ptr<GroupLayout>& layout = (*made)[n];
   if (layout == nullptr) {
     auto fresh = std::make_unique<GroupLayout>();
-    (void)GroupLayout::make(std::vector<RankPlace>(n), fresh.get());  // one place: valid
+    (void)GroupLayout::make(std::vector<RankPlace>(std::max(n, 1)), fresh.get());
     layout = std::move(fresh);
   }
-  return *layout;
+  return *(used[n] = layout.get());
 }
 
 CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,

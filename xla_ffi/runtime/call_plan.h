@@ -131,7 +131,8 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced,
 // plan_*_call below makes it.
 CallPlan plan_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                    const CostModel& model);
-// The layout of a group of `n` device threads of this process (every such group's).
+// The layout of a group of `n` device threads of this process (every such group's; n < 1:
+// one thread's).
 const GroupLayout& one_process_layout(int n);
 CallPlan plan_allreduce_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                              const CostModel& model);

@@ -137,11 +137,13 @@ void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Sta
         call_ended();
         done(s);
       });
-  call_began();
   size_t bytes = 0;
   for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
-  if (!spec.across_processes && spec.size > 0 &&
-      plan_in_process_call(spec, bytes, true).protocol == Protocol::kOneShot) {
+  const bool one_shot_planned =
+      !spec.across_processes && spec.size > 0 &&
+      plan_in_process_call(spec, bytes, true).protocol == Protocol::kOneShot;
+  call_began();
+  if (one_shot_planned) {
     return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts,
                     [complete](const Status& s) { (*complete)(s); });
   }

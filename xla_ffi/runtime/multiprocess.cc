@@ -540,24 +540,27 @@ Status ProcessesCall::finish(const Status& s) {
   }
   record_error(plan_.schedule, sig_.collective);
   group_->call_failed(index_, *space_);
-  // This process ended its pending waits (abort(), a stop, XLA:CPU's stall): every call
-  // of the process ends by itself, and says why, whatever it met first (a sibling's
-  // poisoned link, say); the links the call had opened tell the peers.
-  if (deadline_.aborted()) return aborted_because(s);
-  // Every channel of the call, links opened or not: the peers fail at once (a peer's
-  // own error, or its abort, reaches this process's other ranks too, whichever peer
-  // they wait for). The next call recovers first, on fresh channels.
+  // Every channel of the call, links opened or not: the peers fail at once, whichever
+  // peer they wait for (a peer's failure reaches this process's other ranks too). The
+  // next call recovers first, on fresh channels.
   space_->poison_all(s.code());
-  return s;
+  // This process ended its pending waits (abort(), a stop, XLA:CPU's stall): its calls
+  // say why, whatever each met first (a sibling's poisoned channel, say).
+  return deadline_.aborted() ? aborted_because(s) : s;
 }
 
-// A call that was pending when this process aborted its waits gives the abort's reason,
-// with its own error beside it where that is another.
+// A call that was pending when this process aborted its waits: the abort's words, with
+// the call's own error beside them where that is another.
 Status ProcessesCall::aborted_because(const Status& s) const {
   const Status why = deadline_.ended(where_, "in the call");
-  const std::string reason = abort_reason(deadline_.generation);
-  if (!reason.empty() && s.message().find(reason) != std::string::npos) return s;
-  return Status(Code::kAborted, str_cat(why.message(), "; the call's own error: ", s.message()));
+  std::string said = abort_reason(deadline_.generation);
+  if (said.empty()) {
+    said = g_stopping.load(std::memory_order_acquire) ? "jax_accl stopped" : "jax_accl.abort()";
+  }
+  if (s.message().find(said) != std::string::npos) return s;
+  std::string own = s.message();
+  if (own.rfind(where_ + ": ", 0) == 0) own.erase(0, where_.size() + 2);
+  return Status(Code::kAborted, str_cat(why.message(), "; the call's own error: ", own));
 }
 
 }  // namespace

@@ -49,8 +49,10 @@ class Channel {
   // their shared header; other channels have no such phase.
   virtual void set_touching_peer(bool touching) {}
   virtual bool peer_touching() const { return false; }
-  // Whether either end has poisoned the channel (read without consuming anything).
-  virtual bool poisoned() const { return !broken.ok(); }
+  // Why the channel is failed, where either end has failed it (poisoned, broken, a TCP
+  // peer that shut its end), read without consuming anything; Ok while it is usable.
+  virtual Status poisoned_status() const { return broken; }
+  bool poisoned() const { return !poisoned_status().ok(); }
 
   // Frame counters: both ends count the frames on a channel, so a lost, extra or
   // reordered frame is detected by its sequence number.

@@ -171,9 +171,9 @@ Status ChannelLink::check_peer_access() {
 Status ChannelLink::peer_failed(const char* while_what) const {
   for (size_t r = 0; r < channels_.size(); ++r) {
     for (Channel* c : channels_[r]) {
-      if (c->poisoned()) {
-        return error(Code::kAborted, where_, ": ", peer_label(static_cast<int>(r)),
-                     " failed the call ", while_what);
+      if (Status why = c->poisoned_status(); !why.ok()) {
+        return error(why.code(), where_, ": ", peer_label(static_cast<int>(r)),
+                     " failed the call (seen ", while_what, "): ", why.message());
       }
     }
   }

@@ -129,7 +129,8 @@ class ChannelLink : public Link {
                    Clock::time_point* idle_since);
   std::string peer_label(int peer) const;
 
-  // kAborted naming the first peer that poisoned its channels (it failed the call).
+  // The first of this link's channels that either end failed (a peer that failed the
+  // call, or this process's own failure), with its reason (Channel::poisoned_status).
   Status peer_failed(const char* while_what) const;
 
   int rank_;

@@ -54,8 +54,8 @@ class RingChannel : public Channel {
   bool peer_touching() const override {
     return header_->touching[1 - side_].load(std::memory_order_seq_cst) != 0;
   }
-  bool poisoned() const override {
-    return header_->poisoned.load(std::memory_order_seq_cst) != 0 || !broken.ok();
+  Status poisoned_status() const override {
+    return header_->poisoned.load(std::memory_order_seq_cst) != 0 ? poisoned_error() : broken;
   }
 
  private:

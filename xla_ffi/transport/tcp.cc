@@ -331,6 +331,19 @@ TcpChannel::~TcpChannel() { close(fd_); }
 
 void TcpChannel::poison(Code) { shutdown(fd_, SHUT_RDWR); }
 
+Status TcpChannel::poisoned_status() const {
+  if (!broken.ok()) return broken;
+  char byte;
+  const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) {
+    return error(Code::kAborted, label_, ": the connection was shut (a peer failed the call)");
+  }
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    return error(Code::kAborted, label_, ": ", std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
 Status TcpChannel::write_some(const void* data, size_t bytes, size_t* done) {
   *done = 0;
   if (bytes == 0) return Status::Ok();

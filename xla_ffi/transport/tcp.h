@@ -60,6 +60,8 @@ class TcpChannel : public Channel {
   // Fails when the peer host stopped acknowledging (see tcp.cc); a peer that is alive
   // but not reading (late for the call) keeps acknowledging and is waited for.
   Status check_peer() override;
+  // A peer that failed the call shut its end (poison): its end of file, seen by a peek.
+  Status poisoned_status() const override;
 
  private:
   int fd_;
