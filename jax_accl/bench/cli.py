@@ -270,17 +270,24 @@ def multi_process_main(args, out) -> int:
 
 def weak_scaling_main(args, out) -> int:
     """One job per count of --hosts (all rails, --processes-per-host x --devices on each
-    host), then the scaling table (and --plot: busbw per host against hosts)."""
+    host), then the scaling table (and --plot: busbw per host against hosts). A job that
+    fails (a process killed for memory at 16 hosts, say) is reported and the others'
+    points kept; the exit status is then 1."""
     sizes = [weight(s) for s in sizes_of(args)]
     progress = Progress("jax_accl.bench", [w for _ in args.host_counts for w in sizes])
-    pts = []
+    pts, failed = [], []
     plot_path, args.plot = args.plot, ""  # the jobs' own plots: not drawn
     for hosts in args.host_counts:
         args.hosts = hosts
         per_host = processes_per_host(args)
         args.processes = sum(per_host)
         rate = args.rate_mbit * 1e6 / 8
-        rows = multi_host_job(args, per_host, args.rails, rate, None, None, progress)
+        try:
+            rows = multi_host_job(args, per_host, args.rails, rate, None, None, progress)
+        except RuntimeError as e:
+            failed.append(hosts)
+            print(f"# {hosts} hosts: the job failed, no points: {str(e).splitlines()[0]}")
+            continue
         layout = [[args.devices] * count for count in per_host]
         pts += scaling.points(rows, hosts, layout, args.rails, args.rate_mbit, args.mtu)
     progress.finish()
@@ -290,7 +297,9 @@ def weak_scaling_main(args, out) -> int:
         speed = f"{args.rails} rails at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
         scaling.plot(pts, plot_path, args.rate_mbit, f"weak scaling, {shape}, {speed}")
         print(f"# plot: {plot_path}")
-    return 0
+    if failed:
+        print(f"# weak scaling: the jobs of {failed} hosts failed (their output is above)")
+    return 1 if failed else 0
 
 
 def multi_host_job(args, per_host, rails, rate, chunks, out, progress):

@@ -49,3 +49,25 @@ def test_points_against_the_limits_and_the_planner(tmp_path):
     ]
     scaling.plot(pts, str(tmp_path / "scaling.png"), rate_mbit, "weak scaling")
     assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+def test_a_failed_job_keeps_the_other_points(monkeypatch, capsys):
+    """16 hosts x 64 MiB outgrew this machine's memory: that job's failure is reported and
+    the other host counts' points are still printed; the exit status says it."""
+
+    def job(args, per_host, rails, rate, chunks, out, progress):
+        if args.hosts == 4:
+            raise RuntimeError("multi-process job -m jax_accl.bench failed:\n(process killed)")
+        return rows(args.hosts, 0.1, 0.3)
+
+    monkeypatch.setattr(cli, "multi_host_job", job)
+    args = cli.parse_args(
+        ["--hosts", "2,4,8", "--processes-per-host", "1", "--rails", "2", "--rate-mbit", "300"]
+    )
+    out = io.StringIO()
+    assert cli.weak_scaling_main(args, out) == 1
+    printed = capsys.readouterr().out
+    assert "# 4 hosts: the job failed, no points: multi-process job" in printed
+    assert sorted(
+        json.loads(line)["weak_scaling"]["hosts"] for line in out.getvalue().split("\n") if line
+    ) == [2, 8]
