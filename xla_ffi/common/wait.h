@@ -47,6 +47,12 @@ struct Deadline {
 
   bool aborted() const { return generation != kNotAbortable && generation != abort_generation(); }
   bool expired() const { return aborted() || Clock::now() >= at; }
+  // What ended an aborted wait: the abort's reason where it gave one, else a stop or
+  // jax_accl.abort().
+  std::string abort_words() const {
+    std::string why = abort_reason(generation);
+    return why.empty() ? stop_or_abort() : why;
+  }
   // The error of a wait that ended, `where` and while `waiting` for what: kAborted
   // naming jax_accl.abort(), or kTimeout naming JAX_ACCL_TIMEOUT_S.
   Status ended(const std::string& where, const std::string& waiting) const {
@@ -54,15 +60,17 @@ struct Deadline {
       if (std::string why = abort_reason(generation); !why.empty()) {
         return Status(Code::kAborted, where + ": " + why + " (while " + waiting + ")");
       }
-      const char* by = g_stopping.load(std::memory_order_acquire)
-                           ? ": jax_accl stopped (jax.distributed.shutdown() or exit) while "
-                           : ": aborted by jax_accl.abort() while ";
-      return Status(Code::kAborted, where + by + waiting);
+      return Status(Code::kAborted, where + ": " + stop_or_abort() + " while " + waiting);
     }
     return Status(Code::kTimeout, where + ": timed out " + waiting + " (JAX_ACCL_TIMEOUT_S)");
   }
 
  private:
+  static const char* stop_or_abort() {
+    return g_stopping.load(std::memory_order_acquire)
+               ? "jax_accl stopped (jax.distributed.shutdown() or exit)"
+               : "aborted by jax_accl.abort()";
+  }
   static Clock::time_point in(double seconds) {
     return Clock::now() +
            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));

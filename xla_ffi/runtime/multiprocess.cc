@@ -552,12 +552,8 @@ Status ProcessesCall::finish(const Status& s) {
 // A call that was pending when this process aborted its waits: the abort's words, with
 // the call's own error beside them where that is another.
 Status ProcessesCall::aborted_because(const Status& s) const {
+  if (s.message().find(deadline_.abort_words()) != std::string::npos) return s;
   const Status why = deadline_.ended(where_, "in the call");
-  std::string said = abort_reason(deadline_.generation);
-  if (said.empty()) {
-    said = g_stopping.load(std::memory_order_acquire) ? "jax_accl stopped" : "jax_accl.abort()";
-  }
-  if (s.message().find(said) != std::string::npos) return s;
   std::string own = s.message();
   if (own.rfind(where_ + ": ", 0) == 0) own.erase(0, where_.size() + 2);
   return Status(Code::kAborted, str_cat(why.message(), "; the call's own error: ", own));
