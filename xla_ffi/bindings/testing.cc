@@ -66,19 +66,21 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
       ops.size() != ins.size() || algorithms.size() != ins.size()) {
     throw nb::value_error("allreduce_threads: every per-rank list needs one entry per rank");
   }
-  std::vector<CallSpec> specs(n);
+  std::vector<CallSpec> specs;
   const int64_t op_id = fresh_op_id();
-  for (int r = 0; r < n; ++r) {
-    specs[r].key = CallKey{0, op_id, 0, 0};
-    specs[r].rendezvous = harness_rendezvous();
-    specs[r].rank = r;
-    specs[r].size = n;
-    specs[r].label = str_cat("native test group of ", n, " (op ", op_id, ")");
-    specs[r].signature.dtype = parse_or_throw<DType>(dtypes[r], parse_dtype, "dtype");
-    specs[r].signature.op = parse_or_throw<ReduceOp>(ops[r], parse_reduce_op, "reduce op");
-    specs[r].signature.algorithm =
+  CallGroup group;
+  for (int64_t d = 0; d < n; ++d) group.devices.push_back(d);
+  group.label = str_cat("native test group of ", n, " (op ", op_id, ")");
+  group.rendezvous = harness_rendezvous();
+  for (int r = 0; r < n; ++r) {  // each rank's own settings: tests make ranks disagree
+    group.rank = r;
+    CallSettings settings;
+    settings.signature.op = parse_or_throw<ReduceOp>(ops[r], parse_reduce_op, "reduce op");
+    settings.signature.algorithm =
         parse_or_throw<Algorithm>(algorithms[r], parse_algorithm, "algorithm");
-    specs[r].timeout_s = timeout_s;
+    settings.timeout_s = timeout_s;
+    specs.push_back(make_call(group, CallKey{0, op_id, 0, 0}, settings,
+                              parse_or_throw<DType>(dtypes[r], parse_dtype, "dtype")));
   }
   std::vector<std::string> errors(n);
   {
@@ -87,8 +89,11 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
     for (int r : present) {
       if (r < 0 || r >= n) continue;
       threads.emplace_back([&, r] {
-        Status s = run_in_process(specs[r], {reinterpret_cast<const void*>(ins[r])},
-                                  {reinterpret_cast<void*>(outs[r])}, {counts[r]});
+        Status s = run_call(specs[r], CallBuffers{specs[r].signature.dtype,
+                                                  {reinterpret_cast<const void*>(ins[r])},
+                                                  {reinterpret_cast<void*>(outs[r])},
+                                                  {counts[r]},
+                                                  {counts[r]}});
         if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
       });
     }

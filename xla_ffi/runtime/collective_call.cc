@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -47,7 +48,8 @@ Status run_collective(Collective collective, Algorithm algorithm, Link& link,
 }
 
 Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
-                      const std::vector<void*>& out, const std::vector<uint64_t>& counts) {
+                      const std::vector<void*>& out, const std::vector<uint64_t>& counts,
+                      Algorithm algorithm) {
   describe_layout(counts, &spec.signature);
   const Signature& sig = spec.signature;
   Reduction reduction;
@@ -61,7 +63,6 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   const auto start = spec.start();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
-  const Algorithm algorithm = plan_in_process_call(spec, sig.count * elem, false).schedule;
 
   // An exception (an allocation that failed) fails the call like any error: the other
   // ranks learn it at once instead of at their deadline (before the join, by leaving
@@ -125,25 +126,74 @@ CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSetting
   return spec;
 }
 
-Status run_call(const CallSpec& spec, const CallBuffers& buffers) {
-  return spec.across_processes ? run_across_processes(spec, buffers.in, buffers.out, buffers.counts)
-                               : run_in_process(spec, buffers.in, buffers.out, buffers.counts);
+namespace {
+
+// The call's route and, for an in-process call, its plan: asked once, here.
+struct Route {
+  bool one_shot = false;
+  Algorithm in_process = Algorithm::kAuto;  // an in-process call's schedule
+};
+
+Route route_of(const CallSpec& spec, const CallBuffers& buffers) {
+  Route route;
+  if (spec.across_processes || spec.size <= 0) return route;  // the communicator plans
+  size_t bytes = 0;
+  for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
+  const CallPlan plan = plan_in_process_call(spec, bytes, /*one_shot=*/true);
+  route.one_shot = plan.protocol == Protocol::kOneShot;
+  route.in_process = plan.schedule;
+  return route;
 }
 
-void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done) {
+// Runs a call that is not one-shot to its end, on this thread. Nothing escapes (a call
+// thread's escape is std::terminate), and `complete` runs either way: an exception (an
+// allocation that failed) becomes the call's error.
+void run_to_end(const CallSpec& spec, const CallBuffers& buffers, const Route& route,
+                const std::function<void(const Status&)>& complete) {
+  Status s;
+  try {
+    s = spec.across_processes
+            ? run_across_processes(spec, buffers.in, buffers.out, buffers.counts)
+            : run_in_process(spec, buffers.in, buffers.out, buffers.counts, route.in_process);
+  } catch (const std::exception& e) {
+    s = error(Code::kInternal, spec.label, ": ", e.what());
+  } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
+    complete(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
+    throw;
+  } catch (...) {
+    s = error(Code::kInternal, spec.label, ": an unknown exception");
+  }
+  complete(s);
+}
+
+}  // namespace
+
+Status run_call(CallSpec spec, CallBuffers buffers) {
+  auto answer = std::make_shared<std::promise<Status>>();
+  std::future<Status> ended = answer->get_future();
+  start_call(
+      std::move(spec), std::move(buffers), [answer](const Status& s) { answer->set_value(s); },
+      RunOn::kCallerThread);
+  return ended.get();
+}
+
+void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done,
+                RunOn run_on) {
+  const Route route = route_of(spec, buffers);
+  if (run_on == RunOn::kCallerThread) {
+    if (route.one_shot) {
+      return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts, std::move(done));
+    }
+    return run_to_end(spec, buffers, route, done);
+  }
   // Made before the call counts as begun: what throws here ends nothing begun.
   auto complete = std::make_shared<std::function<void(const Status&)>>(
       [done = std::move(done)](const Status& s) {
         call_ended();
         done(s);
       });
-  size_t bytes = 0;
-  for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
-  const bool one_shot_planned =
-      !spec.across_processes && spec.size > 0 &&
-      plan_in_process_call(spec, bytes, true).protocol == Protocol::kOneShot;
   call_began();
-  if (one_shot_planned) {
+  if (route.one_shot) {
     return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts,
                     [complete](const Status& s) { (*complete)(s); });
   }
@@ -152,21 +202,8 @@ void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Sta
   std::string label;
   try {
     label = spec.label;
-    run_on_call_thread([spec = std::move(spec), buffers = std::move(buffers), complete]() {
-      // Nothing may escape a call thread (std::terminate), and `done` must run either
-      // way: an exception (an allocation that failed) becomes the call's error.
-      Status s;
-      try {
-        s = run_call(spec, buffers);
-      } catch (const std::exception& e) {
-        s = error(Code::kInternal, spec.label, ": ", e.what());
-      } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
-        (*complete)(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
-        throw;
-      } catch (...) {
-        s = error(Code::kInternal, spec.label, ": an unknown exception");
-      }
-      (*complete)(s);
+    run_on_call_thread([spec = std::move(spec), buffers = std::move(buffers), route, complete]() {
+      run_to_end(spec, buffers, route, *complete);
     });
   } catch (const std::exception& e) {  // not queued (it never runs): the call ends here
     (*complete)(error(Code::kInternal, label, ": the call could not be started: ", e.what()));

@@ -1,11 +1,13 @@
 // One rank's collective call (any row of runtime/collective.h), from every caller (the
-// XLA FFI handler's call sites, the MPI library, the native tests) through one door:
-// make_call builds the call's spec, start_call starts it (small in-process calls
-// complete when their last rank arrives, runtime/one_shot.h; every other call runs on a
-// call thread of its own, runtime/call_threads.h) and run_call runs it on the calling
-// thread: among the device threads of this process (validate, meet the other ranks in
-// the rendezvous, plan, run over the in-process transport, record), or across processes
-// (runtime/multiprocess.cc, over the group's communicator).
+// XLA FFI handler's call sites, the MPI library, the native tests) through one function:
+// make_call builds the call's spec and start_call runs it: an in-process call by its
+// plan (runtime/call_plan.h's plan_call, asked once): small ones by the one-shot
+// protocol (complete when their last rank arrives, runtime/one_shot.h), the others to
+// their end among the device threads of this process (validate, meet the other ranks in
+// the rendezvous, run the plan's schedule over the in-process transport, record); a call
+// across processes by runtime/multiprocess.cc over the group's communicator, which plans
+// it. A call that is not one-shot runs on a call thread of its own
+// (runtime/call_threads.h) or on the caller's thread (run_call, for callers that wait).
 #pragma once
 
 #include <cstdint>
@@ -82,21 +84,30 @@ struct CallBuffers {
 CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSettings& settings,
                    DType dtype, Clock::time_point issued = {});
 
-// Starts call `spec` on `buffers` (which stay valid until `done` runs): `done` runs
-// exactly once, on this or another thread, when the outputs are written or with the
-// error.
-void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done);
+// Which thread runs a call that is not one-shot: a call thread of its own (XLA's FFI
+// handler, which returns a pending future and never blocks), or the caller's, which
+// waits for the call anyway (the MPI library, the native tests).
+enum class RunOn { kCallThread, kCallerThread };
 
-// Runs call `spec` on this thread, to its end: in this process (run_in_process) or
-// across processes (run_across_processes), as spec.across_processes says.
-Status run_call(const CallSpec& spec, const CallBuffers& buffers);
+// The one function every call goes through. Starts call `spec` on `buffers` (which stay
+// valid until `done` runs): `done` runs exactly once, when the outputs are written or
+// with the error: with kCallerThread before start_call returns, except for a one-shot
+// call (its last rank's arrival completes it, on a call thread). A call thread's calls
+// count in stats()'s calls in flight; a caller that waits counts its own.
+void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done,
+                RunOn run_on = RunOn::kCallThread);
+
+// start_call on the caller's thread, waiting for the call's end (within its deadline:
+// every path answers).
+Status run_call(CallSpec spec, CallBuffers buffers);
 
 // The reduce kernel of spec.signature, or an error naming the rank and the call.
 Status reduction_for(const CallSpec& spec, Reduction* reduction);
 
 // The runtime's plan (runtime/call_plan.h) of call `spec` among the device threads of this
-// process, `bytes` of input per rank: `one_shot` where the one-shot protocol may run (the
-// call's start; run_in_process asks for its flat schedule).
+// process, `bytes` of input per rank: `one_shot` where the one-shot protocol may run (a
+// call's start; a group across processes that turns out to live in one asks for its flat
+// schedule).
 CallPlan plan_in_process_call(const CallSpec& spec, size_t bytes, bool one_shot);
 
 // Runs `collective` by `algorithm` over `link` (its row's flat runner): an all-reduce of
@@ -108,12 +119,14 @@ Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
                       const PermutePeers& peers);
 
-// run_call's two routes. One rank's call over its segments: `in[k]` -> `out[k]`, counts[k] elements
-// of input each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an
+// start_call's two routes. One rank's call over its segments in this process, by the
+// schedule `algorithm` (the call's plan): `in[k]` -> `out[k]`, counts[k] elements of
+// input each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an
 // all-gather's size times). spec.signature's count/segments/layout are filled from
 // `counts`.
 Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
-                      const std::vector<void*>& out, const std::vector<uint64_t>& counts);
+                      const std::vector<void*>& out, const std::vector<uint64_t>& counts,
+                      Algorithm algorithm);
 
 // The same call for a group whose devices (spec.devices) live in several processes.
 // Groups that stay inside this process go to run_in_process.
