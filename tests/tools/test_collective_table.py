@@ -78,3 +78,42 @@ def test_the_length_check_sees_a_long_function():
     assert function_lengths(
         f"namespace a {{\nvoid f(int x,\n       int y) {{\n{body}\n}}\n}}  // namespace a"
     )[0] == (64, "void f(int x,")
+
+
+# The routes a call may take, which only the one function (start_call, in
+# runtime/collective_call.cc) chooses among, and the files that define them;
+# multiprocess.cc sends a group that turns out to live in one process to its flat
+# schedule.
+ROUTES = {
+    "run_in_process(": {"runtime/collective_call.cc", "runtime/multiprocess.cc"},
+    "run_across_processes(": {"runtime/collective_call.cc", "runtime/multiprocess.cc"},
+    "one_shot(": {"runtime/collective_call.cc", "runtime/one_shot.cc", "selftest/selftest.cc"},
+}
+
+
+@pytest.mark.fast
+def test_every_caller_runs_a_call_through_start_call():
+    """The FFI call sites, the MPI library and the native tests' harness start a call by
+    start_call or run_call (start_call on the caller's thread), never by one of its
+    routes (the self-test's unit test of the one-shot protocol aside)."""
+    found = []
+    for path in sorted(NATIVE.rglob("*.cc")):
+        name = str(path.relative_to(NATIVE))
+        code = re.sub(r"//.*", "", path.read_text())
+        for route, allowed in ROUTES.items():
+            calls = re.findall(r"(?<![\w.>:])" + re.escape(route), code)
+            if calls and name not in allowed:
+                found.append(f"{name} calls {route}")
+    assert not found, "a call started outside start_call:\n" + "\n".join(found)
+    callers = {
+        str(path.relative_to(NATIVE))
+        for path in NATIVE.rglob("*.cc")
+        if re.search(r"(?<![\w.>:])(start_call|run_call)\(", path.read_text())
+    }
+    for caller in (
+        "runtime/collective_site.cc",
+        "mpiabi/communicators.cc",
+        "bindings/testing.cc",
+        "selftest/selftest.cc",
+    ):
+        assert caller in callers, f"{caller} no longer starts its calls by start_call/run_call"
