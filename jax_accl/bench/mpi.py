@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from jax_accl.bench.report import nccl_row
-from jax_accl.bench.sweep import test_data
+from jax_accl.bench.sweep import BenchRows
 from jax_accl.bench.timing import chain_length, median_call_seconds, per_op_interleaved
 from jax_accl.testing.launch import worker_env
 from jax_accl.units import human, parse_size
@@ -199,10 +199,10 @@ def worker_main(argv=None) -> int:
 
     rows = []
     for size in (parse_size(s) for s in args.sizes.split(",")):
-        host = test_data(size, n)
-        x = jax.device_put(host[rank])
+        host = BenchRows(size, n)
+        x = jax.device_put(host.row(rank))
         once = jax.jit(reduce)
-        if not np.array_equal(np.asarray(once(x)), host.sum(0)):
+        if not np.array_equal(np.asarray(once(x)), host.sum()):
             raise AssertionError(f"mpi4jax at {human(size)}: wrong result on rank {rank}")
         single = median_call_seconds(once, x, args.reps)
         loop = chain_length(size, args.loop, n)

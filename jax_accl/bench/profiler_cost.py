@@ -19,7 +19,7 @@ import tempfile
 import jax
 
 import jax_accl
-from jax_accl.bench.sweep import chained, mesh_of, sharded_rows, test_data
+from jax_accl.bench.sweep import BenchRows, chained, mesh_of, sharded_rows
 from jax_accl.bench.timing import call_seconds, chain_length
 
 SIZE = 4 << 10
@@ -42,7 +42,7 @@ def measure(devices: int, loop: int, reps: int) -> dict:
     """This process's medians, in seconds per op: before, inside and after a session."""
     jax.config.update("jax_num_cpu_devices", devices)
     mesh = mesh_of(devices)
-    x = sharded_rows(mesh, test_data(SIZE, devices))
+    x = sharded_rows(mesh, BenchRows(SIZE, devices))
     loop = chain_length(SIZE, loop, devices)
 
     def mean(v):

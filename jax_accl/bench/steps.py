@@ -32,7 +32,7 @@ def measure(size_bytes: int, n: int, hosts: int, algorithms: list[str], reps: in
 
     _accl.set_step_times(True)
     mesh = sweep.mesh_of(n)
-    x = sweep.sharded_rows(mesh, sweep.test_data(size_bytes, n))
+    x = sweep.sharded_rows(mesh, sweep.BenchRows(size_bytes, n))
     out = []
     for algorithm in algorithms:
         # "hosts:X": the automatic plan (the hierarchy) with X between hosts.

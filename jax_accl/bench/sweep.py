@@ -15,10 +15,31 @@ from jax_accl.bench.timing import chain_length, median_call_seconds, per_op_inte
 from jax_accl.units import human, parse_size
 
 
-def test_data(size_bytes: int, n: int) -> np.ndarray:
-    """n rows of small integers (exact sums in float32), one per device."""
-    rng = np.random.default_rng(0)
-    return rng.integers(-8, 8, (n, max(1, size_bytes // 4))).astype(np.float32)
+class BenchRows:
+    """n rows of small integers (exact sums in float32), one per device, row d made from
+    seed d when asked: a process holds only its own devices' rows (and, while summing,
+    one more), never all n at once, so that 16 hosts x 64 MiB fit in memory (the whole
+    table was 1 GiB in every process, 3 GiB while it was made)."""
+
+    def __init__(self, size_bytes: int, n: int):
+        self.n = n
+        self.shape = (n, max(1, size_bytes // 4))
+
+    def row(self, d: int) -> np.ndarray:
+        rng = np.random.default_rng(d)
+        return rng.integers(-8, 8, self.shape[1], dtype=np.int8).astype(np.float32)
+
+    def __getitem__(self, index) -> np.ndarray:
+        """The rows `index` asks for (jax.make_array_from_callback's index of a shard)."""
+        rows, rest = index[0], index[1:]
+        return np.stack([self.row(d)[rest] for d in range(self.n)[rows]])
+
+    def sum(self) -> np.ndarray:
+        """The rows' sum, the all-reduce's exact result, made a row at a time."""
+        total = np.zeros(self.shape[1], np.float32)
+        for d in range(self.n):
+            total += self.row(d)
+        return total
 
 
 def mesh_of(n: int):
@@ -27,8 +48,8 @@ def mesh_of(n: int):
     return Mesh(np.array(devices), ("i",))
 
 
-def sharded_rows(mesh, host: np.ndarray):
-    """`host`'s rows spread over the mesh, row d on device d."""
+def sharded_rows(mesh, host: BenchRows | np.ndarray):
+    """`host`'s rows spread over the mesh, row d on device d (only this process's made)."""
     return jax.make_array_from_callback(
         host.shape, NamedSharding(mesh, P("i")), lambda index: host[index]
     )
@@ -56,9 +77,9 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
     ops - time of K) / K, with K = loop. The variants:
     jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
     mesh = mesh_of(n)
-    host = test_data(size_bytes, n)
+    host = BenchRows(size_bytes, n)
     x = sharded_rows(mesh, host)
-    want = host.sum(0)
+    want = host.sum()
 
     single, ran, chains, phases = {}, {}, {}, {}
     variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][: int(baseline)] + [

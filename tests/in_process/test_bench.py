@@ -225,3 +225,22 @@ def test_collectives_bench_checks_and_times_each_against_jax_lax():
         assert r[5].endswith("x")
         assert float(r[6]) > 0 and r[7].endswith("x")  # the memory limit and the share of it
         assert float(r[8]) > 0 and float(r[9]) > 0  # CPU us per op, jax_accl and jax.lax
+
+
+@pytest.mark.fast
+def test_bench_rows_make_only_the_rows_asked_for_and_sum_exactly():
+    """The sweep's data: row d the same wherever it is made (a process makes only its
+    devices' rows), small integers whose float32 sum is exact."""
+    import numpy as np
+
+    from jax_accl.bench.sweep import BenchRows
+
+    rows = BenchRows(4 * 1000 + 3, 5)
+    assert rows.shape == (5, 1000)
+    whole = np.stack([rows.row(d) for d in range(5)])
+    assert whole.dtype == np.float32 and np.abs(whole).max() <= 8 and whole.std() > 1
+    assert not np.array_equal(whole[0], whole[1])
+    np.testing.assert_array_equal(rows[(slice(2, 4), slice(None))], whole[2:4])
+    np.testing.assert_array_equal(rows[(slice(1, 2), slice(10, 20))], whole[1:2, 10:20])
+    exact = whole.astype(np.int64).sum(0)
+    np.testing.assert_array_equal(rows.sum(), exact.astype(np.float32))

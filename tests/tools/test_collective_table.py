@@ -81,14 +81,43 @@ def test_the_length_check_sees_a_long_function():
 
 
 # The routes a call may take, which only the one function (start_call, in
-# runtime/collective_call.cc) chooses among, and the files that define them;
+# runtime/collective_call.cc) chooses among, and the files that declare or define them;
 # multiprocess.cc sends a group that turns out to live in one process to its flat
 # schedule.
 ROUTES = {
-    "run_in_process(": {"runtime/collective_call.cc", "runtime/multiprocess.cc"},
-    "run_across_processes(": {"runtime/collective_call.cc", "runtime/multiprocess.cc"},
-    "one_shot(": {"runtime/collective_call.cc", "runtime/one_shot.cc", "selftest/selftest.cc"},
+    "run_in_process": {
+        "runtime/collective_call.h",
+        "runtime/collective_call.cc",
+        "runtime/multiprocess.cc",
+    },
+    "run_across_processes": {
+        "runtime/collective_call.h",
+        "runtime/collective_call.cc",
+        "runtime/multiprocess.cc",
+    },
+    "one_shot": {
+        "runtime/one_shot.h",
+        "runtime/one_shot.cc",
+        "runtime/collective_call.cc",
+        "selftest/selftest.cc",
+    },
 }
+
+
+def code_of(text: str) -> str:
+    """C++ source without its comments and the contents of its strings."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r'"(\\.|[^"\\\n])*"', '""', text)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def uses(name: str, code: str) -> bool:
+    """Whether `code` calls or takes the address of the free function `name` (qualified
+    or not; a member of that name is another function)."""
+    return (
+        re.search(r"(?<![\w.>])(?:\w+::)*" + name + r"\s*\(|&\s*(?:\w+::)*" + name + r"\b", code)
+        is not None
+    )
 
 
 @pytest.mark.fast
@@ -96,24 +125,32 @@ def test_every_caller_runs_a_call_through_start_call():
     """The FFI call sites, the MPI library and the native tests' harness start a call by
     start_call or run_call (start_call on the caller's thread), never by one of its
     routes (the self-test's unit test of the one-shot protocol aside)."""
-    found = []
-    for path in sorted(NATIVE.rglob("*.cc")):
-        name = str(path.relative_to(NATIVE))
-        code = re.sub(r"//.*", "", path.read_text())
-        for route, allowed in ROUTES.items():
-            calls = re.findall(r"(?<![\w.>:])" + re.escape(route), code)
-            if calls and name not in allowed:
-                found.append(f"{name} calls {route}")
-    assert not found, "a call started outside start_call:\n" + "\n".join(found)
-    callers = {
-        str(path.relative_to(NATIVE))
-        for path in NATIVE.rglob("*.cc")
-        if re.search(r"(?<![\w.>:])(start_call|run_call)\(", path.read_text())
+    files = {
+        str(p.relative_to(NATIVE)): code_of(p.read_text()) for p in sorted(NATIVE.rglob("*.[ch]*"))
     }
+    found = [
+        f"{name} uses {route}"
+        for name, code in files.items()
+        for route, allowed in ROUTES.items()
+        if name not in allowed and uses(route, code)
+    ]
+    assert not found, "a call started outside start_call:\n" + "\n".join(found)
     for caller in (
         "runtime/collective_site.cc",
         "mpiabi/communicators.cc",
         "bindings/testing.cc",
         "selftest/selftest.cc",
     ):
-        assert caller in callers, f"{caller} no longer starts its calls by start_call/run_call"
+        assert uses("start_call", files[caller]) or uses("run_call", files[caller]), (
+            f"{caller} no longer starts its calls by start_call/run_call"
+        )
+
+
+@pytest.mark.fast
+def test_the_route_finder_sees_qualified_calls_and_addresses_not_comments():
+    assert uses("run_in_process", "accl::run_in_process (spec, in, out, counts, a);")
+    assert uses("run_in_process", "auto f = &run_in_process;")
+    assert not uses("run_in_process", "x.run_in_process(spec);")
+    assert not uses("run_in_process", "run_in_process_call(spec);")
+    assert not uses("run_call", code_of('// run_call(spec)\n/* run_call(x) */ f("run_call(");'))
+    assert uses("run_in_process", code_of((NATIVE / "runtime" / "multiprocess.cc").read_text()))

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
-#include <future>
 #include <memory>
 #include <string>
 
@@ -134,27 +133,34 @@ struct Route {
   Algorithm in_process = Algorithm::kAuto;  // an in-process call's schedule
 };
 
-Route route_of(const CallSpec& spec, const CallBuffers& buffers) {
+// `one_shot`: whether the one-shot protocol may run (the caller does not wait).
+Route route_of(const CallSpec& spec, const CallBuffers& buffers, bool one_shot) {
   Route route;
-  if (spec.across_processes || spec.size <= 0) return route;  // the communicator plans
+  if (spec.across_processes) return route;                    // the communicator plans
+  if (spec.rank < 0 || spec.rank >= spec.size) return route;  // run_in_process refuses it
   size_t bytes = 0;
-  for (uint64_t count : buffers.counts) bytes += count * dtype_size(buffers.dtype);
-  const CallPlan plan = plan_in_process_call(spec, bytes, /*one_shot=*/true);
+  for (uint64_t count : buffers.counts) bytes += count * dtype_size(spec.signature.dtype);
+  const CallPlan plan = plan_in_process_call(spec, bytes, one_shot);
   route.one_shot = plan.protocol == Protocol::kOneShot;
   route.in_process = plan.schedule;
   return route;
 }
 
-// Runs a call that is not one-shot to its end, on this thread. Nothing escapes (a call
+// The call's route run to its end on this thread (not the one-shot protocol).
+Status run_route(const CallSpec& spec, const CallBuffers& buffers, const Route& route) {
+  return spec.across_processes
+             ? run_across_processes(spec, buffers.in, buffers.out, buffers.counts)
+             : run_in_process(spec, buffers.in, buffers.out, buffers.counts, route.in_process);
+}
+
+// Runs a call that is not one-shot to its end, on a call thread. Nothing escapes (a call
 // thread's escape is std::terminate), and `complete` runs either way: an exception (an
 // allocation that failed) becomes the call's error.
 void run_to_end(const CallSpec& spec, const CallBuffers& buffers, const Route& route,
                 const std::function<void(const Status&)>& complete) {
   Status s;
   try {
-    s = spec.across_processes
-            ? run_across_processes(spec, buffers.in, buffers.out, buffers.counts)
-            : run_in_process(spec, buffers.in, buffers.out, buffers.counts, route.in_process);
+    s = run_route(spec, buffers, route);
   } catch (const std::exception& e) {
     s = error(Code::kInternal, spec.label, ": ", e.what());
   } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
@@ -169,23 +175,17 @@ void run_to_end(const CallSpec& spec, const CallBuffers& buffers, const Route& r
 }  // namespace
 
 Status run_call(CallSpec spec, CallBuffers buffers) {
-  auto answer = std::make_shared<std::promise<Status>>();
-  std::future<Status> ended = answer->get_future();
+  Status ended;
   start_call(
-      std::move(spec), std::move(buffers), [answer](const Status& s) { answer->set_value(s); },
+      std::move(spec), std::move(buffers), [&ended](const Status& s) { ended = s; },
       RunOn::kCallerThread);
-  return ended.get();
+  return ended;
 }
 
 void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done,
                 RunOn run_on) {
-  const Route route = route_of(spec, buffers);
-  if (run_on == RunOn::kCallerThread) {
-    if (route.one_shot) {
-      return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts, std::move(done));
-    }
-    return run_to_end(spec, buffers, route, done);
-  }
+  const Route route = route_of(spec, buffers, /*one_shot=*/run_on == RunOn::kCallThread);
+  if (run_on == RunOn::kCallerThread) return done(run_route(spec, buffers, route));
   // Made before the call counts as begun: what throws here ends nothing begun.
   auto complete = std::make_shared<std::function<void(const Status&)>>(
       [done = std::move(done)](const Status& s) {
