@@ -295,6 +295,7 @@ def weak_scaling_main(args, out) -> int:
     if plot_path:
         shape = f"{args.processes_per_host or 1} process(es) x {args.devices} device(s) per host"
         speed = f"{args.rails} rails at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""
         scaling.plot(pts, plot_path, args.rate_mbit, f"weak scaling, {shape}, {speed}")
         print(f"# plot: {plot_path}")
     if failed:
