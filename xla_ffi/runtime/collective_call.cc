@@ -31,9 +31,10 @@ Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   return Status::Ok();
 }
 
-CallPlan plan_in_process_call(const CallSpec& spec, size_t bytes, bool one_shot) {
+CallPlan plan_in_process_call(const CallSpec& spec, const std::vector<uint64_t>& counts,
+                              bool one_shot) {
   PlanRequest request;
-  request.bytes = bytes;
+  for (uint64_t count : counts) request.bytes += count * dtype_size(spec.signature.dtype);
   request.forced = spec.signature.algorithm;
   request.one_shot = one_shot;
   request.collective = spec.signature.collective;
@@ -138,9 +139,7 @@ Route route_of(const CallSpec& spec, const CallBuffers& buffers, bool one_shot) 
   Route route;
   if (spec.across_processes) return route;                    // the communicator plans
   if (spec.rank < 0 || spec.rank >= spec.size) return route;  // run_in_process refuses it
-  size_t bytes = 0;
-  for (uint64_t count : buffers.counts) bytes += count * dtype_size(spec.signature.dtype);
-  const CallPlan plan = plan_in_process_call(spec, bytes, one_shot);
+  const CallPlan plan = plan_in_process_call(spec, buffers.counts, one_shot);
   route.one_shot = plan.protocol == Protocol::kOneShot;
   route.in_process = plan.schedule;
   return route;

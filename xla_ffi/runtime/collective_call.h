@@ -108,10 +108,11 @@ Status run_call(CallSpec spec, CallBuffers buffers);
 Status reduction_for(const CallSpec& spec, Reduction* reduction);
 
 // The runtime's plan (runtime/call_plan.h) of call `spec` among the device threads of this
-// process, `bytes` of input per rank: `one_shot` where the one-shot protocol may run (a
-// call's start; a group across processes that turns out to live in one asks for its flat
-// schedule).
-CallPlan plan_in_process_call(const CallSpec& spec, size_t bytes, bool one_shot);
+// process, counts[k] elements of spec.signature's dtype in segment k: `one_shot` where the
+// one-shot protocol may run (a call's start; a group across processes that turns out to
+// live in one asks for its flat schedule).
+CallPlan plan_in_process_call(const CallSpec& spec, const std::vector<uint64_t>& counts,
+                              bool one_shot);
 
 // Runs `collective` by `algorithm` over `link` (its row's flat runner): an all-reduce of
 // each segment, a reduce-scatter (a segment's `count` is its n blocks of input, n =
@@ -123,11 +124,10 @@ Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const PermutePeers& peers);
 
 // start_call's routes besides the one-shot protocol (runtime/one_shot.h). One rank's call
-// over its segments in this process, by the
-// schedule `algorithm` (the call's plan): `in[k]` -> `out[k]`, counts[k] elements of
-// input each (an all-reduce's output is as large; a reduce-scatter's 1/size of it, an
-// all-gather's size times). spec.signature's count/segments/layout are filled from
-// `counts`.
+// over its segments in this process, by the schedule `algorithm` (the call's plan):
+// `in[k]` -> `out[k]`, counts[k] elements of input each (an all-reduce's output is as large; a
+// reduce-scatter's 1/size of it, an all-gather's size times). spec.signature's
+// count/segments/layout are filled from `counts`.
 Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
                       const std::vector<void*>& out, const std::vector<uint64_t>& counts,
                       Algorithm algorithm);

@@ -577,9 +577,7 @@ Status run_across_processes(CallSpec spec, const std::vector<const void*>& in,
   std::shared_ptr<Communicator> group;
   ACCL_RETURN_IF_ERROR(world->communicator(spec.devices, spec.lane, spec.label, &group));
   if (group->layout().process_count() == 1) {  // one process's devices: its flat schedule
-    size_t bytes = 0;
-    for (uint64_t count : counts) bytes += count * dtype_size(spec.signature.dtype);
-    const Algorithm flat = plan_in_process_call(spec, bytes, /*one_shot=*/false).schedule;
+    const Algorithm flat = plan_in_process_call(spec, counts, /*one_shot=*/false).schedule;
     return run_in_process(spec, in, out, counts, flat);
   }
   describe_layout(counts, &spec.signature);
