@@ -1,6 +1,8 @@
 #include "runtime/call_plan.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -100,20 +102,25 @@ Algorithm plan_in_process(int n, size_t bytes, Algorithm forced, const CostModel
 }
 
 const GroupLayout& one_process_layout(int n) {
-  // Each thread keeps the layouts it used; the process's are made once, under the lock,
-  // and never destroyed (call threads may outlive exit).
-  thread_local std::map<int, const GroupLayout*> used;
-  if (auto it = used.find(n); it != used.end()) return *it->second;
+  // Made once per n under the lock and never destroyed (call threads may outlive exit);
+  // groups of up to kKnown ranks are then found without it (every small call asks).
+  constexpr int kKnown = 1024;
+  static auto* known = new std::array<std::atomic<const GroupLayout*>, kKnown>{};
+  n = std::max(n, 1);
+  if (n < kKnown) {
+    if (const GroupLayout* layout = (*known)[n].load(std::memory_order_acquire)) return *layout;
+  }
   static std::mutex* mutex = new std::mutex;
   static auto* made = new std::map<int, std::unique_ptr<GroupLayout>>;
   std::lock_guard<std::mutex> lock(*mutex);
   std::unique_ptr<GroupLayout>& layout = (*made)[n];
   if (layout == nullptr) {
     auto fresh = std::make_unique<GroupLayout>();
-    (void)GroupLayout::make(std::vector<RankPlace>(std::max(n, 1)), fresh.get());
+    (void)GroupLayout::make(std::vector<RankPlace>(n), fresh.get());
     layout = std::move(fresh);
   }
-  return *(used[n] = layout.get());
+  if (n < kKnown) (*known)[n].store(layout.get(), std::memory_order_release);
+  return *layout;
 }
 
 CallPlan plan_call(const GroupLayout& g, int rank, const PlanRequest& request,

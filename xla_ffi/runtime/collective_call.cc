@@ -186,26 +186,27 @@ void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Sta
   const Route route = route_of(spec, buffers, /*one_shot=*/run_on == RunOn::kCallThread);
   if (run_on == RunOn::kCallerThread) return done(run_route(spec, buffers, route));
   // Made before the call counts as begun: what throws here ends nothing begun.
-  auto complete = std::make_shared<std::function<void(const Status&)>>(
-      [done = std::move(done)](const Status& s) {
-        call_ended();
-        done(s);
-      });
-  call_began();
+  std::function<void(const Status&)> complete = [done = std::move(done)](const Status& s) {
+    call_ended();
+    done(s);
+  };
   if (route.one_shot) {
-    return one_shot(std::move(spec), buffers.in, buffers.out, buffers.counts,
-                    [complete](const Status& s) { (*complete)(s); });
+    call_began();
+    return one_shot(std::move(spec), buffers.in, std::move(buffers.out), buffers.counts,
+                    std::move(complete));
   }
+  auto shared = std::make_shared<std::function<void(const Status&)>>(std::move(complete));
+  call_began();
   // Each call gets a thread of its own, so that calls of one device that XLA runs
   // concurrently never queue behind each other (their order may differ by device).
   std::string label;
   try {
     label = spec.label;
-    run_on_call_thread([spec = std::move(spec), buffers = std::move(buffers), route, complete]() {
-      run_to_end(spec, buffers, route, *complete);
+    run_on_call_thread([spec = std::move(spec), buffers = std::move(buffers), route, shared]() {
+      run_to_end(spec, buffers, route, *shared);
     });
   } catch (const std::exception& e) {  // not queued (it never runs): the call ends here
-    (*complete)(error(Code::kInternal, label, ": the call could not be started: ", e.what()));
+    (*shared)(error(Code::kInternal, label, ": the call could not be started: ", e.what()));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -79,6 +80,7 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   // Where this process's ranks of the site's calls meet; calls hold it to their end.
   const auto rendezvous = std::make_shared<Rendezvous>();
   std::set<int64_t> seen;
+  std::map<int64_t, Member> members;  // by global device id
   const auto n = static_cast<int64_t>(a.devices.size());
   for (int64_t group = 0; group * a.group_size < static_cast<int64_t>(a.groups.size()); ++group) {
     std::vector<int64_t> partitions;
@@ -111,13 +113,14 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
       if (collective_row(a.collective).permutes) {
         ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &g.peers));
       }
-      site->members_[a.devices[partitions[r]]] = member;
+      members[a.devices[partitions[r]]] = member;
     }
   }
   // A device that runs a partition outside every group learns it when it calls.
   for (int64_t p = 0; p < n; ++p) {
-    if (!seen.count(p)) site->members_.erase(a.devices[p]);
+    if (!seen.count(p)) members.erase(a.devices[p]);
   }
+  site->members_.assign(members.begin(), members.end());
   site->devices_ = std::move(a.devices);
   *out = std::move(site);
   return Status::Ok();
@@ -177,8 +180,10 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
 void CollectiveSite::start(int64_t device, int64_t run_id, CallBuffers buffers,
                            Clock::time_point issued, const std::shared_ptr<Reply>& reply) {
   if (Status usable = process_usable(); !usable.ok()) return (*reply)(usable);
-  auto it = members_.find(device);
-  if (it == members_.end()) {
+  const auto it = std::lower_bound(
+      members_.begin(), members_.end(), device,
+      [](const std::pair<int64_t, Member>& m, int64_t id) { return m.first < id; });
+  if (it == members_.end() || it->first != device) {
     const bool runs_one = std::find(devices_.begin(), devices_.end(), device) != devices_.end();
     return (*reply)(
         runs_one

@@ -22,7 +22,7 @@ namespace accl {
 // source is spec.peers.recv_from); counts[k] elements of segment k in. `done` runs
 // exactly once, on this or another thread, after every rank's outputs are written (or
 // with the error).
-void one_shot(CallSpec spec, const std::vector<const void*>& in, const std::vector<void*>& out,
+void one_shot(CallSpec spec, const std::vector<const void*>& in, std::vector<void*> out,
               const std::vector<uint64_t>& counts, std::function<void(const Status&)> done);
 
 }  // namespace accl

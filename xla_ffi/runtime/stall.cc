@@ -9,8 +9,11 @@
 
 #include <cxxabi.h>
 
+#include <array>
 #include <chrono>
 #include <deque>
+#include <limits>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -28,31 +31,67 @@ namespace {
 // The last launches each device began: enough to cover every launch in flight (XLA:CPU
 // admits 32 per device).
 constexpr size_t kLaunchesKept = 64;
+constexpr int64_t kNoLaunch = std::numeric_limits<int64_t>::min();
 
-struct Launches {
-  std::mutex mutex;
-  std::unordered_map<int64_t, std::deque<int64_t>> by_device;
-  // The jax_accl calls each device is in now (begun, not done): a device in one holds a
+// One device's launches and calls, noted by every call of the device without a lock
+// (a small call is a few microseconds: one lock shared by every device, taken twice by
+// each call, made 8 device threads on 2 cores wait for each other), read by the checks.
+struct alignas(64) DeviceLaunches {
+  explicit DeviceLaunches(int64_t id) : device(id) {
+    for (auto& run : runs) run.store(kNoLaunch, std::memory_order_relaxed);
+  }
+  const int64_t device;
+  // The jax_accl calls the device is in now (begun, not done): a device in one holds a
   // thread, so one that has not begun a launch is late (a call of an earlier launch
   // waiting on a late process), not a device XLA:CPU gave no thread.
-  std::unordered_map<int64_t, int> calls_in;
+  std::atomic<int> calls_in{0};
+  std::atomic<int64_t> last{kNoLaunch};  // the launch noted last
+  std::atomic<uint64_t> noted{0};        // launches noted: the next slot of `runs`
+  std::array<std::atomic<int64_t>, kLaunchesKept> runs;
+
+  bool holds(int64_t run_id) const {
+    for (const auto& run : runs) {
+      if (run.load(std::memory_order_acquire) == run_id) return true;
+    }
+    return false;
+  }
 };
 
-Launches& launches() {
-  static Launches* l = new Launches;  // never destroyed: call threads may outlive exit
-  return *l;
+// Devices by id in an open-addressed table whose slots are only ever filled (never
+// emptied): a process's devices are few and live as long as it. Beyond kDeviceSlots
+// devices a device goes untracked, and its calls are never taken for a stall.
+constexpr size_t kDeviceSlots = 4096;
+std::array<std::atomic<DeviceLaunches*>, kDeviceSlots>& device_slots() {
+  static auto* slots = new std::array<std::atomic<DeviceLaunches*>, kDeviceSlots>{};
+  return *slots;
+}
+
+// Device `device`'s entry, made where `make` and it has none (nullptr: none, or no slot).
+DeviceLaunches* launches_of(int64_t device, bool make) {
+  auto& slots = device_slots();
+  // Fibonacci hashing: the product's top 12 bits, which every bit of the id moves.
+  static_assert(kDeviceSlots == 4096);
+  const size_t start = (static_cast<uint64_t>(device) * 0x9E3779B97F4A7C15ull) >> 52;
+  for (size_t i = 0; i < kDeviceSlots; ++i) {
+    std::atomic<DeviceLaunches*>& slot = slots[(start + i) % kDeviceSlots];
+    DeviceLaunches* entry = slot.load(std::memory_order_acquire);
+    if (entry == nullptr) {
+      if (!make) return nullptr;
+      auto fresh = std::make_unique<DeviceLaunches>(device);
+      if (slot.compare_exchange_strong(entry, fresh.get(), std::memory_order_acq_rel)) {
+        return fresh.release();  // never destroyed: call threads may outlive exit
+      }
+      // Another device took the slot first: `entry` is now that one.
+    }
+    if (entry->device == device) return entry;
+  }
+  return nullptr;
 }
 
 bool begun(int64_t device, int64_t run_id) {
-  Launches& l = launches();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  if (auto in = l.calls_in.find(device); in != l.calls_in.end() && in->second > 0) return true;
-  auto it = l.by_device.find(device);
-  if (it == l.by_device.end()) return false;
-  for (int64_t r : it->second) {
-    if (r == run_id) return true;
-  }
-  return false;
+  const DeviceLaunches* d = launches_of(device, false);
+  if (d == nullptr) return false;
+  return d->calls_in.load(std::memory_order_acquire) > 0 || d->holds(run_id);
 }
 
 // CPU time of the process's threads but jax_accl's call threads ("accl_call": those wait,
@@ -154,11 +193,7 @@ Watch& watch() {
 }
 
 // This process's devices: those that ever made a jax_accl call.
-bool local_device(int64_t device) {
-  Launches& l = launches();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  return l.by_device.count(device) > 0;
-}
+bool local_device(int64_t device) { return launches_of(device, false) != nullptr; }
 
 // One look at the watched calls: the first stalled one ends every pending wait.
 void check_watched() {
@@ -236,29 +271,26 @@ void unwatch_call(uint64_t token) {
 }
 
 void note_call_ended(int64_t device) {
-  Launches& l = launches();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  --l.calls_in[device];
+  if (DeviceLaunches* d = launches_of(device, false)) {
+    d->calls_in.fetch_sub(1, std::memory_order_acq_rel);
+  }
 }
 
 int calls_in_progress(int64_t device) {
-  Launches& l = launches();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  auto it = l.calls_in.find(device);
-  return it == l.calls_in.end() ? 0 : static_cast<int>(it->second);
+  const DeviceLaunches* d = launches_of(device, false);
+  return d == nullptr ? 0 : d->calls_in.load(std::memory_order_acquire);
 }
 
 void note_launch_begun(int64_t device, int64_t run_id) {
-  Launches& l = launches();
-  std::lock_guard<std::mutex> lock(l.mutex);
-  ++l.calls_in[device];
-  std::deque<int64_t>& runs = l.by_device[device];
-  if (!runs.empty() && runs.back() == run_id) return;
-  for (int64_t r : runs) {
-    if (r == run_id) return;
-  }
-  runs.push_back(run_id);
-  if (runs.size() > kLaunchesKept) runs.pop_front();
+  DeviceLaunches* d = launches_of(device, true);
+  if (d == nullptr) return;  // untracked (more devices than slots)
+  d->calls_in.fetch_add(1, std::memory_order_acq_rel);
+  // Most calls are of the launch noted last; two calls of one device noting a launch
+  // at once may both keep it, which costs a slot, not a launch.
+  if (d->last.load(std::memory_order_acquire) == run_id || d->holds(run_id)) return;
+  const uint64_t slot = d->noted.fetch_add(1, std::memory_order_acq_rel) % kLaunchesKept;
+  d->runs[slot].store(run_id, std::memory_order_release);
+  d->last.store(run_id, std::memory_order_release);
 }
 
 bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,

@@ -40,6 +40,7 @@
 #include "runtime/collective_call.h"
 #include "runtime/collective_site.h"
 #include "runtime/one_shot.h"
+#include "runtime/stall.h"
 #include "selftest/by_host_selftest.h"
 #include "selftest/checks.h"
 #include "selftest/interposed_link.h"
@@ -606,6 +607,23 @@ void test_one_shot(int n, size_t count, int present) {
   }
 }
 
+// The stall check's count of each device's calls (runtime/stall.h): ids far apart, as
+// processes' global ids are, and ids that differ only in their high bits are counted
+// apart; a device's calls end where they began.
+void test_device_call_counts() {
+  const std::vector<int64_t> ids = {int64_t{1} << 40, (int64_t{1} << 40) + (int64_t{1} << 52),
+                                    (int64_t{3} << 50) + 1, 123457};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t k = 0; k <= i; ++k) note_launch_begun(ids[i], 77 + static_cast<int64_t>(k));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    expect(calls_in_progress(ids[i]) == static_cast<int>(i + 1),
+           str_cat("device ", ids[i], " is in ", i + 1, " calls"));
+    for (size_t k = 0; k <= i; ++k) note_call_ended(ids[i]);
+    expect(calls_in_progress(ids[i]) == 0, str_cat("device ", ids[i], "'s calls ended"));
+  }
+}
+
 // FIPS 180-4's and RFC 4231's test vectors.
 void test_sha256() {
   expect(hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
@@ -933,6 +951,11 @@ int main(int argc, char** argv) {
     for (size_t count : {size_t(0), size_t(1), size_t(1000)}) test_one_shot(n, count, n);
   }
   test_one_shot(4, 100, 3);
+  // Pending calls are reused (one_shot.cc): after a timed-out one, of other sizes.
+  test_one_shot(8, 1000, 8);
+  test_one_shot(2, 1, 2);
+  test_one_shot(5, 0, 5);
+  test_device_call_counts();
   test_sequence_counters();
   test_call_site();
   for (int n : {2, 3, 5}) {
