@@ -44,6 +44,7 @@
 #include "runtime/collective_call.h"
 #include "runtime/communicator.h"
 #include "runtime/hierarchical_call.h"
+#include "runtime/stall.h"
 #include "runtime/stats.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
@@ -369,6 +370,7 @@ class ProcessesCall {
   Status run_hierarchical();
   Status finish(const Status& s);
   Status aborted_because(const Status& s) const;
+  Status after_a_stall(const Status& s) const;
   // A link over this call's channels to `ranks` of the group (this rank `index` there).
   Status open(const std::vector<int>& ranks, int index, const WirePlan& wire,
               std::unique_ptr<ChannelLink>* link);
@@ -535,6 +537,7 @@ Status ProcessesCall::run_hierarchical() {
 Status ProcessesCall::finish(const Status& s) {
   finished_ = true;
   if (s.ok()) {
+    note_call_across_processes_succeeded();
     record_call(plan_.schedule, spec_, start_, Clock::now(), bytes_);
     return s;
   }
@@ -546,7 +549,19 @@ Status ProcessesCall::finish(const Status& s) {
   space_->poison_all(s.code());
   // This process ended its pending waits (abort(), a stop, XLA:CPU's stall): its calls
   // say why, whatever each met first (a sibling's poisoned channel, say).
-  return deadline_.aborted() ? aborted_because(s) : s;
+  if (deadline_.aborted()) return aborted_because(s);
+  return after_a_stall(s);
+}
+
+// A call that fails after this process reported XLA:CPU's stall (stall.h), having begun
+// after the stall ended the pending calls: the stall's report, the call's own error beside.
+Status ProcessesCall::after_a_stall(const Status& s) const {
+  const std::string why = stall_report();
+  if (why.empty() || s.message().find(why) != std::string::npos) return s;
+  std::string own = s.message();
+  if (own.rfind(where_ + ": ", 0) == 0) own.erase(0, where_.size() + 2);
+  return Status(Code::kAborted, str_cat(where_, ": earlier in this process, ", why,
+                                        " The call's own error: ", own));
 }
 
 // A call that was pending when this process aborted its waits: the abort's words, with

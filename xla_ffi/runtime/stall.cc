@@ -192,6 +192,17 @@ Watch& watch() {
   return *w;
 }
 
+// The watchdog's last report, until a call across processes succeeds (stall_report).
+struct Report {
+  std::atomic<bool> held{false};
+  std::mutex mutex;
+  std::string why;
+};
+Report& report() {
+  static Report* r = new Report;  // never destroyed: call threads may outlive exit
+  return *r;
+}
+
 // This process's devices: those that ever made a jax_accl call.
 bool local_device(int64_t device) { return launches_of(device, false) != nullptr; }
 
@@ -232,10 +243,17 @@ void check_watched() {
     }
     // Every pending wait of the process ends (those of the stalled launch, whose devices
     // are out of step from now on, among them): each says why.
-    abort_pending_waits_because(str_cat(
+    const std::string why = str_cat(
         "jax_accl ended every pending call of this process because a call across processes ",
         "stalled: ", stall_message(call.devices, present, call.run_id, call.since),
-        " The job's calls are out of step after this: restart the job."));
+        " The job's calls are out of step after this: restart the job.");
+    {
+      Report& r = report();
+      std::lock_guard<std::mutex> lock(r.mutex);
+      r.why = why;
+      r.held.store(true, std::memory_order_release);
+    }
+    abort_pending_waits_because(why);
     return;
   }
 }
@@ -268,6 +286,21 @@ void unwatch_call(uint64_t token) {
   Watch& w = watch();
   std::lock_guard<std::mutex> lock(w.mutex);
   w.calls.erase(token);
+}
+
+std::string stall_report() {
+  Report& r = report();
+  if (!r.held.load(std::memory_order_acquire)) return std::string();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.why;
+}
+
+void note_call_across_processes_succeeded() {
+  Report& r = report();
+  if (!r.held.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.why.clear();
+  r.held.store(false, std::memory_order_release);
 }
 
 void note_call_ended(int64_t device) {

@@ -51,6 +51,13 @@ std::string stall_message(const std::vector<int64_t>& devices, const std::vector
 uint64_t watch_call(int64_t run_id, const std::vector<int64_t>& devices);
 void unwatch_call(uint64_t token);
 
+// What the watchdog above reported when it ended this process's pending calls, kept until
+// a call across processes ends well again ("": none). A call of this process that fails
+// after it (its peers aborted because of it, or it began out of step) says it too, so
+// that whichever call's error the program reads names the stall.
+std::string stall_report();
+void note_call_across_processes_succeeded();
+
 // JAX_ACCL_STALL_S: how long a call waits for such devices before it fails (0: never,
 // the call waits to its deadline as for a late rank); 10 s unless set.
 std::atomic<double>& stall_seconds();
