@@ -63,6 +63,26 @@ CallSettings settings_of(const SiteAttributes& a) {
   return settings;
 }
 
+// Group `group`'s partition ids (its row of `a.groups`, the -1 padding skipped), each
+// checked: inside the device list, and in no group before it (`seen`).
+Status group_partitions(const SiteAttributes& a, int64_t group, std::set<int64_t>* seen,
+                        std::vector<int64_t>* partitions) {
+  const auto n = static_cast<int64_t>(a.devices.size());
+  for (int64_t j = group * a.group_size; j < (group + 1) * a.group_size; ++j) {
+    if (a.groups[j] < 0) continue;
+    if (a.groups[j] >= n) {
+      return error(Code::kInvalidArgument, "partition id ", a.groups[j], " of ", a.name,
+                   " is outside the device list (", n, " partitions)");
+    }
+    if (!seen->insert(a.groups[j]).second) {
+      return error(Code::kInvalidArgument, "partition ", a.groups[j], " is in two groups of ",
+                   a.name);
+    }
+    partitions->push_back(a.groups[j]);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* out) {
@@ -84,18 +104,7 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   const auto n = static_cast<int64_t>(a.devices.size());
   for (int64_t group = 0; group * a.group_size < static_cast<int64_t>(a.groups.size()); ++group) {
     std::vector<int64_t> partitions;
-    for (int64_t j = group * a.group_size; j < (group + 1) * a.group_size; ++j) {
-      if (a.groups[j] < 0) continue;
-      if (a.groups[j] >= n) {
-        return error(Code::kInvalidArgument, "partition id ", a.groups[j], " of ", a.name,
-                     " is outside the device list (", n, " partitions)");
-      }
-      if (!seen.insert(a.groups[j]).second) {
-        return error(Code::kInvalidArgument, "partition ", a.groups[j], " is in two groups of ",
-                     a.name);
-      }
-      partitions.push_back(a.groups[j]);
-    }
+    ACCL_RETURN_IF_ERROR(group_partitions(a, group, &seen, &partitions));
     Member member;
     member.group = group;
     CallGroup& g = member.call_group;
@@ -120,7 +129,10 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   for (int64_t p = 0; p < n; ++p) {
     if (!seen.count(p)) members.erase(a.devices[p]);
   }
-  site->members_.assign(members.begin(), members.end());
+  for (auto& [id, member] : members) {
+    site->member_ids_.push_back(id);
+    site->members_.push_back(std::move(member));
+  }
   site->devices_ = std::move(a.devices);
   *out = std::move(site);
   return Status::Ok();
@@ -180,10 +192,8 @@ void CollectiveSite::run(int64_t device, int64_t run_id, CallBuffers buffers,
 void CollectiveSite::start(int64_t device, int64_t run_id, CallBuffers buffers,
                            Clock::time_point issued, const std::shared_ptr<Reply>& reply) {
   if (Status usable = process_usable(); !usable.ok()) return (*reply)(usable);
-  const auto it = std::lower_bound(
-      members_.begin(), members_.end(), device,
-      [](const std::pair<int64_t, Member>& m, int64_t id) { return m.first < id; });
-  if (it == members_.end() || it->first != device) {
+  const auto it = std::lower_bound(member_ids_.begin(), member_ids_.end(), device);
+  if (it == member_ids_.end() || *it != device) {
     const bool runs_one = std::find(devices_.begin(), devices_.end(), device) != devices_.end();
     return (*reply)(
         runs_one
@@ -192,7 +202,7 @@ void CollectiveSite::start(int64_t device, int64_t run_id, CallBuffers buffers,
   }
   note_launch_begun(device, run_id);
   reply->counted_device = device;
-  const Member& member = it->second;
+  const Member& member = members_[it - member_ids_.begin()];
   if (Status fits = check_counts(member, buffers); !fits.ok()) return (*reply)(fits);
   const CallKey key{run_id, op_key_, member.group,
                     sequences_.next(device, run_id, settings_.timeout_s)};

@@ -11,7 +11,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "runtime/call_sequences.h"
@@ -73,9 +72,11 @@ class CollectiveSite {
   std::string name_;
   CallSettings settings_;  // the signature's op, algorithm and collective
   int64_t op_key_ = 0;
-  // By global device id, sorted: a call's lookup reads them in a row, where a tree's
-  // nodes were scattered cache lines to miss on every call.
-  std::vector<std::pair<int64_t, Member>> members_;
+  // The members by global device id: the ids sorted (a call's lookup reads them in a
+  // row, where a tree's nodes were scattered cache lines to miss on every call), and
+  // each id's member at the same index.
+  std::vector<int64_t> member_ids_;
+  std::vector<Member> members_;
   std::vector<int64_t> devices_;  // the global id of every partition id
   // Written by every call: a cache line of its own, away from the table every call reads.
   alignas(64) CallSequences sequences_;

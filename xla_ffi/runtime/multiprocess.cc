@@ -417,7 +417,7 @@ ProcessesCall::~ProcessesCall() {
 
 Status ProcessesCall::run(const std::vector<const void*>& in, const std::vector<void*>& out,
                           const std::vector<uint64_t>& counts) {
-  ACCL_RETURN_IF_ERROR(begin());
+  if (Status s = begin(); !s.ok()) return deadline_.aborted() ? s : after_a_stall(s);
   plan(world_->cross_memory_attach());
   if (Status s = check_plans(); !s.ok()) return finish(s);
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -537,7 +537,7 @@ Status ProcessesCall::run_hierarchical() {
 Status ProcessesCall::finish(const Status& s) {
   finished_ = true;
   if (s.ok()) {
-    note_call_across_processes_succeeded();
+    note_call_across_processes_succeeded(deadline_.generation);
     record_call(plan_.schedule, spec_, start_, Clock::now(), bytes_);
     return s;
   }
@@ -554,14 +554,15 @@ Status ProcessesCall::finish(const Status& s) {
 }
 
 // A call that fails after this process reported XLA:CPU's stall (stall.h), having begun
-// after the stall ended the pending calls: the stall's report, the call's own error beside.
+// after the stall ended the pending calls: the stall's report, the call's own error (and
+// its code) beside.
 Status ProcessesCall::after_a_stall(const Status& s) const {
-  const std::string why = stall_report();
+  const std::string why = stall_report(deadline_.generation);
   if (why.empty() || s.message().find(why) != std::string::npos) return s;
   std::string own = s.message();
   if (own.rfind(where_ + ": ", 0) == 0) own.erase(0, where_.size() + 2);
-  return Status(Code::kAborted, str_cat(where_, ": earlier in this process, ", why,
-                                        " The call's own error: ", own));
+  return Status(s.code(), str_cat(where_, ": earlier in this process, ", why,
+                                  " The call's own error: ", own));
 }
 
 // A call that was pending when this process aborted its waits: the abort's words, with

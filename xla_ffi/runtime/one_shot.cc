@@ -152,19 +152,24 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const R
     }
   }
   if (s.ok()) {
-    size_t offset = 0;
-    for (size_t seg = 0; seg < counts.size(); ++seg) {
-      if (counts[seg] > 0) write_outputs(p, seg, offset, counts[seg], reduction);
-      offset += counts[seg] * elem;
+    try {  // every rank is completed, whatever happens here (an allocation that failed)
+      size_t offset = 0;
+      for (size_t seg = 0; seg < counts.size(); ++seg) {
+        if (counts[seg] > 0) write_outputs(p, seg, offset, counts[seg], reduction);
+        offset += counts[seg] * elem;
+      }
+      CallSpec spec;
+      spec.label = p.label;
+      spec.signature.collective = collective;
+      for (int r = 0; r < p.size; ++r) {
+        spec.device = p.devices[r];
+        record_call(recorded, spec, p.first_arrival, Clock::now(), offset);
+      }
+    } catch (const std::exception& e) {
+      s = error(Code::kInternal, p.label, ": ", e.what());
     }
-    CallSpec spec;
-    spec.label = p.label;
-    spec.signature.collective = collective;
-    for (int r = 0; r < p.size; ++r) {
-      spec.device = p.devices[r];
-      record_call(recorded, spec, p.first_arrival, Clock::now(), offset);
-    }
-  } else {
+  }
+  if (!s.ok()) {
     for (int r = 0; r < p.size; ++r) record_error(recorded, collective);
   }
   // A rank that returned a pending future is completed on a call thread:
@@ -189,8 +194,9 @@ size_t staged_capacity(const Pending& p) {
   return bytes;
 }
 
-// A pending call's last reference is gone: what it holds of its ranks goes now (as a
-// destroyed call's would), the storage is kept for the next call.
+// A pending call's last reference is gone: its ranks' completions and result go now (as
+// a destroyed call's would); its storage, staged inputs, label and device lists (written
+// over by its next use), is kept for the next call.
 void recycle(Pending* p) {
   for (auto& done : p->done) done = nullptr;
   p->result = Status::Ok();
@@ -252,17 +258,18 @@ Status join_pending(Pending& p, const CallSpec& spec, const std::vector<const vo
     return error(Code::kInternal, "rank ", spec.rank, " of ", spec.label,
                  ": joined the same collective twice");
   }
-  p.present[spec.rank] = 1;
-  p.signatures[spec.rank] = spec.signature;
-  p.devices[spec.rank] = spec.device;
-  p.recv_from[spec.rank] = spec.peers.recv_from;
-  auto& staged = p.inputs[spec.rank];
+  auto& staged = p.inputs[spec.rank];  // first: what may throw, before the rank is counted
   for (size_t k = 0; k < counts.size(); ++k) {
     const char* src = static_cast<const char*>(in[k]);
     staged.insert(staged.end(), src, src + counts[k] * elem);
   }
+  p.present[spec.rank] = 1;
+  p.signatures[spec.rank] = spec.signature;
+  p.devices[spec.rank] = spec.device;
+  p.recv_from[spec.rank] = spec.peers.recv_from;
   p.outputs[spec.rank] = std::move(*out);
   p.done[spec.rank] = std::move(*done);
+  *done = nullptr;  // the pending call has it now
   return Status::Ok();
 }
 
@@ -279,10 +286,10 @@ void wait_for_the_last(Pending& p, int rank) {
   p.done[rank](p.result);
 }
 
-}  // namespace
-
-void one_shot(CallSpec spec, const std::vector<const void*>& in, std::vector<void*> out,
-              const std::vector<uint64_t>& counts, std::function<void(const Status&)> done) {
+// one_shot's work; `done` stays the caller's until the rank joins the pending call.
+void join_or_complete(CallSpec& spec, const std::vector<const void*>& in, std::vector<void*>& out,
+                      const std::vector<uint64_t>& counts,
+                      std::function<void(const Status&)>& done) {
   describe_layout(counts, &spec.signature);
   Reduction reduction;
   Status usable = reduction_for(spec, &reduction);
@@ -299,8 +306,9 @@ void one_shot(CallSpec spec, const std::vector<const void*>& in, std::vector<voi
       return done(error(failed->second.code(), "rank ", spec.rank, " of ", spec.label,
                         ": arrived after the call failed: ", failed->second.message()));
     }
-    auto& slot = g_pending[spec.key];
-    if (!slot) slot = new_pending(spec);
+    auto found = g_pending.find(spec.key);
+    if (found == g_pending.end()) found = g_pending.emplace(spec.key, new_pending(spec)).first;
+    std::shared_ptr<Pending>& slot = found->second;
     Status joined = join_pending(*slot, spec, in, &out, counts, reduction.elem_size, &done);
     if (!joined.ok()) {
       record_error(Algorithm::kDirect, spec.signature.collective);
@@ -317,6 +325,17 @@ void one_shot(CallSpec spec, const std::vector<const void*>& in, std::vector<voi
   // checks signatures before reading anything.
   if (ready) return complete(*ready, spec.rank, counts, reduction, Algorithm::kDirect);
   wait_for_the_last(*waiting, spec.rank);
+}
+
+}  // namespace
+
+void one_shot(CallSpec spec, const std::vector<const void*>& in, std::vector<void*> out,
+              const std::vector<uint64_t>& counts, std::function<void(const Status&)> done) {
+  try {
+    join_or_complete(spec, in, out, counts, done);
+  } catch (const std::exception& e) {  // before the rank joined (an allocation that failed)
+    if (done) done(error(Code::kInternal, spec.label, ": ", e.what()));
+  }
 }
 
 }  // namespace accl

@@ -59,8 +59,9 @@ struct alignas(64) DeviceLaunches {
 
 // Devices by id in an open-addressed table whose slots are only ever filled (never
 // emptied): a process's devices are few and live as long as it. Beyond kDeviceSlots
-// devices a device goes untracked, and its calls are never taken for a stall.
+// devices a device goes untracked, and once one has, no device is taken for stalled.
 constexpr size_t kDeviceSlots = 4096;
+std::atomic<bool> g_devices_untracked{false};
 std::array<std::atomic<DeviceLaunches*>, kDeviceSlots>& device_slots() {
   static auto* slots = new std::array<std::atomic<DeviceLaunches*>, kDeviceSlots>{};
   return *slots;
@@ -85,12 +86,13 @@ DeviceLaunches* launches_of(int64_t device, bool make) {
     }
     if (entry->device == device) return entry;
   }
+  if (make) g_devices_untracked.store(true, std::memory_order_release);
   return nullptr;
 }
 
 bool begun(int64_t device, int64_t run_id) {
   const DeviceLaunches* d = launches_of(device, false);
-  if (d == nullptr) return false;
+  if (d == nullptr) return g_devices_untracked.load(std::memory_order_acquire);
   return d->calls_in.load(std::memory_order_acquire) > 0 || d->holds(run_id);
 }
 
@@ -197,6 +199,7 @@ struct Report {
   std::atomic<bool> held{false};
   std::mutex mutex;
   std::string why;
+  uint64_t after = 0;  // the first abort generation of the calls begun after the stall
 };
 Report& report() {
   static Report* r = new Report;  // never destroyed: call threads may outlive exit
@@ -247,13 +250,14 @@ void check_watched() {
         "jax_accl ended every pending call of this process because a call across processes ",
         "stalled: ", stall_message(call.devices, present, call.run_id, call.since),
         " The job's calls are out of step after this: restart the job.");
+    abort_pending_waits_because(why);
     {
       Report& r = report();
       std::lock_guard<std::mutex> lock(r.mutex);
       r.why = why;
+      r.after = abort_generation();
       r.held.store(true, std::memory_order_release);
     }
-    abort_pending_waits_because(why);
     return;
   }
 }
@@ -288,16 +292,24 @@ void unwatch_call(uint64_t token) {
   w.calls.erase(token);
 }
 
-std::string stall_report() {
+std::string stall_report(uint64_t generation) {
   Report& r = report();
   if (!r.held.load(std::memory_order_acquire)) return std::string();
   std::lock_guard<std::mutex> lock(r.mutex);
-  return r.why;
+  return generation >= r.after ? r.why : std::string();
 }
 
-void note_call_across_processes_succeeded() {
+void note_call_across_processes_succeeded(uint64_t generation) {
   Report& r = report();
   if (!r.held.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (generation < r.after) return;  // a call of before the stall
+  r.why.clear();
+  r.held.store(false, std::memory_order_release);
+}
+
+void forget_stall_report() {
+  Report& r = report();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.why.clear();
   r.held.store(false, std::memory_order_release);
@@ -319,7 +331,7 @@ void note_launch_begun(int64_t device, int64_t run_id) {
   if (d == nullptr) return;  // untracked (more devices than slots)
   d->calls_in.fetch_add(1, std::memory_order_acq_rel);
   // Most calls are of the launch noted last; two calls of one device noting a launch
-  // at once may both keep it, which costs a slot, not a launch.
+  // at once may both keep it, which costs a slot.
   if (d->last.load(std::memory_order_acquire) == run_id || d->holds(run_id)) return;
   const uint64_t slot = d->noted.fetch_add(1, std::memory_order_acq_rel) % kLaunchesKept;
   d->runs[slot].store(run_id, std::memory_order_release);

@@ -51,12 +51,15 @@ std::string stall_message(const std::vector<int64_t>& devices, const std::vector
 uint64_t watch_call(int64_t run_id, const std::vector<int64_t>& devices);
 void unwatch_call(uint64_t token);
 
-// What the watchdog above reported when it ended this process's pending calls, kept until
-// a call across processes ends well again ("": none). A call of this process that fails
-// after it (its peers aborted because of it, or it began out of step) says it too, so
-// that whichever call's error the program reads names the stall.
-std::string stall_report();
-void note_call_across_processes_succeeded();
+// What the watchdog above reported when it ended this process's pending calls ("": none),
+// for a call across processes that began after it (`generation`, its deadline's abort
+// generation, is newer than the stall's abort): such a call that fails says it too (its
+// peers aborted because of the stall, or it began out of step), so that whichever call's
+// error the program reads names the stall. Kept until such a call succeeds, or the
+// World stops (forget_stall_report).
+std::string stall_report(uint64_t generation);
+void note_call_across_processes_succeeded(uint64_t generation);
+void forget_stall_report();
 
 // JAX_ACCL_STALL_S: how long a call waits for such devices before it fails (0: never,
 // the call waits to its deadline as for a late rank); 10 s unless set.

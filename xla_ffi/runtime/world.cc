@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "runtime/communicator.h"
+#include "runtime/stall.h"
 #include "runtime/stats.h"
 #include "transport/cma.h"
 #include "transport/handshake.h"
@@ -97,6 +98,7 @@ bool World::stop(double wait_s) {
   if (w != nullptr) {
     g_stopping.store(true, std::memory_order_release);
     abort_pending_waits();
+    forget_stall_report();  // the next World's calls are not out of step
     const Deadline deadline = Deadline::unabortable_after(wait_s);
     while (w.use_count() > 1 && !deadline.expired()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -622,6 +622,21 @@ void test_device_call_counts() {
     for (size_t k = 0; k <= i; ++k) note_call_ended(ids[i]);
     expect(calls_in_progress(ids[i]) == 0, str_cat("device ", ids[i], "'s calls ended"));
   }
+  // Enough devices that some share a first slot (the table probes past them), and one
+  // new device made by 8 threads at once: one entry, every call counted.
+  for (int64_t k = 1; k <= 300; ++k) note_launch_begun(k << 52, 5);
+  bool counted = true;
+  for (int64_t k = 1; k <= 300; ++k) {
+    counted = counted && calls_in_progress(k << 52) == 1;
+    note_call_ended(k << 52);
+  }
+  expect(counted, "300 devices' calls counted apart");
+  const int64_t raced = (int64_t{7} << 44) + 3;
+  on_threads(8, [&](int) {
+    note_launch_begun(raced, 9);
+    return Status::Ok();
+  });
+  expect(calls_in_progress(raced) == 8, "a device made by 8 threads at once counts 8 calls");
 }
 
 // FIPS 180-4's and RFC 4231's test vectors.
