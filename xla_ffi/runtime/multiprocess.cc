@@ -371,6 +371,7 @@ class ProcessesCall {
   Status finish(const Status& s);
   Status aborted_because(const Status& s) const;
   Status after_a_stall(const Status& s) const;
+  std::string own_words(const Status& s) const;
   // A link over this call's channels to `ranks` of the group (this rank `index` there).
   Status open(const std::vector<int>& ranks, int index, const WirePlan& wire,
               std::unique_ptr<ChannelLink>* link);
@@ -559,10 +560,15 @@ Status ProcessesCall::finish(const Status& s) {
 Status ProcessesCall::after_a_stall(const Status& s) const {
   const std::string why = stall_report(deadline_.generation);
   if (why.empty() || s.message().find(why) != std::string::npos) return s;
+  return Status(s.code(), str_cat(where_, ": earlier in this process, ", why,
+                                  " The call's own error: ", own_words(s)));
+}
+
+// The call's error `s` without this call's name in front (said once, by its caller).
+std::string ProcessesCall::own_words(const Status& s) const {
   std::string own = s.message();
   if (own.rfind(where_ + ": ", 0) == 0) own.erase(0, where_.size() + 2);
-  return Status(s.code(), str_cat(where_, ": earlier in this process, ", why,
-                                  " The call's own error: ", own));
+  return own;
 }
 
 // A call that was pending when this process aborted its waits: the abort's words, with
@@ -570,9 +576,7 @@ Status ProcessesCall::after_a_stall(const Status& s) const {
 Status ProcessesCall::aborted_because(const Status& s) const {
   if (s.message().find(deadline_.abort_words()) != std::string::npos) return s;
   const Status why = deadline_.ended(where_, "in the call");
-  std::string own = s.message();
-  if (own.rfind(where_ + ": ", 0) == 0) own.erase(0, where_.size() + 2);
-  return Status(Code::kAborted, str_cat(why.message(), "; the call's own error: ", own));
+  return Status(Code::kAborted, str_cat(why.message(), "; the call's own error: ", own_words(s)));
 }
 
 }  // namespace

@@ -206,6 +206,18 @@ Report& report() {
   return *r;
 }
 
+// Forgets the report unless `generation` (a call's) began before the stall;
+// kEveryGeneration: whatever.
+constexpr uint64_t kEveryGeneration = std::numeric_limits<uint64_t>::max();
+void forget_report_unless_before(uint64_t generation) {
+  Report& r = report();
+  if (!r.held.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (generation < r.after) return;  // a call of before the stall
+  r.why.clear();
+  r.held.store(false, std::memory_order_release);
+}
+
 // This process's devices: those that ever made a jax_accl call.
 bool local_device(int64_t device) { return launches_of(device, false) != nullptr; }
 
@@ -300,20 +312,10 @@ std::string stall_report(uint64_t generation) {
 }
 
 void note_call_across_processes_succeeded(uint64_t generation) {
-  Report& r = report();
-  if (!r.held.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (generation < r.after) return;  // a call of before the stall
-  r.why.clear();
-  r.held.store(false, std::memory_order_release);
+  forget_report_unless_before(generation);
 }
 
-void forget_stall_report() {
-  Report& r = report();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.why.clear();
-  r.held.store(false, std::memory_order_release);
-}
+void forget_stall_report() { forget_report_unless_before(kEveryGeneration); }
 
 void note_call_ended(int64_t device) {
   if (DeviceLaunches* d = launches_of(device, false)) {
