@@ -585,6 +585,17 @@ def scenario_large_call():
     return {"error": None}
 
 
+def scenario_exit_at_once():
+    """--reps all-reduces of --bytes (int32, each checked exact), then the process leaves
+    at once (jax.distributed.shutdown, which stops jax_accl first): ranks that finish the
+    last call early close their connections while slower ranks still finish theirs,
+    which must complete (a peer that finished and left has not failed the call)."""
+    exact, _, _ = checked_psum(args.bytes // 4, seed=23)
+    for call in range(args.reps):
+        exact(f"call {call}")
+    return {"calls": args.reps}
+
+
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
@@ -992,6 +1003,7 @@ SCENARIOS = {
     "all_to_all_tiers": scenario_all_to_all_tiers,
     "exact_scatter": scenario_exact_scatter,
     "large_call": scenario_large_call,
+    "exit_at_once": scenario_exit_at_once,
 }
 
 

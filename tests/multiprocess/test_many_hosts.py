@@ -47,3 +47,30 @@ def test_many_hosts_match_gloo_bitwise(root_required, hosts):
     # Latency-optimal where halving-doubling folds nobody; 5 hosts fold one, where the
     # ring's 8 steps of a fifth of the buffer cost less than the fold's whole buffer twice.
     assert small in (("halving_doubling", "direct") if hosts in (8, 16) else ("ring", "direct"))
+
+
+@pytest.mark.timeout(600)
+def test_ranks_that_finish_at_different_times_and_leave_at_once_all_complete(root_required):
+    """Issue 59: 8 hosts, two rails shaped to 300 Mbit/s (a 16 MiB call takes about a
+    second, so ranks finish it hundreds of milliseconds apart), every process leaving as
+    soon as its last result is read (jax.distributed.shutdown stops jax_accl and closes
+    its connections). A rank that finished and left has not failed the call: every
+    process completes every call, exact. Before the fix 2-5 processes failed the last
+    call ("the connection was shut (a peer failed the call)") in most runs."""
+    hosts = 8
+    with netns.virtual_hosts(hosts, 2, rate_mbit=300) as names:
+        results = launch.run_job(
+            [*launch.WORKER, "--scenario", "exit_at_once", "--reference", "numpy"],
+            hosts,
+            1,
+            extra=["--bytes", str(16 << 20), "--reps", "3"],
+            env=[
+                {"JAX_ACCL_HOST_ID": ns, "JAX_ACCL_RAILS": RAILS, "JAX_ACCL_TIMEOUT_S": "120"}
+                | netns.stated_wire(300)
+                for ns in names
+            ],
+            namespaces=names,
+            coordinator_ip=netns.rail_ip(0, 0),
+            timeout=500.0,
+        )
+    assert [r["calls"] for r in results] == [3] * hosts

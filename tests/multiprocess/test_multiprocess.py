@@ -396,6 +396,13 @@ def test_where_one_process_never_started_some_devices_every_process_fails_within
     assert "process 1" in results[0]["error"], results[0]
 
 
+def test_processes_of_a_host_that_finish_at_different_times_and_leave_at_once_all_complete():
+    # Issue 59, within a host (shared memory): every process leaves as soon as its last
+    # result is read; a process that finished and left has not failed the call.
+    results = run(4, 1, "exit_at_once", extra=["--bytes", str(16 << 20), "--reps", "4"])
+    assert [r["calls"] for r in results] == [4] * 4
+
+
 def test_ranks_in_different_calls_all_raise():
     results = run(2, 2, "mismatch", env=[{"JAX_ACCL_TIMEOUT_S": "20"}] * 2, timeout=120)
     for r in results:

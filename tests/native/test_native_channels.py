@@ -365,6 +365,22 @@ def test_tcp_channels_detect_a_vanished_peer_without_waiting_for_the_deadline():
     }
 
 
+@pytest.mark.parametrize("sent", [0, 70_000])
+def test_a_peer_that_left_in_order_has_not_failed_the_call_but_one_that_poisoned_has(sent):
+    """Issue 59: a process whose part of a call is done may exit while slower ranks still
+    finish theirs. Its orderly close is no failure to a rank that waits for another peer
+    (the liveness look, poisoned_status); what it sent is still read, and only a rank
+    that reads past it learns that it left. A failed call resets its connections
+    (poison), which every peer reads as a failure."""
+    left = _accl_testing.tcp_peer_end("close", sent)
+    assert left["poisoned"] == ""
+    assert left["read"] == str(sent)
+    assert "connection closed by the peer" in left["read_error"]
+    failed = _accl_testing.tcp_peer_end("poison", sent)
+    assert "reset (a peer failed the call)" in failed["poisoned"], failed
+    assert failed["read_error"] != ""
+
+
 def _system_congestion_control() -> str:
     with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
         return f.read().strip()

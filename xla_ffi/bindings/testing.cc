@@ -297,6 +297,46 @@ std::string congestion_of(int fd) {
   return name;
 }
 
+// What one end of a TcpChannel pair over loopback sees once the other ends its side
+// (`how`: "close", a process that finished and left; "poison", a failed call), after
+// `sent` bytes from the far end: {"poisoned": the near end's poisoned_status message
+// ("" when usable), "read": the bytes it then reads, "read_error": what ends its read}.
+std::map<std::string, std::string> tcp_peer_end(const std::string& how, size_t sent) {
+  int listener = -1, client = -1;
+  uint16_t port = 0;
+  Status s = tcp_listen("127.0.0.1", 0, 0, &listener, &port);
+  if (s.ok()) s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &client);
+  if (!s.ok()) throw std::runtime_error(s.message());
+  const int server = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  close(listener);
+  if (server < 0) throw std::runtime_error("accept failed");
+  TcpChannel near(client, "near", 1.0);
+  auto far = std::make_unique<TcpChannel>(server, "far", 1.0);
+  std::vector<char> data(sent, 'x');
+  size_t written = 0;
+  while (written < sent) {
+    size_t done = 0;
+    if (!far->write_some(data.data() + written, sent - written, &done).ok()) break;
+    written += done;
+  }
+  if (how == "poison") far->poison(Code::kAborted);
+  far.reset();  // the far end's descriptor closes, as at its process's exit
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::map<std::string, std::string> out;
+  out["poisoned"] = near.poisoned_status().message();
+  size_t read = 0;
+  Status r;
+  for (int tries = 0; tries < 1000 && r.ok(); ++tries) {
+    size_t done = 0;
+    r = near.read_some(data.data(), data.size() + 1, &done);
+    read += done;
+    if (done == 0 && r.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  out["read"] = std::to_string(read);
+  out["read_error"] = r.message();
+  return out;
+}
+
 // The options of a TcpChannel over loopback as getsockopt reads them back: the
 // dead-peer ones {name: value}, its congestion control, and the congestion control of
 // both ends as connected and accepted, before any channel was made of them.
@@ -429,6 +469,7 @@ NB_MODULE(_accl_testing, m) {
   m.def("accept_handshake", &accept_handshake, nb::arg("data"), nb::arg("secret"));
   m.def("connect_handshake", &connect_handshake, nb::arg("reply"), nb::arg("secret"));
   m.def("tcp_channel_options", &tcp_channel_options);
+  m.def("tcp_peer_end", &tcp_peer_end, nb::arg("how"), nb::arg("sent") = 0);
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002, nb::arg("tcp") = false);
   m.def("arm_fault", &arm_fault, nb::arg("kind"), nb::arg("times") = 1);

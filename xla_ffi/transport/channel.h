@@ -50,7 +50,8 @@ class Channel {
   virtual void set_touching_peer(bool touching) {}
   virtual bool peer_touching() const { return false; }
   // Why the channel is failed, where either end has failed it (poisoned, broken, a TCP
-  // peer that shut its end), read without consuming anything; Ok while it is usable.
+  // peer that reset the connection), read without consuming anything; Ok while it is
+  // usable (a TCP peer that closed it in order, having finished, leaves it usable).
   virtual Status poisoned_status() const { return broken; }
   bool poisoned() const { return !poisoned_status().ok(); }
 

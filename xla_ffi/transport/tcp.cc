@@ -329,19 +329,30 @@ Status TcpChannel::check_peer() {
 
 TcpChannel::~TcpChannel() { close(fd_); }
 
-void TcpChannel::poison(Code) { shutdown(fd_, SHUT_RDWR); }
+// A failed call resets its connections; a process that leaves closes them. The peer
+// tells the two apart by its connection's state: CLOSE after a reset (or a keepalive
+// that timed out) is a failure, even with bytes still unread; CLOSE_WAIT after an
+// orderly close is a peer that finished its part and left, which fails only a rank
+// that still reads from it (read_some ends), not a rank that waits for another.
+void TcpChannel::poison(Code) {
+  // connect() to AF_UNSPEC disconnects a TCP socket with a reset and keeps the
+  // descriptor (Linux: tcp_disconnect); where it fails, shut the connection.
+  sockaddr unspecified{};
+  unspecified.sa_family = AF_UNSPEC;
+  if (connect(fd_, &unspecified, sizeof(unspecified)) != 0) shutdown(fd_, SHUT_RDWR);
+}
 
 Status TcpChannel::poisoned_status() const {
   if (!broken.ok()) return broken;
-  char byte;
-  const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) {
-    return error(Code::kAborted, label_, ": the connection was shut (a peer failed the call)");
-  }
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) {
     return error(Code::kAborted, label_, ": ", std::strerror(errno));
   }
-  return Status::Ok();
+  if (info.tcpi_state == TCP_ESTABLISHED || info.tcpi_state == TCP_CLOSE_WAIT) {
+    return Status::Ok();
+  }
+  return error(Code::kAborted, label_, ": the connection was reset (a peer failed the call)");
 }
 
 Status TcpChannel::write_some(const void* data, size_t bytes, size_t* done) {
