@@ -28,8 +28,10 @@ direct between two costs alpha/2). At job start every process takes process 0's 
 one rail's. JAX_ACCL_LINK_GBITS states the wire instead (net_beta, a rail's payload rate,
 every rail used): the stored wire is then not used.
 
-The file is read only if it is a regular file of this user whose every value the planner
-can use (read_stored()); anything else is one warning and the built-in model.
+In a job every process plans by process 0's stored model, constants, lines and wire
+(apply_job()), so that no two processes plan a call differently. The file is read only
+if it is a regular file of this user whose every value the planner can use
+(read_stored()); anything else is one warning and the built-in model.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ _load_lock = threading.Lock()
 
 
 def ensure_loaded() -> None:
-    """load() once per process: called at job start (jax.distributed.initialize) and
-    where jax_accl first lowers a call, before any choice of the cost model is made."""
+    """load() once per process: called where jax_accl first lowers a call, before any
+    choice of the cost model is made (in a job, apply_job() loads process 0's instead)."""
     global _loaded
     with _load_lock:
         if not _loaded:
@@ -68,11 +70,11 @@ def ensure_loaded() -> None:
 
 
 def load() -> dict | None:
-    """The stored constants and calibrated lines (read_stored()'s) applied to the native
-    cost model (what the file lacks keeps its value); returns them, or None where there is
-    none or it cannot be used (read_stored() warned)."""
+    """The built-in model, with the stored constants and calibrated lines over it (in a
+    job, process 0's: apply_job()) applied to the native cost model; returns them, or
+    None where there is none or it cannot be used (read_stored() warns)."""
     config.value("JAX_ACCL_RAIL_CHOICE")  # a bad value is its own error, not the file's
-    stored = read_stored()
+    stored = _job_model[0] if _job_model is not None else read_stored()
     apply(stored or {})
     return stored
 
@@ -247,17 +249,24 @@ def wire_constants(wire: dict, rails: int) -> dict:
 # process 0's wire sets, the model's own for the rest (net_step_bytes is not measured).
 NET = ("net_alpha", "net_beta", "net_step_bytes")
 _job_wire: tuple | None = None  # (wire or None, rails in use) of this process's job
+_job_model: tuple | None = None  # (process 0's stored model or None,) in a job
 
 
-def apply_wire(wire: dict | None, rails: int) -> None:
-    """The job's wire (process 0's calibration) as the model's net_alpha/net_beta over
-    `rails` rails in use, also over any later load() of this process's file; None
-    (process 0 has none): the model's own, whatever this process's file says, so that
-    every process plans alike; JAX_ACCL_LINK_GBITS still states net_beta."""
-    global _job_wire
-    _job_wire = (wire, rails)
-    _set_net(wire, rails)
-    apply_stated_wire()
+def apply_job(stored: dict | None, wire: dict | None, rails: int) -> None:
+    """At job start, every constant that decides a plan as process 0's, so that no two
+    processes plan a call differently: the built-in model with process 0's stored
+    constants and one-host lines over it (`stored`, read_stored()'s; None: the built-in
+    model, whatever this process's file says), and its wire as net_alpha/net_beta over
+    `rails` rails in use (None: the model's own); JAX_ACCL_LINK_GBITS still states
+    net_beta. A later load() in this process applies the same."""
+    global _job_wire, _job_model, _loaded
+    from jax_accl import _accl
+
+    with _load_lock:
+        _loaded = True  # this process's own file is not read in a job
+        _job_wire, _job_model = (wire, rails), (stored,)
+        _accl.set_cost_model(**_accl.default_cost_model())
+        apply(stored or {})
 
 
 def _set_net(wire: dict | None, rails: int) -> None:
