@@ -159,10 +159,12 @@ KNOBS = {
         Knob(
             "JAX_ACCL_CACHE",
             "~/.cache/jax_accl",
-            "first call lowered",
+            "job start, or the first call lowered",
             "where `bench --calibrate` stores what the first lowered call loads: the "
             "cost-model constants, the calibrated one-host lines and the wire between "
-            "hosts (process 0's, at job start, for every process)",
+            "hosts (in a job, all of them process 0's, at job start, for every process); "
+            "a cost_model.json that is not a regular file of this user or holds a value "
+            "the planner cannot use is one warning and the built-in model",
             lambda text: Path(os.path.expanduser(text)),
         ),
         Knob(

@@ -120,8 +120,13 @@ def _start() -> list[dict]:
         wire = json.loads(client.blocking_key_value_get(f"{_PREFIX}/wire", timeout_ms))
         return _join(client, index, count, secret, wire, timeout_ms)
     secret = secrets.token_hex(16)
-    # Process 0's wire and rail choice, for every process (read after the secret).
-    wire = {"wire": cost_model.stored_wire(), "choice": config.value("JAX_ACCL_RAIL_CHOICE")}
+    # Process 0's cost model, wire and rail choice, for every process (read after the
+    # secret): whatever the other processes' files say, every process plans alike.
+    wire = {
+        "model": cost_model.read_stored(),
+        "wire": cost_model.stored_wire(),
+        "choice": config.value("JAX_ACCL_RAIL_CHOICE"),
+    }
     client.key_value_set(f"{_PREFIX}/wire", json.dumps(wire))
     client.key_value_set(f"{_PREFIX}/secret", secret)
     try:
@@ -158,17 +163,16 @@ def _set_tcp_congestion() -> None:
 
 def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: int) -> list[dict]:
     """Listeners up, this process's entry published, everybody's read (steps 2 and 3);
-    `wire`: process 0's wire calibration ("wire", or None) and rail choice ("choice"),
-    which every process plans and stripes by."""
+    `wire`: process 0's stored cost model ("model", or None), wire calibration ("wire",
+    or None) and rail choice ("choice"), which every process plans and stripes by."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
     _set_tcp_congestion()
-    cost_model.ensure_loaded()  # the model every process plans by, from the first call
     rails, why = rails_lib.paying(rails_lib.resolve(), wire["wire"], wire["choice"])
     if why:
         log.logger.info("%s", why)
-    cost_model.apply_wire(wire["wire"], len(rails))
+    cost_model.apply_job(wire["model"], wire["wire"], len(rails))
     ports = _accl.world_start(
         index,
         count,

@@ -153,7 +153,8 @@ def runtime_plan(
 
 def cost_model() -> dict:
     """The runtime's cost-model constants by name (this process's: a stored calibration
-    applies once the first call is lowered, or with jax_accl.cost_model.load())."""
+    applies once the first call is lowered, or with jax_accl.cost_model.load(); in a job,
+    process 0's from job start)."""
     return _accl.get_cost_model()
 
 

@@ -452,6 +452,30 @@ def test_processes_that_plan_a_call_differently_both_raise_naming_both_plans(
             ), r["error"]
 
 
+def test_processes_with_different_cost_files_plan_by_process_0s_and_are_exact(tmp_path):
+    """Two processes of one host, each with a cost model file of its own (another beta,
+    and calibrated lines that make ring, or halving-doubling, the fastest for 2 x 2):
+    both plan the 4 MiB all-reduce by process 0's file, and it is exact."""
+
+    def cache(name, fastest, beta):
+        lines = {a: {"latency": 1e-3, "per_byte": 1e-8} for a in ONE_HOST_CANDIDATES}
+        lines[fastest] = {"latency": 1e-5, "per_byte": 1e-10}
+        (tmp_path / name).mkdir()
+        stored = {"beta": beta, "one_host": {"2x2": lines}}
+        (tmp_path / name / "cost_model.json").write_text(json.dumps(stored))
+        return {"JAX_ACCL_CACHE": str(tmp_path / name)}
+
+    env = [cache("p0", "ring", 2e-10), cache("p1", "halving_doubling", 3e-10)]
+    results = run(2, 2, "plan_mismatch", env=env, timeout=180)
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["stats"]["algorithms"]["ring"]["calls"] > 0, r["stats"]
+        assert r["cost_model"] == {**_accl.default_cost_model(), "beta": 2e-10}
+
+
+ONE_HOST_CANDIDATES = ("direct", "ring", "halving_doubling", "reduce_broadcast")
+
+
 def test_processes_that_plan_a_call_alike_are_exact():
     """The same job with the same settings in both processes: exact, pipelined."""
     env = [{**host, **FOUR} for host in hosts_by_id(2)]
