@@ -192,9 +192,17 @@ def check_stored(stored) -> None:
                 _number(line.get(field), f"one_host {shape} {algorithm} {field}", zero=True)
 
 
+def stated_gbits() -> float | None:
+    """The wire's rate JAX_ACCL_LINK_GBITS states: in a job, process 0's (apply_job), so
+    that a process whose environment says otherwise still plans as every other does."""
+    if _job_model is not None:
+        return _job_model[1]
+    return config.value("JAX_ACCL_LINK_GBITS")
+
+
 def apply_stated_wire() -> None:
     """JAX_ACCL_LINK_GBITS, where set: a rail's payload rate as the model's net_beta."""
-    gbits = config.value("JAX_ACCL_LINK_GBITS")
+    gbits = stated_gbits()
     if gbits is not None:
         from jax_accl import _accl
 
@@ -224,7 +232,7 @@ def apply(stored: dict) -> None:
 def wire_stated() -> bool:
     """JAX_ACCL_LINK_GBITS is set: the operator states the wire (every rail that rate), and
     a stored wire calibration is not used."""
-    return config.value("JAX_ACCL_LINK_GBITS") is not None
+    return stated_gbits() is not None
 
 
 def stored_wire() -> dict | None:
@@ -249,22 +257,31 @@ def wire_constants(wire: dict, rails: int) -> dict:
 # process 0's wire sets, the model's own for the rest (net_step_bytes is not measured).
 NET = ("net_alpha", "net_beta", "net_step_bytes")
 _job_wire: tuple | None = None  # (wire or None, rails in use) of this process's job
-_job_model: tuple | None = None  # (process 0's stored model or None,) in a job
+_job_model: tuple | None = None  # (process 0's stored model, its stated Gbit/s) in a job
 
 
-def apply_job(stored: dict | None, wire: dict | None, rails: int) -> None:
+def apply_job(stored: dict | None, wire: dict | None, rails: int, gbits=None) -> None:
     """At job start, every constant that decides a plan as process 0's, so that no two
     processes plan a call differently: the built-in model with process 0's stored
     constants and one-host lines over it (`stored`, read_stored()'s; None: the built-in
     model, whatever this process's file says), and its wire as net_alpha/net_beta over
-    `rails` rails in use (None: the model's own); JAX_ACCL_LINK_GBITS still states
-    net_beta. A later load() in this process applies the same."""
+    `rails` rails in use (None: the model's own); process 0's JAX_ACCL_LINK_GBITS
+    (`gbits`) states net_beta, whatever this process's says (a warning where they
+    differ). A later load() in this process applies the same."""
     global _job_wire, _job_model, _loaded
     from jax_accl import _accl
 
+    own = config.value("JAX_ACCL_LINK_GBITS")
+    if own != gbits:
+        warnings.warn(
+            f"jax_accl: JAX_ACCL_LINK_GBITS is {own} here but {gbits} in process 0: every "
+            "process plans by process 0's (set it alike on every process)",
+            AcclWarning,
+            stacklevel=2,
+        )
     with _load_lock:
         _loaded = True  # this process's own file is not read in a job
-        _job_wire, _job_model = (wire, rails), (stored,)
+        _job_wire, _job_model = (wire, rails), (stored, gbits)
         _accl.set_cost_model(**_accl.default_cost_model())
         apply(stored or {})
 

@@ -126,6 +126,7 @@ def _start() -> list[dict]:
         "model": cost_model.read_stored(),
         "wire": cost_model.stored_wire(),
         "choice": config.value("JAX_ACCL_RAIL_CHOICE"),
+        "link_gbits": config.value("JAX_ACCL_LINK_GBITS"),
     }
     client.key_value_set(f"{_PREFIX}/wire", json.dumps(wire))
     client.key_value_set(f"{_PREFIX}/secret", secret)
@@ -164,7 +165,8 @@ def _set_tcp_congestion() -> None:
 def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: int) -> list[dict]:
     """Listeners up, this process's entry published, everybody's read (steps 2 and 3);
     `wire`: process 0's stored cost model ("model", or None), wire calibration ("wire",
-    or None) and rail choice ("choice"), which every process plans and stripes by."""
+    or None), stated link rate ("link_gbits", or None) and rail choice ("choice"), which
+    every process plans and stripes by."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
     _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
@@ -172,7 +174,7 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
     rails, why = rails_lib.paying(rails_lib.resolve(), wire["wire"], wire["choice"])
     if why:
         log.logger.info("%s", why)
-    cost_model.apply_job(wire["model"], wire["wire"], len(rails))
+    cost_model.apply_job(wire["model"], wire["wire"], len(rails), wire["link_gbits"])
     ports = _accl.world_start(
         index,
         count,

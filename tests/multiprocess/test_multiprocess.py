@@ -455,7 +455,8 @@ def test_processes_that_plan_a_call_differently_both_raise_naming_both_plans(
 def test_processes_with_different_cost_files_plan_by_process_0s_and_are_exact(tmp_path):
     """Two processes of one host, each with a cost model file of its own (another beta,
     and calibrated lines that make ring, or halving-doubling, the fastest for 2 x 2):
-    both plan the 4 MiB all-reduce by process 0's file, and it is exact."""
+    both plan the 4 MiB all-reduce by process 0's file, and it is exact; process 1's
+    JAX_ACCL_LINK_GBITS, which process 0 does not set, is not planned by either."""
 
     def cache(name, fastest, beta):
         lines = {a: {"latency": 1e-3, "per_byte": 1e-8} for a in ONE_HOST_CANDIDATES}
@@ -465,7 +466,10 @@ def test_processes_with_different_cost_files_plan_by_process_0s_and_are_exact(tm
         (tmp_path / name / "cost_model.json").write_text(json.dumps(stored))
         return {"JAX_ACCL_CACHE": str(tmp_path / name)}
 
-    env = [cache("p0", "ring", 2e-10), cache("p1", "halving_doubling", 3e-10)]
+    env = [
+        cache("p0", "ring", 2e-10),
+        {**cache("p1", "halving_doubling", 3e-10), "JAX_ACCL_LINK_GBITS": "3"},
+    ]
     results = run(2, 2, "plan_mismatch", env=env, timeout=180)
     for r in results:
         assert r["error"] is None, r["error"]
