@@ -327,23 +327,23 @@ def delay_service_shutdown(grace_s: float) -> None:
         state.service = _ServiceStoppingLate(state.service, grace_s)
 
 
-def hook_compilation(check) -> None:
-    """check(devices, executable) after JAX compiles (or finds in its cache) a program:
-    `devices`, the program's devices (an array of jax.Device); `executable`, XLA's.
-    An exception it raises is the compilation's."""
-    from jax._src import compiler
-
-    original = compiler.compile_or_get_cached
+def hook_loading(check) -> None:
+    """check(devices, executable) whenever JAX loads a program to run it: `devices`, the
+    program's devices (jax.Device, in its device assignment's order); `executable`,
+    XLA's. Every program jax runs is loaded so (pxla.UnloadedMeshExecutable.load): one
+    compiled by jax.jit or ahead of time (.lower().compile()), found in the persistent
+    compilation cache, or deserialized (serialize_executable.deserialize_and_load, which
+    compiles nothing). An exception it raises is the loading's."""
+    original = pxla.UnloadedMeshExecutable.load
     if getattr(original, "_jax_accl_check", None) is not None:
         return
 
-    def compile_or_get_cached(backend, computation, devices, *args, **kwargs):
-        executable = original(backend, computation, devices, *args, **kwargs)
-        check(devices, executable)
-        return executable
+    def load(self):
+        check(self.device_list, self.xla_executable)
+        return original(self)
 
-    compile_or_get_cached._jax_accl_check = check
-    compiler.compile_or_get_cached = compile_or_get_cached
+    load._jax_accl_check = check
+    pxla.UnloadedMeshExecutable.load = load
 
 
 def compiled_text(executable) -> str:

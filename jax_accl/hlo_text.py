@@ -1,6 +1,6 @@
 """The collectives of a compiled module, read from its HLO text: XLA's by kind and
 jax_accl's calls by target. A leaf (no jax_accl import): jax_accl.collectives reports
-them (compiled.py) and the compile hook of the XLA backend checks them (xla_subsets.py)."""
+them (compiled.py) and the loading hook of the XLA backend checks them (xla_subsets.py)."""
 
 from __future__ import annotations
 

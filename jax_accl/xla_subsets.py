@@ -31,13 +31,14 @@ _library = None
 def install(library) -> None:
     global _library_path
     _library_path = str(library)
-    _compat.hook_compilation(check)
+    _compat.hook_loading(check)
 
 
 def check(devices, executable) -> None:
     """Tells the MPI library the groups of a program whose devices span several
-    processes and whose compiled HLO holds XLA collectives; raises AcclError for one on
-    only some of the processes whose groups cannot be read."""
+    processes and whose compiled HLO holds XLA collectives, as jax loads it (compiled or
+    deserialized: _compat.hook_loading); raises AcclError for one on only some of the
+    processes whose groups cannot be read."""
     import jax
 
     count = jax.process_count()

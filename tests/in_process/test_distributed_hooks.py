@@ -1,6 +1,7 @@
 """_compat.hook_distributed_state: jax_accl's side follows jax.distributed's state
 whichever way it is initialized or shut down (the method every path reaches, again after
-a shutdown), and _compat.hook_compilation sees each program compiled. The state's real
+a shutdown), and _compat.hook_loading sees each program jax loads (compiled or
+deserialized). The state's real
 methods are replaced by stand-ins here (no coordinator)."""
 
 import jax
@@ -51,17 +52,27 @@ def test_an_error_of_the_initialization_hook_is_the_initializations(monkeypatch)
         jax_distributed.global_state.initialize("h:1", 2, 0)
 
 
-def test_the_compilation_hook_sees_each_program_and_its_devices(monkeypatch):
-    from jax._src import compiler
+def test_the_loading_hook_sees_each_program_and_its_devices(monkeypatch):
+    """A jitted program once (with jnp.ones's), and a deserialized one, which compiles
+    nothing (serialize_executable.deserialize_and_load: an AOT or compile cache)."""
+    from jax._src.interpreters import pxla
+    from jax.experimental import serialize_executable
 
-    monkeypatch.setattr(compiler, "compile_or_get_cached", compiler.compile_or_get_cached)
+    monkeypatch.setattr(pxla.UnloadedMeshExecutable, "load", pxla.UnloadedMeshExecutable.load)
+    compiled = jax.jit(lambda x: jnp.cos(x) * 5.0).lower(jnp.ones(4)).compile()
+    payload = serialize_executable.serialize(compiled)
     seen = []
-    _compat.hook_compilation(lambda devices, executable: seen.append((devices, executable)))
+    _compat.hook_loading(lambda devices, executable: seen.append((devices, executable)))
     jax.jit(lambda x: jnp.sin(x) * 3.0)(jnp.ones(4)).block_until_ready()
+    loaded = serialize_executable.deserialize_and_load(
+        *payload, execution_devices=jax.devices()[:1]
+    )
     texts = [_compat.compiled_text(executable) for _, executable in seen]
-    assert sum("sine" in t for t in texts) == 1, texts  # the jitted program, once
+    assert sum(" sine(" in t for t in texts) == 1, texts  # the jitted program, once
+    assert sum(" cosine(" in t for t in texts) == 1, texts  # the deserialized one
     for devices, _ in seen:  # and jnp.ones's, each with its devices
-        assert [d.id for d in devices.flat] == [jax.devices()[0].id]
+        assert [d.id for d in devices] == [jax.devices()[0].id]
+    assert float(loaded(jnp.ones(4))[0]) == float(jnp.cos(1.0) * 5.0)
 
 
 def test_the_coordinators_service_stops_a_grace_after_its_client(monkeypatch):

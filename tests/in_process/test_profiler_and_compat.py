@@ -82,6 +82,7 @@ def test_compat_names_exist():
         "hook_lowering_caches",
         "hook_module_lowering",
         "lowered_module",
+        "hook_loading",
     ]:
         assert callable(getattr(_compat, name)), name
     # What lanes.py hooks: both lowering caches of a module context, the module lowering.
@@ -94,6 +95,8 @@ def test_compat_names_exist():
     init = inspect.signature(_compat.mlir.ModuleContext.__init__.__wrapped__)
     assert {"lowering_cache", "cached_primitive_lowerings"} <= set(init.parameters)
     assert issubclass(lanes.LoweringCache, dict)
+    # What xla_subsets.py hooks: every executable jax runs is made by this method.
+    assert callable(_compat.pxla.UnloadedMeshExecutable.load)
     # The primitives routing takes over, and the rule fusion wraps.
     for prim in ["pvary_p", "psum_invariant_p", "psum_p", "pmax_p", "pmin_p", "shard_map_p"]:
         assert isinstance(getattr(_compat, prim), _compat.core.Primitive), prim

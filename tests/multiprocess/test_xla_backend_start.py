@@ -194,8 +194,8 @@ def test_two_programs_compiled_before_either_ran_whose_groups_fit_one_split_neve
             for said in (
                 "fits two groups XLA may be making now: processes [0, 1] (devices [",
                 ") and processes [0, 1, 2, 3] (devices [",
-                "were compiled before either ran",
-                "Run each program once right after compiling it (as jax.jit does)",
+                "were compiled or loaded before either ran",
+                "Run each program once right after compiling or loading it (as jax.jit does)",
             ):
                 assert said in mine["error"], mine
         elif order == "AB":
@@ -203,6 +203,34 @@ def test_two_programs_compiled_before_either_ran_whose_groups_fit_one_split_neve
         else:
             assert mine["error"] is not None and mine["shards"] is None, mine
             assert "MPI_Comm_split" in mine["error"], mine
+
+
+def test_a_deserialized_program_never_sums_over_another_programs_group():
+    """Issue 59: B, a psum over 3 processes, serialized in one job and deserialized
+    (deserialize_and_load, as an AOT or compile cache does) in the next, where A, a psum
+    over processes [0, 1], was compiled ahead of time and not run. jax_accl's library was
+    told only of compiled programs, not of B: processes 0 and 1 split among A's group and
+    summed over those two, every run, while process 2 failed by the deadline. Now every
+    program jax loads is told: A's group and B's fit the split of processes 0 and 1, which
+    refuse it at once naming both; process 2 fails by the split's deadline (5 s). Never a
+    sum but the one over every process (bitwise), and here an error in every process."""
+    ours = sorted(collective(True, 3, "--deserialized", timeout_s=5), key=pid)
+    assert [r["process_id"] for r in ours] == [0, 1, 2], ours
+    x = np.arange(3 * 4, dtype=np.int64).reshape(3, 4) * 1_000_000_007 % 2**32 - 2**31
+    expected = x.astype(np.int32).sum(axis=0, keepdims=True, dtype=np.int32)  # wraps
+    for r in ours:
+        if r["error"] is None:
+            np.testing.assert_array_equal(np.asarray(r["shards"][0], np.int64), expected)
+    for r in ours:
+        assert r["error"] is not None and r["shards"] is None, r
+        assert "MPI_Comm_split" in r["error"], r
+    for r in ours[:2]:
+        for said in (
+            "fits two groups XLA may be making now: processes [0, 1] (devices [",
+            ") and processes [0, 1, 2] (devices [",
+            "were compiled or loaded before either ran",
+        ):
+            assert said in r["error"], r
 
 
 @pytest.mark.parametrize("op", ["psum", "all_gather"])

@@ -1,4 +1,4 @@
-"""The groups the XLA backend's compile hook (jax_accl/xla_subsets.py) reads from a
+"""The groups the XLA backend's loading hook (jax_accl/xla_subsets.py) reads from a
 compiled program's HLO and tells jax_accl's MPI library, so that XLA's splits of
 MPI_COMM_WORLD are made among the group's processes only (a program on some of the
 processes runs): every form XLA writes them in, the device order XLA ranks them in,

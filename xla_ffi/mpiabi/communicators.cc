@@ -176,19 +176,22 @@ std::string group_text(const std::vector<int64_t>& devices) {
 // where known (*expected, else empty). XLA splits MPI_COMM_WORLD once per group of
 // devices (it keeps the communicator), from that group's processes only, when a
 // program first runs a collective of the group; its arguments do not say which
-// processes those are. The groups jax_accl read from the programs compiled in this
+// processes those are. The groups jax_accl read from the programs loaded in this
 // process do: the group XLA is making starts with `color`, holds this process's device
 // at `key`, and is not one XLA holds already. Of one program's such groups, the first in
 // its order (its scheduled HLO's; XLA runs a program's collectives in that order, so
 // makes their groups so: a device can be first of two groups of one program, an
 // all-gather's and an all-reduce's). Where two programs' groups so chosen have
 // different processes, which program runs cannot be told from the split (two programs
-// compiled before either ran, ahead of time): the split is refused on every process
-// that sees it, naming both groups, rather than made among one of them (the smaller one
-// would sum over its processes only, silently, while the others wait). A split among its
-// group's processes only does not depend on what other processes do meanwhile (a program
-// on some processes, a group another program already made in some of its processes).
-// Where no group is known (a program the hook did not see), among MPI_COMM_WORLD.
+// compiled or loaded before either ran: ahead of time, or deserialized): the split is
+// refused on every process that sees it, naming both groups, rather than made among one
+// of them (the smaller one would sum over its processes only, silently, while the others
+// wait). A split among its group's processes only does not depend on what other
+// processes do meanwhile (a program on some processes, a group another program already
+// made in some of its processes).
+// Where no group is known, among MPI_COMM_WORLD. Every program jax loads is told
+// (xla_subsets.py hooks its loading, deserialized ones too): one it was not told of
+// could otherwise make a split take another program's smaller group (issue 59).
 Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>* expected,
                     std::shared_ptr<Comm>* out) {
   expected->clear();
@@ -257,10 +260,11 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
     return error(Code::kInvalidArgument, "this process's device ", mine,
                  " at this place fits two groups XLA may be making now: ", group_text(small),
                  " and ", group_text(large),
-                 ", of two compiled programs. Two programs with these collective groups were "
-                 "compiled before either ran, and the split does not say which one runs: "
+                 ", of two programs. Two programs with these collective groups were "
+                 "compiled or loaded before either ran (ahead of time, or deserialized from "
+                 "an AOT or compile cache), and the split does not say which one runs: "
                  "jax_accl refuses it rather than summing over the wrong processes. Run each "
-                 "program once right after compiling it (as jax.jit does)");
+                 "program once right after compiling or loading it (as jax.jit does)");
   }
   *expected = *best;
   *out = parent_of(r, *best, mine);

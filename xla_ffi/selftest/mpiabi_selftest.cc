@@ -288,8 +288,8 @@ void known_groups(Checks& c, int me) {
               : "processes [1] (devices [2048]) and processes [1, 0] (devices [2048 0])";
   c.expect(rc3 != 0 && ambiguous != MPIABI_COMM_NULL && took < 5 &&
                said.find(groups) != std::string::npos &&
-               said.find("compiled before either ran") != std::string::npos &&
-               said.find("right after compiling it") != std::string::npos,
+               said.find("compiled or loaded before either ran") != std::string::npos &&
+               said.find("right after compiling or loading it") != std::string::npos,
            str_cat("a split two programs' groups fit is refused at once (", took,
                    " s), naming both: ", said));
   std::vector<int64_t> z = {1}, w(1);

@@ -5,7 +5,7 @@ communicator from the participating processes only. Never names jax_accl.
 
     python collective.py --coordinator H:P --num-processes N --process-id I
         [--members 0,1] [--op psum|all_gather|psum_y_then_x] [--dtype int32|float16]
-        [--workaround] [--aot AB|BA]
+        [--workaround] [--aot AB|BA] [--deserialized]
 
 psum_y_then_x: on a 2 x (N/2) mesh ("x", "y") of the devices, a psum over "y", a
 multiplication by a number of the "x" position, then a psum over "x": two groups of one
@@ -16,6 +16,13 @@ program's order.
 .lower().compile()) before either runs, A (a psum over "y") first and B (a psum over both
 axes) last, then A run; --aot BA: B compiled first, A last, then B run. A's group of
 process 0 and B's both start with process 0's device.
+
+--deserialized: B (a psum over every process) compiled ahead of time and serialized
+(jax.experimental.serialize_executable), then jax.distributed shut down and initialized
+again: a new job, none of whose programs jax_accl's library knows, as in a process that
+loads B from an AOT or compile cache. Then A (a psum over processes 0 and 1) compiled
+ahead of time and not run, and B deserialized (deserialize_and_load, which compiles
+nothing) and run. A's group [0, 1] and B's both start with process 0's device.
 
 --workaround: a float16 collective written as the XLA-backend docs' workaround (a psum
 summed as float32 and cast back; an all-gather of the bits as uint16). Prints
@@ -42,6 +49,7 @@ parser.add_argument("--op", default="psum", choices=["psum", "all_gather", "psum
 parser.add_argument("--dtype", default="int32", choices=["int32", "float16"])
 parser.add_argument("--workaround", action="store_true")
 parser.add_argument("--aot", default=None, choices=["AB", "BA"])
+parser.add_argument("--deserialized", action="store_true")
 args, _ = parser.parse_known_args()
 
 jax.config.update("jax_num_cpu_devices", 1)
@@ -84,6 +92,32 @@ def body(a):
     return jax.lax.psum(a, "x")
 
 
+def psum_program(mesh):
+    """jit's compiled psum over the mesh's "x" of an int32 row per device."""
+    f = jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())
+    rows = jax.ShapeDtypeStruct((mesh.size, 4), dtype, sharding=NamedSharding(mesh, P("x")))
+    return jax.jit(f).lower(rows).compile()
+
+
+def deserialized_run():
+    """--deserialized (see the docstring): B's result, over the second job's mesh."""
+    import jax.extend
+    from jax.experimental import serialize_executable
+
+    payload = serialize_executable.serialize(psum_program(mesh))
+    jax.distributed.shutdown()
+    jax.extend.backend.clear_backends()
+    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    devices = {d.process_index: d for d in jax.devices()}
+    psum_program(jax.sharding.Mesh(np.array([devices[0], devices[1]]), ("x",)))  # A
+    b = serialize_executable.deserialize_and_load(*payload)
+    again = jax.sharding.Mesh(np.array([devices[p] for p in sorted(devices)]), ("x",))
+    fresh = jax.make_array_from_callback(
+        x_np.shape, NamedSharding(again, spec), lambda i: x_np[i], dtype=dtype
+    )
+    return b(fresh)
+
+
 result = {"process_id": args.process_id, "shards": None, "error": None, "calls": None}
 try:
     if args.aot:
@@ -98,6 +132,8 @@ try:
             )
             compiled[name] = jax.jit(g).lower(x).compile()
         y = compiled[args.aot[0]](x)
+    elif args.deserialized:
+        y = deserialized_run()
     else:
         f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P(), check_vma=False))
         y = f(x)
