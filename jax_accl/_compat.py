@@ -167,7 +167,12 @@ def mesh_axis_names() -> tuple:
 def module_scratch(ctx) -> dict:
     """A dict that lives as long as the MLIR module being lowered (the `scratch` of its
     lowering cache, hooked by hook_lowering_caches)."""
-    scratch = getattr(ctx.module_context.cached_primitive_lowerings, "scratch", None)
+    return module_context_scratch(ctx.module_context)
+
+
+def module_context_scratch(module_context) -> dict:
+    """module_scratch, from the module context."""
+    scratch = getattr(module_context.cached_primitive_lowerings, "scratch", None)
     if scratch is None:
         raise RuntimeError(
             "jax_accl: a module is being lowered without jax_accl's lowering caches (was "
@@ -330,12 +335,16 @@ def delay_service_shutdown(grace_s: float) -> None:
 def hook_compilation(check) -> None:
     """check(devices, executable) after JAX compiles (or finds in its cache) a program:
     `devices`, the program's devices (an array of jax.Device); `executable`, XLA's.
-    An exception it raises is the compilation's."""
+    An exception it raises is the compilation's. Each check is hooked once (a wrapper
+    per check, around the one before it)."""
     from jax._src import compiler
 
     original = compiler.compile_or_get_cached
-    if getattr(original, "_jax_accl_check", None) is not None:
-        return
+    hooked = original
+    while hooked is not None:
+        if getattr(hooked, "_jax_accl_check", None) is check:
+            return
+        hooked = getattr(hooked, "_jax_accl_inner", None)
 
     def compile_or_get_cached(backend, computation, devices, *args, **kwargs):
         executable = original(backend, computation, devices, *args, **kwargs)
@@ -343,7 +352,30 @@ def hook_compilation(check) -> None:
         return executable
 
     compile_or_get_cached._jax_accl_check = check
+    compile_or_get_cached._jax_accl_inner = original
     compiler.compile_or_get_cached = compile_or_get_cached
+
+
+def hook_custom_partitioning(wrap_partition) -> None:
+    """Each jax.experimental.custom_partitioning call that JAX leaves to XLA's SPMD
+    partitioner keeps its rule's `partition` in a callback record made while the
+    program is lowered; it becomes wrap_partition(the module context being lowered,
+    partition). XLA calls it at compile time, then JAX lowers the rule's lower_fn as a
+    module of its own (mlir.lower_jaxpr_to_module, on the same thread) and XLA inlines
+    it into the program. Idempotent."""
+    from jax._src import custom_partitioning
+
+    record = custom_partitioning._ShardingCallbackInfo
+    init = record.__init__
+    if getattr(init, "_jax_accl_hooked", False):
+        return
+
+    def hooked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.partition = wrap_partition(self.module_context, self.partition)
+
+    hooked._jax_accl_hooked, hooked.__wrapped__ = True, init
+    record.__init__ = hooked
 
 
 def compiled_text(executable) -> str:
