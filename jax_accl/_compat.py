@@ -167,7 +167,12 @@ def mesh_axis_names() -> tuple:
 def module_scratch(ctx) -> dict:
     """A dict that lives as long as the MLIR module being lowered (the `scratch` of its
     lowering cache, hooked by hook_lowering_caches)."""
-    scratch = getattr(ctx.module_context.cached_primitive_lowerings, "scratch", None)
+    return module_context_scratch(ctx.module_context)
+
+
+def module_context_scratch(module_context) -> dict:
+    """module_scratch, from the module context."""
+    scratch = getattr(module_context.cached_primitive_lowerings, "scratch", None)
     if scratch is None:
         raise RuntimeError(
             "jax_accl: a module is being lowered without jax_accl's lowering caches (was "
@@ -333,17 +338,44 @@ def hook_loading(check) -> None:
     XLA's. Every program jax runs is loaded so (pxla.UnloadedMeshExecutable.load): one
     compiled by jax.jit or ahead of time (.lower().compile()), found in the persistent
     compilation cache, or deserialized (serialize_executable.deserialize_and_load, which
-    compiles nothing). An exception it raises is the loading's."""
+    compiles nothing). An exception it raises is the loading's. Each check is hooked
+    once (a wrapper per check, around the one before it)."""
     original = pxla.UnloadedMeshExecutable.load
-    if getattr(original, "_jax_accl_check", None) is not None:
-        return
+    hooked = original
+    while hooked is not None:
+        if getattr(hooked, "_jax_accl_check", None) is check:
+            return
+        hooked = getattr(hooked, "_jax_accl_inner", None)
 
     def load(self):
         check(self.device_list, self.xla_executable)
         return original(self)
 
     load._jax_accl_check = check
+    load._jax_accl_inner = original
     pxla.UnloadedMeshExecutable.load = load
+
+
+def hook_custom_partitioning(wrap_partition) -> None:
+    """Each jax.experimental.custom_partitioning call that JAX leaves to XLA's SPMD
+    partitioner keeps its rule's `partition` in a callback record made while the
+    program is lowered; it becomes wrap_partition(the module context being lowered,
+    partition). XLA calls it at compile time, then JAX lowers the rule's lower_fn as a
+    module of its own (mlir.lower_jaxpr_to_module, on the same thread) and XLA inlines
+    it into the program. Idempotent."""
+    from jax._src import custom_partitioning
+
+    record = custom_partitioning._ShardingCallbackInfo
+    init = record.__init__
+    if getattr(init, "_jax_accl_hooked", False):
+        return
+
+    def hooked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.partition = wrap_partition(self.module_context, self.partition)
+
+    hooked._jax_accl_hooked, hooked.__wrapped__ = True, init
+    record.__init__ = hooked
 
 
 def compiled_text(executable) -> str:

@@ -28,3 +28,23 @@ def accl_calls_in(hlo_text: str) -> dict:
     for target in re.findall(r'custom_call_target="(accl_\w+)"', hlo_text):
         ours[target] = ours.get(target, 0) + 1
     return ours
+
+
+def accl_lanes_in(hlo_text: str) -> list:
+    """(lane, what names the call) of each jax_accl custom call, in the text's order:
+    its instruction, its name attribute (e.g. "jax_accl.psum over ('x',)") and where JAX
+    traced it (the op_name of its metadata), as far as the text gives them."""
+    calls = []
+    for line in hlo_text.splitlines():
+        if 'custom_call_target="accl_' not in line:
+            continue
+        lane = re.search(r"\blane = (-?\d+)", line)
+        if lane is None:
+            continue
+        instruction = re.match(r"\s*(?:ROOT )?(\S+) = ", line)
+        name = re.search(r'\bname = "((?:[^"\\]|\\.)*)"', line)
+        traced = re.search(r'op_name="((?:[^"\\]|\\.)*)"', line)
+        parts = [instruction.group(1) if instruction else "?"]
+        parts += [m.group(1) for m in (name, traced) if m]
+        calls.append((int(lane.group(1)), f"{parts[0]} ({', '.join(parts[1:])})"))
+    return calls

@@ -21,25 +21,81 @@ used twice would then be two calls with one lane. So:
    in which a jax_accl call is reached from more than one place, or two calls share an
    (op id, lane), naming the functions: whatever path of JAX's may cache a lowering in
    the future, a program whose calls the runtime could not tell apart never runs.
+
+Some pieces of a program are lowered as modules of their own, whose lane counter starts
+at 0 again, and joined to it later: a `jax.experimental.custom_partitioning` rule's
+lower_fn is lowered when XLA's SPMD partitioner calls the rule, at compile time, and
+XLA inlines it. So:
+
+3. Each custom_partitioning call takes a lane index of its program when lowered (its
+   site; a call lowered in a rule's module, the site of that module too), and the calls
+   of its rule's module hash that site with their index: the same in every process
+   (lowering order, not timing), distinct from the program's own lanes and from every
+   other rule's. A custom_partitioning lowering is never cached, so each use is a site.
+4. `check_compiled` reads every program JAX loads to run (the loading hook, so programs not
+   lowered through jax_accl's functions too, e.g. a `jax.export`ed module called from
+   another) and refuses one in which two jax_accl calls carry one lane, naming them,
+   in every process that compiles it: whatever joined them.
 """
 
 from __future__ import annotations
 
 import threading
+import zlib
 from collections import defaultdict
 
 from jax_accl.errors import AcclError
+from jax_accl.hlo_text import accl_lanes_in
 
-_lowered = threading.local()  # .calls: jax_accl calls lowered on this thread so far
+# Per thread: .calls, jax_accl calls lowered so far; .site, the site of the module being
+# lowered (None: a program's own); .pending_site, a custom_partitioning rule's site, for
+# the module JAX lowers next (the rule's lower_fn).
+_lowered = threading.local()
 
 
 def note_call_lowered() -> None:
-    """Called by every jax_accl lowering rule, once per call it emits."""
+    """Called by every jax_accl lowering rule, once per call it emits (and once per
+    custom_partitioning call, which must not be cached either: _partition_at_site)."""
     _lowered.calls = calls_lowered() + 1
 
 
 def calls_lowered() -> int:
     return getattr(_lowered, "calls", 0)
+
+
+def _next_index(scratch: dict) -> int:
+    """The next lane index of the module whose scratch (_compat.module_scratch) it is."""
+    index = scratch.get("jax_accl_lanes", 0)
+    scratch["jax_accl_lanes"] = index + 1
+    return index
+
+
+def next_lane(scratch: dict, groups) -> int:
+    """A call's lane: its index among its module's jax_accl calls in lowering order, its
+    groups and its module's site (none for a program's own module), hashed: the same in
+    every process that lowers the same program (63 bits, an int64 attribute)."""
+    note_call_lowered()
+    index, site = _next_index(scratch), getattr(_lowered, "site", None)
+    key = (index, [list(g) for g in groups])
+    text = repr(key if site is None else (site, *key))
+    return (zlib.crc32(text.encode()) << 31) ^ zlib.adler32(text.encode())
+
+
+def _partition_at_site(module_context, partition):
+    """A custom_partitioning call's rule (_compat.hook_custom_partitioning), given a site
+    of the module lowering the call: the module JAX lowers from the rule's lower_fn,
+    next on this thread once the rule returns, has its lanes hashed with the site."""
+    from jax_accl import _compat as c
+
+    note_call_lowered()  # not cached: each use its own site
+    site = (getattr(_lowered, "site", None), _next_index(c.module_context_scratch(module_context)))
+
+    def partition_at_site(*args, **kwargs):
+        result = partition(*args, **kwargs)
+        _lowered.pending_site = site
+        return result
+
+    return partition_at_site
 
 
 class LoweringCache(dict):
@@ -196,7 +252,11 @@ def _checked(lower):
 
     def lower_checked(module_name, *args, **kwargs):
         before = calls_lowered()
-        result = lower(module_name, *args, **kwargs)
+        outer, _lowered.site = getattr(_lowered, "site", None), _take_pending_site()
+        try:
+            result = lower(module_name, *args, **kwargs)
+        finally:
+            _lowered.site = outer
         if calls_lowered() != before:
             check_module(c.lowered_module(result), module_name)
         fallback_warning.check_lowered(lambda: c.lowered_module(result))
@@ -205,9 +265,44 @@ def _checked(lower):
     return lower_checked
 
 
+def _take_pending_site():
+    site = getattr(_lowered, "pending_site", None)
+    _lowered.pending_site = None
+    return site
+
+
+# --- the check on the compiled program ---
+
+
+def check_compiled(devices, executable) -> None:
+    """Raises AcclError where two jax_accl calls of a compiled program carry one lane
+    (the loading hook's check: once per program loaded, never per call)."""
+    del devices
+    from jax_accl import _compat as c
+
+    text = c.compiled_text(executable)
+    if "accl_" not in text:
+        return
+    seen: dict = {}
+    for lane, call in accl_lanes_in(text):
+        if lane in seen:
+            program = text.split(",", 1)[0].removeprefix("HloModule ").strip()
+            raise AcclError(
+                f"jax_accl: in compiled program {program!r}, the calls {seen[lane]} and "
+                f"{call} carry one lane ({lane}): the runtime could not tell them apart "
+                f"(across processes one's launch would be paired with the other's), so the "
+                f"program is refused. Was a piece of it lowered apart and joined by XLA? "
+                f"Report this to jax_accl"
+            )
+        seen[lane] = call
+
+
 def install() -> None:
-    """Hooks JAX's module contexts and module lowering (idempotent)."""
+    """Hooks JAX's module contexts, module lowering, custom_partitioning's rules and
+    compilation (idempotent)."""
     from jax_accl import _compat as c
 
     c.hook_lowering_caches(LoweringCache)
     c.hook_module_lowering(_checked)
+    c.hook_custom_partitioning(_partition_at_site)
+    c.hook_loading(check_compiled)

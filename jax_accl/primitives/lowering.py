@@ -25,7 +25,6 @@ Two contexts:
 
 from __future__ import annotations
 
-import zlib
 from functools import partial
 
 import jax
@@ -82,19 +81,14 @@ def _allreduce_schedule(algorithm: str, avals, groups, devices) -> str:
 
 
 def _lane(ctx, groups) -> int:
-    """The call's lane: its index among its module's jax_accl calls in lowering order and
-    its groups, hashed: the same in every process that lowers the same program (63 bits,
-    an int64 attribute). Not its shapes: processes that call different shapes meet in
-    one lane, where the call's signature tells them apart. Not the module: programs
-    share lanes (and their channels), so a process has as many as its largest program
-    has calls, and a lane's calls of one device run in turn. No two calls of a program
-    share one (lanes.py: a helper used twice is lowered twice)."""
-    lanes.note_call_lowered()
-    scratch = c.module_scratch(ctx)
-    index = scratch.get("jax_accl_lanes", 0)
-    scratch["jax_accl_lanes"] = index + 1
-    text = repr((index, [list(g) for g in groups]))
-    return (zlib.crc32(text.encode()) << 31) ^ zlib.adler32(text.encode())
+    """The call's lane (lanes.next_lane): its index among its module's jax_accl calls in
+    lowering order and its groups, hashed. Not its shapes: processes that call different
+    shapes meet in one lane, where the call's signature tells them apart. Not the module:
+    programs share lanes (and their channels), so a process has as many as its largest
+    program has calls, and a lane's calls of one device run in turn. No two calls of a
+    program share one (lanes.py: a helper used twice is lowered twice, a
+    custom_partitioning rule's calls hash its site)."""
+    return lanes.next_lane(c.module_scratch(ctx), groups)
 
 
 def _device_ids(ctx, groups) -> tuple:

@@ -3,9 +3,12 @@ helper holding a call (a psum, an all_to_all, a ragged_all_to_all) that JAX woul
 lower once and call from each use (a nested jax.jit, jax.checkpoint) is lowered once
 per use, each call with its own lane, proved in the compiled HLO; a program whose
 calls could not be told apart is refused at lowering, naming the helper; lowerings
-without jax_accl calls are still cached. The programs also run exact on this
-process's 8 devices (the multi-process runs, where shared lanes give wrong results:
-tests/multiprocess/test_reused_helpers.py)."""
+without jax_accl calls are still cached. Calls inside jax.experimental.custom_partitioning
+rules (lowered as modules of their own when XLA partitions the program) have lanes of
+their own too; a compiled program in which two calls carry one lane is refused at
+compilation, naming them. The programs also run exact on this process's 8 devices (the
+multi-process runs, where shared lanes give wrong results:
+tests/multiprocess/test_reused_helpers.py, test_custom_partitioning.py)."""
 
 import re
 
@@ -19,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 import jax_accl
 from jax_accl.errors import AcclError
 from jax_accl.primitives import lanes
-from jax_accl.testing import reuse_worker
+from jax_accl.testing import partition_worker, reuse_worker
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +124,48 @@ def test_helpers_used_twice_run_exact_on_8_devices(mesh):
 def test_checkpointed_fsdp_blocks_match_jax_lax_on_8_devices(mesh):
     result = reuse_worker.check_fsdp(mesh, 5)
     assert result["calls"]["accl_all_gather"] >= 4, result
+
+
+def _partition_program_text(mesh) -> str:
+    """The compiled HLO of partition_worker's program: four jax_accl calls inside
+    custom_partitioning rules (one rule used for two of them)."""
+    program = partition_worker.program(mesh, 0.0)
+    return program.lower(*[_spec(mesh, (8, 1024))] * 4).compile().as_text()
+
+
+def test_calls_in_custom_partitioning_rules_have_a_lane_each_in_the_compiled_program(mesh):
+    keys = _call_keys(_partition_program_text(mesh))
+    lanes_of_calls = [lane for _, _, lane in keys]
+    # Before the fix the four calls carried one lane (each rule's module counted from 0).
+    assert len(keys) == 4 and len(set(lanes_of_calls)) == 4, keys
+    assert partition_worker.check(mesh, 5, 0.003) == 5  # and exact, on 8 devices
+
+
+def test_a_compiled_program_whose_rules_share_a_lane_is_refused_naming_the_calls(mesh, monkeypatch):
+    # Without their sites, the rules' modules give their calls the lanes of before the
+    # fix: the check on the compiled program must refuse it, naming the calls.
+    monkeypatch.setattr(lanes, "_take_pending_site", lambda: None)
+    with pytest.raises(AcclError) as refused:
+        _partition_program_text(mesh)
+    lanes._lowered.pending_site = None  # the last rule's, never taken
+    message = str(refused.value)
+    assert "carry one lane" in message, message
+    assert message.count("jax_accl.psum over ('x',)") == 2, message
+    assert "custom_partitioning" in message, message
+
+
+def test_a_compiled_program_with_a_lane_forced_on_two_calls_is_refused(mesh, monkeypatch):
+    # Two plain calls of a shard_map, every lane forced to one value: their op ids
+    # differ, so the lowered module's check lets them by; the compiled program's refuses.
+    monkeypatch.setattr(lanes, "next_lane", lambda scratch, groups: 12345)
+
+    def body(a, b):
+        return jax_accl.psum(a, "x"), jax_accl.pmax(b, "x")
+
+    program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 2, out_specs=(P(),) * 2))
+    spec = _spec(mesh, (8, 4))
+    lowered = program.lower(spec, spec)  # the lowering is let by
+    with pytest.raises(AcclError, match="carry one lane") as refused:
+        lowered.compile()
+    for named in ("jax_accl.psum over ('x',)", "jax_accl.pmax over ('x',)", "(12345)"):
+        assert named in str(refused.value), refused.value

@@ -83,6 +83,9 @@ def test_compat_names_exist():
         "hook_module_lowering",
         "lowered_module",
         "hook_loading",
+        "hook_custom_partitioning",
+        "module_context_scratch",
+        "compiled_text",
     ]:
         assert callable(getattr(_compat, name)), name
     # What lanes.py hooks: both lowering caches of a module context, the module lowering.
@@ -95,8 +98,18 @@ def test_compat_names_exist():
     init = inspect.signature(_compat.mlir.ModuleContext.__init__.__wrapped__)
     assert {"lowering_cache", "cached_primitive_lowerings"} <= set(init.parameters)
     assert issubclass(lanes.LoweringCache, dict)
-    # What xla_subsets.py hooks: every executable jax runs is made by this method.
-    assert callable(_compat.pxla.UnloadedMeshExecutable.load)
+    # ... custom_partitioning's callback record (its rule and module context), and the
+    # loading of every executable jax runs (xla_subsets.py's and lanes.py's checks).
+    from jax._src import custom_partitioning
+
+    record = custom_partitioning._ShardingCallbackInfo.__init__
+    assert getattr(record, "_jax_accl_hooked", False)
+    assert {"partition", "module_context"} <= set(inspect.signature(record.__wrapped__).parameters)
+    hooked, checks = _compat.pxla.UnloadedMeshExecutable.load, []
+    while hooked is not None:
+        checks.append(getattr(hooked, "_jax_accl_check", None))
+        hooked = getattr(hooked, "_jax_accl_inner", None)
+    assert lanes.check_compiled in checks
     # The primitives routing takes over, and the rule fusion wraps.
     for prim in ["pvary_p", "psum_invariant_p", "psum_p", "pmax_p", "pmin_p", "shard_map_p"]:
         assert isinstance(getattr(_compat, prim), _compat.core.Primitive), prim
