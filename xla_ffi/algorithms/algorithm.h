@@ -39,6 +39,15 @@ const char* collective_name(Collective collective);  // "all-reduce", ...
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);
 
+// What a collective takes besides its buffers, as ranks of its group, the same for
+// every collective's call (each reads its own): a permutation's peers, where this rank
+// sends and where it receives from (-1: nowhere); a rooted collective's root.
+struct CollectiveArgs {
+  int send_to = -1;
+  int recv_from = -1;
+  int root = -1;
+};
+
 // `count` elements cut into `parts` contiguous blocks whose sizes differ by at most one.
 struct Blocks {
   size_t count;

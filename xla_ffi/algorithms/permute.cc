@@ -7,7 +7,7 @@
 
 namespace accl {
 
-Status run_permute(Link& link, const std::vector<Buffers>& segments, const PermutePeers& peers) {
+Status run_permute(Link& link, const std::vector<Buffers>& segments, const CollectiveArgs& peers) {
   const int me = link.rank(), n = link.size();
   if (peers.send_to >= n || peers.recv_from >= n || peers.send_to < -1 || peers.recv_from < -1) {
     return error(Code::kInternal, link.where(), ": a permutation peer outside the group");

@@ -7,16 +7,11 @@
 
 namespace accl {
 
-// Where this rank's buffer goes and where its result comes from (ranks of the link;
-// -1: none; this rank itself: a copy).
-struct PermutePeers {
-  int send_to = -1;
-  int recv_from = -1;
-};
-
-// One step. With peer memory (threads of one process) the receiver copies the
-// sender's buffer, read in place, and every rank meets the others at a barrier before
-// it returns (a peer may still be reading its input); otherwise one message each way.
-Status run_permute(Link& link, const std::vector<Buffers>& segments, const PermutePeers& peers);
+// One step, `args` saying where this rank's buffer goes and where its result comes
+// from (ranks of the link; -1: none; this rank itself: a copy). With peer memory (threads of one
+// process) the receiver copies the sender's buffer, read in place, and every rank meets the others
+// at a barrier before it returns (a peer may still be reading its input); otherwise one message
+// each way.
+Status run_permute(Link& link, const std::vector<Buffers>& segments, const CollectiveArgs& args);
 
 }  // namespace accl

@@ -176,7 +176,7 @@ Status sendrecv(const void* in, int count, MPIABI_Datatype type, int dest, void*
     status->MPI_ERROR = MPIABI_SUCCESS;
   }
   return run_collective_on(*comm, "MPI_Sendrecv", Collective::kPermute, DType::kU8, ReduceOp::kSum,
-                           in, out, bytes, PermutePeers{dest, source});
+                           in, out, bytes, CollectiveArgs{dest, source});
 }
 
 Status post_point_to_point(bool send, const void* in, void* out, int count, MPIABI_Datatype type,

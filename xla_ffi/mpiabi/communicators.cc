@@ -479,7 +479,7 @@ Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out)
 
 Status run_collective_on(Comm& comm, const char* function, Collective collective, DType dtype,
                          ReduceOp op, const void* in, void* out, uint64_t count,
-                         PermutePeers peers) {
+                         CollectiveArgs args) {
   fault_point();  // an allocation or thread start of the call, injected by tests
   const auto start = Clock::now();
   const uint64_t call = comm.calls.fetch_add(1);
@@ -492,7 +492,7 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
   } else {
     CallGroup group = comm;
     group.label = str_cat(function, " on ", comm.label);
-    group.peers = peers;
+    group.args = args;
     CallSettings settings;
     settings.signature.op = op;
     settings.signature.collective = collective;

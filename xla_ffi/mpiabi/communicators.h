@@ -74,11 +74,12 @@ void free_comm(MPIABI_Comm handle);
 Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out);
 
 // One collective of `comm` (its next in every rank): `count` elements of `dtype` in
-// (an all-gather's block; a reduce-scatter's whole input), `peers` a permutation's.
+// (an all-gather's block; a reduce-scatter's whole input), `args` its collective's
+// arguments (a permutation's peers).
 // Counted in stats under `function` (MPI_Allreduce).
 Status run_collective_on(Comm& comm, const char* function, Collective collective, DType dtype,
                          ReduceOp op, const void* in, void* out, uint64_t count,
-                         PermutePeers peers = {});
+                         CollectiveArgs args = {});
 
 // The collective timeout (JAX_ACCL_TIMEOUT_S, as jax.distributed.initialize() found it
 // through jax_accl), in seconds.

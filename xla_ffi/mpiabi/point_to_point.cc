@@ -55,7 +55,7 @@ Status run_message(Comm& comm, const Request& r) {
   const void* in = r.send ? r.in : r.out;
   return run_collective_on(*pair, r.send ? "MPI_Isend" : "MPI_Irecv", Collective::kPermute,
                            DType::kU8, ReduceOp::kSum, in, out, r.bytes,
-                           r.send ? PermutePeers{1, -1} : PermutePeers{-1, 0});
+                           r.send ? CollectiveArgs{1, -1} : CollectiveArgs{-1, 0});
 }
 
 // The messages of `step` at once (one thread each but the last): a rank that sends to

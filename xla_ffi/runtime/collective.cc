@@ -79,33 +79,33 @@ void all_to_all_one_shot(const OneShotSegment& s) {
 }
 
 Status allreduce_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments, int,
-                      const Reduction& reduction, const PermutePeers&) {
+                      const Reduction& reduction, const CollectiveArgs&) {
   return run_allreduce(algorithm, link, segments, reduction);
 }
 
 Status reduce_scatter_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
-                           int size, const Reduction& reduction, const PermutePeers&) {
+                           int size, const Reduction& reduction, const CollectiveArgs&) {
   return run_reduce_scatter(algorithm, link, blocks_of(Collective::kReduceScatter, segments, size),
                             reduction);
 }
 
 Status all_gather_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
-                       int size, const Reduction&, const PermutePeers&) {
+                       int size, const Reduction&, const CollectiveArgs&) {
   return run_all_gather(algorithm, link, blocks_of(Collective::kAllGather, segments, size));
 }
 
 Status permute_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
-                    const Reduction&, const PermutePeers& peers) {
-  return run_permute(link, segments, peers);
+                    const Reduction&, const CollectiveArgs& args) {
+  return run_permute(link, segments, args);
 }
 
 Status all_to_all_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
-                       const Reduction&, const PermutePeers&) {
+                       const Reduction&, const CollectiveArgs&) {
   return run_all_to_all(link, segments);
 }
 
 Status ragged_all_to_all_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
-                              const Reduction&, const PermutePeers&) {
+                              const Reduction&, const CollectiveArgs&) {
   return run_ragged_all_to_all(link, segments);
 }
 

@@ -67,7 +67,7 @@ struct CollectiveRow {
   // all-reduce's hierarchy runs (runtime/hierarchical_call.h); a permutation is never planned so.
   void (*one_shot)(const OneShotSegment& segment);
   Status (*run_flat)(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
-                     int size, const Reduction& reduction, const PermutePeers& peers);
+                     int size, const Reduction& reduction, const CollectiveArgs& args);
   ByHostRunner by_host;
 };
 

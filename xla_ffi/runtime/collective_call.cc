@@ -43,8 +43,8 @@ CallPlan plan_in_process_call(const CallSpec& spec, const std::vector<uint64_t>&
 
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
-                      const PermutePeers& peers) {
-  return collective_row(collective).run_flat(algorithm, link, segments, size, reduction, peers);
+                      const CollectiveArgs& args) {
+  return collective_row(collective).run_flat(algorithm, link, segments, size, reduction, args);
 }
 
 Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
@@ -85,7 +85,7 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
     try {
       link = std::make_unique<LocalLink>(exchange, spec.rank, deadline);
       s = run_collective(sig.collective, algorithm, *link, segments, spec.size, reduction,
-                         spec.peers);
+                         spec.args);
     } catch (const std::exception& e) {
       s = error(Code::kInternal, spec.label, ": ", e.what());
     }
@@ -117,7 +117,7 @@ CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSetting
   spec.lane = group.lane;
   spec.label = str_cat(group.label, " call ", key.seq);
   spec.rendezvous = group.rendezvous;
-  spec.peers = group.peers;
+  spec.args = group.args;
   spec.signature = settings.signature;
   spec.signature.dtype = dtype;
   spec.timeout_s = settings.timeout_s;

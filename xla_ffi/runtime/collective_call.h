@@ -17,67 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/permute.h"
+#include "runtime/call.h"
 #include "runtime/call_plan.h"
 #include "runtime/rendezvous.h"
 
 namespace accl {
-
-// A group as its calls name it: this rank's place in it and where its ranks meet.
-struct CallGroup {
-  std::vector<int64_t> devices;  // the members' global device ids, in rank order
-  int rank = 0;
-  uint64_t lane = 0;  // see CallSpec::lane
-  std::string label;  // "<name> group [0 1 2 3]"
-  // Where this process's ranks of the group's calls meet (every rank the same one).
-  std::shared_ptr<Rendezvous> rendezvous;
-  PermutePeers peers;             // a permutation's, as ranks of the group
-  bool across_processes = false;  // whether the group's devices live in several processes
-};
-
-// A call's settings: fixed at lowering (an FFI call site) or at job start (the MPI
-// library). The signature's count, segments and layout come from each call's buffers.
-struct CallSettings {
-  Signature signature;
-  double timeout_s = kDefaultCallTimeoutSeconds;
-  int pipeline_chunks = 0;  // see CallSpec::pipeline_chunks
-};
-
-struct CallSpec {
-  CallKey key;
-  std::vector<int64_t> devices;  // the group's global ids in rank order
-  bool across_processes = false;
-  int rank = 0;
-  int64_t device = -1;  // the global device id
-  int size = 1;
-  uint64_t lane = 0;  // the op within its program, the same in every process (a group's
-                      // calls of one lane run in order; lanes run concurrently)
-  std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
-  // Where this process's ranks of the call meet (every rank of the call the same one).
-  std::shared_ptr<Rendezvous> rendezvous;
-  PermutePeers peers;  // a permutation's: where this rank sends and receives from
-  Signature signature;
-  double timeout_s = kDefaultCallTimeoutSeconds;
-  // The hierarchy's pipeline chunks between hosts: 0 the cost model's, 1 off, n forced
-  // (JAX_ACCL_PIPELINE_CHUNKS, carried like the deadline).
-  int pipeline_chunks = 0;
-  // When XLA issued the call (the FFI handler ran): the call's trace event and time
-  // start there, waiting for a call thread included. Unset (the native tests): when the
-  // call starts running.
-  Clock::time_point issued{};
-  Clock::time_point start() const { return issued == Clock::time_point{} ? Clock::now() : issued; }
-};
-
-// One device's buffers of one call: in[k] -> out[k], counts[k] elements of `dtype` in
-// and out_counts[k] out (the same for an all-reduce; 1/n of it for a reduce-scatter of
-// a group of n, n times for an all-gather).
-struct CallBuffers {
-  DType dtype = DType::kF32;
-  std::vector<const void*> in;
-  std::vector<void*> out;
-  std::vector<uint64_t> counts;
-  std::vector<uint64_t> out_counts;
-};
 
 // The spec of call `key` of `group`'s rank (the one place a call's spec is made);
 // `issued`: when the caller issued it (the epoch: when it starts running). Its label
@@ -121,7 +65,7 @@ CallPlan plan_in_process_call(const CallSpec& spec, const std::vector<uint64_t>&
 // layout table).
 Status run_collective(Collective collective, Algorithm algorithm, Link& link,
                       const std::vector<Buffers>& segments, int size, const Reduction& reduction,
-                      const PermutePeers& peers);
+                      const CollectiveArgs& args);
 
 // start_call's routes besides the one-shot protocol (runtime/one_shot.h). One rank's call
 // over its segments in this process, by the schedule `algorithm` (the call's plan):

@@ -24,7 +24,7 @@ namespace {
 // order), from the partition each partition sends to: a destination outside the group,
 // or two sources for one destination, is an error.
 Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partitions, size_t r,
-                     PermutePeers* peers) {
+                     CollectiveArgs* peers) {
   if (a.send_to.size() != a.devices.size()) {
     return error(Code::kInvalidArgument, a.name, ": the permutation names ", a.send_to.size(),
                  " partitions, the program runs ", a.devices.size());
@@ -33,7 +33,7 @@ Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partit
     auto it = std::find(partitions.begin(), partitions.end(), partition);
     return it == partitions.end() ? -1 : static_cast<int>(it - partitions.begin());
   };
-  *peers = PermutePeers{};
+  *peers = CollectiveArgs{};
   if (a.send_to[partitions[r]] >= 0) {
     peers->send_to = rank_of(a.send_to[partitions[r]]);
     if (peers->send_to < 0) {
@@ -120,7 +120,7 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
     for (size_t r = 0; r < partitions.size(); ++r) {
       g.rank = static_cast<int>(r);
       if (collective_row(a.collective).permutes) {
-        ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &g.peers));
+        ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &g.args));
       }
       members[a.devices[partitions[r]]] = member;
     }

@@ -224,12 +224,12 @@ Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, i
                      uint64_t tag, const World& world, const std::string& where,
                      const Deadline& deadline, Collective collective, Algorithm algorithm,
                      const std::vector<Buffers>& segments, const Reduction& reduction,
-                     const PermutePeers& peers, std::map<std::string, uint64_t>* sent_by_rail) {
+                     const CollectiveArgs& args, std::map<std::string, uint64_t>* sent_by_rail) {
   std::unique_ptr<ChannelLink> link;
   const PlanOnWire wire{WirePlan{algorithm}, &world};
   ACCL_RETURN_IF_ERROR(open_link(space, members, rank, tag, wire, where, deadline, &link));
   Status s = run_collective(collective, algorithm, *link, segments,
-                            static_cast<int>(members.size()), reduction, peers);
+                            static_cast<int>(members.size()), reduction, args);
   if (!s.ok()) link->fail(s.code());
   *sent_by_rail = link->bytes_sent_by_rail();
   return s;
@@ -504,7 +504,7 @@ Status ProcessesCall::run_flat() {
   std::map<std::string, uint64_t> sent;
   Status s =
       run_over_link(*space_, devices_, spec_.rank, tag_, *world_, where_, deadline_,
-                    sig_.collective, plan_.schedule, segments_, reduction_, spec_.peers, &sent);
+                    sig_.collective, plan_.schedule, segments_, reduction_, spec_.args, &sent);
   trace_rails(
       str_cat(collective_row(sig_.collective).flat_phase, " ", algorithm_name(plan_.schedule))
           .c_str(),

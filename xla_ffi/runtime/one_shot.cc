@@ -266,7 +266,7 @@ Status join_pending(Pending& p, const CallSpec& spec, const std::vector<const vo
   p.present[spec.rank] = 1;
   p.signatures[spec.rank] = spec.signature;
   p.devices[spec.rank] = spec.device;
-  p.recv_from[spec.rank] = spec.peers.recv_from;
+  p.recv_from[spec.rank] = spec.args.recv_from;
   p.outputs[spec.rank] = std::move(*out);
   p.done[spec.rank] = std::move(*done);
   *done = nullptr;  // the pending call has it now

@@ -19,7 +19,7 @@
 namespace accl {
 
 // Joins call `spec` (its collective is spec.signature.collective; a permutation's
-// source is spec.peers.recv_from); counts[k] elements of segment k in. `done` runs
+// source is spec.args.recv_from); counts[k] elements of segment k in. `done` runs
 // exactly once, on this or another thread, after every rank's outputs are written (or
 // with the error).
 void one_shot(CallSpec spec, const std::vector<const void*>& in, std::vector<void*> out,

@@ -6,8 +6,6 @@
 #include <mutex>
 #include <unordered_map>
 #include <vector>
-#include "common/hash.h"
-#include "runtime/collective.h"
 #include "runtime/stall.h"
 
 namespace accl {
@@ -85,39 +83,12 @@ Rendezvous::~Rendezvous() {
   }
 }
 
-size_t CallKeyHash::operator()(const CallKey& k) const {
-  return Fnv64()
-      .mix(static_cast<uint64_t>(k.run_id))
-      .mix(static_cast<uint64_t>(k.op_id))
-      .mix(static_cast<uint64_t>(k.group))
-      .mix(k.seq)
-      .value();
-}
-
 std::string missing_ranks(const std::vector<uint8_t>& present) {
   std::string out;
   for (size_t r = 0; r < present.size(); ++r) {
     if (!present[r]) out += str_cat(out.empty() ? "" : ", ", r);
   }
   return out;
-}
-
-std::string describe(const Signature& s) {
-  return str_cat(collective_row(s.collective).what(s.op), " of ", s.count, " x ",
-                 dtype_name(s.dtype),
-                 s.segments == 1 ? "" : str_cat(" in ", s.segments, " buffers"), " (",
-                 algorithm_name(s.algorithm), ")");
-}
-
-void describe_layout(const std::vector<uint64_t>& counts, Signature* s) {
-  s->count = 0;
-  s->segments = static_cast<uint32_t>(counts.size());
-  Fnv64 h;
-  for (uint64_t c : counts) {
-    s->count += c;
-    h.mix(c);
-  }
-  s->layout_hash = h.value();
 }
 
 Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature& signature,

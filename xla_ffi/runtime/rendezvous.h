@@ -14,47 +14,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "algorithms/algorithm.h"
-#include "common/dtype.h"
 #include "common/wait.h"
+#include "runtime/call.h"
 #include "transport/local.h"
 
 namespace accl {
 
-struct CallKey {
-  int64_t run_id = 0;
-  int64_t op_id = 0;
-  int64_t group = 0;
-  uint64_t seq = 0;
-  bool operator==(const CallKey& o) const {
-    return run_id == o.run_id && op_id == o.op_id && group == o.group && seq == o.seq;
-  }
-};
-
-struct CallKeyHash {
-  size_t operator()(const CallKey& k) const;
-};
-
 // "0, 3, 5": the ranks whose flag in `present` is 0.
 std::string missing_ranks(const std::vector<uint8_t>& present);
-
-// What a rank calls: the same on every rank, or the call is refused.
-struct Signature {
-  DType dtype = DType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  uint64_t count = 0;        // elements over all segments
-  uint32_t segments = 1;     // fused buffers
-  uint64_t layout_hash = 0;  // hash of the segments' lengths
-  Algorithm algorithm = Algorithm::kAuto;
-  Collective collective = Collective::kAllReduce;
-  bool operator==(const Signature& o) const {
-    return std::tie(dtype, op, count, segments, layout_hash, algorithm, collective) ==
-           std::tie(o.dtype, o.op, o.count, o.segments, o.layout_hash, o.algorithm, o.collective);
-  }
-};
-// Fills count, segments and layout_hash from the segments' lengths.
-void describe_layout(const std::vector<uint64_t>& counts, Signature* signature);
-std::string describe(const Signature& signature);
 
 // Where the ranks of this process meet: each call site has one (runtime/collective_site.h)
 // for the calls of its groups, in one process or across processes (the hierarchy's

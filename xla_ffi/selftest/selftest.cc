@@ -184,7 +184,7 @@ void check_permute(
   std::vector<std::vector<int32_t>> out(n, std::vector<int32_t>(count, 7));
   auto status = on_threads(n, [&](int r) {
     auto link = link_of(r, in[r].data(), count * 4);
-    const PermutePeers peers{r < n - 1 ? r + 1 : -1, r > 0 ? r - 1 : -1};
+    const CollectiveArgs peers{r < n - 1 ? r + 1 : -1, r > 0 ? r - 1 : -1};
     return run_permute(*link, {Buffers{in[r].data(), out[r].data(), count, 4, 0}}, peers);
   });
   for (int r = 0; r < n; ++r) {
