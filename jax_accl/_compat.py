@@ -110,6 +110,40 @@ def primitive_names_in(jaxpr) -> set[str]:
     return names
 
 
+def primitive_counts(jaxpr, names) -> dict:
+    """{name: binds} of the primitives named in `names` that `jaxpr` binds, in its
+    sub-jaxprs too."""
+    counts: dict = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in names:
+            counts[eqn.primitive.name] = counts.get(eqn.primitive.name, 0) + 1
+    for sub in core.subjaxprs(jaxpr):
+        for name, n in primitive_counts(sub, names).items():
+            counts[name] = counts.get(name, 0) + n
+    return counts
+
+
+# JAX's primitives that move no data: the varying and unreduced type casts, axis_index.
+_NOT_COLLECTIVES = frozenset(
+    {"axis_index", "pvary", "preduced", "vary_unreduced_cast", "vary_unreduced_cast_p"}
+)
+
+
+def jax_collective_names() -> frozenset:
+    """The names of this jax's collective primitives: those jax._src.lax.parallel defines
+    (jax 0.12's pmax_scatter, pmin_scatter and pxor included), but the casts."""
+    defined = {p.name for p in vars(_parallel).values() if isinstance(p, core.Primitive)}
+    return frozenset(defined - _NOT_COLLECTIVES)
+
+
+def check_psum_invariant(x, axes: tuple) -> None:
+    """Raises what jax's psum_invariant raises for `x` over the mesh axes of `axes` (the
+    axes `x` must vary along: jax 0.10 wants one of them, jax 0.12 all)."""
+    mesh_axes = tuple(a for a in axes if a in mesh_axis_names())
+    if mesh_axes:
+        psum_invariant_p.abstract_eval(core.typeof(x), axes=mesh_axes)
+
+
 def hook_bind_psum_invariant(make_bind) -> None:
     """jax.lax.psum binds each leaf through parallel.bind_psum_invariant under
     check_vma=True (inserting a pvary for the axes the leaf is invariant along first);

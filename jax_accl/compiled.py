@@ -2,12 +2,15 @@
 
     >>> jax_accl.collectives(step, params, opt_state, x, y)
     {'xla': {'all-reduce': {'ops': 1, 'buffers': 9}}, 'jax_accl': {},
-     'xla_collectives_on': 'jax_accl'}
+     'xla_collectives_on': 'jax_accl', 'not_routed': {'psum_invariant': 1}}
 
 ``xla``: XLA's own collectives in the compiled HLO by kind (an async start counted
 once; ``buffers``, their operands); ``jax_accl``: jax_accl's custom calls by target;
 ``xla_collectives_on``: what runs XLA's collectives across processes in this process
-(``jax_accl`` with JAX_ACCL_XLA_COLLECTIVES=1, else JAX's setting, e.g. ``gloo``).
+(``jax_accl`` with JAX_ACCL_XLA_COLLECTIVES=1, else JAX's setting, e.g. ``gloo``);
+``not_routed``: JAX's collective primitives in the traced program by name (binds), which
+stayed XLA's: routing was off there, or routing does not carry them (jax 0.12's
+``pmax_scatter``, ``pmin_scatter``, ``pxor``).
 A step whose ``xla`` entry is empty, or whose XLA collectives run on jax_accl, has
 every collective on jax_accl."""
 
@@ -33,8 +36,19 @@ def xla_collectives_on() -> str:
 
 def collectives(fn, *args, **kwargs) -> dict:
     """Compiles `fn` (a jitted function, or any function, which is jitted) for `args`
-    and reports its collectives (see the module's docstring)."""
+    and reports its collectives (see the module's docstring). Where XLA cannot compile
+    it, the error notes the JAX collectives left to XLA."""
     import jax
 
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    return compiled_collectives(jitted.lower(*args, **kwargs).compile().as_text())
+    from jax_accl import _compat
+
+    jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
+    traced = jitted.trace(*args, **kwargs)
+    not_routed = _compat.primitive_counts(traced.jaxpr.jaxpr, _compat.jax_collective_names())
+    try:
+        text = traced.lower().compile().as_text()
+    except Exception as e:
+        if not_routed:
+            e.add_note(f"jax_accl.collectives: JAX collectives left to XLA: {not_routed}")
+        raise
+    return {**compiled_collectives(text), "not_routed": not_routed}

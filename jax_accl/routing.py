@@ -119,6 +119,8 @@ def _routed_reduction(jax_bind, op: str, invariant):
     def bind(x, *, axes, **params):
         if not active():
             return jax_bind(x, axes=axes, **params)
+        if invariant:  # JAX's own rules bind it: it refuses what JAX's would refuse
+            c.check_psum_invariant(x, tuple(axes))
         return reduction.reduce_leaves(
             [x], tuple(axes), op=op, groups=params.get("axis_index_groups"), invariant=invariant
         )[0]

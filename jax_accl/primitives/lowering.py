@@ -241,7 +241,9 @@ def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
     )
 
 
-def _ragged_lowering(ctx, operand, output, *sizes, axes, axis_index_groups, axis_size, op_id):
+def _ragged_lowering(
+    ctx, operand, output, *sizes, axes, axis_index_groups, axis_size, instances, op_id
+):
     """accl_ragged_all_to_all: the layout table built from the offsets and sizes, then
     the native call on (operand, output, table), its result the output's buffer."""
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
@@ -250,13 +252,15 @@ def _ragged_lowering(ctx, operand, output, *sizes, axes, axis_index_groups, axis
             ctx,
             (operand, output, *sizes),
             "jax_accl.ragged_all_to_all",
-            lambda *v: [accl_ragged_all_to_all_p.bind(*v, **params, op_id=op_id)],
+            lambda *v: [
+                accl_ragged_all_to_all_p.bind(*v, **params, instances=instances, op_id=op_id)
+            ],
             dim0=True,
             results=(1,),  # the output's
         )
 
     def call(operand, output, *sizes):
-        table = layout_table(operand.shape, output.shape, sizes)
+        table = layout_table(operand.shape, output.shape, sizes, instances)
         return [accl_ragged_call_p.bind(operand, output, table, **params, op_id=op_id)]
 
     return c.mlir.lower_fun(call, multiple_results=True)(ctx, operand, output, *sizes)

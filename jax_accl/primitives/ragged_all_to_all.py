@@ -7,10 +7,11 @@ each slice of its peers. The result has the output's type (as jax.lax's).
 Linear in (operand, output); its transpose, as JAX defines it, a ragged all-to-all of
 the cotangent back (offsets exchanged by jax_accl's all_to_all) and the cotangent with
 the received rows zeroed. Over a vmapped axis that it does not name, the batch merges
-into the rows (offsets shifted per instance). The lowering builds the layout table the
-native call reads (xla_ffi/algorithms/ragged_all_to_all.h) and emits
-``accl_ragged_all_to_all`` with the result aliasing the output
-(jax_accl/primitives/lowering.py)."""
+into the rows (offsets shifted per instance) and ``instances`` counts the calls merged:
+the native call checks each slice against its own instance's rows, as unbatched. The
+lowering builds the layout table the native call reads
+(xla_ffi/algorithms/ragged_all_to_all.h) and emits ``accl_ragged_all_to_all`` with the
+result aliasing the output (jax_accl/primitives/lowering.py)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,11 @@ accl_ragged_call_p.def_abstract_eval(lambda operand, output, table, **params: ou
 API = "jax_accl.ragged_all_to_all"
 
 
-def bind(operand, output, sizes, *, axes: tuple, axis_index_groups, axis_size: int):
-    """`sizes`: (input_offsets, send_sizes, output_offsets, recv_sizes)."""
+def bind(
+    operand, output, sizes, *, axes: tuple, axis_index_groups, axis_size: int, instances: int = 1
+):
+    """`sizes`: (input_offsets, send_sizes, output_offsets, recv_sizes); `instances`: the
+    vmapped calls merged into this one (the batch rule's)."""
     return accl_ragged_all_to_all_p.bind(
         operand,
         output,
@@ -41,6 +45,7 @@ def bind(operand, output, sizes, *, axes: tuple, axis_index_groups, axis_size: i
         axes=axes,
         axis_index_groups=axis_index_groups,
         axis_size=axis_size,
+        instances=instances,
         op_id=next_op_id(),
     )
 
@@ -48,14 +53,15 @@ def bind(operand, output, sizes, *, axes: tuple, axis_index_groups, axis_size: i
 INT32_MAX = np.iinfo(np.int32).max
 
 
-def layout_table(operand_shape, output_shape, sizes):
-    """The native call's table (int32): [row elements, operand rows, output rows, K],
-    then the four arrays (4 + 4K words: a multiple of 16 bytes). An offset or size
-    outside int32 (int64 arrays under x64) becomes -1, which the native checks refuse
-    naming the slice, instead of wrapping around to another row."""
+def layout_table(operand_shape, output_shape, sizes, instances: int):
+    """The native call's table (int32): [row elements, operand rows, output rows, K,
+    instances, 0, 0, 0], then the four arrays (8 + 4K words: a multiple of 16 bytes;
+    xla_ffi/algorithms/ragged_all_to_all.h). An offset or size outside int32 (int64
+    arrays under x64) becomes -1, which the native checks refuse naming the slice,
+    instead of wrapping around to another row."""
     row = int(np.prod(operand_shape[1:], dtype=np.int64))
     k = sizes[0].shape[0]
-    header = jnp.asarray([row, operand_shape[0], output_shape[0], k], jnp.int32)
+    header = jnp.asarray([row, operand_shape[0], output_shape[0], k, instances, 0, 0, 0], jnp.int32)
     parts = [header]
     for s in sizes:
         s = jnp.asarray(s)
@@ -65,7 +71,7 @@ def layout_table(operand_shape, output_shape, sizes):
     return jnp.concatenate(parts)
 
 
-def _abstract_eval(operand, output, *sizes, axes, axis_index_groups, axis_size, op_id):
+def _abstract_eval(operand, output, *sizes, axes, axis_index_groups, axis_size, instances, op_id):
     c.check_axis_names(axes, "ragged_all_to_all")
     dtype = np.dtype(operand.dtype)
     if dtype not in SUPPORTED_DTYPES or np.dtype(output.dtype) != dtype:
@@ -108,7 +114,7 @@ def _jvp(primals, tangents, **params):
     return out, bind(d_operand, d_output, sizes, **params)
 
 
-def _transpose(t, operand, output, *sizes, axes, axis_index_groups, axis_size, op_id):
+def _transpose(t, operand, output, *sizes, axes, axis_index_groups, axis_size, instances, op_id):
     undefined = c.ad.is_undefined_primal
     if type(t) is c.ad.Zero:
         zeros = [c.ad.Zero(x.aval) if undefined(x) else None for x in (operand, output)]
@@ -122,9 +128,8 @@ def _transpose(t, operand, output, *sizes, axes, axis_index_groups, axis_size, o
 
     received_at = exchanged(output_offsets)
     zero = c.ad.zeros_like_aval(operand.aval)  # (of the operand's type: varying or not)
-    operand_t = bind(
-        t, zero, (received_at, recv_sizes, exchanged(input_offsets), send_sizes), **params
-    )
+    back = (received_at, recv_sizes, exchanged(input_offsets), send_sizes)
+    operand_t = bind(t, zero, back, **params, instances=instances)
     # The output's cotangent: t, except on the rows the call overwrote.
     edges = jnp.zeros(t.shape[0] + 1, jnp.int32).at[received_at].add(1)
     edges = edges.at[received_at + recv_sizes].add(-1)
@@ -140,14 +145,14 @@ def _transpose(t, operand, output, *sizes, axes, axis_index_groups, axis_size, o
     ]
 
 
-def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, axis_size, op_id):
+def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, axis_size, instances, op_id):
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
     if axis_data.name in axes or axis_index_groups is not None:
         raise NotImplementedError(
             f"{API} over a vmapped axis it names, or with axis_index_groups under vmap (as jax.lax)"
         )
     if all(d is None for d in dims_in):
-        return bind(vals_in[0], vals_in[1], vals_in[2:], **params), None
+        return bind(vals_in[0], vals_in[1], vals_in[2:], **params, instances=instances), None
     b = axis_data.size
 
     def front(x, d):  # the batch dimension first
@@ -163,11 +168,14 @@ def _batcher(axis_data, vals_in, dims_in, *, axes, axis_index_groups, axis_size,
     # Each instance's slices for one peer stay together: (b, n, K/n) -> (n, b, K/n).
     n = axis_size
     merged = [s.reshape(b, n, -1).swapaxes(0, 1).reshape(-1) for s in sizes]
+    # The native call checks each instance's slices against its own rows (never the
+    # merged rows, where a slice past one instance's would reach the next one's).
     out = bind(
         operand.reshape(-1, *operand.shape[2:]),
         output.reshape(-1, *output.shape[2:]),
         merged,
         **params,
+        instances=b * instances,
     )
     return out.reshape(b, -1, *out.shape[1:]), 0
 

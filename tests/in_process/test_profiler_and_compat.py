@@ -73,6 +73,9 @@ def test_compat_names_exist():
         "unreduced_axes",
         "hook_bind",
         "hook_bind_psum_invariant",
+        "check_psum_invariant",
+        "primitive_counts",
+        "jax_collective_names",
         "define_bool_state",
         "update_config",
         "is_partial_manual",
@@ -115,6 +118,10 @@ def test_compat_names_exist():
         assert isinstance(getattr(_compat, prim), _compat.core.Primitive), prim
     assert callable(_compat.lowering_rule(_compat.shard_map_p))
     assert callable(_compat._parallel.bind_psum_invariant)
+    assert callable(_compat.psum_invariant_p.abstract_eval)  # check_psum_invariant's
+    # jax_accl.collectives' "not_routed": the collective primitives, no cast among them.
+    assert {"psum", "psum_invariant", "ppermute", "all_gather"} <= _compat.jax_collective_names()
+    assert "axis_index" not in _compat.jax_collective_names()
     for module in ["ad", "batching", "core", "dispatch", "hlo", "ir", "mlir", "pxla"]:
         assert getattr(_compat, module) is not None
     assert np.asarray(_compat.const_like(np.float32(1), 3)).dtype == np.float32

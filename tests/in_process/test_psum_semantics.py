@@ -185,3 +185,23 @@ def test_environment_forces_the_algorithm(mesh8, monkeypatch):
     calls = jax_accl.stats()["algorithms"]
     assert calls["halving_doubling"]["calls"] == 8
     assert calls["direct"]["calls"] == 0 and calls["ring"]["calls"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", ml_dtypes.bfloat16, "float16"])
+@pytest.mark.parametrize("fn", ["pmax", "pmin"])
+def test_pmax_and_pmin_propagate_nan_where_jax_lax_on_cpu_drops_it(mesh8, fn, dtype):
+    """Issue 59 (docs/api.md): a NaN on any device makes jax_accl's pmax/pmin NaN there,
+    as jnp.max/jnp.min over the devices; jax.lax's on XLA:CPU returns the other
+    devices' extreme instead, hiding it. Elsewhere both agree bitwise."""
+    x = values((8, 6), dtype, seed=3)
+    x[3, 0] = x[0, 1] = x[7, 2] = x[2, 3] = x[5, 3] = np.nan  # first, last, middle, two
+    got = np.asarray(run("accl", lambda lib, a: getattr(lib, fn)(a, "i"), mesh8, [P("i")], P(), x))
+    lax = np.asarray(run("lax", lambda lib, a: getattr(lib, fn)(a, "i"), mesh8, [P("i")], P(), x))
+    reduce = {"pmax": np.max, "pmin": np.min}[fn]
+    want = reduce(x.astype(np.float64), axis=0, keepdims=True)  # NaN where any is
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), np.isnan(want))
+    assert np.isnan(want[0, :4]).all() and not np.isnan(want[0, 4:]).any()
+    assert got[0, 4:].tobytes() == lax[0, 4:].tobytes() == want[0, 4:].astype(dtype).tobytes()
+    # jax.lax's own behaviour, which docs/api.md states: the NaN dropped (if this fails,
+    # jax.lax changed; update docs/api.md).
+    assert not np.isnan(lax.astype(np.float64)).any()

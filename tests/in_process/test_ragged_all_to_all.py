@@ -164,6 +164,53 @@ def test_vmap_over_an_axis_it_does_not_name(mesh8):
         np.testing.assert_array_equal(got[j], want)
 
 
+def run_vmapped(mesh8, batch, rows=24, out_rows=30):
+    """jax.vmap of the call over len(batch) instances, each its own layout."""
+    operand = np.arange(len(batch) * N_DEV * rows, dtype=np.int32).reshape(-1, N_DEV, rows, 1)
+    output = -np.ones((len(batch), N_DEV, out_rows, 1), np.int32)
+    stacked = [np.stack([b[m] for b in batch]) for m in range(4)]  # (instances, N_DEV, K)
+
+    def body(operand, output, *sizes):
+        call = jax.vmap(lambda *a: ours(*a))
+        return call(operand[:, 0], output[:, 0], *(s[:, 0] for s in sizes))[:, None]
+
+    spec = P(None, "i")
+    fn = jax.jit(jax.shard_map(body, mesh=mesh8, in_specs=(spec,) * 6, out_specs=spec))
+    arrays = (operand, output, *stacked)
+    return np.asarray(fn(*[put(mesh8, jnp.asarray(a), spec) for a in arrays]))
+
+
+# Each: the instance, the slice it breaks (rank, slice, offset, size) and the error.
+PAST_AN_INSTANCES_ROWS = {
+    "read": (
+        1,
+        (5, 2, "in", 23, 4),
+        "vmap instance 1: rank 5 sends slice 2 (rows 23 to 27) outside its operand of 24 rows",
+    ),
+    "write": (
+        0,
+        (1, 4, "out", 29, 2),
+        "vmap instance 0: rank 1 writes rows 29 to 31 of rank 4's output of 30 rows "
+        "(its output_offsets[4])",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAST_AN_INSTANCES_ROWS))
+def test_vmap_checks_each_instances_slices_against_its_own_rows(mesh8, case):
+    """Issue 59: the batch rule merges the instances' rows, so a slice past one
+    instance's rows lay inside the merged operand (output) and read (wrote) the next
+    instance's rows silently. Each instance's slices are checked against its own rows,
+    as unbatched, the error naming the instance."""
+    instance, (rank, i, side, offset, size), named = PAST_AN_INSTANCES_ROWS[case]
+    batch = [[a.copy() for a in layout(30 + j, 1)] for j in range(3)]
+    in_off, send, out_off, recv = batch[instance]
+    (in_off if side == "in" else out_off)[rank, i] = offset
+    send[rank, i] = recv[i, rank] = size
+    with pytest.raises(Exception, match=re.escape(named)):
+        run_vmapped(mesh8, batch)
+
+
 def run_with(mesh8, sizes, rows=24, out_rows=30):
     operand = np.zeros((N_DEV, rows, 2), np.float32)
     output = np.zeros((N_DEV, out_rows, 2), np.float32)

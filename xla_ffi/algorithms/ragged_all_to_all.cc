@@ -14,12 +14,11 @@
 #include "algorithms/ragged_all_to_all.h"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace accl {
 namespace {
-
-constexpr int64_t kHeader = 4;
 
 // A check's error, named by the link (the rank and the call); the link's own errors
 // name themselves.
@@ -32,12 +31,33 @@ struct Slice {
   int64_t offset = 0, size = 0;  // rows
 };
 
-// Slice `i` of `t` as sent: within the operand, or an error naming `rank` and `i`.
+// Slice `i` of a table as its caller numbered it: its vmap instance (0 where the call
+// was not batched) and its index among that instance's slices (ragged_all_to_all.h).
+struct SliceName {
+  int64_t instance = 0, index = 0;
+};
+
+SliceName name_of(const RaggedTable& t, int64_t i) {
+  const int64_t each = t.per_peer / t.instances;  // an instance's slices per peer
+  const int64_t peer = i / t.per_peer, within = i % t.per_peer;
+  return SliceName{within / each, peer * each + within % each};
+}
+
+// An error's lead: which instance, where the call was batched.
+std::string instance_lead(const RaggedTable& t, int64_t instance) {
+  return t.instances > 1 ? "vmap instance " + std::to_string(instance) + ": " : std::string();
+}
+
+// Slice `i` of `t` as sent: within its instance's operand rows, or an error naming
+// `rank` and the slice.
 Status sent_slice(const RaggedTable& t, int64_t i, int rank, Slice* slice) {
   const int64_t offset = t.input_offsets[i], size = t.send_sizes[i];
-  if (offset < 0 || size < 0 || offset + size > t.in_rows) {
-    return error(Code::kInvalidArgument, "rank ", rank, " sends slice ", i, " (rows ", offset,
-                 " to ", offset + size, ") outside its operand of ", t.in_rows, " rows");
+  const SliceName name = name_of(t, i);
+  const int64_t rows = t.in_rows / t.instances, first = name.instance * rows;
+  if (offset < first || size < 0 || offset + size > first + rows) {
+    return error(Code::kInvalidArgument, instance_lead(t, name.instance), "rank ", rank,
+                 " sends slice ", name.index, " (rows ", offset - first, " to ",
+                 offset - first + size, ") outside its operand of ", rows, " rows");
   }
   *slice = Slice{offset, size};
   return Status::Ok();
@@ -45,20 +65,24 @@ Status sent_slice(const RaggedTable& t, int64_t i, int rank, Slice* slice) {
 
 // Where the t-th slice `from` sends rank `me` (its slice me·K/n + t, written at
 // `offset`, `size` rows) lands in me's output: it must be what me expects there (its
-// recv_sizes[from·K/n + t]) and fit.
-Status received_slice(const RaggedTable& mine, int64_t per_peer, int me, int from, int64_t t,
-                      int64_t offset, int64_t size) {
-  const int64_t slot = from * per_peer + t, sent_as = me * per_peer + t;
+// recv_sizes[from·K/n + t]) and fit its instance's rows.
+Status received_slice(const RaggedTable& mine, int me, int from, int64_t t, int64_t offset,
+                      int64_t size) {
+  const int64_t slot = from * mine.per_peer + t;
+  const SliceName sent_as = name_of(mine, me * mine.per_peer + t);
+  const SliceName expected_as = name_of(mine, slot);
+  const std::string lead = instance_lead(mine, sent_as.instance);
   const int64_t expected = mine.recv_sizes[slot];
   if (size != expected) {
-    return error(Code::kMismatch, "rank ", from, " sends ", size, " rows to rank ", me,
-                 " (its slice ", sent_as, "), which expects ", expected, " (its recv_sizes[", slot,
-                 "]): send_sizes and the receivers' recv_sizes differ");
+    return error(Code::kMismatch, lead, "rank ", from, " sends ", size, " rows to rank ", me,
+                 " (its slice ", sent_as.index, "), which expects ", expected, " (its recv_sizes[",
+                 expected_as.index, "]): send_sizes and the receivers' recv_sizes differ");
   }
-  if (offset < 0 || offset + size > mine.out_rows) {
-    return error(Code::kInvalidArgument, "rank ", from, " writes rows ", offset, " to ",
-                 offset + size, " of rank ", me, "'s output of ", mine.out_rows,
-                 " rows (its output_offsets[", sent_as, "])");
+  const int64_t rows = mine.out_rows / mine.instances, first = sent_as.instance * rows;
+  if (offset < first || offset + size > first + rows) {
+    return error(Code::kInvalidArgument, lead, "rank ", from, " writes rows ", offset - first,
+                 " to ", offset - first + size, " of rank ", me, "'s output of ", rows,
+                 " rows (its output_offsets[", sent_as.index, "])");
   }
   return Status::Ok();
 }
@@ -79,7 +103,7 @@ Status read_through_memory(Link& link, PeerMemory& memory, const RaggedTable& mi
       Slice s;
       ACCL_RETURN_IF_ERROR(checked(link, sent_slice(theirs, i, q, &s)));
       const int64_t offset = theirs.output_offsets[i];
-      ACCL_RETURN_IF_ERROR(checked(link, received_slice(mine, per_peer, me, q, t, offset, s.size)));
+      ACCL_RETURN_IF_ERROR(checked(link, received_slice(mine, me, q, t, offset, s.size)));
       std::memmove(data.out_at(0) + offset * row_bytes, operand + s.offset * row_bytes,
                    s.size * row_bytes);
     }
@@ -117,8 +141,8 @@ Status exchange_messages(Link& link, const RaggedTable& mine, const Buffers& dat
   }
   for (int64_t t = 0; t < per_peer; ++t) {  // this rank's own slices
     const int64_t i = me * per_peer + t;
-    ACCL_RETURN_IF_ERROR(checked(
-        link, received_slice(mine, per_peer, me, me, t, mine.output_offsets[i], sent[i].size)));
+    ACCL_RETURN_IF_ERROR(
+        checked(link, received_slice(mine, me, me, t, mine.output_offsets[i], sent[i].size)));
     std::memmove(data.out_at(mine.output_offsets[i] * mine.row),
                  data.in_at(sent[i].offset * mine.row), sent[i].size * row_bytes);
   }
@@ -128,8 +152,7 @@ Status exchange_messages(Link& link, const RaggedTable& mine, const Buffers& dat
     ACCL_RETURN_IF_ERROR(link.recv(from, theirs.data(), header_bytes));
     for (int64_t t = 0; t < per_peer; ++t) {
       const int64_t offset = theirs[2 * t], size = theirs[2 * t + 1];
-      ACCL_RETURN_IF_ERROR(
-          checked(link, received_slice(mine, per_peer, me, from, t, offset, size)));
+      ACCL_RETURN_IF_ERROR(checked(link, received_slice(mine, me, from, t, offset, size)));
       ACCL_RETURN_IF_ERROR(link.recv(from, data.out_at(offset * mine.row), size * row_bytes));
     }
   }
@@ -140,19 +163,22 @@ Status exchange_messages(Link& link, const RaggedTable& mine, const Buffers& dat
 
 Status read_ragged_table(const void* data, size_t bytes, int n, RaggedTable* t) {
   const auto* words = static_cast<const int32_t*>(data);
-  if (bytes < kHeader * sizeof(int32_t)) {
+  if (bytes < kRaggedHeader * sizeof(int32_t)) {
     return error(Code::kInvalidArgument, "the ragged all-to-all's table has ", bytes, " bytes");
   }
   t->row = words[0];
   t->in_rows = words[1];
   t->out_rows = words[2];
   t->k = words[3];
+  t->instances = words[4];
   if (t->row < 0 || t->in_rows < 0 || t->out_rows < 0 || t->k <= 0 || t->k % n != 0 ||
-      (kHeader + 4 * t->k) * sizeof(int32_t) > bytes) {
-    return error(Code::kInvalidArgument, "the ragged all-to-all's table (", t->k,
-                 " slices) does not fit ", n, " ranks or its ", bytes, " bytes");
+      t->instances <= 0 || (t->k / n) % t->instances != 0 || t->in_rows % t->instances != 0 ||
+      t->out_rows % t->instances != 0 || (kRaggedHeader + 4 * t->k) * sizeof(int32_t) > bytes) {
+    return error(Code::kInvalidArgument, "the ragged all-to-all's table (", t->k, " slices, ",
+                 t->instances, " instances) does not fit ", n, " ranks or its ", bytes, " bytes");
   }
-  t->input_offsets = words + kHeader;
+  t->per_peer = t->k / n;
+  t->input_offsets = words + kRaggedHeader;
   t->send_sizes = t->input_offsets + t->k;
   t->output_offsets = t->send_sizes + t->k;
   t->recv_sizes = t->output_offsets + t->k;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/ragged_all_to_all.h"
 #include "ffi/handlers.h"
 #include "runtime/collective_site.h"
 #include "xla/ffi/api/ffi.h"
@@ -165,8 +166,9 @@ ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::R
 }
 
 // A ragged all-to-all: the operand, the output (the result aliases it) and the layout
-// table (int32: a header [row elements, operand rows, output rows, K] and K input
-// offsets, send sizes, output offsets and receive sizes; algorithms/ragged_all_to_all.h).
+// table (int32: a header [row elements, operand rows, output rows, K, vmap instances, 0,
+// 0, 0] and K input offsets, send sizes, output offsets and receive sizes;
+// algorithms/ragged_all_to_all.h).
 // The call's segments: the data, then the table counted in data elements.
 ffi::Future execute_ragged(SiteState* state, ffi::RunId run_id, int32_t ordinal,
                            ffi::AnyBuffer operand, ffi::AnyBuffer output, ffi::AnyBuffer table,
@@ -183,7 +185,7 @@ ffi::Future execute_ragged(SiteState* state, ffi::RunId run_id, int32_t ordinal,
   }
   const size_t elem = dtype_size(dtype), table_bytes = table.size_bytes();
   const auto* header = static_cast<const int32_t*>(table.untyped_data());
-  if (table_bytes < 16 || table_bytes % elem != 0 ||
+  if (table_bytes < kRaggedHeader * sizeof(int32_t) || table_bytes % elem != 0 ||
       static_cast<uint64_t>(header[0]) * header[1] != operand.element_count() ||
       static_cast<uint64_t>(header[0]) * header[2] != result->element_count()) {
     return failed(ffi::Error::InvalidArgument(

@@ -233,16 +233,16 @@ void check_ragged(
       out(n, std::vector<int32_t>(out_rows * row, -1));
   for (int q = 0; q < n; ++q) {
     std::vector<int32_t>& t = tables[q];
-    t = {row, in_rows, out_rows, k};
-    t.resize(4 + 4 * k, 0);
+    t = {row, in_rows, out_rows, k, /*instances=*/1, 0, 0, 0};
+    t.resize(kRaggedHeader + 4 * k, 0);
     for (int i = 0; i < k; ++i) {
-      t[4 + i] = 2 * (k - 1 - i);                                // input offsets, backwards
-      t[4 + k + i] = size_of(q, i);                              // send sizes
-      t[4 + 2 * k + i] = 2 * (q * per_peer + i % per_peer) + 1;  // rows at the receiver
+      t[kRaggedHeader + i] = 2 * (k - 1 - i);    // input offsets, backwards
+      t[kRaggedHeader + k + i] = size_of(q, i);  // send sizes
+      t[kRaggedHeader + 2 * k + i] = 2 * (q * per_peer + i % per_peer) + 1;  // rows at the receiver
     }
     for (int from = 0; from < n; ++from) {
       for (int s = 0; s < per_peer; ++s)
-        t[4 + 3 * k + from * per_peer + s] = size_of(from, q * per_peer + s);
+        t[kRaggedHeader + 3 * k + from * per_peer + s] = size_of(from, q * per_peer + s);
     }
     in[q].resize(in_rows * row);
     for (int e = 0; e < in_rows * row; ++e) in[q][e] = q * 1000 + e;
@@ -260,7 +260,7 @@ void check_ragged(
       for (int s = 0; s < per_peer; ++s) {
         const int i = b * per_peer + s, at = 2 * (q * per_peer + s) + 1;
         for (int e = 0; e < size_of(q, i) * row; ++e) {
-          want[at * row + e] = in[q][tables[q][4 + i] * row + e];
+          want[at * row + e] = in[q][tables[q][kRaggedHeader + i] * row + e];
         }
       }
     }
@@ -269,8 +269,8 @@ void check_ragged(
   }
   // Rank 1's slice 0 reaches past its operand: it fails naming the slice before sending
   // anything, and its peers fail too (not at their deadline), nothing written outside.
-  tables[1][4] = in_rows - 1;
-  tables[1][4 + k] = 2;
+  tables[1][kRaggedHeader] = in_rows - 1;
+  tables[1][kRaggedHeader + k] = 2;
   auto refused = on_threads(n, [&](int r) {
     auto link = link_of(r, in[r].data(), in[r].size() * 4);
     Status s =
