@@ -127,6 +127,7 @@ HARNESS = {
     "accept_handshake",
     "connect_handshake",
     "tcp_channel_options",
+    "tcp_peer_end",
     "receive_frames",
     "arm_fault",  # test-only faults of the native core (common/faults.h)
     "calls_in_progress",
