@@ -1,4 +1,6 @@
-"""Lowering of ``accl_allreduce`` to the ``accl_allreduce`` FFI custom call.
+"""Lowering of jax_accl's primitives (all-reduce, reduce-scatter, all-gather, ppermute,
+all-to-all, ragged all-to-all) to their FFI custom calls (``accl_allreduce``,
+``accl_reduce_scatter``, ...).
 
 Each call gets the replica groups of its axes (as jax.lax.psum computes them), the
 global device id of every partition (the handler finds its own partition from the FFI

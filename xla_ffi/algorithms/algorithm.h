@@ -18,8 +18,14 @@ enum class Algorithm : int {
   kDirect = 1,
   kRing = 2,
   kHalvingDoubling = 3,
-  kReduceBroadcast = 4,  // needs peer memory (one process)
-  kHierarchical = 5,     // across processes: reduce-scatter up the tiers, between hosts, all-gather
+  // Every rank reduces its block from every rank's buffer in place and writes it back to
+  // every rank: needs peer memory (the device threads of one process, or cross-memory
+  // attach between the processes of one host).
+  kReduceBroadcast = 4,
+  // By host, across processes: the all-reduce's hierarchy (reduce-scatter up the tiers,
+  // between hosts, all-gather down), and the two-tier schedule by host of a
+  // reduce-scatter, all-gather or all-to-all (runtime/collective.h's by_host runners).
+  kHierarchical = 5,
 };
 inline constexpr int kNumAlgorithms = 6;
 

@@ -1,5 +1,5 @@
-// Thin FFI handlers of accl_allreduce, accl_reduce_scatter, accl_all_gather, accl_ppermute
-// and accl_all_to_all. Instantiate (once
+// Thin FFI handlers of every jax_accl collective: accl_allreduce, accl_reduce_scatter,
+// accl_all_gather, accl_ppermute, accl_all_to_all and accl_ragged_all_to_all. Instantiate (once
 // per call in an executable): decode the attributes fixed at lowering into the call site
 // (runtime/collective_site.h), the executable's state. Execute (each device's call): decode the
 // buffers, hand them to the site, return a future that the call completes. Errors become

@@ -1,8 +1,8 @@
-// A group of devices as jax_accl runs its all-reduces on it: where its ranks live (the
-// layout, derived once per group), a call's schedule (the runtime's plan,
-// runtime/call_plan.h, on this layout: which algorithm runs, and for the hierarchy the
-// algorithm between hosts and the pipeline's chunks), and the group's channels, epoch by
-// epoch.
+// A group of devices across processes as jax_accl runs its calls of every collective
+// on it: where its ranks live (the layout, derived once per group), a call's schedule
+// (the runtime's plan, runtime/call_plan.h, on this layout: which algorithm runs, and
+// for the hierarchy the algorithm between hosts and the pipeline's chunks), and the
+// group's channels, epoch by epoch.
 //
 // Recovery. Every rank of the group makes the same calls of a lane in the same order, so
 // a call has the same index c on every rank. When call f fails, the first later call of this

@@ -1,5 +1,6 @@
-// All-reduce of a group that spans processes (and hosts): which schedule runs, over
-// which links.
+// A call of any collective (runtime/collective.h's rows) whose group spans processes
+// (and hosts): which schedule runs, over which links. What follows names the
+// all-reduce's; the other rows run their flat runner or their schedule by host.
 //
 // Hierarchical (algorithms/hierarchical.cc, joined and connected by runtime/hierarchical_call.cc),
 // the automatic choice between hosts: three tiers by host (topology/group_layout.h), the
