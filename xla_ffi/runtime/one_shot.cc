@@ -4,7 +4,6 @@
 #include <sched.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -61,52 +60,83 @@ void release(Pending& p, int self, const Status& s) {
   }
 }
 
-// Never destroyed (see call_threads.cc): the watchdog waits on g_watchdog_cv until exit.
-std::mutex& g_mutex = *new std::mutex;
-std::condition_variable& g_watchdog_cv = *new std::condition_variable;
-auto& g_pending = *new std::unordered_map<CallKey, std::shared_ptr<Pending>, CallKeyHash>;
-// Calls the watchdog failed, kept a while so that a rank arriving late fails at once with
-// their error instead of waiting alone for its own deadline (under g_mutex).
-auto& g_failed = *new std::unordered_map<CallKey, Status, CallKeyHash>;
-auto& g_failed_order = *new std::deque<CallKey>;
-constexpr size_t kFailedKept = 4096;
+}  // namespace
 
-void remember_failed(const CallKey& key, const Status& s) {
-  if (!g_failed.emplace(key, s).second) return;
-  g_failed_order.push_back(key);
-  if (g_failed_order.size() > kFailedKept) {
-    g_failed.erase(g_failed_order.front());
-    g_failed_order.pop_front();
+// A meeting place's one-shot calls: those whose ranks have not all arrived, and those the
+// watchdog failed, kept a while so that a rank arriving late fails at once with their
+// error instead of waiting alone for its own deadline. Its own lock: the calls of other
+// call sites never contend for it.
+class OneShotTable {
+ public:
+  std::mutex mutex;
+  std::unordered_map<CallKey, std::shared_ptr<Pending>, CallKeyHash> pending;
+
+  Status failed_before(const CallKey& key) const {  // (under mutex)
+    auto it = failed_.find(key);
+    return it == failed_.end() ? Status::Ok() : it->second;
   }
-}
+  void remember_failed(const CallKey& key, const Status& s) {  // (under mutex)
+    if (!failed_.emplace(key, s).second) return;
+    failed_order_.push_back(key);
+    if (failed_order_.size() > kFailedKept) {
+      failed_.erase(failed_order_.front());
+      failed_order_.pop_front();
+    }
+  }
 
-// Fails expired calls (a rank never arrived, or jax_accl.abort()). One thread per
-// process, started lazily.
-void watchdog() {
-  std::unique_lock<std::mutex> lock(g_mutex);
-  for (;;) {
-    g_watchdog_cv.wait_for(lock, std::chrono::milliseconds(50));
-    std::vector<std::pair<std::shared_ptr<Pending>, Status>> expired;
-    for (auto it = g_pending.begin(); it != g_pending.end();) {
+ private:
+  static constexpr size_t kFailedKept = 1024;
+  std::unordered_map<CallKey, Status, CallKeyHash> failed_;
+  std::deque<CallKey> failed_order_;
+};
+
+namespace {
+
+// The tables of every meeting place, for the watchdog alone (a call never takes this
+// lock). Never destroyed (see call_threads.cc): the watchdog runs until exit.
+std::mutex& g_tables_mutex = *new std::mutex;
+auto& g_tables = *new std::vector<std::weak_ptr<OneShotTable>>;
+
+// Fails the expired calls of `table` (a rank never arrived, jax_accl.abort(), or devices
+// XLA:CPU never started: missing_ranks_end, as a rendezvous's waiting ranks ask it).
+void expire(OneShotTable& table) {
+  std::vector<std::pair<std::shared_ptr<Pending>, Status>> expired;
+  {
+    std::lock_guard<std::mutex> lock(table.mutex);
+    for (auto it = table.pending.begin(); it != table.pending.end();) {
       Pending& p = *it->second;
-      if (p.deadline.expired()) {
-        expired.emplace_back(it->second, p.deadline.ended(p.label, str_cat("waiting for ranks [",
-                                                                           missing_ranks(p.present),
-                                                                           "] to join the call")));
-      } else if (xla_launch_stalled(p.group_devices, p.present, p.run_id, p.first_arrival)) {
-        expired.emplace_back(it->second, error(Code::kAborted, p.label, ": ",
-                                               stall_message(p.group_devices, p.present, p.run_id,
-                                                             p.first_arrival)));
-      } else {
+      Status why = missing_ranks_end(p.label, p.deadline, p.present, &p.group_devices, p.run_id,
+                                     p.first_arrival);
+      if (why.ok()) {
         ++it;
         continue;
       }
-      remember_failed(it->first, expired.back().second);
-      it = g_pending.erase(it);
+      table.remember_failed(it->first, why);
+      expired.emplace_back(it->second, std::move(why));
+      it = table.pending.erase(it);
     }
-    lock.unlock();
-    for (auto& [p, s] : expired) release(*p, -1, s);
-    lock.lock();
+  }
+  for (auto& [p, s] : expired) release(*p, -1, s);
+}
+
+// Every 50 ms, the expired calls of every live table. One thread per process, started
+// with the first table.
+void watchdog() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<std::shared_ptr<OneShotTable>> tables;
+    {
+      std::lock_guard<std::mutex> lock(g_tables_mutex);
+      for (auto it = g_tables.begin(); it != g_tables.end();) {
+        if (auto table = it->lock()) {
+          tables.push_back(std::move(table));
+          ++it;
+        } else {
+          it = g_tables.erase(it);
+        }
+      }
+    }
+    for (auto& table : tables) expire(*table);
   }
 }
 
@@ -125,6 +155,17 @@ void ensure_watchdog() {
       }
     }).detach();
   });
+}
+
+// A meeting place's table, made at its first one-shot call and watched from then on.
+std::shared_ptr<OneShotTable> make_table() {
+  auto table = std::make_shared<OneShotTable>();
+  {
+    std::lock_guard<std::mutex> lock(g_tables_mutex);
+    g_tables.push_back(table);
+  }
+  ensure_watchdog();
+  return table;
 }
 
 // Segment `seg` (`offset` bytes into every staged input) of every rank's output.
@@ -185,7 +226,7 @@ void complete(Pending& p, int self, const std::vector<uint64_t>& counts, const R
 // few microseconds ~0.1 us). At most kPendingKept, each staging at most kPendingBytes.
 constexpr size_t kPendingKept = 8;
 constexpr size_t kPendingBytes = size_t{1} << 20;
-std::mutex& g_pool_mutex = *new std::mutex;  // after g_mutex where both are held
+std::mutex& g_pool_mutex = *new std::mutex;  // after a table's where both are held
 auto& g_pool = *new std::vector<Pending*>;
 
 size_t staged_capacity(const Pending& p) {
@@ -245,7 +286,7 @@ std::shared_ptr<Pending> new_pending(const CallSpec& spec) {
   return std::shared_ptr<Pending>(p.release(), recycle);
 }
 
-// Rank spec.rank joins `p` (under g_mutex): its inputs staged, its outputs and `done`
+// Rank spec.rank joins `p` (under its table's mutex): its inputs staged, its outputs and `done`
 // kept; an error if the ranks disagree on the group's size or it joined twice.
 Status join_pending(Pending& p, const CallSpec& spec, const std::vector<const void*>& in,
                     std::vector<void*>* out, const std::vector<uint64_t>& counts, size_t elem,
@@ -297,17 +338,23 @@ void join_or_complete(CallSpec& spec, const std::vector<const void*>& in, std::v
     record_error(Algorithm::kDirect, spec.signature.collective);
     return done(usable);
   }
-  ensure_watchdog();
+  if (spec.rendezvous == nullptr) {
+    record_error(Algorithm::kDirect, spec.signature.collective);
+    return done(error(Code::kInternal, spec.label, ": the call has no meeting place"));
+  }
+  OneShotTable& table = spec.rendezvous->one_shot_table(make_table);
   std::shared_ptr<Pending> ready, waiting;
   {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (auto failed = g_failed.find(spec.key); failed != g_failed.end()) {
+    std::lock_guard<std::mutex> lock(table.mutex);
+    if (Status failed = table.failed_before(spec.key); !failed.ok()) {
       record_error(Algorithm::kDirect, spec.signature.collective);
-      return done(error(failed->second.code(), "rank ", spec.rank, " of ", spec.label,
-                        ": arrived after the call failed: ", failed->second.message()));
+      return done(error(failed.code(), "rank ", spec.rank, " of ", spec.label,
+                        ": arrived after the call failed: ", failed.message()));
     }
-    auto found = g_pending.find(spec.key);
-    if (found == g_pending.end()) found = g_pending.emplace(spec.key, new_pending(spec)).first;
+    auto found = table.pending.find(spec.key);
+    if (found == table.pending.end()) {
+      found = table.pending.emplace(spec.key, new_pending(spec)).first;
+    }
     std::shared_ptr<Pending>& slot = found->second;
     Status joined = join_pending(*slot, spec, in, &out, counts, reduction.elem_size, &done);
     if (!joined.ok()) {
@@ -316,7 +363,7 @@ void join_or_complete(CallSpec& spec, const std::vector<const void*>& in, std::v
     }
     if (++slot->joined == slot->size) {
       ready = slot;
-      g_pending.erase(spec.key);
+      table.pending.erase(spec.key);
     } else {
       waiting = slot;
     }

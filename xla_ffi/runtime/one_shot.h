@@ -7,8 +7,10 @@
 // sends to it, or zeros), writes it and completes every rank's call,
 // each on a call thread (call_threads.h: XLA may run the device's next operations
 // inside the completion, and they may block). No device thread sleeps in a
-// rendezvous, which is what a small all-reduce costs when eight share two cores. A watchdog fails
-// calls whose ranks do not all arrive before the deadline, naming the missing ranks.
+// rendezvous, which is what a small all-reduce costs when eight share two cores. The
+// pending calls are the other mode of the call's meeting place (spec.rendezvous, whose
+// table only its own calls lock); a watchdog fails those whose ranks do not all arrive
+// before the deadline, naming the missing ranks (missing_ranks_end, as a rendezvous).
 #pragma once
 
 #include <functional>

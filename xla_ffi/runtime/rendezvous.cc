@@ -28,6 +28,13 @@ namespace {
 // Calls waiting for ranks in every rendezvous of the process, abandoned ones not counted.
 std::atomic<int64_t> g_pending{0};
 
+// `s` without `who: ` in front (record_left names the rank itself).
+Status without_who(const Status& s, const std::string& who) {
+  std::string message = s.message();
+  if (message.rfind(who + ": ", 0) == 0) message.erase(0, who.size() + 2);
+  return Status(s.code(), message);
+}
+
 // Added to `arrived`, once, by the first rank that leaves (the one that sets `left`):
 // every wait for the whole group ends. Once only, so that the count cannot wrap.
 constexpr uint32_t kLeftMark = 1u << 30;
@@ -89,6 +96,29 @@ std::string missing_ranks(const std::vector<uint8_t>& present) {
     if (!present[r]) out += str_cat(out.empty() ? "" : ", ", r);
   }
   return out;
+}
+
+Status missing_ranks_end(const std::string& who, const Deadline& deadline,
+                         const std::vector<uint8_t>& present, const std::vector<int64_t>* devices,
+                         int64_t run_id, Clock::time_point since) {
+  if (deadline.expired()) {
+    return deadline.ended(
+        who, str_cat("waiting for ranks [", missing_ranks(present), "] to join the call"));
+  }
+  if (devices != nullptr && xla_launch_stalled(*devices, present, run_id, since)) {
+    return error(Code::kAborted, who, ": ", stall_message(*devices, present, run_id, since));
+  }
+  return Status::Ok();
+}
+
+OneShotTable& Rendezvous::one_shot_table(std::shared_ptr<OneShotTable> (*make)()) {
+  if (OneShotTable* table = one_shot_.load(std::memory_order_acquire)) return *table;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (one_shot_owner_ == nullptr) {
+    one_shot_owner_ = make();
+    one_shot_.store(one_shot_owner_.get(), std::memory_order_release);
+  }
+  return *one_shot_owner_;
 }
 
 Status Rendezvous::join(const CallKey& key, int rank, int size, const Signature& signature,
@@ -157,15 +187,14 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
                                 const std::vector<int64_t>* devices) {
   const auto all_here = [&](uint32_t n) { return n >= static_cast<uint32_t>(size); };
   const auto since = Clock::now();
-  Status s;
+  const std::string who = str_cat("rank ", rank, " of ", label);
   for (;;) {
     // In slices of a second where the devices are known: between them, whether the
     // missing ranks are devices XLA:CPU never started on this launch (runtime/stall.h).
     Deadline slice = deadline;
     if (devices != nullptr)
       slice.at = std::min(deadline.at, Clock::now() + std::chrono::seconds(1));
-    s = call.arrived.wait(all_here, slice, nullptr);
-    if (s.ok() || devices == nullptr || deadline.expired() || call.arrived.load() >= kLeftMark) {
+    if (call.arrived.wait(all_here, slice, nullptr).ok() || call.arrived.load() >= kLeftMark) {
       break;
     }
     std::vector<uint8_t> present;
@@ -173,32 +202,24 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
       std::lock_guard<std::mutex> lock(mutex_);
       present = call.present;
     }
-    if (!xla_launch_stalled(*devices, present, run_id, since)) continue;
-    const Status stalled(Code::kAborted, stall_message(*devices, present, run_id, since));
+    const Status ended = missing_ranks_end(who, deadline, present, devices, run_id, since);
+    if (ended.ok()) continue;
     bool first = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       // The missing ranks may have arrived since the look: then the call goes on.
       if (call.arrived.load() >= static_cast<uint32_t>(size)) continue;
-      first = record_left(call, rank, stalled);  // the others, and late arrivals, fail too
-      abandon(call);  // no longer pending, as at a timeout (its ranks may never come)
+      abandon(call);  // no longer pending (its ranks may never come); late arrivals fail
+      // A stall fails the others at once too (a timeout is each rank's own).
+      if (!deadline.expired()) first = record_left(call, rank, without_who(ended, who));
     }
     if (first) call.arrived.fetch_add_and_wake(kLeftMark);
-    return error(stalled.code(), "rank ", rank, " of ", label, ": ", stalled.message());
+    return ended;
   }
   if (call.arrived.load() >= kLeftMark) {
     std::lock_guard<std::mutex> lock(mutex_);
     return error(Code::kAborted, "rank ", rank, " of ", label,
                  ": a sibling left the call: ", call.left.message());
-  }
-  if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (call.arrived.load() < static_cast<uint32_t>(size)) {
-      abandon(call);
-      return deadline.ended(
-          str_cat("rank ", rank, " of ", label),
-          str_cat("waiting for ranks [", missing_ranks(call.present), "] to join the call"));
-    }
   }
   // Every rank checks every signature, so a mismatch fails on all ranks alike.
   for (int r = 0; r < size; ++r) {

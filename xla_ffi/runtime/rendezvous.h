@@ -6,6 +6,7 @@
 // ranks never arrived and poisons the call, so that late arrivals fail at once.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,18 @@ namespace accl {
 
 // "0, 3, 5": the ranks whose flag in `present` is 0.
 std::string missing_ranks(const std::vector<uint8_t>& present);
+
+// Why a wait for the ranks of a call whose `present` flag is 0 must end now, `who`
+// (the waiting rank, or the call) naming it: its deadline ended (timed out, or aborted),
+// or they are devices XLA:CPU never started on launch `run_id` (runtime/stall.h;
+// `devices`, each rank's global id, null where unknown), waited for since `since`. Ok
+// while the wait goes on. Both meeting modes ask it: a rendezvous's waiting ranks and
+// the one-shot's watchdog.
+Status missing_ranks_end(const std::string& who, const Deadline& deadline,
+                         const std::vector<uint8_t>& present, const std::vector<int64_t>* devices,
+                         int64_t run_id, Clock::time_point since);
+
+class OneShotTable;  // runtime/one_shot.h: a meeting place's calls completed by the last rank
 
 // Where the ranks of this process meet: each call site has one (runtime/collective_site.h)
 // for the calls of its groups, in one process or across processes (the hierarchy's
@@ -48,6 +61,10 @@ class Rendezvous {
   // ranks that arrive later.
   void leave(const CallKey& key, int rank, int size, const std::string& label, const Status& why);
 
+  // The other mode of this meeting place: its calls completed by their last rank
+  // (runtime/one_shot.h), in a table of its own, which `make` makes at the first.
+  OneShotTable& one_shot_table(std::shared_ptr<OneShotTable> (*make)());
+
  private:
   struct PendingCall;
   std::shared_ptr<PendingCall>& slot_of(const CallKey& key, int size, const std::string& label,
@@ -70,6 +87,8 @@ class Rendezvous {
 
   std::mutex mutex_;
   std::unordered_map<CallKey, std::shared_ptr<PendingCall>, CallKeyHash> calls_;
+  std::atomic<OneShotTable*> one_shot_{nullptr};  // read without mutex_ once made
+  std::shared_ptr<OneShotTable> one_shot_owner_;  // (under mutex_)
 };
 
 // Calls waiting for ranks in every rendezvous of the process (for tests: must return
