@@ -11,6 +11,7 @@ prints one line "RESULT <json>" with what it measured. Importing it joins no job
 import argparse
 import json
 import os
+import subprocess
 import threading
 import time
 
@@ -977,6 +978,23 @@ def scenario_late_at_prompt():
     return late_device_psum(lambda: threading.Event().wait(LATE_S))
 
 
+def scenario_stopped_and_continued():
+    """The job's last device computes in a host callback (3 s of CPU) while its process is
+    stopped (SIGSTOP) for 8 s by a shell it starts (after 2 s: the stall check has looked
+    at the waiting call by then), then continued: the psum after it is exact; the
+    process's own stall check, waking after the stop, must not read the time it was
+    stopped as idleness (issue 59)."""
+
+    def stopped_while_computing():
+        pid = os.getpid()
+        subprocess.Popen(["sh", "-c", f"sleep 2; kill -STOP {pid}; sleep 8; kill -CONT {pid}"])
+        began = time.thread_time()
+        while time.thread_time() - began < 3.0:
+            pass
+
+    return late_device_psum(stopped_while_computing)
+
+
 LATE_S = 9.0
 
 
@@ -1027,6 +1045,7 @@ SCENARIOS = {
     "late_peer": scenario_late_peer,
     "late_first_call": scenario_late_first_call,
     "late_at_prompt": scenario_late_at_prompt,
+    "stopped_and_continued": scenario_stopped_and_continued,
     "until_error": scenario_until_error,
     "first_call": scenario_first_call,
     "siege": scenario_siege,

@@ -5,7 +5,7 @@ threads per device: there a launch's devices always have a thread). Scaled down 
 issue's 15 s against the default JAX_ACCL_STALL_S=10: 7 s against 2 s (the idleness is
 measured over 5 s whatever JAX_ACCL_STALL_S says, so before the fix the call failed at
 about 5 s). tests/multiprocess/test_late_devices_across_processes.py: the same across
-processes."""
+processes, and a process stopped and continued."""
 
 import time
 

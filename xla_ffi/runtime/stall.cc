@@ -142,6 +142,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 
 // The process's CPU time, sampled at most every 250 ms by whoever asks; old samples go.
+// A gap of more than kGapSeconds between two samples (the process stopped, SIGSTOP, or
+// not run) starts the window anew: what nobody watched is not idleness.
+constexpr double kGapSeconds = 3.0;
 struct CpuSamples {
   std::mutex mutex;
   std::deque<std::pair<Clock::time_point, double>> samples;
@@ -152,6 +155,9 @@ struct CpuSamples {
     std::lock_guard<std::mutex> lock(mutex);
     const auto now = Clock::now();
     if (samples.empty() || seconds_between(samples.back().first, now) >= 0.25) {
+      if (!samples.empty() && seconds_between(samples.back().first, now) > kGapSeconds) {
+        samples.clear();
+      }
       samples.emplace_back(now, cpu_seconds_outside_call_threads());
     }
     while (samples.size() > 2 && seconds_between(samples[1].first, now) >= window) {

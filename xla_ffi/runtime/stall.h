@@ -13,8 +13,9 @@
 // for stalled. Where the pool is smaller, or of a size jax_accl does not know, a waiting
 // call is that deadlock when every rank it waits for runs on a device of this process that
 // has begun no jax_accl call of the launch, and the process has been idle (no thread
-// computing) for a while: a device that is merely slow computes, and one that has begun
-// the launch holds a thread of its own. The call then fails within seconds with
+// computing) for a while, watched without a gap (a stopped process is not an idle one): a
+// device that is merely slow computes, and one that has begun the launch holds a thread
+// of its own. The call then fails within seconds with
 // stall_message, instead of at its timeout. A device only late (a host callback, a
 // debugger's prompt) is waited for to the deadline wherever the pool has two threads per
 // device.
