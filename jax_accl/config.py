@@ -238,10 +238,14 @@ KNOBS = {
             "JAX_ACCL_STALL_S",
             "10",
             "import",
-            "seconds a call waits for devices of its own process that XLA:CPU never started "
-            "on the launch (the process idle) before it fails saying so, instead of at "
-            "`JAX_ACCL_TIMEOUT_S` (README: launches in flight); `0`: never (a device idle "
-            "that long before its call, e.g. in a host callback, is then only late)",
+            "where XLA:CPU's thread pool has fewer than two threads per device (JAX made its "
+            "CPU client before jax_accl was imported, or `PJRT_NPROC` is smaller): seconds a "
+            "call waits for devices of its own process that began no jax_accl call of the "
+            "launch (the process idle, watched without a gap) before it fails as XLA:CPU's "
+            "stall, instead of at `JAX_ACCL_TIMEOUT_S` (README: launches in flight); with "
+            "jax_accl's pool (two threads per device) that stall cannot happen and a late "
+            "device (a host callback, a debugger's prompt, a stopped process) is waited for "
+            "to `JAX_ACCL_TIMEOUT_S`; `0`: never",
             _non_negative_float,
         ),
         Knob(

@@ -11,11 +11,14 @@ prints one line "RESULT <json>" with what it measured. Importing it joins no job
 import argparse
 import json
 import os
+import subprocess
+import threading
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -977,6 +980,72 @@ def scenario_first_call():
     return {"error": error, "seconds": time.monotonic() - start, "ports": ports}
 
 
+def scenario_late_at_prompt():
+    """The job's last device waits LATE_S in a host callback before a psum, as at a
+    debugger's prompt (jax.debug.breakpoint waits so for its input, which needs a
+    terminal; this callback waits on an event nobody sets): its process's other device,
+    and every device of the other processes, wait for it, and the sum is exact (issue 59;
+    the test sets JAX_ACCL_STALL_S=2, which must not take the device for stalled)."""
+    return late_device_psum(lambda: threading.Event().wait(LATE_S))
+
+
+def scenario_stopped_and_continued():
+    """The job's last device computes in a host callback (3 s of CPU) while its process is
+    stopped (SIGSTOP) for 8 s by a shell it starts (after 2 s: the stall check has looked
+    at the waiting call by then), then continued: the psum after it is exact; the
+    process's own stall check, waking after the stop, must not read the time it was
+    stopped as idleness (issue 59)."""
+
+    def stopped_while_computing():
+        pid = os.getpid()
+        subprocess.Popen(["sh", "-c", f"sleep 2; kill -STOP {pid}; sleep 8; kill -CONT {pid}"])
+        began = time.thread_time()
+        while time.thread_time() - began < 3.0:
+            pass
+
+    return late_device_psum(stopped_while_computing)
+
+
+LATE_S = 9.0
+
+
+def late_device_psum(late):
+    """A psum over every device of int32 data after a host callback in which the job's
+    last device calls late() (the others pass their shard on), run twice, late the second
+    time only (every device has made a call: the process's own devices are known): the
+    error, if any, and the seconds the second run took, its result checked exact on this
+    process's devices."""
+    n = NP * ND
+    x = np.arange(4 * n, dtype=np.int32)
+    want = x.reshape(n, 4).sum(axis=0)
+
+    runs = []
+
+    def callback(shard):
+        if shard[0] == 4 * (n - 1) and len(runs) == 2:  # the last device's, second run
+            late()
+        return shard
+
+    def body(a):
+        fetched = io_callback(callback, jax.ShapeDtypeStruct(a.shape, a.dtype), a)
+        return jax_accl.psum(fetched, ALL)
+
+    program = jax.jit(
+        jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL), check_vma=False)
+    )
+    placed = place(x, P(ALL))
+    error = None
+    try:
+        for _ in range(2):
+            runs.append(None)
+            start = time.monotonic()
+            for shard in program(placed).addressable_shards:
+                np.testing.assert_array_equal(np.asarray(shard.data), want)
+    except Exception as e:
+        error = str(e)
+    return {"error": error, "seconds": time.monotonic() - start}
+
+
 SCENARIOS = {
     "exit_in_flight": scenario_exit_in_flight,
     "lockout": scenario_lockout,
@@ -986,6 +1055,8 @@ SCENARIOS = {
     "late_after_failure": scenario_late_after_failure,
     "late_peer": scenario_late_peer,
     "late_first_call": scenario_late_first_call,
+    "late_at_prompt": scenario_late_at_prompt,
+    "stopped_and_continued": scenario_stopped_and_continued,
     "until_error": scenario_until_error,
     "first_call": scenario_first_call,
     "siege": scenario_siege,

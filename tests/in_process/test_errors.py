@@ -94,8 +94,9 @@ def only_device_0_calls(a):
 
 # A rank that never arrives: the others end at their deadline, naming the missing, or at
 # once by jax_accl.abort() from another thread (the one-shot path, and the rendezvous), or,
-# the process idle, after about 10 s as a launch XLA:CPU never started on the devices
-# missing (xla_ffi/runtime/stall.h; tests/multiprocess/test_async_loop.py: the real one).
+# the process idle and XLA:CPU's pool of the size XLA gives it (conftest.py:
+# xla_pool_of_xla_size), after about 10 s as a launch XLA:CPU never started on the devices missing
+# (xla_ffi/runtime/stall.h; tests/multiprocess/test_async_loop.py: the real one).
 STALLED = r"never started this launch \(run id -?\d+\) on devices \[1, 2, 3, 4, 5, 6, 7\]"
 
 
@@ -109,8 +110,12 @@ STALLED = r"never started this launch \(run id -?\d+\) on devices \[1, 2, 3, 4, 
         ("abort", 1 << 18, r"aborted by jax_accl\.abort\(\) while waiting for ranks", 5),
     ],
 )
-def test_a_call_whose_peers_never_arrive_ends(mesh8, monkeypatch, ended_by, size, error, seconds):
+def test_a_call_whose_peers_never_arrive_ends(
+    mesh8, monkeypatch, request, ended_by, size, error, seconds
+):
     monkeypatch.setenv("JAX_ACCL_TIMEOUT_S", "1" if ended_by == "timeout" else "60")
+    if ended_by == "stall":
+        request.getfixturevalue("xla_pool_of_xla_size")
     x = put(mesh8, values((8, size), "float32"), P("i"))
     # Compiled first: the abort must find the call waiting, however slow the compile.
     call = shard(mesh8, only_device_0_calls, out=P("i"), check_vma=False).lower(x).compile()

@@ -370,12 +370,18 @@ def test_killed_peer_makes_every_survivor_raise(processes, devices):
         assert r["seconds_to_error"] < 10, r
 
 
+# XLA:CPU's pool as XLA sizes it for 2 devices on up to 2 cores (one thread per device):
+# only there can a launch's devices be left without a thread (runtime/stall.h); with
+# jax_accl's pool a device that makes no call is waited for to the timeout.
+XLA_POOL = {"PJRT_NPROC": "2"}
+
+
 def test_devices_that_never_start_a_launch_are_named_within_seconds():
     # Each process's second device skips the call (as where XLA:CPU never started the
     # launch on it, issue 47): the first process whose watchdog sees it (after about 10 s
     # of idleness) names it, not at the 60 s timeout; the other fails then too, by that
     # one's poisoned channels, if its own watchdog has not spoken first.
-    results = run(2, 2, "unstarted_devices", timeout=180)
+    results = run(2, 2, "unstarted_devices", env=[XLA_POOL] * 2, timeout=180)
     for r in results:
         assert r["error"] is not None and "jax_accl" in r["error"], r
         assert r["seconds_to_error"] < 25, r
@@ -387,7 +393,7 @@ def test_where_one_process_never_started_some_devices_every_process_fails_within
     # Only the last process's second device skips the call: process 0's devices wait for
     # it, and only their peers failing the call can tell them (issue 47's async loop on 2
     # processes: the other process failed at the 120 s timeout).
-    results = run(2, 2, "unstarted_in_last_process", timeout=180)
+    results = run(2, 2, "unstarted_in_last_process", env=[XLA_POOL] * 2, timeout=180)
     for r in results:
         assert r["error"] is not None and "jax_accl" in r["error"], r
         assert r["seconds_to_error"] < 25, r

@@ -394,6 +394,16 @@ NB_MODULE(_accl, m) {
       nb::arg("seconds"),
       "JAX_ACCL_STALL_S: how long a call waits for devices XLA:CPU never started (0: never)");
   m.def(
+      "set_xla_pool",
+      [](int threads, int devices) {
+        if (threads < 0 || devices < 0) throw nb::value_error("pool sizes must be >= 0");
+        set_xla_pool(threads, devices);
+      },
+      nb::arg("threads"), nb::arg("devices"),
+      "XLA:CPU's thread pool as the client was made (0 threads: unknown): only one of fewer "
+      "than two threads per device can stall (runtime/stall.h)");
+  m.def("xla_pool", &xla_pool, "(threads, devices) of set_xla_pool; (0, 0) until set");
+  m.def(
       "set_link_spin_us",
       [](int microseconds) {
         if (microseconds < 0) throw nb::value_error("spin microseconds must be >= 0");

@@ -28,6 +28,10 @@ std::atomic<double>& stall_seconds() {
 
 namespace {
 
+// XLA:CPU's pool (set_xla_pool): its threads (0: unknown) and the process's devices.
+std::atomic<int> g_pool_threads{0};
+std::atomic<int> g_pool_devices{0};
+
 // The last launches each device began: enough to cover every launch in flight (XLA:CPU
 // admits 32 per device).
 constexpr size_t kLaunchesKept = 64;
@@ -138,6 +142,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 
 // The process's CPU time, sampled at most every 250 ms by whoever asks; old samples go.
+// A gap of more than kGapSeconds between two samples (the process stopped, SIGSTOP, or
+// not run) starts the window anew: what nobody watched is not idleness.
+constexpr double kGapSeconds = 3.0;
 struct CpuSamples {
   std::mutex mutex;
   std::deque<std::pair<Clock::time_point, double>> samples;
@@ -148,6 +155,9 @@ struct CpuSamples {
     std::lock_guard<std::mutex> lock(mutex);
     const auto now = Clock::now();
     if (samples.empty() || seconds_between(samples.back().first, now) >= 0.25) {
+      if (!samples.empty() && seconds_between(samples.back().first, now) > kGapSeconds) {
+        samples.clear();
+      }
       samples.emplace_back(now, cpu_seconds_outside_call_threads());
     }
     while (samples.size() > 2 && seconds_between(samples[1].first, now) >= window) {
@@ -175,6 +185,17 @@ std::string list(const std::vector<int64_t>& devices, const std::vector<uint8_t>
                    ranks ? static_cast<int64_t>(r) : (r < devices.size() ? devices[r] : -1));
   }
   return out;
+}
+
+// What the message says of XLA:CPU's pool.
+std::string pool_words() {
+  const auto [threads, devices] = xla_pool();
+  if (threads <= 0) {
+    return "XLA:CPU's thread pool is of a size jax_accl did not set (JAX made its CPU client "
+           "before jax_accl was imported)";
+  }
+  return str_cat("XLA:CPU's thread pool has ", threads, " threads for the ", devices,
+                 " devices of this process (PJRT_NPROC), fewer than two per device");
 }
 
 // Calls across processes in flight (watch_call), by token.
@@ -237,7 +258,7 @@ void check_watched() {
       }
     }
   }
-  if (!waiting) return;
+  if (!waiting || !xla_pool_can_stall()) return;
   const double cores = cpu_samples().cores_over(kIdleSeconds);
   if (old.empty() || cores < 0 || cores >= kIdleCores) return;
   for (const Watched& call : old) {
@@ -261,7 +282,7 @@ void check_watched() {
     const std::string why = str_cat(
         "jax_accl ended every pending call of this process because a call across processes ",
         "stalled: ", stall_message(call.devices, present, call.run_id, call.since),
-        " The job's calls are out of step after this: restart the job.");
+        " The job's calls are out of step after this stall: restart the job.");
     abort_pending_waits_because(why);
     {
       Report& r = report();
@@ -343,7 +364,7 @@ void note_launch_begun(int64_t device, int64_t run_id) {
 bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
                         int64_t run_id, Clock::time_point since) {
   const double stall = stall_seconds().load(std::memory_order_relaxed);
-  if (stall <= 0) return false;
+  if (stall <= 0 || !xla_pool_can_stall()) return false;
   // Sampled (at most every 250 ms) from the first slice of every wait, so that the
   // window is full by the time the call has waited `stall`.
   const double cores = cpu_samples().cores_over(kIdleSeconds);
@@ -358,6 +379,21 @@ bool xla_launch_stalled(const std::vector<int64_t>& devices, const std::vector<u
   return missing && cores >= 0 && cores < kIdleCores;
 }
 
+void set_xla_pool(int threads, int devices) {
+  g_pool_threads.store(threads, std::memory_order_relaxed);
+  g_pool_devices.store(devices, std::memory_order_relaxed);
+}
+
+std::pair<int, int> xla_pool() {
+  return {g_pool_threads.load(std::memory_order_relaxed),
+          g_pool_devices.load(std::memory_order_relaxed)};
+}
+
+bool xla_pool_can_stall() {
+  const auto [threads, devices] = xla_pool();
+  return threads <= 0 || threads < 2 * devices;
+}
+
 std::string stall_message(const std::vector<int64_t>& devices, const std::vector<uint8_t>& present,
                           int64_t run_id, Clock::time_point since) {
   const auto waited = static_cast<int64_t>(seconds_between(since, Clock::now()));
@@ -365,7 +401,8 @@ std::string stall_message(const std::vector<int64_t>& devices, const std::vector
       "XLA:CPU never started this launch (run id ", run_id, ") on devices [",
       list(devices, present, false), "] of this process (ranks [", list(devices, present, true),
       "]): they made no jax_accl call of it while the call waited ", waited,
-      " s for them, the process idle. Most likely XLA:CPU's deadlock, not this collective's: ",
+      " s for them, the process idle, and ", pool_words(),
+      ". Most likely XLA:CPU's deadlock, not this collective's: ",
       "with many launches of a multi-device program in flight (a loop that dispatches steps ",
       "without reading a result), XLA:CPU's client blocks the threads that dispatch new ",
       "launches (at 32 launches in flight per device) in the thread pool that must run every ",
@@ -374,8 +411,11 @@ std::string stall_message(const std::vector<int64_t>& devices, const std::vector
       "read a result or call jax.block_until_ready every step or every few steps (fewer than 32 ",
       "launches in flight), or give XLA:CPU's thread pool two threads per device of this ",
       "process: import jax_accl before JAX makes its CPU client, which then gets them, or set ",
-      "PJRT_NPROC=<2 x devices> in the environment before it does. (If those devices did run ",
-      "this launch, the program does not make this call on every device of its group.)");
+      "PJRT_NPROC=<2 x devices> in the environment before it does; with that pool jax_accl ",
+      "never takes a device for stalled. (If those devices were only late, in a host callback ",
+      "or at a debugger's prompt, the same pool, or a larger JAX_ACCL_STALL_S, lets the call ",
+      "wait for them; if they did run this launch, the program does not make this call on ",
+      "every device of its group.)");
 }
 
 }  // namespace accl

@@ -7,16 +7,24 @@
 // devices that got a thread then wait in their first collective (jax_accl's or XLA's) for
 // devices that never start: jax.lax collectives end in XLA's "Termination timeout" abort.
 //
-// A waiting call is that deadlock when every rank it waits for runs on a device of this
-// process that has begun no jax_accl call of the launch, and the process has been idle (no
-// thread computing) for a while: a device that is merely slow computes, and one that has
-// begun the launch holds a thread of its own. The call then fails within seconds with
-// stall_message, instead of at its timeout.
+// It can only happen where the pool has fewer than two threads per device of the process
+// (with two, a launch's devices have threads beside the at most one blocked dispatch per
+// device): jax_accl sizes it so (jax_accl/cpu_threads.py), and there no call is ever taken
+// for stalled. Where the pool is smaller, or of a size jax_accl does not know, a waiting
+// call is that deadlock when every rank it waits for runs on a device of this process that
+// has begun no jax_accl call of the launch, and the process has been idle (no thread
+// computing) for a while, watched without a gap (a stopped process is not an idle one): a
+// device that is merely slow computes, and one that has begun the launch holds a thread
+// of its own. The call then fails within seconds with
+// stall_message, instead of at its timeout. A device only late (a host callback, a
+// debugger's prompt) is waited for to the deadline wherever the pool has two threads per
+// device.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/wait.h"
@@ -60,6 +68,13 @@ void unwatch_call(uint64_t token);
 std::string stall_report(uint64_t generation);
 void note_call_across_processes_succeeded(uint64_t generation);
 void forget_stall_report();
+
+// XLA:CPU's pool as the client was made: `threads` threads (0: unknown, e.g. the client
+// was made before jax_accl was imported) for `devices` devices of this process. Until set,
+// unknown. Only a pool of fewer than 2 x devices threads, or an unknown one, can stall.
+void set_xla_pool(int threads, int devices);
+std::pair<int, int> xla_pool();
+bool xla_pool_can_stall();
 
 // JAX_ACCL_STALL_S: how long a call waits for such devices before it fails (0: never,
 // the call waits to its deadline as for a late rank); 10 s unless set.
