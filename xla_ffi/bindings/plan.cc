@@ -158,7 +158,7 @@ nb::dict plan(const std::vector<std::pair<std::string, int>>& places, size_t byt
   out["predicted_s"] = predict_call_seconds(g, owner, request, predicts);
   const CollectiveRow& row = collective_row(request.collective);
   out["tiers"] = p.schedule != Algorithm::kHierarchical ? nb::list()
-                 : row.by_host == nullptr
+                 : row.by_host == ByHost::kHierarchy
                      ? tiers_of(g, owner)
                      : host_tiers_of(g, row.block_count(bytes, g.size()), request.chunks);
   out["layout"] = g.describe();

@@ -128,25 +128,25 @@ Status all_to_all_by_host_runner(Link& in_host, Link& between_hosts, const HostG
 const CollectiveRow kRows[kNumCollectives] = {
     {Collective::kAllReduce, "accl_allreduce ", "flat", true, false, same_count, same_count,
      op_only, plan_allreduce_call, predict_allreduce_seconds, allreduce_one_shot, allreduce_flat,
-     nullptr},
+     ByHost::kHierarchy, nullptr},
     {Collective::kReduceScatter, "accl_reduce_scatter ", "reduce-scatter", true, false,
      one_block_of_n, one_block_of_n, reduce_scatter_what, plan_scatter_gather_call,
      predict_scatter_gather_seconds, reduce_scatter_one_shot, reduce_scatter_flat,
-     reduce_scatter_by_host},
+     ByHost::kTwoTiers, reduce_scatter_by_host},
     {Collective::kAllGather, "accl_all_gather ", "all-gather", false, false, n_blocks, same_count,
      all_gather_what, plan_scatter_gather_call, predict_scatter_gather_seconds, all_gather_one_shot,
-     all_gather_flat, all_gather_by_host_runner},
+     all_gather_flat, ByHost::kTwoTiers, all_gather_by_host_runner},
     {Collective::kPermute, "accl_ppermute ", "permute", false, true, same_count, same_count,
      permute_what, plan_direct_call, predict_permute_seconds, permute_one_shot, permute_flat,
-     nullptr},
+     ByHost::kNever, nullptr},
     {Collective::kAllToAll, "accl_all_to_all ", "all-to-all", false, false, same_count,
      one_block_of_n, all_to_all_what, plan_all_to_all_call, predict_all_to_all_seconds,
-     all_to_all_one_shot, all_to_all_flat, all_to_all_by_host_runner},
+     all_to_all_one_shot, all_to_all_flat, ByHost::kTwoTiers, all_to_all_by_host_runner},
     // Its segments are the data and the layout table (algorithms/ragged_all_to_all.h),
     // whose sizes the table describes.
     {Collective::kRaggedAllToAll, "accl_ragged_all_to_all ", "ragged-all-to-all", false, false,
      nullptr, nullptr, ragged_all_to_all_what, plan_direct_call, predict_all_to_all_seconds,
-     nullptr, ragged_all_to_all_flat, nullptr},
+     nullptr, ragged_all_to_all_flat, ByHost::kNever, nullptr},
 };
 
 }  // namespace

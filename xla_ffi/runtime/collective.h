@@ -43,6 +43,14 @@ using ByHostRunner = Status (*)(Link& in_host, Link& between_hosts, const HostGr
                                 const Reduction& reduction, const ByHostPipeline& pipeline,
                                 const Deadline& deadline);
 
+// What a row runs where its plan says kHierarchical (by host), said by the row itself.
+enum class ByHost {
+  kNever,      // never planned so (a permutation, a ragged all-to-all)
+  kHierarchy,  // the all-reduce's tiers: its threads, its host, between hosts
+               // (runtime/hierarchical_call.h, which meets the process's ranks)
+  kTwoTiers,   // the row's by_host runner: in the host, then between hosts
+};
+
 struct CollectiveRow {
   Collective id;
   const char* trace_target;  // "accl_allreduce ": the start of its trace events' names
@@ -63,12 +71,12 @@ struct CollectiveRow {
   double (*predict)(const GroupLayout& layout, const CallPlan& plan, const PlanRequest& request,
                     const CostModel& model);
   // The runners: the one-shot's last rank (null: never one-shot), a flat schedule over
-  // one link (all segments), and the schedule by host. Null: where the plan says kHierarchical, the
-  // all-reduce's hierarchy runs (runtime/hierarchical_call.h); a permutation is never planned so.
+  // one link (all segments), and what runs by host (`by_host_runner`, for kTwoTiers).
   void (*one_shot)(const OneShotSegment& segment);
   Status (*run_flat)(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
                      int size, const Reduction& reduction, const CollectiveArgs& args);
-  ByHostRunner by_host;
+  ByHost by_host;
+  ByHostRunner by_host_runner;
 };
 
 const CollectiveRow& collective_row(Collective collective);

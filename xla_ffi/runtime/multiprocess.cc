@@ -126,8 +126,8 @@ Status open_link(ChannelSpace& space, const std::vector<int64_t>& members, int r
 WirePlan group_plan(const Communicator& group, size_t bytes, const Signature& sig, bool cma,
                     int chunks) {
   const CallPlan p = group.plan(0, bytes, sig.algorithm, cma, sig.collective, chunks);
-  const bool by_host =
-      p.schedule == Algorithm::kHierarchical && collective_row(sig.collective).by_host != nullptr;
+  const bool by_host = p.schedule == Algorithm::kHierarchical &&
+                       collective_row(sig.collective).by_host == ByHost::kTwoTiers;
   return WirePlan{p.schedule, p.between, p.chunks, p.protocol, by_host && chunks > 0};
 }
 
@@ -314,8 +314,8 @@ Status run_two_tiers_by_host(ChannelSpace& space, const GroupLayout& layout,
     // the second stage has stopped: the peers learn it then, not at their deadline.
     s = fail_links_on_error({host_link.get(), between_link.get()}, where, [&] {
       return collective_row(collective)
-          .by_host(*host_link, *between_link, grid, in_host, between, blocks, reduction, pipeline,
-                   deadline);
+          .by_host_runner(*host_link, *between_link, grid, in_host, between, blocks, reduction,
+                          pipeline, deadline);
     });
   } else {
     for (ChannelLink* link : {host_link.get(), between_link.get()}) {
@@ -434,7 +434,7 @@ Status ProcessesCall::run(const std::vector<const void*>& in, const std::vector<
     plan(/*cma=*/false);  // refused (every rank learnt it alike): the next best schedule
   }
   if (plan_.schedule != Algorithm::kHierarchical) return finish(run_flat());
-  if (collective_row(sig_.collective).by_host) return finish(run_by_host());
+  if (collective_row(sig_.collective).by_host == ByHost::kTwoTiers) return finish(run_by_host());
   return finish(run_hierarchical());
 }
 
@@ -457,7 +457,8 @@ void ProcessesCall::plan(bool cma) {
   tag_ = schedule_tag(call_tag(sig_, spec_.size, index_), plan_.schedule);
   // A hierarchical all-reduce meets this process's other devices in the rendezvous (a
   // reduce-scatter or all-gather by host meets none there).
-  if (plan_.schedule == Algorithm::kHierarchical && !collective_row(sig_.collective).by_host) {
+  if (plan_.schedule == Algorithm::kHierarchical &&
+      collective_row(sig_.collective).by_host == ByHost::kHierarchy) {
     thread_ = layout_.device_position(spec_.rank);
     siblings_ = static_cast<int>(layout_.process_ranks(spec_.rank).size());
   }
