@@ -187,7 +187,6 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
                                 const std::vector<int64_t>* devices) {
   const auto all_here = [&](uint32_t n) { return n >= static_cast<uint32_t>(size); };
   const auto since = Clock::now();
-  const std::string who = str_cat("rank ", rank, " of ", label);
   for (;;) {
     // In slices of a second where the devices are known: between them, whether the
     // missing ranks are devices XLA:CPU never started on this launch (runtime/stall.h).
@@ -202,6 +201,9 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
       std::lock_guard<std::mutex> lock(mutex_);
       present = call.present;
     }
+    // (Nothing is allocated before the first slice ends: a rank that has arrived must
+    // not throw, its siblings reading its buffers.)
+    const std::string who = str_cat("rank ", rank, " of ", label);
     const Status ended = missing_ranks_end(who, deadline, present, devices, run_id, since);
     if (ended.ok()) continue;
     bool first = false;
