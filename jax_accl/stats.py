@@ -17,6 +17,8 @@ def stats() -> dict:
       segment) begun streamed, two ranks' halves chunk by chunk or the ring's blocks
       piece by piece, each piece forwarded as it arrives;
     * ``refused_connections``: connections refused for a wrong secret or protocol;
+    * ``communicator_lookups``: groups across processes looked up in the process table's
+      registry (each group once, at its first call; not reset by ``reset_stats()``);
     * ``recoveries``: epochs the groups of this process started after a failed call
       (``jax_accl.recovery``); not reset by ``reset_stats()``;
     * ``calls_in_flight``, ``max_calls_in_flight``: calls begun and not completed,

@@ -407,6 +407,9 @@ def test_processes_of_a_host_that_finish_at_different_times_and_leave_at_once_al
     # result is read; a process that finished and left has not failed the call.
     results = run(4, 1, "exit_at_once", extra=["--bytes", str(16 << 20), "--reps", "4"])
     assert [r["calls"] for r in results] == [4] * 4
+    # The group's communicator was asked of the World's registry at its first call only
+    # (runtime/group.h), not at each of the 4.
+    assert [r["stats"]["communicator_lookups"] for r in results] == [1] * 4
 
 
 def test_ranks_in_different_calls_all_raise():

@@ -46,9 +46,9 @@ namespace accl {
 namespace {
 
 // Where the ranks of the harness's in-process calls meet (for as long as the module).
-const std::shared_ptr<Rendezvous>& harness_rendezvous() {
-  static const auto* rendezvous = new std::shared_ptr<Rendezvous>(std::make_shared<Rendezvous>());
-  return *rendezvous;
+const std::shared_ptr<Group>& harness_group() {
+  static const auto* group = new std::shared_ptr<Group>(std::make_shared<Group>());
+  return *group;
 }
 
 // Runs one all-reduce with a thread per rank over the in-process transport. Rank r
@@ -71,7 +71,7 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
   CallGroup group;
   group.devices.assign(n, -1);  // no XLA device: a missing rank is late, never stalled
   group.label = str_cat("native test group of ", n, " (op ", op_id, ")");
-  group.rendezvous = harness_rendezvous();
+  group.group = harness_group();
   for (int r = 0; r < n; ++r) {  // each rank's own settings: tests make ranks disagree
     group.rank = r;
     CallSettings settings;

@@ -29,7 +29,7 @@ namespace accl::mpiabi {
 // its point-to-point pairs.
 struct Comm : CallGroup {
   Comm() {
-    rendezvous = std::make_shared<Rendezvous>();
+    group = std::make_shared<Group>();
     across_processes = true;
   }
   uintptr_t handle = 0;

@@ -17,7 +17,7 @@
 
 namespace accl {
 
-class Rendezvous;  // runtime/rendezvous.h: where the ranks of this process meet
+class Group;  // runtime/group.h: where a call's ranks of this process meet, its communicator
 
 struct CallKey {
   int64_t run_id = 0;
@@ -57,8 +57,9 @@ struct CallGroup {
   int rank = 0;
   uint64_t lane = 0;  // see CallSpec::lane
   std::string label;  // "<name> group [0 1 2 3]"
-  // Where this process's ranks of the group's calls meet (every rank the same one).
-  std::shared_ptr<Rendezvous> rendezvous;
+  // The group's shared state (every rank of this process the same one): where its
+  // calls' ranks meet, its communicator across processes.
+  std::shared_ptr<Group> group;
   CollectiveArgs args;  // its collective's arguments (a permutation's peers, a root), as ranks
   bool across_processes = false;  // whether the group's devices live in several processes
 };
@@ -81,8 +82,8 @@ struct CallSpec {
   uint64_t lane = 0;  // the op within its program, the same in every process (a group's
                       // calls of one lane run in order; lanes run concurrently)
   std::string label;  // e.g. "group [0 1 2 3] op 5 seq 0"
-  // Where this process's ranks of the call meet (every rank of the call the same one).
-  std::shared_ptr<Rendezvous> rendezvous;
+  // The call's group (every rank of the call the same one): where its ranks meet.
+  std::shared_ptr<Group> group;
   CollectiveArgs args;  // the collective's arguments: peers to send to and receive from, a root
   Signature signature;
   double timeout_s = kDefaultCallTimeoutSeconds;

@@ -57,9 +57,10 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   if (spec.rank < 0 || spec.rank >= spec.size) {
     return error(Code::kInvalidArgument, "rank ", spec.rank, " outside group of ", spec.size);
   }
-  if (spec.rendezvous == nullptr) {
-    return error(Code::kInternal, spec.label, ": the call has no rendezvous to meet in");
+  if (spec.group == nullptr) {
+    return error(Code::kInternal, spec.label, ": the call has no group to meet in");
   }
+  Rendezvous& meeting = spec.group->meeting();
   const auto start = spec.start();
   const Deadline deadline = Deadline::after_seconds(spec.timeout_s);
   const size_t elem = reduction.elem_size;
@@ -73,13 +74,12 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
       segments.push_back(Buffers{in[k], out[k], counts[k], elem, static_cast<int>(k)});
     }
   } catch (const std::exception& e) {
-    spec.rendezvous->leave(spec.key, spec.rank, spec.size, spec.label,
-                           error(Code::kInternal, e.what()));
+    meeting.leave(spec.key, spec.rank, spec.size, spec.label, error(Code::kInternal, e.what()));
     throw;
   }
   std::shared_ptr<LocalExchange> exchange;
-  Status s = spec.rendezvous->join(spec.key, spec.rank, spec.size, sig, spec.label, deadline,
-                                   segments, &exchange, &spec.devices);
+  Status s = meeting.join(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments,
+                          &exchange, &spec.devices);
   if (s.ok()) {
     std::unique_ptr<LocalLink> link;
     try {
@@ -116,7 +116,7 @@ CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSetting
   spec.size = static_cast<int>(group.devices.size());
   spec.lane = group.lane;
   spec.label = str_cat(group.label, " call ", key.seq);
-  spec.rendezvous = group.rendezvous;
+  spec.group = group.group;
   spec.args = group.args;
   spec.signature = settings.signature;
   spec.signature.dtype = dtype;

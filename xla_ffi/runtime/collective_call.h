@@ -19,6 +19,7 @@
 
 #include "runtime/call.h"
 #include "runtime/call_plan.h"
+#include "runtime/group.h"
 #include "runtime/rendezvous.h"
 
 namespace accl {

@@ -97,8 +97,6 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
   // The op id and the lane: identical equations (an unrolled scan, a remat) share an op
   // id, but each emitted call has a lane of its own.
   site->op_key_ = a.op_id ^ a.lane;
-  // Where this process's ranks of the site's calls meet; calls hold it to their end.
-  const auto rendezvous = std::make_shared<Rendezvous>();
   std::set<int64_t> seen;
   std::map<int64_t, Member> members;  // by global device id
   const auto n = static_cast<int64_t>(a.devices.size());
@@ -115,7 +113,7 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
     }
     g.label = str_cat(a.name, " group [", ids, "]");
     g.lane = static_cast<uint64_t>(a.lane);
-    g.rendezvous = rendezvous;
+    g.group = std::make_shared<Group>();  // calls hold it to their end
     g.across_processes = a.processes > 1;
     for (size_t r = 0; r < partitions.size(); ++r) {
       g.rank = static_cast<int>(r);

@@ -407,7 +407,7 @@ ProcessesCall::~ProcessesCall() {
     space_->poison_all(Code::kInternal);
     if (siblings_ > 1) {
       try {  // (allocates: nothing may escape a destructor)
-        spec_.rendezvous->leave(
+        spec_.group->meeting().leave(
             spec_.key, thread_, siblings_, spec_.label,
             error(Code::kInternal, spec_.label, ": an exception ended the call"));
       } catch (...) {
@@ -517,7 +517,7 @@ Status ProcessesCall::run_flat() {
 // The threads of this process, the processes of this host, then (if this rank owns a
 // slice at both) its peers of the same position on the other hosts.
 Status ProcessesCall::run_hierarchical() {
-  const HierarchyCall hierarchy{&layout_,    spec_.rank,  spec_.key, spec_.rendezvous.get(),
+  const HierarchyCall hierarchy{&layout_,    spec_.rank,  spec_.key, &spec_.group->meeting(),
                                 sig_,        spec_.label, deadline_, plan_.between,
                                 plan_.chunks};
   ConnectGroup connect = [&](const std::vector<int>& ranks, int index,
@@ -598,7 +598,11 @@ Status run_across_processes(CallSpec spec, const std::vector<const void*>& in,
                  "(jax.distributed.shutdown() or exit)");
   }
   std::shared_ptr<Communicator> group;
-  ACCL_RETURN_IF_ERROR(world->communicator(spec.devices, spec.lane, spec.label, &group));
+  if (spec.group == nullptr) {
+    return error(Code::kInternal, spec.label, ": the call has no group to run on");
+  }
+  ACCL_RETURN_IF_ERROR(
+      spec.group->communicator(*world, spec.devices, spec.lane, spec.label, &group));
   if (group->layout().process_count() == 1) {  // one process's devices: its flat schedule
     const Algorithm flat = plan_in_process_call(spec, counts, /*one_shot=*/false).schedule;
     return run_in_process(spec, in, out, counts, flat);

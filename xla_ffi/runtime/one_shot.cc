@@ -338,11 +338,11 @@ void join_or_complete(CallSpec& spec, const std::vector<const void*>& in, std::v
     record_error(Algorithm::kDirect, spec.signature.collective);
     return done(usable);
   }
-  if (spec.rendezvous == nullptr) {
+  if (spec.group == nullptr) {
     record_error(Algorithm::kDirect, spec.signature.collective);
     return done(error(Code::kInternal, spec.label, ": the call has no meeting place"));
   }
-  OneShotTable& table = spec.rendezvous->one_shot_table(make_table);
+  OneShotTable& table = spec.group->meeting().one_shot_table(make_table);
   std::shared_ptr<Pending> ready, waiting;
   {
     std::lock_guard<std::mutex> lock(table.mutex);

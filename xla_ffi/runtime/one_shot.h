@@ -8,7 +8,7 @@
 // each on a call thread (call_threads.h: XLA may run the device's next operations
 // inside the completion, and they may block). No device thread sleeps in a
 // rendezvous, which is what a small all-reduce costs when eight share two cores. The
-// pending calls are the other mode of the call's meeting place (spec.rendezvous, whose
+// pending calls are the other mode of the call's meeting place (spec.group's, whose
 // table only its own calls lock); a watchdog fails those whose ranks do not all arrive
 // before the deadline, naming the missing ranks (missing_ranks_end, as a rendezvous).
 #pragma once

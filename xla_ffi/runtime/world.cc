@@ -197,6 +197,7 @@ Status World::communicator(const std::vector<int64_t>& devices, uint64_t lane,
   // Made under the lock: a second communicator made for the same group and lane by
   // another thread at the same time would drop its epoch-0 space, whose id is the
   // winner's, and the transports would forget the winner's connections and segments.
+  lookups_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = communicators_.find({devices, lane});
   if (it != communicators_.end()) {

@@ -74,8 +74,10 @@ class World : public ChannelMaker {
   void forget(uint64_t space) override;
   // The communicator of lane `lane` of the group `devices` (global ids in rank order),
   // made on first use: each lane has channels of its own, so lanes run concurrently.
+  // Asked once per group (runtime/group.h keeps it), not per call: lookups() counts.
   Status communicator(const std::vector<int64_t>& devices, uint64_t lane, const std::string& label,
                       std::shared_ptr<Communicator>* out);
+  uint64_t communicator_lookups() const { return lookups_.load(std::memory_order_relaxed); }
   uint64_t refused_connections() const;
   // Every lane's position in this process (jax_accl.recover(); Communicator::align): its
   // id (the same in every process), the group's processes, and where this process is.
@@ -119,6 +121,7 @@ class World : public ChannelMaker {
 
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.
+  std::atomic<uint64_t> lookups_{0};  // communicator() calls
   std::map<std::pair<std::vector<int64_t>, uint64_t>, std::shared_ptr<Communicator>> communicators_;
   // By lane id: (next call, failed call) agreed for a lane not made yet.
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> aligned_before_made_;

@@ -84,15 +84,15 @@ namespace accl {
 namespace {
 
 // Where the ranks of the self-test's in-process calls meet.
-const std::shared_ptr<Rendezvous> g_rendezvous = std::make_shared<Rendezvous>();
+const std::shared_ptr<Group> g_group = std::make_shared<Group>();
 
-// Rank `rank` of an in-process group of `n` devices (ids 0..n-1) meeting in g_rendezvous.
+// Rank `rank` of an in-process group of `n` devices (ids 0..n-1) meeting in g_group.
 CallGroup selftest_group(int n, int rank, const char* label) {
   CallGroup group;
   for (int64_t d = 0; d < n; ++d) group.devices.push_back(d);
   group.rank = rank;
   group.label = label;
-  group.rendezvous = g_rendezvous;
+  group.group = g_group;
   return group;
 }
 
