@@ -28,6 +28,7 @@ from jax_accl.patch import patch_psum  # noqa: E402
 from jax_accl.permute import ppermute  # noqa: E402
 from jax_accl.primitives import lowering as _lowering  # noqa: E402,F401
 from jax_accl.recovery import abort, recover  # noqa: E402
+from jax_accl.rooted import broadcast, reduce  # noqa: E402
 from jax_accl.routing import routed  # noqa: E402
 from jax_accl.scatter_gather import all_gather, psum_scatter  # noqa: E402
 from jax_accl.stats import reset_stats, stats  # noqa: E402
@@ -40,6 +41,7 @@ __all__ = [
     "all_gather",
     "all_to_all",
     "allreduce",
+    "broadcast",
     "collectives",
     "distributed",
     "patch_psum",
@@ -52,6 +54,7 @@ __all__ = [
     "psum_scatter",
     "ragged_all_to_all",
     "recover",
+    "reduce",
     "reset_stats",
     "routed",
     "shard_map",

@@ -8,7 +8,8 @@ def stats() -> dict:
 
     * ``algorithms``: {name: {"calls", "bytes", "seconds", "errors"}};
     * ``collectives``: the same per collective: ``"all-reduce"``, ``"reduce-scatter"``,
-      ``"all-gather"``, ``"permute"``, ``"all-to-all"``, ``"ragged-all-to-all"``
+      ``"all-gather"``, ``"permute"``, ``"all-to-all"``, ``"ragged-all-to-all"``,
+      ``"broadcast"``, ``"reduce"``
       (``bytes``: each call's operand);
     * ``transports``: {"memory" | "shm" | "tcp:<interface>": {"bytes_sent",
       "bytes_received", "messages_sent"}}, one entry per transport and per rail;

@@ -14,11 +14,10 @@ from __future__ import annotations
 from functools import partial
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
-from jax_accl.primitives.allreduce import SUPPORTED_DTYPES, next_op_id
+from jax_accl.primitives.allreduce import check_varying_bucket, next_op_id
 
 accl_all_to_all_p = c.core.Primitive("accl_all_to_all")
 accl_all_to_all_p.multiple_results = True  # one call moves a bucket of leaves
@@ -38,21 +37,12 @@ def bind(xs, *, axes: tuple, axis_index_groups, axis_size: int) -> list:
 
 def _abstract_eval(*avals, axes, axis_index_groups, axis_size, op_id):
     c.check_axis_names(axes, "all_to_all")
-    if len({np.dtype(a.dtype) for a in avals}) > 1:
-        raise TypeError(f"jax_accl.all_to_all: one call moves arrays of one dtype, got {avals}")
+    check_varying_bucket(avals, axes, "jax_accl.all_to_all")
     for aval in avals:
-        dtype = np.dtype(aval.dtype)
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"jax_accl.all_to_all does not support dtype {dtype}")
         if aval.ndim == 0 or aval.shape[0] != axis_size:
             raise ValueError(
                 f"jax_accl.all_to_all: dimension 0 must hold one block per rank of {axes} "
                 f"({axis_size}), got shape {aval.shape}"
-            )
-        if c.check_vma_enabled() and not set(axes) <= c.varying_axes(aval):
-            raise ValueError(
-                f"jax_accl.all_to_all must be applied to a value that varies along {axes}, "
-                f"but it varies along {set(c.varying_axes(aval))}"
             )
     return list(avals), {c.core.NamedAxisEffect(axis) for axis in axes}
 

@@ -62,6 +62,23 @@ def fresh(params: dict) -> dict:
     return {**params, "op_id": next_op_id()}
 
 
+def check_varying_bucket(avals, axes: tuple, api: str) -> None:
+    """A data collective's bucket (ppermute's, broadcast's, reduce's): one supported dtype,
+    every array varying along `axes` under check_vma; `api` names it, e.g.
+    "jax_accl.ppermute"."""
+    if len({np.dtype(a.dtype) for a in avals}) > 1:
+        raise TypeError(f"{api}: one call moves arrays of one dtype, got {avals}")
+    for aval in avals:
+        dtype = np.dtype(aval.dtype)
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{api} does not support dtype {dtype}")
+        if c.check_vma_enabled() and not set(axes) <= c.varying_axes(aval):
+            raise ValueError(
+                f"{api} must be applied to a value that varies along {axes}, but it varies "
+                f"along {set(c.varying_axes(aval))}"
+            )
+
+
 def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str, invariant=None) -> list:
     """All-reduce the arrays `xs` (one dtype) in one native call; the result is invariant
     along `axes` (psum_invariant's type) under check_vma=True or with invariant=True."""

@@ -155,6 +155,8 @@ _CALL_TARGETS = (
     "accl_ppermute",
     "accl_all_to_all",
     "accl_ragged_all_to_all",
+    "accl_broadcast",
+    "accl_reduce",
 )
 
 

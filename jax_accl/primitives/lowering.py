@@ -1,6 +1,6 @@
 """Lowering of jax_accl's primitives (all-reduce, reduce-scatter, all-gather, ppermute,
-all-to-all, ragged all-to-all) to their FFI custom calls (``accl_allreduce``,
-``accl_reduce_scatter``, ...).
+all-to-all, ragged all-to-all, broadcast, reduce) to their FFI custom calls
+(``accl_allreduce``, ``accl_reduce_scatter``, ...).
 
 Each call gets the replica groups of its axes (as jax.lax.psum computes them), the
 global device id of every partition (the handler finds its own partition from the FFI
@@ -45,6 +45,7 @@ from jax_accl.primitives.ragged_all_to_all import (
     accl_ragged_call_p,
     layout_table,
 )
+from jax_accl.primitives.rooted import API as ROOTED_API
 from jax_accl.primitives.scatter_gather import API as SCATTER_GATHER_API
 from jax_accl.units import human
 
@@ -210,6 +211,33 @@ def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
         op_id,
         "direct",
         send_to=send_to,
+    )
+
+
+def _rooted_lowering(ctx, *xs, primitive, axes, root, op, op_id):
+    """accl_broadcast / accl_reduce: `root` (an index along the axes) is the same rank of
+    every group (its members in axis_index order, as jax.lax.psum's groups list them);
+    each result aliases its operand (the native call works in place)."""
+    api = ROOTED_API[primitive]
+    params = dict(axes=axes, root=root, op=op, op_id=op_id)
+    if c.is_partial_manual(ctx):
+        return _lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params))
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
+    if not all(0 <= root < len(g) for g in groups):
+        raise ValueError(f"{api}: root {root} is outside a group of {min(map(len, groups))}")
+    return _emit_data_call(
+        ctx,
+        xs,
+        primitive.name,
+        api,
+        axes,
+        groups,
+        _device_ids(ctx, groups),
+        op_id,
+        "direct",
+        aliases={k: k for k in range(len(xs))},
+        op=op,
+        root=np.int64(root),
     )
 
 
@@ -386,6 +414,10 @@ for _p in SCATTER_GATHER_API:
         _p, partial(_scatter_gather_lowering, primitive=_p), platform="cpu", cacheable=False
     )
 c.mlir.register_lowering(accl_ppermute_p, _ppermute_lowering, platform="cpu", cacheable=False)
+for _p in ROOTED_API:
+    c.mlir.register_lowering(
+        _p, partial(_rooted_lowering, primitive=_p), platform="cpu", cacheable=False
+    )
 c.mlir.register_lowering(accl_all_to_all_p, _all_to_all_lowering, platform="cpu", cacheable=False)
 c.mlir.register_lowering(
     accl_ragged_all_to_all_p, _ragged_lowering, platform="cpu", cacheable=False

@@ -12,7 +12,7 @@ from functools import partial
 import numpy as np
 
 from jax_accl import _compat as c
-from jax_accl.primitives.allreduce import SUPPORTED_DTYPES, next_op_id
+from jax_accl.primitives.allreduce import check_varying_bucket, next_op_id
 
 accl_ppermute_p = c.core.Primitive("accl_ppermute")
 accl_ppermute_p.multiple_results = True  # one call moves a bucket of leaves
@@ -26,17 +26,7 @@ def bind(xs, *, axes: tuple, perm: tuple) -> list:
 
 def _abstract_eval(*avals, axes, perm, op_id):
     c.check_axis_names(axes, "ppermute")
-    if len({np.dtype(a.dtype) for a in avals}) > 1:
-        raise TypeError(f"jax_accl.ppermute: one call moves arrays of one dtype, got {avals}")
-    for aval in avals:
-        dtype = np.dtype(aval.dtype)
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"jax_accl.ppermute does not support dtype {dtype}")
-        if c.check_vma_enabled() and not set(axes) <= c.varying_axes(aval):
-            raise ValueError(
-                f"jax_accl.ppermute must be applied to a value that varies along {axes}, but "
-                f"it varies along {set(c.varying_axes(aval))}"
-            )
+    check_varying_bucket(avals, axes, "jax_accl.ppermute")
     return list(avals), {c.core.NamedAxisEffect(axis) for axis in axes}
 
 

@@ -357,6 +357,57 @@ def check_fused_pytree() -> int:
     return 4
 
 
+def rooted_program(lib, axes, root):
+    """broadcast, reduce (sum) and reduce (max) from/to `root` along `axes`: jax_accl's, or
+    (lib jax.lax) the psum-of-a-masked-value formulation a JAX user writes."""
+
+    def body(v):
+        v = v[0]
+        if lib is jax_accl:
+            outs = (
+                jax_accl.broadcast(v, axes, root),
+                jax_accl.reduce(v, axes, root),
+                jax_accl.reduce(v, axes, root, op="max"),
+            )
+        else:
+            at_root = jax.lax.axis_index(axes) == root
+            outs = (
+                jax.lax.psum(jnp.where(at_root, v, 0), axes),
+                jnp.where(at_root, jax.lax.psum(v, axes), 0),
+                jnp.where(at_root, jax.lax.pmax(v, axes), 0),
+            )
+        return tuple(o[None] for o in outs)
+
+    return jax.jit(jax.shard_map(body, mesh=MESH_2D, in_specs=P(ALL), out_specs=(P(ALL),) * 3))
+
+
+def scenario_rooted():
+    """broadcast and reduce across the job's processes (shared memory on one host, TCP
+    between hosts): over every device and over "p" alone, a root in the last process and
+    one in the first, small and large (from 64 KiB) buffers, int32 (bitwise) and float32:
+    each result the jax.lax formulation's; the compiled step holds jax_accl's calls and
+    no XLA all-reduce."""
+    checks = 0
+    for axes, root in ((ALL, NP * ND - 1), ("p", 0)):
+        for dtype in (np.int32, np.float32):
+            for rows in (3, 20_000):
+                placed = place(global_input((rows, 2), dtype, seed=rows + root), P(ALL))
+                ours = rooted_program(jax_accl, axes, root)
+                wants = rooted_program(jax.lax, axes, root)(placed)
+                for what, got, want in zip(("broadcast", "sum", "max"), ours(placed), wants):
+                    check(
+                        f"{what} {axes} root {root} {dtype.__name__} x{rows}",
+                        got,
+                        local_blocks(want),
+                    )
+                    checks += 1
+                text = ours.lower(placed).compile().as_text()
+                calls = ("accl_broadcast", "accl_reduce")
+                if "all-reduce(" in text or not all(f'target="{t}"' in text for t in calls):
+                    raise AssertionError("rooted: the step is not jax_accl's calls alone")
+    return {"checks": checks}
+
+
 def scenario_exact_scatter():
     """jax-ml/jax#40830's case: psum_scatter of float64 over every device, 4 MiB chunks
     (--bytes), --reps calls with fresh data each (integer-valued, so every sum is exact):
@@ -1073,6 +1124,7 @@ SCENARIOS = {
     "scatter_gather": scenario_scatter_gather,
     "all_to_all_tiers": scenario_all_to_all_tiers,
     "exact_scatter": scenario_exact_scatter,
+    "rooted": scenario_rooted,
     "large_call": scenario_large_call,
     "exit_at_once": scenario_exit_at_once,
 }

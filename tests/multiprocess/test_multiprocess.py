@@ -154,6 +154,22 @@ def test_psum_scatter_all_gather_and_ppermute_across_processes_match_gloo(proces
         assert r["stats"]["transports"]["shm"]["bytes_sent"] > 0
 
 
+@pytest.mark.parametrize("hosts", [1, 2], ids=["one_host", "two_hosts"])
+def test_broadcast_and_reduce_across_processes_match_gloo(hosts):
+    """2 processes x 2 devices, on one host (shared memory) or as two hosts (TCP over
+    loopback): jax_accl.broadcast and reduce (sum, max) over every device and over the
+    processes, each result the masked-psum formulation's over gloo (int32 bitwise)."""
+    env = hosts_by_id(2) if hosts == 2 else None
+    results = run(2, 2, "rooted", env=env, timeout=240)
+    for r in results:
+        assert r["checks"] == 24
+        transports = r["stats"]["transports"]
+        if hosts == 2:
+            assert any(k.startswith("tcp:") for k in transports), transports
+        else:
+            assert transports["shm"]["bytes_sent"] > 0, transports
+
+
 def test_float64_psum_scatter_of_4mib_chunks_is_exact_every_call():
     """jax-ml/jax#40830's reproduction (gloo's psum_scatter returns wrong float64 sums
     now and then at 4 MiB chunks): 2 processes, 150 calls, each result NumPy's exactly."""

@@ -12,7 +12,8 @@ const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>
 
 const char* collective_name(Collective collective) {
   constexpr const char* kCollectives[kNumCollectives] = {
-      "all-reduce", "reduce-scatter", "all-gather", "permute", "all-to-all", "ragged-all-to-all"};
+      "all-reduce", "reduce-scatter",    "all-gather", "permute",
+      "all-to-all", "ragged-all-to-all", "broadcast",  "reduce"};
   return kCollectives[static_cast<int>(collective)];
 }
 

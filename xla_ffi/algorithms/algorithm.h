@@ -30,16 +30,20 @@ enum class Algorithm : int {
 inline constexpr int kNumAlgorithms = 6;
 
 // What a call computes: an all-reduce, one of its halves (algorithms/scatter_gather.h),
-// or a permutation (each rank sends its buffer to at most one rank, algorithms/permute.h).
+// a permutation (each rank sends its buffer to at most one rank, algorithms/permute.h),
+// an all-to-all, or a rooted collective (a root's buffer to all, all reduced to a root:
+// algorithms/rooted.h).
 enum class Collective : int {
   kAllReduce = 0,
   kReduceScatter = 1,
   kAllGather = 2,
   kPermute = 3,
   kAllToAll = 4,
-  kRaggedAllToAll = 5
+  kRaggedAllToAll = 5,
+  kBroadcast = 6,
+  kReduce = 7
 };
-inline constexpr int kNumCollectives = 6;
+inline constexpr int kNumCollectives = 8;
 const char* collective_name(Collective collective);  // "all-reduce", ...
 
 const char* algorithm_name(Algorithm algorithm);

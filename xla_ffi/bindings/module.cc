@@ -61,6 +61,8 @@ nb::dict registrations() {
   targets["accl_all_gather"] = stages(AcclAllGatherInstantiate);
   targets["accl_ppermute"] = stages(AcclPermuteInstantiate);
   targets["accl_all_to_all"] = stages(AcclAllToAllInstantiate);
+  targets["accl_broadcast"] = stages(AcclBroadcastInstantiate);
+  targets["accl_reduce"] = stages(AcclReduceInstantiate);
   targets["accl_ragged_all_to_all"] =
       stages(AcclRaggedAllToAllInstantiate, AcclRaggedAllToAllHandler);
   return targets;

@@ -1,5 +1,6 @@
 // Thin FFI handlers of every jax_accl collective: accl_allreduce, accl_reduce_scatter,
-// accl_all_gather, accl_ppermute, accl_all_to_all and accl_ragged_all_to_all. Instantiate (once
+// accl_all_gather, accl_ppermute, accl_all_to_all, accl_ragged_all_to_all, accl_broadcast
+// and accl_reduce. Instantiate (once
 // per call in an executable): decode the attributes fixed at lowering into the call site
 // (runtime/collective_site.h), the executable's state. Execute (each device's call): decode the
 // buffers, hand them to the site, return a future that the call completes. Errors become
@@ -115,6 +116,21 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_permute(
                             processes,
                             to_vector(send_to)};
   attributes.pipeline_chunks = pipeline_chunks;
+  return site_state(std::move(attributes));
+}
+
+// A rooted collective's site: the attributes of every target and the root (a rank of
+// every group).
+template <Collective collective>
+ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_rooted(
+    ffi::Span<const int64_t> groups, int64_t group_size, int64_t op, int64_t algorithm,
+    int64_t op_id, int64_t lane, int64_t timeout_ms, int64_t pipeline_chunks, std::string_view name,
+    ffi::Span<const int64_t> devices, int64_t processes, int64_t root) {
+  SiteAttributes attributes{
+      collective, to_vector(groups), group_size,         op,       algorithm, op_id, lane,
+      timeout_ms, std::string(name), to_vector(devices), processes};
+  attributes.pipeline_chunks = pipeline_chunks;
+  attributes.root = root;
   return site_state(std::move(attributes));
 }
 
@@ -236,6 +252,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllToAllInstantiate,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     AcclPermuteInstantiate, accl::instantiate_permute,
     ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<ffi::Span<const int64_t>>("send_to"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    AcclBroadcastInstantiate, accl::instantiate_rooted<accl::Collective::kBroadcast>,
+    ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<int64_t>("root"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    AcclReduceInstantiate, accl::instantiate_rooted<accl::Collective::kReduce>,
+    ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<int64_t>("root"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllInstantiate,
                               accl::instantiate<accl::Collective::kRaggedAllToAll>,
                               ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));

@@ -21,6 +21,10 @@ extern "C" XLA_FFI_Error* AcclAllGatherInstantiate(XLA_FFI_CallFrame* call_frame
 extern "C" XLA_FFI_Error* AcclPermuteInstantiate(XLA_FFI_CallFrame* call_frame);
 // accl_all_to_all: y_k = block r of every rank's x_k (n blocks each), in rank order.
 extern "C" XLA_FFI_Error* AcclAllToAllInstantiate(XLA_FFI_CallFrame* call_frame);
+// accl_broadcast: y_k = the root's x_k; accl_reduce: y_k = the reduction of every rank's
+// x_k at the root, zeros elsewhere (the root: the attribute `root`, a rank of the group).
+extern "C" XLA_FFI_Error* AcclBroadcastInstantiate(XLA_FFI_CallFrame* call_frame);
+extern "C" XLA_FFI_Error* AcclReduceInstantiate(XLA_FFI_CallFrame* call_frame);
 // accl_ragged_all_to_all: operand, output and layout table in, the output updated
 // (aliased) out; its own execute handler.
 extern "C" XLA_FFI_Error* AcclRaggedAllToAllInstantiate(XLA_FFI_CallFrame* call_frame);

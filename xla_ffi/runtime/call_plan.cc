@@ -278,6 +278,20 @@ double predict_permute_seconds(const GroupLayout& g, const CallPlan&, const Plan
   return link.alpha_s + S * link.beta_s_per_byte;
 }
 
+// A broadcast or reduce of S bytes per rank, direct: in one process every rank copies S
+// (the root of a reduce folds n inputs); across processes the root sends S to each of
+// the n - 1 others (receives and reduces it from each) over its process's link.
+double predict_rooted_seconds(const GroupLayout& g, const CallPlan&, const PlanRequest& request,
+                              const CostModel& model) {
+  const double S = static_cast<double>(request.bytes);
+  const int n = g.size();
+  const double reduce =
+      collective_row(request.collective).reduces ? (n - 1) * S * model.gamma_s_per_byte : 0.0;
+  if (g.process_count() == 1) return model.alpha_s + 2.0 * S * model.beta_s_per_byte + reduce;
+  const CostModel link = link_model(g.host_count(), g.process_count(), 1, request.rails, model);
+  return (n - 1) * (link.alpha_s + S * link.beta_s_per_byte) + reduce;
+}
+
 // Two stages of a pipeline in C chunks, chunk times l and b (a stage's share of the data
 // plus its fixed cost): C of the slower stage and one of the faster.
 static double pipelined_seconds(int chunks, double local, double local_fixed, double between,

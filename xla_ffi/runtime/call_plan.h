@@ -138,7 +138,8 @@ CallPlan plan_allreduce_call(const GroupLayout& layout, int rank, const PlanRequ
                              const CostModel& model);
 CallPlan plan_scatter_gather_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                                   const CostModel& model);
-// A permutation (or a ragged all-to-all): one step, direct, over the whole group.
+// A permutation (a ragged all-to-all, a broadcast, a reduce): one step, direct, over the
+// whole group.
 CallPlan plan_direct_call(const GroupLayout& layout, int rank, const PlanRequest& request,
                           const CostModel& model);
 // An all-to-all: direct, or by host (kHierarchical: in the host, then between hosts, as
@@ -160,5 +161,7 @@ double predict_permute_seconds(const GroupLayout& layout, const CallPlan& plan,
                                const PlanRequest& request, const CostModel& model);
 double predict_all_to_all_seconds(const GroupLayout& layout, const CallPlan& plan,
                                   const PlanRequest& request, const CostModel& model);
+double predict_rooted_seconds(const GroupLayout& layout, const CallPlan& plan,
+                              const PlanRequest& request, const CostModel& model);
 
 }  // namespace accl

@@ -4,6 +4,7 @@
 
 #include "algorithms/all_to_all.h"
 #include "algorithms/ragged_all_to_all.h"
+#include "algorithms/rooted.h"
 
 namespace accl {
 namespace {
@@ -20,6 +21,8 @@ std::string all_gather_what(ReduceOp) { return "all-gather"; }
 std::string permute_what(ReduceOp) { return "permute"; }
 std::string all_to_all_what(ReduceOp) { return "all-to-all"; }
 std::string ragged_all_to_all_what(ReduceOp) { return "ragged all-to-all"; }
+std::string broadcast_what(ReduceOp) { return "broadcast"; }
+std::string reduce_what(ReduceOp op) { return str_cat("reduce (", reduce_op_name(op), ")"); }
 
 // The one-shot's last rank, one segment: every output from the staged inputs.
 void allreduce_one_shot(const OneShotSegment& s) {
@@ -78,6 +81,25 @@ void all_to_all_one_shot(const OneShotSegment& s) {
   }
 }
 
+// Every output is the root's staged input.
+void broadcast_one_shot(const OneShotSegment& s) {
+  const size_t bytes = s.count * s.reduction->elem_size;
+  for (int r = 0; r < s.size; ++r) std::memcpy(s.outputs[r], s.staged[s.root], bytes);
+}
+
+// The root's output is the fold of every staged input; the others' are zeros.
+void reduce_one_shot(const OneShotSegment& s) {
+  const size_t bytes = s.count * s.reduction->elem_size;
+  for (int r = 0; r < s.size; ++r) {
+    if (r != s.root) std::memset(s.outputs[r], 0, bytes);
+  }
+  if (s.size == 1) {
+    std::memcpy(s.outputs[s.root], s.staged[0], bytes);
+  } else {
+    s.reduction->fold(s.outputs[s.root], s.staged.data(), s.size, s.count);
+  }
+}
+
 Status allreduce_flat(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments, int,
                       const Reduction& reduction, const CollectiveArgs&) {
   return run_allreduce(algorithm, link, segments, reduction);
@@ -109,6 +131,16 @@ Status ragged_all_to_all_flat(Algorithm, Link& link, const std::vector<Buffers>&
   return run_ragged_all_to_all(link, segments);
 }
 
+Status broadcast_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
+                      const Reduction&, const CollectiveArgs& args) {
+  return run_broadcast(link, segments, args.root);
+}
+
+Status reduce_flat(Algorithm, Link& link, const std::vector<Buffers>& segments, int,
+                   const Reduction& reduction, const CollectiveArgs& args) {
+  return run_reduce(link, segments, reduction, args.root);
+}
+
 Status all_gather_by_host_runner(Link& in_host, Link& between_hosts, const HostGrid& grid,
                                  Algorithm in_host_algorithm, Algorithm between_algorithm,
                                  const std::vector<BlockBuffers>& segments, const Reduction&,
@@ -126,27 +158,35 @@ Status all_to_all_by_host_runner(Link& in_host, Link& between_hosts, const HostG
 
 // In the order of enum Collective.
 const CollectiveRow kRows[kNumCollectives] = {
-    {Collective::kAllReduce, "accl_allreduce ", "flat", true, false, same_count, same_count,
+    {Collective::kAllReduce, "accl_allreduce ", "flat", true, false, false, same_count, same_count,
      op_only, plan_allreduce_call, predict_allreduce_seconds, allreduce_one_shot, allreduce_flat,
      ByHost::kHierarchy, nullptr},
-    {Collective::kReduceScatter, "accl_reduce_scatter ", "reduce-scatter", true, false,
+    {Collective::kReduceScatter, "accl_reduce_scatter ", "reduce-scatter", true, false, false,
      one_block_of_n, one_block_of_n, reduce_scatter_what, plan_scatter_gather_call,
      predict_scatter_gather_seconds, reduce_scatter_one_shot, reduce_scatter_flat,
      ByHost::kTwoTiers, reduce_scatter_by_host},
-    {Collective::kAllGather, "accl_all_gather ", "all-gather", false, false, n_blocks, same_count,
-     all_gather_what, plan_scatter_gather_call, predict_scatter_gather_seconds, all_gather_one_shot,
-     all_gather_flat, ByHost::kTwoTiers, all_gather_by_host_runner},
-    {Collective::kPermute, "accl_ppermute ", "permute", false, true, same_count, same_count,
+    {Collective::kAllGather, "accl_all_gather ", "all-gather", false, false, false, n_blocks,
+     same_count, all_gather_what, plan_scatter_gather_call, predict_scatter_gather_seconds,
+     all_gather_one_shot, all_gather_flat, ByHost::kTwoTiers, all_gather_by_host_runner},
+    {Collective::kPermute, "accl_ppermute ", "permute", false, true, false, same_count, same_count,
      permute_what, plan_direct_call, predict_permute_seconds, permute_one_shot, permute_flat,
      ByHost::kNever, nullptr},
-    {Collective::kAllToAll, "accl_all_to_all ", "all-to-all", false, false, same_count,
+    {Collective::kAllToAll, "accl_all_to_all ", "all-to-all", false, false, false, same_count,
      one_block_of_n, all_to_all_what, plan_all_to_all_call, predict_all_to_all_seconds,
      all_to_all_one_shot, all_to_all_flat, ByHost::kTwoTiers, all_to_all_by_host_runner},
     // Its segments are the data and the layout table (algorithms/ragged_all_to_all.h),
     // whose sizes the table describes.
     {Collective::kRaggedAllToAll, "accl_ragged_all_to_all ", "ragged-all-to-all", false, false,
-     nullptr, nullptr, ragged_all_to_all_what, plan_direct_call, predict_all_to_all_seconds,
+     false, nullptr, nullptr, ragged_all_to_all_what, plan_direct_call, predict_all_to_all_seconds,
      nullptr, ragged_all_to_all_flat, ByHost::kNever, nullptr},
+    // Rooted: CollectiveArgs::root, direct between the root and every rank (flat
+    // between hosts too, for now).
+    {Collective::kBroadcast, "accl_broadcast ", "broadcast", false, false, true, same_count,
+     same_count, broadcast_what, plan_direct_call, predict_rooted_seconds, broadcast_one_shot,
+     broadcast_flat, ByHost::kNever, nullptr},
+    {Collective::kReduce, "accl_reduce ", "reduce", true, false, true, same_count, same_count,
+     reduce_what, plan_direct_call, predict_rooted_seconds, reduce_one_shot, reduce_flat,
+     ByHost::kNever, nullptr},
 };
 
 }  // namespace

@@ -10,6 +10,8 @@
 //   permute         = input           no       one-shot, flat   direct         -
 //   all-to-all      = input           no       one-shot, flat   direct         two tiers
 //   ragged a2a      = output operand  no       flat             direct         -
+//   broadcast       = input           no       one-shot, flat   direct         -
+//   reduce          = input           yes      one-shot, flat   direct         -
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,7 @@ struct OneShotSegment {
   std::vector<char*> outputs;
   const std::vector<int>* recv_from = nullptr;  // a permutation's source of each rank
   const Reduction* reduction = nullptr;
+  int root = -1;  // a rooted collective's root
 };
 
 // A collective's two-tier schedule by host (algorithms/scatter_gather_by_host.cc,
@@ -57,6 +60,7 @@ struct CollectiveRow {
   const char* flat_phase;    // "flat": the trace phase of a flat schedule across processes
   bool reduces;              // has a reduce kernel (the signature's op)
   bool permutes;             // each rank has a peer to send to and one to receive from
+  bool rooted;               // the group has a root (a rank of it, CollectiveArgs::root)
   // Elements of a rank's output, for `in` elements of input, in a group of `n`; and a
   // rank's block, the unit of the scatter-gather schedules. Null: sizes the call's own
   // layout describes (a ragged all-to-all's table).

@@ -52,6 +52,16 @@ Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partit
   return Status::Ok();
 }
 
+// A rooted collective's root, a rank of a group of `size`.
+Status root_of(const SiteAttributes& a, size_t size, CollectiveArgs* args) {
+  if (a.root < 0 || a.root >= static_cast<int64_t>(size)) {
+    return error(Code::kInvalidArgument, a.name, ": root ", a.root, " is outside a group of ",
+                 size);
+  }
+  args->root = static_cast<int>(a.root);
+  return Status::Ok();
+}
+
 // The settings every call of the site has, as lowered.
 CallSettings settings_of(const SiteAttributes& a) {
   CallSettings settings;
@@ -119,6 +129,9 @@ Status CollectiveSite::make(SiteAttributes a, std::unique_ptr<CollectiveSite>* o
       g.rank = static_cast<int>(r);
       if (collective_row(a.collective).permutes) {
         ACCL_RETURN_IF_ERROR(permute_peers(a, partitions, r, &g.args));
+      }
+      if (collective_row(a.collective).rooted) {
+        ACCL_RETURN_IF_ERROR(root_of(a, partitions.size(), &g.args));
       }
       members[a.devices[partitions[r]]] = member;
     }

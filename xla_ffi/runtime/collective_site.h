@@ -36,6 +36,8 @@ struct SiteAttributes {
   int64_t processes = 1;
   // A permutation's: the partition id each partition sends to (-1: none).
   std::vector<int64_t> send_to;
+  // A rooted collective's (broadcast, reduce): the root, a rank of every group.
+  int64_t root = -1;
   // JAX_ACCL_PIPELINE_CHUNKS as the call was lowered: 0 the cost model's, 1 off, n forced.
   int64_t pipeline_chunks = 0;
 };

@@ -35,6 +35,7 @@ struct Pending {
   std::vector<int64_t> group_devices;  // every rank's, known or not yet arrived
   int64_t run_id = 0;
   std::vector<int> recv_from;  // a permutation's source of each rank (-1: none)
+  int root = -1;               // a rooted collective's root (every rank's the same)
   std::vector<std::function<void(const Status&)>> done;
   // Per rank: kWaiting while its thread still waits inline for the result (briefly),
   // kDetached once it has returned a pending future, kHandedBack when the completer left
@@ -171,7 +172,7 @@ std::shared_ptr<OneShotTable> make_table() {
 // Segment `seg` (`offset` bytes into every staged input) of every rank's output.
 void write_outputs(Pending& p, size_t seg, size_t offset, uint64_t count,
                    const Reduction& reduction) {
-  OneShotSegment segment{p.size, count, {}, {}, &p.recv_from, &reduction};
+  OneShotSegment segment{p.size, count, {}, {}, &p.recv_from, &reduction, p.root};
   for (int r = 0; r < p.size; ++r) {
     segment.staged.push_back(p.inputs[r].data() + offset);
     segment.outputs.push_back(static_cast<char*>(p.outputs[r][seg]));
@@ -275,6 +276,7 @@ std::shared_ptr<Pending> new_pending(const CallSpec& spec) {
   p->group_devices = spec.devices;
   p->run_id = spec.key.run_id;
   p->recv_from.assign(n, -1);
+  p->root = -1;
   p->done.resize(n);
   if (p->handoff_size < n) {
     p->handoff = std::make_unique<std::atomic<int>[]>(n);
@@ -308,6 +310,7 @@ Status join_pending(Pending& p, const CallSpec& spec, const std::vector<const vo
   p.signatures[spec.rank] = spec.signature;
   p.devices[spec.rank] = spec.device;
   p.recv_from[spec.rank] = spec.args.recv_from;
+  p.root = spec.args.root;
   p.outputs[spec.rank] = std::move(*out);
   p.done[spec.rank] = std::move(*done);
   *done = nullptr;  // the pending call has it now
