@@ -1,10 +1,10 @@
 // The index of each call of one lowered collective (one call site): the k-th execution
 // of the site by device `device` within launch `run_id` is call k there. Every device
 // of a group runs the same ops the same number of times per launch, so the index
-// matches across the group's ranks. Each call site counts its own calls (no table is
-// shared by the process). Counters idle for more than twice the longest timeout seen
-// (and a minute) are dropped: by then every member of the group is done with that
-// launch, or has failed.
+// matches across the group's ranks. Each group counts its own calls (runtime/group.h: no
+// table is shared by the process, nor by a site's groups). Counters idle for more than twice the
+// longest timeout seen (and a minute) are dropped: by then every member of the group is done with
+// that launch, or has failed.
 #pragma once
 
 #include <cstdint>

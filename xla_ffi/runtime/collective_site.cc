@@ -216,7 +216,7 @@ void CollectiveSite::start(int64_t device, int64_t run_id, CallBuffers buffers,
   const Member& member = members_[it - member_ids_.begin()];
   if (Status fits = check_counts(member, buffers); !fits.ok()) return (*reply)(fits);
   const CallKey key{run_id, op_key_, member.group,
-                    sequences_.next(device, run_id, settings_.timeout_s)};
+                    member.call_group.group->sequences().next(device, run_id, settings_.timeout_s)};
   if (member.call_group.across_processes) {  // watched for XLA:CPU's stall (stall.h)
     reply->watch = watch_call(run_id, member.call_group.devices);
   }

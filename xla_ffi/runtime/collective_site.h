@@ -3,7 +3,7 @@
 // from the attributes fixed at lowering, and shared by every device that runs the
 // executable. Made once: the group table (which group and rank each device is, the
 // members' global ids, the labels that name the call in errors and profiles), checked
-// then, so a call only looks its device up, numbers itself (runtime/call_sequences.h)
+// then, so a call only looks its device up, numbers itself (its group's count, group.h)
 // and goes through the runtime's one door (runtime/collective_call.h, start_call).
 #pragma once
 
@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/call_sequences.h"
 #include "runtime/collective_call.h"
 
 namespace accl {
@@ -80,8 +79,6 @@ class CollectiveSite {
   std::vector<int64_t> member_ids_;
   std::vector<Member> members_;
   std::vector<int64_t> devices_;  // the global id of every partition id
-  // Written by every call: a cache line of its own, away from the table every call reads.
-  alignas(64) CallSequences sequences_;
 };
 
 }  // namespace accl
