@@ -69,6 +69,35 @@ def unreduced_axes(aval) -> frozenset:
     return frozenset(getattr(aval.mat, "unreduced", ()) or ())
 
 
+def def_high_operands(primitive, bind_low) -> None:
+    """Lets `primitive` take JAX's "high" values: from jax 0.12.1 on, a value unreduced
+    along some axes is one (an UnreducedArray: aval.is_high, its low value each device's
+    partial sum, typed varying there, with a leading dimension per unreduced Explicit
+    axis), and JAX asks each primitive that takes one to say so (is_high) and to bind
+    itself on the low values (to_lojax); one that does not (jax_accl's did not) fails
+    when jax lowers the program ('UnreducedArray' object has no attribute 'val'). Here
+    `bind_low(lo_vals, leading, **params)` binds `primitive`'s computation on the low
+    values (`leading[k]`: operand k's count of leading unreduced dimensions) and returns
+    a list of results, each raised to the type abstract eval gives. No value is high
+    before jax 0.12.1."""
+
+    def is_high(*avals, **params):
+        return any(aval.is_high for aval in avals)
+
+    def to_lojax(*hi_vals, **params):
+        avals = [core.typeof(v) for v in hi_vals]
+        out_avals, _ = primitive.abstract_eval(*avals, **params)
+        lo_vals = [lo for aval, v in zip(avals, hi_vals) for lo in aval.lower_val(v)]
+        leading = [len(aval.sharding.spec.unreduced) for aval in avals]
+        lo_outs = bind_low(lo_vals, leading, **params)
+        if not primitive.multiple_results:
+            return out_avals.raise_val(*lo_outs)
+        return [aval.raise_val(lo) for aval, lo in zip(out_avals, lo_outs)]
+
+    primitive.is_high = is_high
+    primitive.to_lojax = to_lojax
+
+
 # JAX's collective primitives that routing (jax_accl/routing.py) takes over.
 pvary_p = core.pvary_p
 psum_invariant_p = _parallel.psum_invariant_p

@@ -33,7 +33,7 @@ from jax_accl.errors import AcclError
 LIBRARY = Path(__file__).with_name("libjax_accl_mpi.so")
 # jaxlib versions whose MPIABI names CI checks against the library's
 # (tests/tools/test_mpiabi_names.py); any other is checked at enable time.
-VERIFIED_JAXLIB = ("0.10.2", "0.12.0", "0.12.0.1")
+VERIFIED_JAXLIB = ("0.10.2", "0.12.0", "0.12.0.1", "0.12.1")
 
 _prepared = False
 

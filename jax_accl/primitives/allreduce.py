@@ -213,3 +213,8 @@ accl_allreduce_p.def_effectful_abstract_eval(_abstract_eval)
 c.batching.fancy_primitive_batchers[accl_allreduce_p] = _batcher
 c.ad.primitive_jvps[accl_allreduce_p] = _jvp
 c.ad.primitive_transposes[accl_allreduce_p] = _transpose
+# A value unreduced along other axes (high from jax 0.12.1) is all-reduced as its low
+# value, each device's partial sum, as JAX's psum, pmax and pmin do.
+c.def_high_operands(
+    accl_allreduce_p, lambda xs, leading, **params: accl_allreduce_p.bind(*xs, **params)
+)

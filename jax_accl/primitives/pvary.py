@@ -33,3 +33,5 @@ accl_pvary_p.def_abstract_eval(lambda aval, *, axes: c.pvary_p.abstract_eval(ava
 c.ad.deflinear2(accl_pvary_p, _transpose)
 c.batching.primitive_batchers[accl_pvary_p] = _batcher
 c.mlir.register_lowering(accl_pvary_p, lambda ctx, x, *, axes: [x])
+# An unreduced value (high from jax 0.12.1) is cast as its low value, as JAX's pvary does.
+c.def_high_operands(accl_pvary_p, lambda xs, leading, *, axes: [bind(*xs, axes=axes)])

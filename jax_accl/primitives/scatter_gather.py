@@ -209,6 +209,17 @@ def _transpose(primitive, cts, *xs, axes, axis_index_groups, axis_size, invarian
     return c.move_nonzero(cts, lambda live: bind(other, live, **params), zeros)
 
 
+def _bind_low(primitive, xs, leading, *, reduced, **params):
+    """`primitive` on JAX's low values of its operands (see c.def_high_operands): a
+    reduce-scatter's vary along the axes where they were unreduced, its plain form; a
+    leading unreduced dimension goes after the one the primitive acts on, and back."""
+    if primitive is accl_reduce_scatter_p:
+        reduced = False
+    xs = [jnp.moveaxis(x, k, 0) for x, k in zip(xs, leading)]
+    outs = primitive.bind(*xs, reduced=reduced, **params)
+    return [jnp.moveaxis(o, 0, k) for o, k in zip(outs, leading)]
+
+
 def _own_block(ct, axes, axis_size: int):
     block = ct.shape[0] // axis_size
     return lax.dynamic_slice_in_dim(ct, lax.axis_index(axes) * block, block, axis=0)
@@ -220,3 +231,4 @@ for _p in (accl_reduce_scatter_p, accl_all_gather_p):
     c.batching.fancy_primitive_batchers[_p] = partial(_batcher, _p)
     c.ad.primitive_jvps[_p] = partial(_jvp, _p)
     c.ad.primitive_transposes[_p] = partial(_transpose, _p)
+    c.def_high_operands(_p, partial(_bind_low, _p))

@@ -71,6 +71,7 @@ def test_compat_names_exist():
         "register_ffi_type",
         "use_gloo_on_interface",
         "unreduced_axes",
+        "def_high_operands",
         "hook_bind",
         "hook_bind_psum_invariant",
         "check_psum_invariant",

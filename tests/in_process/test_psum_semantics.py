@@ -1,6 +1,7 @@
 """JAX tier: jax_accl.psum/pmean/pmax/pmin give what jax.lax gives, on 8 CPU devices."""
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -205,3 +206,34 @@ def test_pmax_and_pmin_propagate_nan_where_jax_lax_on_cpu_drops_it(mesh8, fn, dt
     # jax.lax's own behaviour, which docs/api.md states: the NaN dropped (if this fails,
     # jax.lax changed; update docs/api.md).
     assert not np.isnan(lax.astype(np.float64)).any()
+
+
+@pytest.mark.parametrize("fn", ["psum", "pmax", "pmin"])
+def test_reducing_a_value_unreduced_along_another_axis(fn):
+    """A reduction over "x" of an einsum's result that is unreduced along "y" (JAX's
+    unreduced type, a "high" value from jax 0.12.1 on) on an Explicit (4, 2) mesh: jax.lax's
+    values and result type (still unreduced along "y"), computed by jax_accl's all-reduce."""
+    from jax.sharding import AxisType, NamedSharding
+
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    a = jax.device_put(np.arange(8.0).reshape(4, 2), NamedSharding(mesh, P("x", "y")))
+    b = jax.device_put(np.arange(12.0).reshape(2, 6), NamedSharding(mesh, P("y", None)))
+
+    def program(lib):
+        @jax.shard_map(in_specs=P("x", unreduced={"y"}), out_specs=P(unreduced={"y"}))
+        def reduce(z):
+            return getattr(lib, fn)(z, "x")
+
+        def step(x, y):
+            summands = jnp.einsum("ab,bc->ac", x, y, out_sharding=P("x", None, unreduced={"y"}))
+            out = reduce(summands)
+            return out, jax.reshard(out, P())  # the unreduced result, and its sum over "y"
+
+        return jax.jit(step)
+
+    with jax.set_mesh(mesh):
+        (got_u, got), (want_u, want) = program(jax_accl)(a, b), program(jax.lax)(a, b)
+        assert jax.typeof(got_u) == jax.typeof(want_u), (jax.typeof(got_u), jax.typeof(want_u))
+        assert got.sharding == want.sharding
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert "accl_allreduce" in program(jax_accl).lower(a, b).compile().as_text()

@@ -293,6 +293,35 @@ def test_reduced_all_gather_and_unreduced_psum_scatter_keep_jaxs_types():
                 assert "accl_all_gather" in text or "accl_reduce_scatter" in text
 
 
+@pytest.mark.skipif(
+    jax.__version_info__ < (0, 12, 1), reason="lowered through JAX's high types (jax >= 0.12.1)"
+)
+def test_psum_scatter_of_a_value_unreduced_along_an_auto_axis():
+    """In a shard_map manual over "y" only, an einsum's result unreduced along the Explicit
+    axis "x" (its low value has a leading dimension for "x"), reduce-scattered over "y":
+    the product's rows, once summed over "x". jax.lax fails to lower this program (its
+    reduce-scatter takes no such value), on jax 0.10.2 too."""
+    from jax.sharding import AxisType, NamedSharding
+
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    a, b = np.arange(64.0).reshape(8, 8), np.arange(48.0).reshape(8, 6)
+
+    @jax.shard_map(in_specs=(P("y"), P()), out_specs=P("y"), axis_names={"y"})
+    def scattered(x, y):
+        z = jnp.einsum("ab,bc->ac", x, y, out_sharding=P(unreduced={"x"}))
+        assert jax.typeof(z).sharding.spec.unreduced == {"x"}
+        return jax_accl.psum_scatter(z, "y", tiled=True)
+
+    with jax.set_mesh(mesh):
+        x = jax.device_put(a, NamedSharding(mesh, P("y", "x")))
+        y = jax.device_put(b, NamedSharding(mesh, P("x", None)))
+        step = jax.jit(lambda x, y: jax.reshard(scattered(x, y), P("y", None)))
+        # Each "y" half of a's rows times b, the halves summed: sum_k a[k*4:(k+1)*4] @ b.
+        want = (a[:4] + a[4:]) @ b
+        np.testing.assert_array_equal(np.asarray(step(x, y)), want)
+        assert "accl_reduce_scatter" in step.lower(x, y).compile().as_text()
+
+
 def test_axis_index_groups_under_check_vma(mesh8):
     groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
     x = jnp.arange(8 * 4 * 2, dtype=jnp.int32).reshape(32, 2)
