@@ -276,10 +276,19 @@ def _take_pending_site():
 # --- the check on the compiled program ---
 
 
+def spans_processes(devices) -> bool:
+    """Whether a program's devices live in more than one process: only there do two calls
+    of one lane share anything (the group's channels across processes); in one process
+    each call has a group of its own, whatever its lane."""
+    return len({d.process_index for d in devices}) > 1
+
+
 def check_compiled(devices, executable) -> None:
-    """Raises AcclError where two jax_accl calls of a compiled program carry one lane
-    (the loading hook's check: once per program loaded, never per call)."""
-    del devices
+    """Raises AcclError where two jax_accl calls of a compiled program that spans
+    processes carry one lane (the loading hook's check: once per program loaded, never
+    per call)."""
+    if not spans_processes(devices):
+        return
     from jax_accl import _compat as c
 
     text = c.compiled_text(executable)

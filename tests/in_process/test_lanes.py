@@ -143,8 +143,10 @@ def test_calls_in_custom_partitioning_rules_have_a_lane_each_in_the_compiled_pro
 
 def test_a_compiled_program_whose_rules_share_a_lane_is_refused_naming_the_calls(mesh, monkeypatch):
     # Without their sites, the rules' modules give their calls the lanes of before the
-    # fix: the check on the compiled program must refuse it, naming the calls.
+    # fix: the check on the compiled program must refuse it, naming the calls (the
+    # program taken to span processes, where a shared lane pairs wrong calls).
     monkeypatch.setattr(lanes, "_take_pending_site", lambda: None)
+    monkeypatch.setattr(lanes, "spans_processes", lambda devices: True)
     with pytest.raises(AcclError) as refused:
         _partition_program_text(mesh)
     lanes._lowered.pending_site = None  # the last rule's, never taken
@@ -156,7 +158,9 @@ def test_a_compiled_program_whose_rules_share_a_lane_is_refused_naming_the_calls
 
 def test_a_compiled_program_with_a_lane_forced_on_two_calls_is_refused(mesh, monkeypatch):
     # Two plain calls of a shard_map, every lane forced to one value: their op ids
-    # differ, so the lowered module's check lets them by; the compiled program's refuses.
+    # differ, so the lowered module's check lets them by; the compiled program's refuses
+    # where the program spans processes, and runs it exact in one process, where each
+    # call has a group of its own.
     monkeypatch.setattr(lanes, "next_lane", lambda scratch, groups: 12345)
 
     def body(a, b):
@@ -165,7 +169,14 @@ def test_a_compiled_program_with_a_lane_forced_on_two_calls_is_refused(mesh, mon
     program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 2, out_specs=(P(),) * 2))
     spec = _spec(mesh, (8, 4))
     lowered = program.lower(spec, spec)  # the lowering is let by
+    x = np.arange(32, dtype=np.int32).reshape(8, 4)
+    a = jax.device_put(x, NamedSharding(mesh, P("x")))
+    summed, largest = lowered.compile()(a, a)  # one process: run, exact
+    np.testing.assert_array_equal(np.asarray(summed), x.sum(0, keepdims=True))
+    np.testing.assert_array_equal(np.asarray(largest), x.max(0, keepdims=True))
+    monkeypatch.setattr(lanes, "spans_processes", lambda devices: True)
+    again = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 2, out_specs=(P(),) * 2))
     with pytest.raises(AcclError, match="carry one lane") as refused:
-        lowered.compile()
+        again.lower(spec, spec).compile()
     for named in ("jax_accl.psum over ('x',)", "jax_accl.pmax over ('x',)", "(12345)"):
         assert named in str(refused.value), refused.value

@@ -418,10 +418,13 @@ def test_where_one_process_never_started_some_devices_every_process_fails_within
     assert "process 1" in results[0]["error"], results[0]
 
 
-def test_processes_of_a_host_that_finish_at_different_times_and_leave_at_once_all_complete():
-    # Issue 59, within a host (shared memory): every process leaves as soon as its last
-    # result is read; a process that finished and left has not failed the call.
-    results = run(4, 1, "exit_at_once", extra=["--bytes", str(16 << 20), "--reps", "4"])
+@pytest.mark.parametrize("hosts", ["one_host", "hosts_by_id"])
+def test_processes_that_finish_at_different_times_and_leave_at_once_all_complete(hosts):
+    # Issue 59: every process leaves as soon as its last result is read; a process that
+    # finished and left has not failed the call. Within a host (shared memory), and as
+    # four hosts over loopback (TCP; the namespaced hosts' test shapes the wire).
+    env = hosts_by_id(4) if hosts == "hosts_by_id" else None
+    results = run(4, 1, "exit_at_once", extra=["--bytes", str(16 << 20), "--reps", "4"], env=env)
     assert [r["calls"] for r in results] == [4] * 4
     # The group's communicator was asked of the World's registry at its first call only
     # (runtime/group.h), not at each of the 4.

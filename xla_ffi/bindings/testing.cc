@@ -297,26 +297,14 @@ std::string congestion_of(int fd) {
   return name;
 }
 
-// A connected TCP pair over loopback: {the connecting end, the accepted end} (-1 where
-// accept failed); throws where listening or connecting failed.
-std::pair<int, int> loopback_pair() {
-  int listener = -1, client = -1;
-  uint16_t port = 0;
-  Status s = tcp_listen("127.0.0.1", 0, 0, &listener, &port);
-  if (s.ok()) s = tcp_connect("127.0.0.1", "127.0.0.1", port, Deadline::after_seconds(10), &client);
-  if (!s.ok()) throw std::runtime_error(s.message());
-  const int server = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-  close(listener);
-  return {client, server};
-}
-
 // What one end of a TcpChannel pair over loopback sees once the other ends its side
 // (`how`: "close", a process that finished and left; "poison", a failed call), after
 // `sent` bytes from the far end: {"poisoned": the near end's poisoned_status message
 // ("" when usable), "read": the bytes it then reads, "read_error": what ends its read}.
 std::map<std::string, std::string> tcp_peer_end(const std::string& how, size_t sent) {
-  const auto [client, server] = loopback_pair();
-  if (server < 0) throw std::runtime_error("accept failed");
+  int fds[2];
+  if (!loopback_pair(fds)) throw std::runtime_error("no loopback connection");
+  const int client = fds[0], server = fds[1];
   TcpChannel near(client, "near", 1.0);
   auto far = std::make_unique<TcpChannel>(server, "far", 1.0);
   std::vector<char> data(sent, 'x');
@@ -348,7 +336,9 @@ std::map<std::string, std::string> tcp_peer_end(const std::string& how, size_t s
 // dead-peer ones {name: value}, its congestion control, and the congestion control of
 // both ends as connected and accepted, before any channel was made of them.
 std::map<std::string, std::string> tcp_channel_options() {
-  const auto [client, server] = loopback_pair();
+  int fds[2];
+  if (!loopback_pair(fds)) throw std::runtime_error("no loopback connection");
+  const int client = fds[0], server = fds[1];
   std::map<std::string, std::string> out;
   out["connected TCP_CONGESTION"] = congestion_of(client);
   out["accepted TCP_CONGESTION"] = server >= 0 ? congestion_of(server) : "";

@@ -93,9 +93,9 @@ std::string plan_mismatch(int process, uint64_t mine, int peer_process, uint64_t
                  describe_wire_plan(mine), ", process ", peer_process, " ",
                  describe_wire_plan(theirs),
                  "; the processes plan this call differently: set its algorithm, "
-                 "JAX_ACCL_ALGORITHM, JAX_ACCL_PIPELINE_CHUNKS, JAX_ACCL_CMA and "
-                 "JAX_ACCL_LINK_GBITS the same on every process (the stored cost model is "
-                 "process 0's)");
+                 "JAX_ACCL_ALGORITHM, JAX_ACCL_PIPELINE_CHUNKS and JAX_ACCL_CMA the same on "
+                 "every process (the stored cost model and JAX_ACCL_LINK_GBITS are process "
+                 "0's)");
 }
 
 // A link to `members` (where this device is `rank`) over the channels of `space`, its

@@ -69,6 +69,14 @@ void release(Pending& p, int self, const Status& s) {
 // call sites never contend for it.
 class OneShotTable {
  public:
+  // Calls still pending when their meeting place goes (never while XLA runs a launch of
+  // its executable) end with an error, never silently.
+  ~OneShotTable() {
+    for (auto& [key, p] : pending) {
+      release(*p, -1,
+              error(Code::kAborted, p->label, ": its call site was freed before every rank came"));
+    }
+  }
   std::mutex mutex;
   std::unordered_map<CallKey, std::shared_ptr<Pending>, CallKeyHash> pending;
 

@@ -352,7 +352,9 @@ Status TcpChannel::poisoned_status() const {
   if (info.tcpi_state == TCP_ESTABLISHED || info.tcpi_state == TCP_CLOSE_WAIT) {
     return Status::Ok();
   }
-  return error(Code::kAborted, label_, ": the connection was reset (a peer failed the call)");
+  return error(Code::kAborted, label_,
+               ": the connection was reset or timed out (a peer failed the call, or its host "
+               "stopped answering)");
 }
 
 Status TcpChannel::write_some(const void* data, size_t bytes, size_t* done) {

@@ -60,8 +60,8 @@ class TcpChannel : public Channel {
   // Fails when the peer host stopped acknowledging (see tcp.cc); a peer that is alive
   // but not reading (late for the call) keeps acknowledging and is waited for.
   Status check_peer() override;
-  // A peer that failed the call reset the connection (poison), seen by a peek; a peer
-  // that closed it in order (it finished and left) has not failed the call.
+  // A peer that failed the call reset the connection (poison), read from TCP_INFO's state;
+  // a peer that closed it in order (it finished and left) has not failed the call.
   Status poisoned_status() const override;
 
  private:
