@@ -392,6 +392,13 @@ def main(argv=None) -> int:
         args.reps = 9 if args.calibrate else 5
     if args.process_id >= 0:
         return worker_main(args)
+    # The launcher ends its workers on any signal that ends it.
+    with launch.ended_by_signals():
+        return launcher_main(args)
+
+
+def launcher_main(args) -> int:
+    """`python -m jax_accl.bench` itself (not a worker it started), `args` parsed."""
     if args.calibrate and args.hosts > 1:
         return calibrate_wire.main(args)
     if args.calibrate:
