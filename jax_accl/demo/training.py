@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from jax_accl.bench.load import busy_note
 from jax_accl.demo import strategies
 
 CLASSES, FEATURES, HIDDEN = 8, 32, (512, 512, 256)
@@ -294,6 +295,8 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool, strategy: str = "d
     base = result["step_seconds"]["jax.lax"]
     for name, t in result["step_seconds"].items():
         say(f"  {name:<16} {t * 1e3:6.2f}   {base / t:5.2f}x")
+    if busy_note():
+        say(busy_note())
     return result
 
 
