@@ -387,6 +387,19 @@ def run_on_namespaced_hosts(args, extra) -> int:
     return 0
 
 
+def require_optax() -> None:
+    """The demo trains with optax, which only its `demo` extra brings: without it, one
+    line saying how to install it, where every worker would raise an ImportError."""
+    try:
+        import optax  # noqa: F401
+    except ImportError as e:
+        raise SystemExit(
+            f"python -m jax_accl.demo trains with optax, which cannot be imported ({e}): "
+            'install the demo extra, `pip install ".[demo]"` from a checkout (or `pip '
+            "install optax`)"
+        ) from None
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m jax_accl.demo", description=__doc__.split("\n\n")[0]

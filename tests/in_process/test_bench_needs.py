@@ -1,7 +1,8 @@
 """The bench keeps what it measured: what a run needs is checked before anything is
 measured (--mpi on where MPI cannot run is an error at once, where it measured every
 size first and then raised), and a baseline that fails mid-run is reported as failed
-beside the rows the others measured."""
+beside the rows the others measured. So does the demo: without optax (its `demo` extra)
+it says how to install it, where every worker raised an ImportError."""
 
 import argparse
 import os
@@ -61,3 +62,23 @@ def test_a_baseline_that_fails_is_reported_and_the_rows_kept(monkeypatch):
     assert rows == kept
     assert lines[0].startswith("MPI baseline FAILED (no mpi4jax rows): ")
     assert "mpirun: no slots" in lines[0]
+
+
+@pytest.mark.multiprocess  # python -m jax_accl.demo
+def test_the_demo_without_optax_says_how_to_install_it(tmp_path):
+    # optax not importable: a package of that name first on the path that says so.
+    (tmp_path / "optax").mkdir()
+    (tmp_path / "optax" / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'optax'\")"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.demo", "--processes", "2", "--steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+    )
+    assert done.returncode != 0
+    assert 'pip install ".[demo]"' in done.stderr
+    assert "Traceback" not in done.stderr and "RESULT" not in done.stdout
