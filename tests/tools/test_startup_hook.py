@@ -125,3 +125,11 @@ def test_a_child_with_it_0_drops_the_library_its_parent_set():
     assert shown["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] is None
     other = fresh_python(SHOW, JAX_ACCL_XLA_COLLECTIVES="0", MPITRAMPOLINE_LIB="/opt/libmpi.so")
     assert other["MPITRAMPOLINE_LIB"] == "/opt/libmpi.so"  # not jax_accl's: kept
+
+
+def test_the_knob_table_prints_without_a_runpy_warning():
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.config"], capture_output=True, text=True, cwd="/"
+    )
+    assert done.returncode == 0 and done.stdout.startswith("| variable |")
+    assert "RuntimeWarning" not in done.stderr, done.stderr
