@@ -1,6 +1,6 @@
 """Every JAX_ACCL_* environment variable, declared once: its default, when it is read and
 what it does. This module is the only reader of the environment (the native core gets
-the values from here); the README's knob table is generated from KNOBS
+the values from here); the knob table of docs/knobs.md is generated from KNOBS
 (``python -m jax_accl.config`` prints it). Imports nothing of jax_accl at the top: the
 interpreter start-up hook (startup/_jax_accl_startup.py) loads this file alone."""
 
@@ -247,10 +247,10 @@ KNOBS = {
             "CPU client before jax_accl was imported, or `PJRT_NPROC` is smaller): seconds a "
             "call waits for devices of its own process that began no jax_accl call of the "
             "launch (the process idle, watched without a gap) before it fails as XLA:CPU's "
-            "stall, instead of at `JAX_ACCL_TIMEOUT_S` (README: launches in flight); with "
-            "jax_accl's pool (two threads per device) that stall cannot happen and a late "
-            "device (a host callback, a debugger's prompt, a stopped process) is waited for "
-            "to `JAX_ACCL_TIMEOUT_S`; `0`: never",
+            "stall, instead of at `JAX_ACCL_TIMEOUT_S` (docs/architecture.md: launches in "
+            "flight); with jax_accl's pool (two threads per device) that stall cannot happen "
+            "and a late device (a host callback, a debugger's prompt, a stopped process) is "
+            "waited for to `JAX_ACCL_TIMEOUT_S`; `0`: never",
             _non_negative_float,
         ),
         Knob(
