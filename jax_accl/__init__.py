@@ -4,7 +4,23 @@
 ``jax.jit(jax.shard_map(...))`` and ``jax.pmap`` programs.
 """
 
-from jax_accl import xla_collectives as _xla_collectives
+import sys as _sys
+import warnings as _warnings
+
+from jax_accl import config as _config
+from jax_accl.errors import AcclWarning as _AcclWarning
+
+# `python -m jax_accl.config` (the knob table): runpy would warn that this package
+# imported the module before running it, which is harmless here.
+_warnings.filterwarnings(
+    "ignore", message="'jax_accl.config' found in sys.modules", category=RuntimeWarning
+)
+# A misspelt JAX_ACCL_* variable, unless the start-up hook said so already.
+if not getattr(_sys.modules.get("_jax_accl_startup"), "warned", False):
+    for _line in _config.misspelt():
+        _warnings.warn(_line, _AcclWarning, stacklevel=2)
+
+from jax_accl import xla_collectives as _xla_collectives  # noqa: E402
 
 _xla_collectives.prepare()  # before jax's import (JAX_ACCL_XLA_COLLECTIVES=1)
 

@@ -1,7 +1,8 @@
 """Every JAX_ACCL_* environment variable, declared once: its default, when it is read and
 what it does. This module is the only reader of the environment (the native core gets
-the values from here); the README's knob table is generated from KNOBS
-(``python -m jax_accl.config`` prints it)."""
+the values from here); the knob table of docs/knobs.md is generated from KNOBS
+(``python -m jax_accl.config`` prints it). Imports nothing of jax_accl at the top: the
+interpreter start-up hook (startup/_jax_accl_startup.py) loads this file alone."""
 
 from __future__ import annotations
 
@@ -11,53 +12,55 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from jax_accl.units import parse_size
+# The variables named JAX_ACCL_* that are not knobs (the soak tests' length).
+NOT_KNOBS = ("JAX_ACCL_SOAK",)
+
+
+def _number(convert, text: str, expected: str, ok) -> float:
+    """convert(text), where ok(value); else ValueError(expected): an error names what
+    the knob accepts, whether the text is no number or a number out of range."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise ValueError(expected) from None
+    if not ok(value):
+        raise ValueError(expected)
+    return value
+
+
+def _finite(low: float, strict: bool):
+    return lambda v: v < float("inf") and (v > low if strict else v >= low)
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise ValueError("expected a positive number of seconds")
-    return value
+    return _number(float, text, "expected a positive number of seconds, e.g. 30", _finite(0, True))
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError("expected a number of seconds >= 0")
-    return value
+    return _number(float, text, "expected a number of seconds >= 0, e.g. 10", _finite(0, False))
 
 
 def _link_gbits(text: str) -> float | None:
     if not text:
         return None
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise ValueError("expected a positive number of Gbit/s, e.g. 25")
-    return value
+    return _number(float, text, "expected a positive number of Gbit/s, e.g. 25", _finite(0, True))
 
 
 def _integer_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise ValueError(f"expected an integer >= {low}")
-        return value
-
-    return parse
+    return lambda text: _number(int, text, f"expected an integer >= {low}", lambda v: v >= low)
 
 
 def _positive_size(text: str) -> int:
-    value = parse_size(text)
-    if value <= 0:
-        raise ValueError("expected a positive byte count (e.g. 67108864 or 64MiB)")
-    return value
+    from jax_accl.units import parse_size  # here: the start-up hook loads this file alone
+
+    expected = "expected a positive byte count, e.g. 67108864 or 64MiB"
+    return _number(parse_size, text, expected, lambda v: v > 0)
 
 
 def _switch(text: str) -> bool:
     value = text.lower()
     if value not in ("0", "1", "false", "true"):
-        raise ValueError("expected 0 or 1")
+        raise ValueError("expected 0 or 1 (or false, true)")
     return value in ("1", "true")
 
 
@@ -100,7 +103,9 @@ def _congestion_control(text: str) -> str:
 
 
 def _debug_level(text: str) -> str:
-    return _one_of(("", "INFO", "DEBUG"))(text.upper())
+    if text.upper() not in ("", "INFO", "DEBUG"):
+        raise ValueError("expected INFO or DEBUG (or unset)")
+    return text.upper()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,10 +247,10 @@ KNOBS = {
             "CPU client before jax_accl was imported, or `PJRT_NPROC` is smaller): seconds a "
             "call waits for devices of its own process that began no jax_accl call of the "
             "launch (the process idle, watched without a gap) before it fails as XLA:CPU's "
-            "stall, instead of at `JAX_ACCL_TIMEOUT_S` (README: launches in flight); with "
-            "jax_accl's pool (two threads per device) that stall cannot happen and a late "
-            "device (a host callback, a debugger's prompt, a stopped process) is waited for "
-            "to `JAX_ACCL_TIMEOUT_S`; `0`: never",
+            "stall, instead of at `JAX_ACCL_TIMEOUT_S` (docs/architecture.md: launches in "
+            "flight); with jax_accl's pool (two threads per device) that stall cannot happen "
+            "and a late device (a host callback, a debugger's prompt, a stopped process) is "
+            "waited for to `JAX_ACCL_TIMEOUT_S`; `0`: never",
             _non_negative_float,
         ),
         Knob(
@@ -322,6 +327,20 @@ def value(name: str):
         return knob.parse(text)
     except ValueError as e:
         raise ValueError(f"{name}={text!r}: {e}") from None
+
+
+def misspelt(environ=os.environ) -> list[str]:
+    """A warning for each JAX_ACCL_* variable that is no knob, naming the closest knob:
+    a misspelt knob would otherwise leave the default in force without a word."""
+    import difflib
+
+    return [
+        f"jax_accl: {name} is not a jax_accl knob and is ignored; did you mean "
+        f"{difflib.get_close_matches(name, KNOBS, n=1, cutoff=0)[0]}? (every knob: "
+        "python -m jax_accl.config)"
+        for name in sorted(environ)
+        if name.startswith("JAX_ACCL_") and name not in KNOBS and name not in NOT_KNOBS
+    ]
 
 
 @dataclasses.dataclass(frozen=True)

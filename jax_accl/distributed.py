@@ -113,11 +113,20 @@ def _start() -> list[dict]:
             "jax_accl: this program spans processes, but jax.distributed is not "
             "initialized; call jax.distributed.initialize() first"
         )
-    index, count = jax.process_index(), jax.process_count()
+    index = jax.process_index()
+    _forget_failure(client, index)
+    try:
+        return _start_with(client, index, jax.process_count())
+    except BaseException as e:
+        _publish_failure(client, index, e)
+        raise
+
+
+def _start_with(client, index: int, count: int) -> list[dict]:
     timeout_ms = int(config.current().timeout_s * 1000)
     if index != 0:
-        secret = client.blocking_key_value_get(f"{_PREFIX}/secret", timeout_ms)
-        wire = json.loads(client.blocking_key_value_get(f"{_PREFIX}/wire", timeout_ms))
+        secret = _wait(client, f"{_PREFIX}/secret", timeout_ms, index)
+        wire = json.loads(_wait(client, f"{_PREFIX}/wire", timeout_ms, index))
         return _join(client, index, count, secret, wire, timeout_ms)
     secret = secrets.token_hex(16)
     # Process 0's cost model, wire and rail choice, for every process (read after the
@@ -137,6 +146,59 @@ def _start() -> list[dict]:
         # this), and nobody who reaches the coordinator later may read it.
         _delete_secret(client)
         raise
+
+
+# Where a process whose start-up failed says why, for the others' waits (_wait).
+_FAILED = f"{_PREFIX}/failed/"
+# How often a wait in the store looks for such a failure.
+_LOOK_S = 0.5
+
+
+def _publish_failure(client, index: int, error: BaseException) -> None:
+    """Why this process's start-up failed, in the store: every other process's wait for
+    it ends at once with this reason instead of at the timeout."""
+    try:
+        client.key_value_set(
+            f"{_FAILED}{index}", str(error) or type(error).__name__, allow_overwrite=True
+        )
+    except Exception as e:  # the store gone too: the others' waits end at their timeout
+        log.logger.warning("jax_accl: could not tell the other processes why: %s", e)
+
+
+def _forget_failure(client, index: int) -> None:
+    """A failure this process published at an earlier start-up of the job, withdrawn."""
+    try:
+        client.key_value_delete(f"{_FAILED}{index}")
+    except Exception:  # none, or the store gone: the start-up says which
+        pass
+
+
+def _timed_out(error: Exception) -> bool:
+    return "DEADLINE_EXCEEDED" in str(error) or "timed out" in str(error).lower()
+
+
+def _wait(client, key: str, timeout_ms: int, index: int) -> str:
+    """The value of `key` once it is in the store, looked for in slices of _LOOK_S: in
+    between, a start-up failure another process published ends the wait, naming it."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        slice_ms = max(1, int(min(_LOOK_S, deadline - time.monotonic()) * 1000))
+        try:
+            return client.blocking_key_value_get(key, slice_ms)
+        except Exception as e:
+            if not _timed_out(e):
+                raise
+            failed = [
+                (k, why) for k, why in client.key_value_dir_get(_FAILED) if k != f"{_FAILED}{index}"
+            ]
+            if failed:
+                process = failed[0][0].rsplit("/", 1)[-1]
+                raise AcclError(
+                    f"jax_accl: process {index} stopped waiting at start-up: process "
+                    f"{process} failed to start: {failed[0][1]}"
+                ) from None
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _delete_secret(client) -> None:
@@ -197,9 +259,9 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
     table = []
     for i in range(count):
         try:
-            table.append(
-                json.loads(client.blocking_key_value_get(f"{_PREFIX}/process/{i}", timeout_ms))
-            )
+            table.append(json.loads(_wait(client, f"{_PREFIX}/process/{i}", timeout_ms, index)))
+        except AcclError:
+            raise
         except Exception as e:  # the coordination service names what went wrong
             raise AcclError(
                 f"jax_accl: process {index} waited in vain for process {i} to "

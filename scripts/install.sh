@@ -19,9 +19,14 @@ if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; t
   echo "  remove $VENV, or set VENV to another path, and run with PYTHON=/path/to/python3.11"
   exit 1
 fi
-listed="$("$VENV/bin/python" scripts/requirements.py "$extras")"
-mapfile -t requirements <<<"$listed"
-echo "install.sh: into $VENV, what is missing of: ${requirements[*]}"
-"$VENV/bin/python" -m pip install --quiet "${requirements[@]}"
+# Only what the environment lacks (or has at a version not accepted) is named and installed.
+listed="$("$VENV/bin/python" scripts/requirements.py --missing "$extras")"
+if [ -z "$listed" ]; then
+  echo "install.sh: $VENV has every requirement"
+else
+  mapfile -t requirements <<<"$listed"
+  echo "install.sh: into $VENV, what it is missing: ${requirements[*]}"
+  "$VENV/bin/python" -m pip install --quiet "${requirements[@]}"
+fi
 echo "install.sh: building this checkout into $VENV (incremental, in build/)"
 "$VENV/bin/python" -m pip install --quiet --no-deps --no-build-isolation .

@@ -3,10 +3,12 @@ alone (``JAX_ACCL_XLA_COLLECTIVES=1``), in any Python process, even one that nev
 imports jax_accl (a launcher's re-executed worker, a script run as is).
 
 Installed with the package as ``jax_accl_xla_collectives.pth`` in site-packages, whose
-one line Python's ``site`` runs at every start-up: it reads the variable and, only when
-it is ``1`` (or ``true``), calls ``install()`` here; otherwise it does nothing more, but
-for a process whose variable is ``0`` (or ``false``) that inherited jax_accl's MPI library
-from a parent with ``1`` (``release()``).
+one line Python's ``site`` runs at every start-up: where no ``JAX_ACCL_*`` variable is set
+it does nothing more; otherwise it calls ``at_start_up()`` here, which warns of each
+``JAX_ACCL_*`` variable that is no knob (naming the closest), calls ``install()`` where
+the variable is ``1`` (or ``true``), drops jax_accl's MPI library inherited from a parent
+with ``1`` where it is ``0`` (or ``false``, ``release()``), and for any other value makes
+``import jax`` raise, naming the values accepted.
 
 ``install()`` does two things, importing neither jax nor jax_accl:
 
@@ -27,6 +29,53 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+
+
+def knobs():
+    """jax_accl/config.py, loaded alone (importing the package would import jax)."""
+    if "_jax_accl_config" in sys.modules:
+        return sys.modules["_jax_accl_config"]
+    spec = importlib.util.find_spec("jax_accl")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "config.py")
+    spec = importlib.util.spec_from_file_location("_jax_accl_config", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses looks its classes' module up
+    spec.loader.exec_module(module)
+    return module
+
+
+# Whether at_start_up() warned of the misspelt variables (jax_accl's import then does not).
+warned = False
+
+
+def at_start_up() -> None:
+    """From the .pth line, where some JAX_ACCL_* variable is set (once: site may read
+    the same site-packages twice, as a virtual environment's and as the base's)."""
+    global warned
+    if warned or importlib.util.find_spec("jax_accl") is None:
+        return  # done, or jax_accl uninstalled and its hook left behind
+    config = knobs()
+    for line in config.misspelt():
+        print(f"warning: {line}", file=sys.stderr)
+    warned = True
+    try:
+        on = config.value("JAX_ACCL_XLA_COLLECTIVES")
+    except ValueError as e:
+        _after("jax", _refuse(e))
+        return
+    if on:
+        install()
+    elif os.environ.get("MPITRAMPOLINE_LIB", "").endswith("/libjax_accl_mpi.so"):
+        release()
+
+
+def _refuse(error: ValueError):
+    """What `import jax` then raises: the variable's value cannot be read."""
+
+    def then(_jax):
+        raise ValueError(f"jax_accl: {error}") from None
+
+    return then
 
 
 def requested() -> bool:

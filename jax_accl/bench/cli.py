@@ -120,7 +120,8 @@ def parse_args(argv):
         choices=("auto", "on", "off"),
         default="auto",
         help="across processes (on one host or --hosts): also time mpi4jax over Open MPI "
-        "(auto: where installed, see scripts/install_mpi.sh)",
+        "(auto: where installed, see scripts/install_mpi.sh; on: an error before measuring "
+        "where it is not; MPIRUN: the mpirun to use)",
     )
     parser.add_argument(
         "--pytree",
@@ -392,6 +393,23 @@ def main(argv=None) -> int:
         args.reps = 9 if args.calibrate else 5
     if args.process_id >= 0:
         return worker_main(args)
+    # The launcher ends its workers on any signal that ends it.
+    with launch.ended_by_signals():
+        return launcher_main(args)
+
+
+def check_needs(args) -> None:
+    """What the run needs, checked before anything is measured: --mpi on needs MPI."""
+    if args.mpi == "on" and mpi.missing():
+        raise SystemExit(
+            f"python -m jax_accl.bench: --mpi on: {mpi.missing()}; install it with "
+            "`bash scripts/install_mpi.sh`, or run with --mpi auto (where installed) or off"
+        )
+
+
+def launcher_main(args) -> int:
+    """`python -m jax_accl.bench` itself (not a worker it started), `args` parsed."""
+    check_needs(args)
     if args.calibrate and args.hosts > 1:
         return calibrate_wire.main(args)
     if args.calibrate:

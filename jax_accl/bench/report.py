@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+from jax_accl.bench.load import busy_note
 from jax_accl.units import human
 
 
@@ -135,6 +136,8 @@ def print_rows(rows: list[dict], limits, out) -> None:
             out.write(json.dumps(r) + "\n")
     for line in auto_vs_best(rows):
         print("#", line)
+    if busy_note():
+        print("#", busy_note())
     sys.stdout.flush()
 
 

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from jax_accl.bench.load import busy_note
 from jax_accl.demo import training
 
 # Every SAMPLE-th parameter, compared between the two runs.
@@ -207,6 +208,9 @@ def report(args, results: dict) -> list[str]:
         f"  all-reduce {mib:.2f} MiB {ours['allreduce_seconds'] * 1e3:7.2f} ms "
         f"{gloo['allreduce_seconds'] * 1e3:7.2f} ms   "
         f"{gloo['allreduce_seconds'] / ours['allreduce_seconds']:5.2f}x",
+        "  (not like for like: the all-reduce row is every gradient in one buffer, one call "
+        "timed alone; the step reduces each gradient apart, smaller, among its compute: the "
+        "two ratios need not agree)",
     ]
     if limit:
         lines.append(
@@ -214,6 +218,8 @@ def report(args, results: dict) -> list[str]:
             f"(jax_accl {ours['allreduce_seconds'] / limit:.2f}x it, gloo "
             f"{gloo['allreduce_seconds'] / limit:.2f}x)"
         )
+    if busy_note():
+        lines.append(busy_note())
     return lines
 
 

@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from jax_accl.bench.load import busy_note
 from jax_accl.demo import strategies
 
 CLASSES, FEATURES, HIDDEN = 8, 32, (512, 512, 256)
@@ -294,6 +295,8 @@ def run(mesh, steps: int, batch_per_device: int, quiet: bool, strategy: str = "d
     base = result["step_seconds"]["jax.lax"]
     for name, t in result["step_seconds"].items():
         say(f"  {name:<16} {t * 1e3:6.2f}   {base / t:5.2f}x")
+    if busy_note():
+        say(busy_note())
     return result
 
 
@@ -382,6 +385,19 @@ def run_on_namespaced_hosts(args, extra) -> int:
             echo=0,
         )
     return 0
+
+
+def require_optax() -> None:
+    """The demo trains with optax, which only its `demo` extra brings: without it, one
+    line saying how to install it, where every worker would raise an ImportError."""
+    try:
+        import optax  # noqa: F401
+    except ImportError as e:
+        raise SystemExit(
+            f"python -m jax_accl.demo trains with optax, which cannot be imported ({e}): "
+            'install the demo extra, `pip install ".[demo]"` from a checkout (or `pip '
+            "install optax`)"
+        ) from None
 
 
 def parse_args(argv):

@@ -9,9 +9,11 @@ when any worker fails, hangs past the timeout or prints no result."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +31,32 @@ WORKER = ["-m", "jax_accl.testing.worker"]
 # they saw) before the launcher ends them: a worker whose coordinator died waits for it
 # until jax.distributed's initialization timeout (300 s by default) otherwise.
 FAILED_PEER_GRACE_S = 30.0
+
+
+# The signals that end a launcher without Ctrl-C: a scheduler's kill, a closed terminal.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def ended_by_signals():
+    """While the block runs (a launcher's main thread), ENDING_SIGNALS end the launcher as
+    Ctrl-C does, by an exception: wait_for kills the workers and the context managers
+    remove what they made (network namespaces), where the signal's default would end the
+    launcher alone and leave both behind. Later ones are ignored while that cleans up."""
+
+    def end(signum, _frame):
+        for s in ENDING_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        name = signal.Signals(signum).name
+        print(f"launcher: {name}: ending the job's processes", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+    before = {s: signal.signal(s, end) for s in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -43,3 +43,16 @@ def test_several_extras_and_none(monkeypatch, capsys):
 def test_an_unknown_extra_is_named(monkeypatch, capsys):
     with pytest.raises(SystemExit, match=r"no extra \['tset'\] in pyproject.toml"):
         listed(monkeypatch, capsys, "[tset]")
+
+
+def test_missing_lists_only_what_this_environment_lacks(monkeypatch, capsys):
+    """install.sh names and installs `--missing`'s list: nothing where every requirement
+    is installed (the test extra, in the environment the tests run in), where it listed
+    every requirement as missing."""
+    assert listed(monkeypatch, capsys, "--missing", "[test]") == []
+    monkeypatch.setattr(sys, "argv", [SCRIPT, "--missing", ""])
+    script = runpy.run_path(SCRIPT, run_name="__main__")
+    capsys.readouterr()
+    assert script["installed"]("numpy>=1.26")
+    assert not script["installed"]("numpy<1")  # installed, at a version not accepted
+    assert not script["installed"]("no-such-package-of-jax-accl>=1")

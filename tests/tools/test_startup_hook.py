@@ -39,6 +39,48 @@ def fresh_python(code: str, **env) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def fresh_run(code: str, *options: str, **env) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter (with `options`), the hook's variables as `env` says."""
+    base = launch.worker_env()
+    for name in (
+        "JAX_ACCL_XLA_COLLECTIVES",
+        "MPITRAMPOLINE_LIB",
+        "JAX_CPU_COLLECTIVES_IMPLEMENTATION",
+    ):
+        base.pop(name, None)
+    return subprocess.run(
+        [sys.executable, *options, "-c", code],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+
+
+def test_a_misspelt_knob_is_named_at_start_up_in_a_script_without_jax_accl():
+    done = fresh_run("print('ran')", JAX_ACCL_XLA_COLLECTIVE="1")
+    assert done.returncode == 0 and done.stdout == "ran\n"
+    assert "JAX_ACCL_XLA_COLLECTIVE is not a jax_accl knob" in done.stderr
+    assert "did you mean JAX_ACCL_XLA_COLLECTIVES?" in done.stderr
+    assert done.stderr.count("did you mean") == 1  # once, though site may read the .pth twice
+
+
+def test_a_value_the_hook_cannot_read_fails_the_import_of_jax():
+    done = fresh_run("import jax", JAX_ACCL_XLA_COLLECTIVES="yes")
+    assert done.returncode != 0
+    assert "JAX_ACCL_XLA_COLLECTIVES='yes': expected 0 or 1" in done.stderr
+
+
+def test_a_misspelt_knob_is_warned_of_at_import_where_the_hook_did_not_run():
+    # -S: no site, so no .pth hook; site-packages on PYTHONPATH instead.
+    code = "import warnings; warnings.simplefilter('error'); import jax_accl"
+    done = fresh_run(code, "-S", JAX_ACCL_TIMEOUT="5", PYTHONPATH=str(SITE))
+    assert done.returncode != 0
+    assert "AcclWarning: jax_accl: JAX_ACCL_TIMEOUT is not a jax_accl knob" in done.stderr
+    assert "did you mean JAX_ACCL_TIMEOUT_S?" in done.stderr
+
+
 def test_installed_next_to_the_package():
     assert (SITE / "jax_accl_xla_collectives.pth").is_file()
     assert (SITE / "_jax_accl_startup.py").is_file()
@@ -83,3 +125,11 @@ def test_a_child_with_it_0_drops_the_library_its_parent_set():
     assert shown["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] is None
     other = fresh_python(SHOW, JAX_ACCL_XLA_COLLECTIVES="0", MPITRAMPOLINE_LIB="/opt/libmpi.so")
     assert other["MPITRAMPOLINE_LIB"] == "/opt/libmpi.so"  # not jax_accl's: kept
+
+
+def test_the_knob_table_prints_without_a_runpy_warning():
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_accl.config"], capture_output=True, text=True, cwd="/"
+    )
+    assert done.returncode == 0 and done.stdout.startswith("| variable |")
+    assert "RuntimeWarning" not in done.stderr, done.stderr
