@@ -65,8 +65,10 @@ def at_start_up() -> None:
         return
     if on:
         install()
-    elif os.environ.get("MPITRAMPOLINE_LIB", "").endswith("/libjax_accl_mpi.so"):
-        release()
+    elif "JAX_ACCL_XLA_COLLECTIVES" in os.environ and os.environ.get(
+        "MPITRAMPOLINE_LIB", ""
+    ).endswith("/libjax_accl_mpi.so"):
+        release()  # set to 0 (not merely unset: the hook now runs for any JAX_ACCL_* knob)
 
 
 def _refuse(error: ValueError):

@@ -125,6 +125,12 @@ def test_a_child_with_it_0_drops_the_library_its_parent_set():
     assert shown["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] is None
     other = fresh_python(SHOW, JAX_ACCL_XLA_COLLECTIVES="0", MPITRAMPOLINE_LIB="/opt/libmpi.so")
     assert other["MPITRAMPOLINE_LIB"] == "/opt/libmpi.so"  # not jax_accl's: kept
+    # Unset (another knob set, which runs the hook too): the library is left as it is
+    # (jax_accl's own check of a jaxlib loads it in a child so).
+    unset = fresh_python(
+        SHOW, JAX_ACCL_TIMEOUT_S="60", MPITRAMPOLINE_LIB=str(xla_collectives.LIBRARY)
+    )
+    assert unset["MPITRAMPOLINE_LIB"] == str(xla_collectives.LIBRARY)
 
 
 def test_the_knob_table_prints_without_a_runpy_warning():
