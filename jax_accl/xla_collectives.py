@@ -92,28 +92,14 @@ def finish() -> None:
 def start_our_side() -> None:
     """jax_accl's side of the job, once jax.distributed is up: the job announced to the
     MPI library (XLA's MPI_Init, when JAX makes its CPU backend, asks MPI_COMM_WORLD's
-    rank and size), the process table made, and the one-device rule checked."""
+    rank and size) and the process table made. A process may have several CPU devices:
+    each device's thread is then a rank of its own in the library's communicators
+    (docs/xla_collectives.md, "Several devices per process")."""
     from jax_accl import _accl, _compat, distributed
 
     state = _compat.distributed_state()
     _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
-    check_one_device_per_process(distributed.ensure_started())
-
-
-def check_one_device_per_process(table: list[dict]) -> None:
-    """XLA:CPU's MPI collectives give each process one rank: an AcclError at start-up,
-    in every process, naming the processes with more (or fewer) CPU devices."""
-    wrong = [(p, len(e["devices"])) for p, e in enumerate(table) if len(e["devices"]) != 1]
-    if not wrong:
-        return
-    shown = ", ".join(f"process {p} has {n}" for p, n in wrong[:4])
-    raise AcclError(
-        f"jax_accl: JAX_ACCL_XLA_COLLECTIVES=1 runs XLA:CPU's collectives through MPI, one "
-        f"CPU device per process (XLA gives each process one MPI rank), but {shown} CPU "
-        "devices. Drop jax_num_cpu_devices / --xla_force_host_platform_device_count, or run "
-        "several devices per process without JAX_ACCL_XLA_COLLECTIVES (gloo, or "
-        "jax_accl.shard_map for jax_accl's collectives)"
-    )
+    distributed.ensure_started()
 
 
 def jaxlib_version() -> str:

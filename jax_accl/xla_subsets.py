@@ -11,7 +11,10 @@ group of a program on some processes it splits among that group's processes only
 agreement of those, within JAX_ACCL_TIMEOUT_S), knowing the group from here
 (xla_ffi/mpiabi/communicators.cc, parent_among). A program on some processes whose
 groups cannot be read is refused when compiled, naming the processes and what to do,
-rather than failing its first collective after JAX_ACCL_TIMEOUT_S."""
+rather than failing its first collective after JAX_ACCL_TIMEOUT_S. With several CPU
+devices per process each device's thread splits for itself, and the library takes the
+asking device from these groups too: a program of such a process is told even when it
+runs on that process alone, and one whose groups cannot be read is refused at once."""
 
 from __future__ import annotations
 
@@ -44,7 +47,9 @@ def check(devices, executable) -> None:
     count = jax.process_count()
     flat = [] if devices is None else list(getattr(devices, "flat", devices))
     processes = sorted({d.process_index for d in flat})
-    if count <= 1 or len(processes) <= 1:
+    # A program on one process's several devices splits too (XLA:CPU runs every
+    # collective of a multi-process job's client through MPI).
+    if count <= 1 or len(flat) <= 1:
         return
     text = _compat.compiled_text(executable)
     kinds = xla_collectives_in(text)
@@ -53,7 +58,19 @@ def check(devices, executable) -> None:
     subset = len(processes) < count
     ids = [d.id for d in flat]
     groups = groups_in(text, ids)
+    several = jax.local_device_count() > 1
     if groups is None:
+        if several:
+            raise AcclError(
+                f"jax_accl: this program holds XLA collectives ({', '.join(sorted(kinds))}) "
+                "whose groups jax_accl cannot read from its HLO, and this process has "
+                f"{jax.local_device_count()} CPU devices. With JAX_ACCL_XLA_COLLECTIVES=1 "
+                "each device's thread makes its own MPI_Comm_split of MPI_COMM_WORLD, whose "
+                "arguments (the group's first device, the device's place) do not say which "
+                "device asks: jax_accl takes it from the groups it reads, and refuses this "
+                "program now rather than failing its first collective. Run it with one CPU "
+                "device per process, or without JAX_ACCL_XLA_COLLECTIVES (gloo)"
+            )
         if not subset:  # split among every process, as every process runs the program;
             # told, so that no split of its devices is taken for another program's group
             note_groups(ids, [], subset=False, unknown=True)

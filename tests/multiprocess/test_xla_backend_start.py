@@ -6,7 +6,8 @@ environment's .pth start-up hook), all running a script that never names jax_acc
 (scripts/plain_jit.py: jit programs on an Explicit mesh). Each job's collectives are
 counted in jax_accl.stats() and its results equal gloo's (integers bitwise); a second
 jax.distributed.initialize after a shutdown, in the same processes, runs on jax_accl
-again; a job of 2 CPU devices per process stops at start-up naming the rule; a
+again; with 4 CPU devices per process, a program on one process's devices runs on
+jax_accl and one whose splits cannot name their device is refused at once; a
 collective over only some of the processes runs on jax_accl, split among those only;
 float16, which XLA refuses before any MPI call, fails with XLA's exact error and its
 workaround runs (scripts/collective.py)."""
@@ -104,16 +105,24 @@ def test_a_second_initialize_after_a_shutdown_runs_on_jax_accl_again():
             assert (peak, gathered) == (gloos[key][1], gloos[key][2])
 
 
-def test_two_devices_per_process_stop_at_start_up_naming_the_rule():
-    with pytest.raises(RuntimeError) as failed:
-        launch.run_job(PLAIN, 2, 2, env=[{"JAX_ACCL_XLA_COLLECTIVES": "1"}] * 2, timeout=180)
-    report = str(failed.value)
-    for process in range(2):
-        section = report.split(f"--- process {process} ")[1].split("--- process")[0]
-        assert "AcclError" in section and "one CPU device per process" in section, section
-        assert "process 0 has 2, process 1 has 2 CPU devices" in section, section
-        assert "initialize(args.coordinator" in section, section  # at start-up
-        assert "MPI_Allreduce" not in section, section  # before any collective
+def test_several_devices_per_process_a_local_program_runs_and_an_unnamed_split_is_refused():
+    """2 processes x 4 CPU devices. A psum over one process's 4 devices: each device's
+    thread splits MPI_COMM_WORLD for itself, among those 4 (its device named by the
+    program's group), one MPI_Allreduce per device, the sum right. A psum over "a" then
+    "b" of a (2, 2, 2) mesh: groups starting with one device have two of the process's
+    devices at place 1, which a split does not tell apart: refused in every process at
+    once (well within JAX_ACCL_TIMEOUT_S), naming both devices; no result."""
+    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1", "JAX_ACCL_TIMEOUT_S": "60"}] * 2
+    start = time.monotonic()
+    results = launch.run_job([str(SCRIPTS / "several_devices.py")], 2, 1, env=env, timeout=180)
+    assert time.monotonic() - start < 50
+    for r in results:
+        assert r["local"] == [[6]] * 4, r
+        assert r["local_calls"] == {"MPI_Allreduce": 4, "MPI_Comm_split": 4}, r
+        error = r["two_local_axes"]
+        assert isinstance(error, str) and "JaxRuntimeError" in error, r
+        assert "a split does not say which of them asks" in error, error
+        assert "at place 1" in error and "of MPI_COMM_WORLD from one of process" in error, error
 
 
 COLLECTIVE = [str(SCRIPTS / "collective.py")]

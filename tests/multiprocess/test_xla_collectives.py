@@ -1,6 +1,7 @@
 """jax_accl as XLA:CPU's collectives backend (JAX_ACCL_XLA_COLLECTIVES=1): plain jax.jit
-programs on Explicit and Auto meshes, one CPU device per process, no shard_map of
-jax_accl's (jax_accl.testing.jit_worker). Each job runs twice, on jax_accl and over
+programs on Explicit and Auto meshes, one CPU device per process (and 2 per process,
+each device's thread an MPI rank of its own), no shard_map of jax_accl's
+(jax_accl.testing.jit_worker). Each job runs twice, on jax_accl and over
 gloo: results equal (integers bitwise), and every collective the compiled HLO holds is
 counted in jax_accl.stats()["xla_collectives"], so none ran elsewhere."""
 
@@ -26,7 +27,9 @@ ALL_PROGRAMS = [
 ]
 
 
-def job(n, programs, *, accl, worker=WORKER, axis_type="explicit", env=None, extra=(), **kw):
+def job(
+    n, programs, *, accl, worker=WORKER, axis_type="explicit", env=None, extra=(), devices=1, **kw
+):
     args = [a for p in programs for a in ("--program", p)]
     args += ["--axis-type", axis_type, *extra]
     envs = [
@@ -34,7 +37,7 @@ def job(n, programs, *, accl, worker=WORKER, axis_type="explicit", env=None, ext
         | (env[i] if env else {})
         for i in range(n)
     ]
-    return launch.run_job(worker, n, 1, extra=args, env=envs, timeout=300, **kw)
+    return launch.run_job(worker, n, devices, extra=args, env=envs, timeout=300, **kw)
 
 
 def expected_calls(hlo: dict, executions: int, n: int) -> dict:
@@ -79,7 +82,9 @@ def assert_same(ours, theirs, where=""):
 PARTIAL_PERMUTES = {"partial_permute": 3}
 
 
-def assert_carried_and_equal(ours: list, gloo: list, n: int, programs: list):
+def assert_carried_and_equal(ours: list, gloo: list, n: int, programs: list, devices: int = 1):
+    """`n` processes of `devices` CPU devices each: every device's thread makes XLA's MPI
+    calls of its rank, so a process counts `devices` times one rank's."""
     for name, messages in PARTIAL_PERMUTES.items():
         if name in programs:
             for function in ("MPI_Isend", "MPI_Irecv"):
@@ -95,7 +100,8 @@ def assert_carried_and_equal(ours: list, gloo: list, n: int, programs: list):
             if name in PARTIAL_PERMUTES:  # not every rank takes part: counted below
                 assert r["calls"]["MPI_Allreduce"] == r["hlo"]["all-reduce"]["buffers"], r
             else:
-                assert r["calls"] == expected_calls(r["hlo"], r["executions"], n), (name, r)
+                per_rank = expected_calls(r["hlo"], r["executions"], n * devices)
+                assert r["calls"] == {k: v * devices for k, v in per_rank.items()}, (name, r)
             assert g["calls"] == {}, name  # gloo's job: jax_accl made no call
             assert_same(r["outputs"], g["outputs"], f"rank {rank} {name}")
 
@@ -127,6 +133,22 @@ def test_two_processes_every_program_on_jax_accl_equals_gloo(tmp_path):
             "MPI_Isend",
             "MPI_Irecv",
         } <= calls
+
+
+def test_two_processes_of_two_devices_each():
+    """Several CPU devices per process (jax_num_cpu_devices=2): each device's thread is
+    an MPI rank of its own in jax_accl's library (its split gives it a communicator of its
+    group's 4 devices at its place), the two devices of a process meet in memory. A plain
+    jit data-parallel step (an all-reduce of its gradients over the 4 devices), a reshard
+    that all-to-alls (MPI_Sendrecv between devices of one process and of two) and a roll
+    (collective-permute): results equal to gloo's at the same 2 x 2, and every collective
+    of the compiled HLO counted once per device in jax_accl.stats()["xla_collectives"]."""
+    programs = ["data_parallel", "transpose_reshard", "roll"]
+    ours = job(2, programs, accl=True, devices=2)
+    gloo = job(2, programs, accl=False, devices=2)
+    assert_carried_and_equal(ours, gloo, 2, programs, devices=2)
+    for r in ours:
+        assert len(r["programs"]["data_parallel"]["outputs"]["w1"]) == 2  # two local shards
 
 
 # Plain jit programs (no shard_map) whose collectives only move data: a reshard that

@@ -133,8 +133,9 @@ def test_groups_that_cannot_be_read_are_none():
     assert xla_subsets.groups_in(module(op("all-reduce", "channel_id=1")), DEVICES[:2]) is None
 
 
-def fake_program(monkeypatch, text, processes):
+def fake_program(monkeypatch, text, processes, local_devices=1):
     monkeypatch.setattr(jax, "process_count", lambda: 4)
+    monkeypatch.setattr(jax, "local_device_count", lambda: local_devices)
     monkeypatch.setattr(_compat, "compiled_text", lambda executable: text)
     told = []
     monkeypatch.setattr(
@@ -208,6 +209,32 @@ def test_a_program_on_some_processes_whose_groups_cannot_be_read_is_refused_at_o
     )
     xla_subsets.check(devices, None)
     assert told == [(DEVICES, [], ("subset", False), ("unknown", True))]
+
+
+def test_with_several_devices_per_process_programs_on_one_process_are_told_and_unread_refused(
+    monkeypatch,
+):
+    """Each device's thread splits for itself, and the library takes the asking device
+    from the groups: a program on one process's 2 devices is told (a subset), and one
+    whose groups cannot be read is refused at once, even on every process."""
+    text = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true"),
+        extra=", num_partitions=2",
+    )
+    devices, told = fake_program(monkeypatch, text, [], local_devices=2)
+    devices = [SimpleNamespace(id=i, process_index=0) for i in (0, 1)]
+    xla_subsets.check(devices, None)
+    assert told == [([0, 1], [[0, 1]], True, True)]
+    devices, told = fake_program(
+        monkeypatch, module(op("all-reduce", "replica_groups=<odd>")), [0, 1, 2, 3], 2
+    )
+    with pytest.raises(AcclError) as refused:
+        xla_subsets.check(devices, None)
+    assert str(refused.value).startswith(
+        "jax_accl: this program holds XLA collectives (all-reduce) whose groups jax_accl "
+        "cannot read from its HLO, and this process has 2 CPU devices."
+    )
+    assert told == []
 
 
 def test_programs_without_collectives_or_on_one_process_are_left_alone(monkeypatch):

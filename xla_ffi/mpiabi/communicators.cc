@@ -10,6 +10,7 @@
 #include "common/hash.h"
 #include "runtime/call_plan.h"
 #include "runtime/collective_call.h"
+#include "runtime/group.h"
 #include "runtime/stats.h"
 #include "runtime/world.h"
 
@@ -44,12 +45,17 @@ struct Registry {
   uintptr_t next_handle = kFirstDynamicHandle;
   std::vector<KnownProgram> known;
   uint64_t programs = 0;
-  // Communicators XLA holds, by their devices: a group XLA made is not made again while it
-  // holds it (XLA keeps one communicator per group of devices).
-  std::map<std::vector<int64_t>, int> live;
-  // The parents of splits among only some processes, by their devices: kept, so that
-  // their split count goes on as every member's does.
-  std::map<std::vector<int64_t>, std::shared_ptr<Comm>> among;
+  // Communicators XLA holds, by their devices and rank: a group's rank XLA made is not
+  // made again while it holds it (XLA keeps one communicator per group of devices and
+  // rank).
+  std::map<std::pair<std::vector<int64_t>, int>, int> live;
+  // The parents of splits among a group's devices, by those and this thread's rank:
+  // kept, so that their split count goes on as every member's does.
+  std::map<std::pair<std::vector<int64_t>, int>, std::shared_ptr<Comm>> among;
+  // Where this process's ranks of one group's lane meet (runtime/group.h), shared by the
+  // communicators of its ranks here (several devices per process: each device's thread
+  // a rank of its own), kept while one of them is.
+  std::map<std::pair<std::vector<int64_t>, uint64_t>, std::weak_ptr<Group>> meetings;
   // The job all this is of (jax_accl's World; follow_job), and how many there were.
   std::weak_ptr<World> world;
   uint64_t epoch = 0;
@@ -76,11 +82,30 @@ void follow_job(Registry& r) {
 }
 
 // The registry, r.mutex held by `lock`, following the job.
+Registry& registry(std::unique_lock<std::mutex>* lock);
+
+// The Group of lane `lane` of the group `devices` that every rank of it in this process
+// shares (r.mutex held).
+std::shared_ptr<Group> meeting_of(Registry& r, const std::vector<int64_t>& devices, uint64_t lane) {
+  for (auto it = r.meetings.begin(); it != r.meetings.end();) {
+    it = it->second.expired() ? r.meetings.erase(it) : std::next(it);
+  }
+  std::weak_ptr<Group>& kept = r.meetings[{devices, lane}];
+  std::shared_ptr<Group> group = kept.lock();
+  if (group == nullptr) kept = group = std::make_shared<Group>();
+  return group;
+}
+
 Registry& registry(std::unique_lock<std::mutex>* lock) {
   static auto* r = new Registry;  // never destroyed: XLA frees communicators at exit
   *lock = std::unique_lock<std::mutex>(r->mutex);
   follow_job(*r);
   return *r;
+}
+
+std::shared_ptr<Group> meeting_of_group(const std::vector<int64_t>& devices, uint64_t lane) {
+  std::unique_lock<std::mutex> lock;
+  return meeting_of(registry(&lock), devices, lane);
 }
 
 std::string label_of(const std::vector<int64_t>& devices) {
@@ -97,7 +122,9 @@ const char* not_set_up() {
          "under python -m jax_accl.run)";
 }
 
-// MPI_COMM_WORLD: every process's one CPU device, in process order.
+// MPI_COMM_WORLD: every process's CPU devices, in process order. Its rank is this
+// process's (its first device's place); with several devices per process a split of it
+// is among the group XLA makes (parent_among), each device's thread a rank of its own.
 Status make_world(std::shared_ptr<Comm>* out) {
   const std::shared_ptr<World> world = World::get();
   if (world == nullptr || !world->ready()) {
@@ -106,15 +133,10 @@ Status make_world(std::shared_ptr<Comm>* out) {
   auto comm = std::make_shared<Comm>();
   comm->handle = MPIABI_COMM_WORLD;
   comm->lane = kWorldLane;
-  comm->rank = world->process_index();
   for (int p = 0; p < world->process_count(); ++p) {
     const std::vector<int64_t>& devices = world->process(p).devices;
-    if (devices.size() != 1) {
-      return error(Code::kInvalidArgument, "MPI_COMM_WORLD: process ", p, " has ", devices.size(),
-                   " CPU devices; XLA:CPU's MPI collectives run one device per process (drop "
-                   "--xla_force_host_platform_device_count / jax_num_cpu_devices)");
-    }
-    comm->devices.push_back(devices[0]);
+    if (p == world->process_index()) comm->rank = static_cast<int>(comm->devices.size());
+    comm->devices.insert(comm->devices.end(), devices.begin(), devices.end());
   }
   comm->label = label_of(comm->devices);
   *out = std::move(comm);
@@ -127,7 +149,7 @@ void register_comm(std::shared_ptr<Comm> comm, MPIABI_Comm* out) {
   Registry& r = registry(&lock);
   comm->handle = r.next_handle++;
   *out = comm->handle;
-  if (comm->broken.ok()) ++r.live[comm->devices];
+  if (comm->broken.ok()) ++r.live[{comm->devices, comm->rank}];
   r.comms[comm->handle] = std::move(comm);
 }
 
@@ -147,22 +169,107 @@ std::string processes_of(const std::vector<int64_t>& devices) {
   return str_cat("[", out, "]");
 }
 
-// The parent of the processes of `devices` (one device each), kept by its devices.
-std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices, int64_t mine) {
-  std::shared_ptr<Comm>& parent = r.among[devices];
+// The parent of a split among the group `devices` for its rank `rank` (this thread's
+// device's place), kept by both; this process's ranks of it meet in one Group.
+std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices, int rank) {
+  std::shared_ptr<Comm>& parent = r.among[{devices, rank}];
   if (parent == nullptr) {
     parent = std::make_shared<Comm>();
     parent->handle = MPIABI_COMM_WORLD;
     parent->devices = devices;
-    parent->rank =
-        static_cast<int>(std::find(devices.begin(), devices.end(), mine) - devices.begin());
+    parent->rank = rank;
     Fnv64 lane(kWorldLane);
     lane.mix(0x737562ull);  // "sub"
     for (int64_t d : devices) lane.mix(static_cast<uint64_t>(d));
     parent->lane = lane.value();
+    parent->group = meeting_of(r, devices, parent->lane);
     parent->label = str_cat("MPI_COMM_WORLD's processes ", processes_of(devices));
   }
   return parent;
+}
+
+// Two devices of one process at the same place of known groups that start with
+// `color` (*a, *b), where processes have several devices: a split of that color from that
+// place does not say which of the two asks. The same answer in every process (every
+// process is told every program's groups), so every member of such a group refuses its
+// split at once rather than waiting for the one that cannot be made.
+bool ambiguous_place(const Registry& r, int color, int* place, int64_t* a, int64_t* b) {
+  std::map<std::pair<size_t, int>, int64_t> seen;  // (place, process) -> device
+  for (const KnownProgram& p : r.known) {
+    for (const std::vector<int64_t>& g : p.groups) {
+      if (g.empty() || g[0] != color) continue;
+      for (size_t k = 1; k < g.size(); ++k) {
+        const int process = process_of(g[k]);
+        if (process < 0) continue;  // no process's device: no thread of it asks
+        auto [it, fresh] = seen.try_emplace({k, process}, g[k]);
+        if (!fresh && it->second != g[k]) {
+          *place = static_cast<int>(k);
+          *a = it->second;
+          *b = g[k];
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+// The device of the thread making split (color, key) of MPI_COMM_WORLD (*mine): this
+// process's one device, or, with several (each device's thread makes its own split, its
+// arguments the group's first device and its device's place), the device of this
+// process at place `key` of the known groups that start with `color`. None such (a
+// program whose groups jax_accl could not read), or one place of such groups held by two
+// devices of one process (which of their threads asks is not said), is an error naming
+// them (the latter in every process the group spans, one device each too).
+Status device_of_split(const Registry& r, int color, int key, int64_t* mine) {
+  const std::shared_ptr<World> w = World::get();
+  if (w == nullptr) return error(Code::kInvalidArgument, "MPI_Comm_split: ", not_set_up());
+  const int me = w->process_index();
+  const std::vector<int64_t>& own = w->process(me).devices;
+  const std::string which = str_cat(
+      "MPI_Comm_split (color ", color, ", key ", key, ") of MPI_COMM_WORLD from one of process ",
+      me, "'s ", own.size(),
+      " CPU devices (each device's thread splits for itself, its arguments the group's first "
+      "device and its device's place)");
+  int place = 0;
+  int64_t a = -1, b = -1;
+  if (ambiguous_place(r, color, &place, &a, &b)) {
+    return error(Code::kInvalidArgument, which,
+                 ": groups of the compiled programs that start "
+                 "with device ",
+                 color, " have devices ", a, " and ", b, " of process ", process_of(a),
+                 " at place ", place,
+                 ", and a split does not say which of "
+                 "them asks: jax_accl refuses every split of these groups at once rather than "
+                 "give one device another's communicator. Give such collectives groups that do "
+                 "not start with the same device (the mesh's axes over one process's devices "
+                 "in one group), run with one CPU device per process, or without "
+                 "JAX_ACCL_XLA_COLLECTIVES (gloo)");
+  }
+  if (own.size() == 1) {
+    *mine = own[0];
+    return Status::Ok();
+  }
+  for (const KnownProgram& p : r.known) {
+    for (const std::vector<int64_t>& g : p.groups) {
+      if (static_cast<size_t>(key) < g.size() && g[0] == color &&
+          std::find(own.begin(), own.end(), g[key]) != own.end()) {
+        *mine = g[key];
+        return Status::Ok();
+      }
+    }
+  }
+  return error(Code::kInvalidArgument, which,
+               ": no compiled program's collective group starts with device ", color,
+               " and has one of this process's devices at place ", key,
+               ". With several devices per process jax_accl takes the device from the "
+               "groups it reads from each program's HLO; run this program with one CPU "
+               "device per process, or without JAX_ACCL_XLA_COLLECTIVES (gloo)");
+}
+
+int world_processes() {
+  const std::shared_ptr<World> world = World::get();
+  return world == nullptr ? 0 : world->process_count();
 }
 
 // "processes [0, 1] (devices [0 2048])".
@@ -197,9 +304,10 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
   expected->clear();
   *out = nullptr;
   if (world.handle != MPIABI_COMM_WORLD || key < 0) return Status::Ok();
-  const int64_t mine = world.devices[world.rank];
   std::unique_lock<std::mutex> lock;
   Registry& r = registry(&lock);
+  int64_t mine = -1;
+  ACCL_RETURN_IF_ERROR(device_of_split(r, color, key, &mine));
   const std::vector<int64_t>* best = nullptr;   // the latest program's choice
   const std::vector<int64_t>* other = nullptr;  // another program's, of other devices
   const KnownProgram* unread = nullptr;         // a program of unknown groups that fits
@@ -215,7 +323,7 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
     const std::vector<int64_t>* choice = nullptr;
     for (const std::vector<int64_t>& g : p.groups) {
       if (static_cast<size_t>(key) >= g.size() || g[0] != color || g[key] != mine ||
-          r.live.count(g) > 0) {
+          r.live.count({g, key}) > 0) {
         continue;
       }
       if (choice == nullptr) {
@@ -242,6 +350,13 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
       best_seen = p.seen;
     }
   }
+  if (best == nullptr && world.devices.size() > static_cast<size_t>(world_processes())) {
+    return error(Code::kInvalidArgument, "MPI_Comm_split (color ", color, ", key ", key,
+                 ") of MPI_COMM_WORLD from this process's device ", mine,
+                 ": every group of the compiled programs that fits it is one XLA holds "
+                 "already, and with several devices per process a split of every process "
+                 "is not one jax_accl can make");
+  }
   if (best == nullptr) return Status::Ok();
   if (unread != nullptr) {
     return error(Code::kInvalidArgument, "this process's device ", mine,
@@ -267,7 +382,7 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
                  "program once right after compiling or loading it (as jax.jit does)");
   }
   *expected = *best;
-  *out = parent_of(r, *best, mine);
+  *out = parent_of(r, *best, key);
   return Status::Ok();
 }
 
@@ -357,6 +472,7 @@ Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
       comm->devices.push_back(parent.devices[members[i]]);
     }
     comm->label = label_of(comm->devices);
+    comm->group = meeting_of_group(comm->devices, comm->lane);
     if (!expected.empty() && (comm->devices != expected || comm->rank != key)) {
       std::string said;
       for (int r = 0; r < n; ++r) {
@@ -406,9 +522,8 @@ void free_comm(MPIABI_Comm handle) {
   Registry& r = registry(&lock);
   auto it = r.comms.find(handle);
   if (it == r.comms.end()) return;
-  if (it->second->broken.ok() && --r.live[it->second->devices] <= 0) {
-    r.live.erase(it->second->devices);
-  }
+  const std::pair<std::vector<int64_t>, int> held{it->second->devices, it->second->rank};
+  if (it->second->broken.ok() && --r.live[held] <= 0) r.live.erase(held);
   r.comms.erase(it);
 }
 
@@ -471,6 +586,7 @@ Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out)
     pair->rank = comm.rank == sender ? 0 : 1;
     pair->lane = Fnv64(comm.lane).mix(0x703270ull).mix(sender).mix(receiver).value();
     pair->label = str_cat(comm.label, " ranks ", sender, " -> ", receiver);
+    pair->group = meeting_of_group(pair->devices, pair->lane);
     pair->broken = comm.broken;
   }
   *out = pair;

@@ -1,9 +1,12 @@
 // The communicators XLA:CPU's MPI collectives use, on jax_accl's World: MPI_COMM_WORLD
-// (every process, one CPU device each, in process order), MPI_COMM_SELF, and those
+// (every process's CPU devices, in process order), MPI_COMM_SELF, and those
 // MPI_Comm_split makes, each a group of global devices with a lane of its own (its
 // channels). A call on one runs as jax_accl's collective of that group
-// (run_across_processes): hierarchical between hosts, every rail, shared memory
-// within a host.
+// (run_across_processes): hierarchical between hosts, every rail, shared memory within
+// a host. With several devices per process each device's thread is a rank of its own:
+// its split gives it a communicator of its group's devices at its device's place, and
+// the communicators of this process's ranks of one group share one Group, where they
+// meet in memory (only the processes' rounds go on the wire).
 #pragma once
 
 #include <atomic>
@@ -24,7 +27,7 @@
 namespace accl::mpiabi {
 
 // A communicator: a group as its calls name it (runtime/collective_call.h's CallGroup:
-// the members' global device ids in rank order, one per process, this rank, the lane,
+// the members' global device ids in rank order, this rank, the lane,
 // the label "MPI communicator [0 2]"), and what MPI adds: its handle, its split state and
 // its point-to-point pairs.
 struct Comm : CallGroup {
