@@ -8,7 +8,9 @@ kind of every test (the markers pyproject.toml registers):
   marked so. Where namespaces cannot be made such a test is skipped, but in CI (CI set),
   which runs as root, it fails: it must run there;
 - soak: every test of tests/soak/;
-- fast: none of these; `scripts/test.sh --fast` runs them (`pytest -m fast`).
+- fast: none of these; `scripts/test.sh --fast` runs them (`pytest -m fast`);
+- native, besides its kind: every test of tests/native/ (the native core through its
+  harness, whatever JAX's version: CI runs them on one Python only, .ci/run).
 """
 
 import os
@@ -46,6 +48,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("netns")
         if item.get_closest_marker("netns"):
             item.add_marker("multiprocess")  # namespaced hosts are processes inside them
+        if path.is_relative_to(TESTS / "native"):
+            item.add_marker("native")
         if not any(item.get_closest_marker(kind) for kind in KINDS):
             item.add_marker("fast")
 
