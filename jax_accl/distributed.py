@@ -113,6 +113,8 @@ def _start() -> list[dict]:
             "jax_accl: this program spans processes, but jax.distributed is not "
             "initialized; call jax.distributed.initialize() first"
         )
+    global _attempt
+    _attempt += 1  # collective: every process counts its start-ups alike
     index = jax.process_index()
     _forget_failure(client, index)
     try:
@@ -148,8 +150,17 @@ def _start_with(client, index: int, count: int) -> list[dict]:
         raise
 
 
-# Where a process whose start-up failed says why, for the others' waits (_wait).
+# Where a process whose start-up failed says why, for the others' waits (_wait): a
+# directory per start-up of the job (_attempt), so that a start-up tried again is not
+# ended by the failures of the one before.
 _FAILED = f"{_PREFIX}/failed/"
+_attempt = 0
+
+
+def _failed_dir() -> str:
+    return f"{_FAILED}{_attempt}/"
+
+
 # How often a wait in the store looks for such a failure.
 _LOOK_S = 0.5
 
@@ -159,7 +170,7 @@ def _publish_failure(client, index: int, error: BaseException) -> None:
     it ends at once with this reason instead of at the timeout."""
     try:
         client.key_value_set(
-            f"{_FAILED}{index}", str(error) or type(error).__name__, allow_overwrite=True
+            f"{_failed_dir()}{index}", str(error) or type(error).__name__, allow_overwrite=True
         )
     except Exception as e:  # the store gone too: the others' waits end at their timeout
         log.logger.warning("jax_accl: could not tell the other processes why: %s", e)
@@ -168,7 +179,7 @@ def _publish_failure(client, index: int, error: BaseException) -> None:
 def _forget_failure(client, index: int) -> None:
     """A failure this process published at an earlier start-up of the job, withdrawn."""
     try:
-        client.key_value_delete(f"{_FAILED}{index}")
+        client.key_value_delete(f"{_failed_dir()}{index}")
     except Exception:  # none, or the store gone: the start-up says which
         pass
 
@@ -189,7 +200,9 @@ def _wait(client, key: str, timeout_ms: int, index: int) -> str:
             if not _timed_out(e):
                 raise
             failed = [
-                (k, why) for k, why in client.key_value_dir_get(_FAILED) if k != f"{_FAILED}{index}"
+                (k, why)
+                for k, why in client.key_value_dir_get(_failed_dir())
+                if k != f"{_failed_dir()}{index}"
             ]
             if failed:
                 process = failed[0][0].rsplit("/", 1)[-1]

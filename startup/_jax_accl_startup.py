@@ -54,10 +54,17 @@ def at_start_up() -> None:
     global warned
     if warned or importlib.util.find_spec("jax_accl") is None:
         return  # done, or jax_accl uninstalled and its hook left behind
-    config = knobs()
-    for line in config.misspelt():
-        print(f"warning: {line}", file=sys.stderr)
+    try:
+        config = knobs()
+        misspelt = config.misspelt()
+    except Exception as e:  # a config.py of another version: one line, never a traceback
+        misspelt, config = [f"jax_accl's start-up hook could not read its knobs: {e}"], None
+    if sys.stderr is not None:  # (closed: never on stdout, which may be a program's data)
+        for line in misspelt:
+            print(f"warning: {line}", file=sys.stderr)
     warned = True
+    if config is None:
+        return
     try:
         on = config.value("JAX_ACCL_XLA_COLLECTIVES")
     except ValueError as e:
@@ -65,7 +72,7 @@ def at_start_up() -> None:
         return
     if on:
         install()
-    elif "JAX_ACCL_XLA_COLLECTIVES" in os.environ and os.environ.get(
+    elif os.environ.get("JAX_ACCL_XLA_COLLECTIVES", "").strip() and os.environ.get(
         "MPITRAMPOLINE_LIB", ""
     ).endswith("/libjax_accl_mpi.so"):
         release()  # set to 0 (not merely unset: the hook now runs for any JAX_ACCL_* knob)

@@ -33,8 +33,9 @@ def mpirun() -> str | None:
     """The mpirun MPIRUN names (where it exists), else the one next to this interpreter
     (the Open MPI wheel's), else on PATH."""
     named = os.environ.get("MPIRUN")
-    if named:
-        return named if os.access(named, os.X_OK) else None
+    if named:  # a path, or a name on PATH; absolute (the baseline runs from /)
+        found = shutil.which(named)
+        return os.path.abspath(found) if found else None
     beside = Path(sys.executable).parent / "mpirun"
     return str(beside) if beside.exists() else shutil.which("mpirun")
 

@@ -128,6 +128,19 @@ def run_job(
     killed."""
     coordinator = f"{coordinator_ip}:{free_port(coordinator_ip)}"
     procs = []
+    try:
+        _spawn(procs, worker, num_processes, devices, coordinator, extra, env, namespaces)
+        return _collect(procs, worker, timeout, killed, echo, on_progress)
+    except BaseException:  # a signal (SystemExit) while starting them: none outlives us
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        raise
+
+
+def _spawn(procs, worker, num_processes, devices, coordinator, extra, env, namespaces):
+    """Starts the job's processes, each appended to `procs` as it starts."""
     for i in range(num_processes):
         cmd = [
             sys.executable,
@@ -150,6 +163,11 @@ def run_job(
                 cmd, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/"
             )
         )
+
+
+def _collect(procs, worker, timeout, killed, echo, on_progress) -> list[dict]:
+    """Reads every process's output until the job ends (wait_for); its results, or
+    RuntimeError with every process's output."""
     outputs = [[] for _ in procs]
 
     def collect(i, stream):
