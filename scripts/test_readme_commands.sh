@@ -23,7 +23,7 @@ run() {  # clone, command: runs it in the clone, checks what it printed
     test) (cd "$clone" && bash scripts/test.sh --fast -k "test_ffi_version or test_package_layout") \
       >"$log" 2>&1 ;;
   esac || { cat "$log"; echo "FAILED: bash scripts/$* in $clone"; return 1; }
-  grep -q "^install.sh: into .venv, what is missing of: " "$log" ||
+  grep -Eq "^install.sh: (into .venv, what it is missing: |.venv has every requirement)" "$log" ||
     { cat "$log"; echo "FAILED: scripts/$* said nothing of what it installs"; return 1; }
   if [ "$1" = test ]; then
     grep -q "^lint: clean" "$log" && grep -Eq "[0-9]+ passed" "$log" ||
