@@ -115,7 +115,11 @@ CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSetting
   spec.device = group.devices.empty() ? -1 : group.devices[group.rank];
   spec.size = static_cast<int>(group.devices.size());
   spec.lane = group.lane;
-  spec.label = str_cat(group.label, " call ", key.seq);
+  // One numbering in errors: "call N" is the call's index in its group's lane, which a
+  // call across processes names (runtime/communicator.cc); the count within a launch is
+  // said only where a launch makes the call more than once (a loop).
+  spec.label =
+      key.seq == 0 ? group.label : str_cat(group.label, " (#", key.seq + 1, " in its launch)");
   spec.group = group.group;
   spec.args = group.args;
   spec.signature = settings.signature;
