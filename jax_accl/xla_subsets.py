@@ -48,8 +48,8 @@ def check(devices, executable) -> None:
     flat = [] if devices is None else list(getattr(devices, "flat", devices))
     processes = sorted({d.process_index for d in flat})
     # A program on one process's several devices splits too (XLA:CPU runs every
-    # collective of a multi-process job's client through MPI).
-    if count <= 1 or len(flat) <= 1:
+    # collective of a job's client through MPI, a job of one process included).
+    if len(flat) <= 1:
         return
     text = _compat.compiled_text(executable)
     kinds = xla_collectives_in(text)

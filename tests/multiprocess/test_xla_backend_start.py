@@ -105,16 +105,22 @@ def test_a_second_initialize_after_a_shutdown_runs_on_jax_accl_again():
             assert (peak, gathered) == (gloos[key][1], gloos[key][2])
 
 
-def test_several_devices_per_process_a_local_program_runs_and_an_unnamed_split_is_refused():
-    """2 processes x 4 CPU devices. A psum over one process's 4 devices: each device's
+@pytest.mark.parametrize("processes", [2, 1])
+def test_several_devices_per_process_a_local_program_runs_and_an_unnamed_split_is_refused(
+    processes,
+):
+    """2 processes x 4 CPU devices, and a job of one process of 4 (XLA:CPU runs its
+    collectives through MPI too). A psum over one process's 4 devices: each device's
     thread splits MPI_COMM_WORLD for itself, among those 4 (its device named by the
     program's group), one MPI_Allreduce per device, the sum right. A psum over "a" then
     "b" of a (2, 2, 2) mesh: groups starting with one device have two of the process's
     devices at place 1, which a split does not tell apart: refused in every process at
     once (well within JAX_ACCL_TIMEOUT_S), naming both devices; no result."""
-    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1", "JAX_ACCL_TIMEOUT_S": "60"}] * 2
+    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1", "JAX_ACCL_TIMEOUT_S": "60"}] * processes
     start = time.monotonic()
-    results = launch.run_job([str(SCRIPTS / "several_devices.py")], 2, 1, env=env, timeout=180)
+    results = launch.run_job(
+        [str(SCRIPTS / "several_devices.py")], processes, 1, env=env, timeout=180
+    )
     assert time.monotonic() - start < 50
     for r in results:
         assert r["local"] == [[6]] * 4, r
