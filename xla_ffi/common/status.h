@@ -74,6 +74,14 @@ Status error(Code code, const Args&... args) {
   return Status(code, str_cat(args...));
 }
 
+// `s`'s message without `who: ` in front, where it starts so (for a caller that names
+// `who` itself, once).
+inline std::string message_without(const Status& s, const std::string& who) {
+  std::string message = s.message();
+  if (message.rfind(who + ": ", 0) == 0) message.erase(0, who.size() + 2);
+  return message;
+}
+
 }  // namespace accl
 
 #define ACCL_RETURN_IF_ERROR(expr)               \

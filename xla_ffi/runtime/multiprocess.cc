@@ -568,11 +568,7 @@ Status ProcessesCall::after_a_stall(const Status& s) const {
 }
 
 // The call's error `s` without this call's name in front (said once, by its caller).
-std::string ProcessesCall::own_words(const Status& s) const {
-  std::string own = s.message();
-  if (own.rfind(where_ + ": ", 0) == 0) own.erase(0, where_.size() + 2);
-  return own;
-}
+std::string ProcessesCall::own_words(const Status& s) const { return message_without(s, where_); }
 
 // A call that was pending when this process aborted its waits: the abort's words, with
 // the call's own error beside them where that is another.

@@ -28,13 +28,6 @@ namespace {
 // Calls waiting for ranks in every rendezvous of the process, abandoned ones not counted.
 std::atomic<int64_t> g_pending{0};
 
-// `s` without `who: ` in front (record_left names the rank itself).
-Status without_who(const Status& s, const std::string& who) {
-  std::string message = s.message();
-  if (message.rfind(who + ": ", 0) == 0) message.erase(0, who.size() + 2);
-  return Status(s.code(), message);
-}
-
 // Added to `arrived`, once, by the first rank that leaves (the one that sets `left`):
 // every wait for the whole group ends. Once only, so that the count cannot wrap.
 constexpr uint32_t kLeftMark = 1u << 30;
@@ -213,7 +206,8 @@ Status Rendezvous::wait_for_all(PendingCall& call, int rank, int size, const std
       if (call.arrived.load() >= static_cast<uint32_t>(size)) continue;
       abandon(call);  // no longer pending (its ranks may never come); late arrivals fail
       // A stall fails the others at once too (a timeout is each rank's own).
-      if (!deadline.expired()) first = record_left(call, rank, without_who(ended, who));
+      if (!deadline.expired())
+        first = record_left(call, rank, Status(ended.code(), message_without(ended, who)));
     }
     if (first) call.arrived.fetch_add_and_wake(kLeftMark);
     return ended;
