@@ -26,9 +26,11 @@ import os
 import time
 
 HELPERS = ("jit", "checkpoint")
-# The collectives a helper holds: an all-reduce, an all-to-all, a ragged all-to-all.
-OPS = ("psum", "all_to_all", "ragged")
+# The collectives a helper holds: an all-reduce, an all-to-all, a ragged all-to-all, a
+# broadcast from a root.
+OPS = ("psum", "all_to_all", "ragged", "broadcast")
 DELAYS = (0.0, 0.003)
+BROADCAST_ROOT = 1
 
 
 def checked_keys(iterations: int) -> dict:
@@ -58,6 +60,8 @@ def _collective(op: str, lib):
         return lambda v: lib.psum(v, "x")
     if op == "all_to_all":
         return lambda v: lib.all_to_all(v, "x", 0, 0, tiled=True)
+    if op == "broadcast":  # (jax_accl's alone: its reference is NumPy's)
+        return lambda v: lib.broadcast(v, "x", BROADCAST_ROOT)
 
     def ragged(operand, output, *sizes):
         return lib.ragged_all_to_all(operand, output, *sizes, axis_name="x")
@@ -116,6 +120,11 @@ def _inputs(mesh, op: str):
         rows = np.arange(n, dtype=np.int32)[:, None] * np.ones((1, 1 << 16), np.int32)
         a, b = rows + 1, 100 * (rows + 1)
         return [a], [b], (a.sum(0, keepdims=True), b.sum(0, keepdims=True))
+    if op == "broadcast":  # every device gets the root's rows
+        rows = np.arange(n, dtype=np.int32)[:, None] * np.ones((1, 1 << 12), np.int32)
+        a, b = rows + 1, 100 * (rows + 1)
+        root = slice(BROADCAST_ROOT, BROADCAST_ROOT + 1)
+        return [a], [b], (np.broadcast_to(a[root], a.shape), np.broadcast_to(b[root], b.shape))
     if op == "all_to_all":  # each device's (n blocks of 4 rows) x 256
         shape = (n * n * 4, 256)
         a = np.arange(np.prod(shape), dtype=np.int32).reshape(shape)
