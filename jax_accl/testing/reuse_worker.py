@@ -1,6 +1,6 @@
 """One process of a job (or a one-process run on 8 devices) whose programs use one
 helper holding a jax_accl call twice, as real programs do: a jitted or rematerialized
-(`jax.checkpoint`) collective (a psum, an all_to_all, a ragged_all_to_all) applied to
+(`jax.checkpoint`) collective (a psum, an all_to_all, a ragged_all_to_all, a broadcast) applied to
 two independent sets of arrays, and a stack of identical FSDP-style blocks under
 `jax.checkpoint` (each block's weights gathered, independently of the others),
 differentiated. JAX lowers each such helper once and calls it from every use unless
