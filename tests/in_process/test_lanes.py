@@ -50,15 +50,21 @@ def _specs(mesh, op):
     if op == "ragged":
         use = [(8, 24, 8), (8, 30, 8), *[(8, 16)] * 4]
     else:
-        use = [(8, 1 << 16) if op == "psum" else (8 * 32, 256)]
+        use = [(8, 1 << 16) if op in ("psum", "broadcast") else (8 * 32, 256)]
     return [_spec(mesh, shape) for shape in use * 2]
 
 
-XLA_OPS = {"psum": "all-reduce(", "all_to_all": "all-to-all(", "ragged": "ragged-all-to-all("}
+XLA_OPS = {
+    "psum": "all-reduce(",
+    "all_to_all": "all-to-all(",
+    "ragged": "ragged-all-to-all(",
+    "broadcast": "all-reduce(",  # (what a masked psum, jax.lax's way, would leave)
+}
 TARGETS = {
     "psum": "accl_allreduce",
     "all_to_all": "accl_all_to_all",
     "ragged": "accl_ragged_all_to_all",
+    "broadcast": "accl_broadcast",
 }
 
 
