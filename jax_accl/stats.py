@@ -20,6 +20,10 @@ def stats() -> dict:
     * ``refused_connections``: connections refused for a wrong secret or protocol;
     * ``communicator_lookups``: groups across processes looked up in the process table's
       registry (each group once, at its first call; not reset by ``reset_stats()``);
+    * ``cma_fallbacks``: calls between processes of one host planned for cross-memory
+      attach that ran another schedule because it was refused (a group's first such call
+      probes it and learns; its later calls plan without it); not reset by
+      ``reset_stats()``;
     * ``recoveries``: epochs the groups of this process started after a failed call
       (``jax_accl.recovery``); not reset by ``reset_stats()``;
     * ``calls_in_flight``, ``max_calls_in_flight``: calls begun and not completed,

@@ -113,6 +113,7 @@ def run_job(
     extra=(),
     env=None,
     namespaces=None,
+    prefixes=None,
     coordinator_ip="127.0.0.1",
     timeout=300.0,
     killed=(),
@@ -120,7 +121,8 @@ def run_job(
     on_progress=None,
 ) -> list[dict]:
     """Runs `python <worker...>` as every process of the job; `env[i]` (optional) adds
-    to process i's environment and `namespaces[i]` (optional) is its network namespace.
+    to process i's environment, `namespaces[i]` (optional) is its network namespace and
+    `prefixes[i]` (optional) a command that starts it (e.g. ["unshare", "--pid", "--fork"]).
     Processes in `killed` are expected to die by SIGKILL and return no result. Process
     `echo`'s output is copied to our stdout as it comes (without its RESULT line).
     Process 0's lines "PROGRESS <json>" go to `on_progress(fields)` as they come.
@@ -129,7 +131,7 @@ def run_job(
     coordinator = f"{coordinator_ip}:{free_port(coordinator_ip)}"
     procs = []
     try:
-        _spawn(procs, worker, num_processes, devices, coordinator, extra, env, namespaces)
+        _spawn(procs, worker, num_processes, devices, coordinator, extra, env, namespaces, prefixes)
         return _collect(procs, worker, timeout, killed, echo, on_progress)
     except BaseException:  # a signal (SystemExit) while starting them: none outlives us
         for p in procs:
@@ -139,7 +141,7 @@ def run_job(
         raise
 
 
-def _spawn(procs, worker, num_processes, devices, coordinator, extra, env, namespaces):
+def _spawn(procs, worker, num_processes, devices, coordinator, extra, env, namespaces, prefixes):
     """Starts the job's processes, each appended to `procs` as it starts."""
     for i in range(num_processes):
         cmd = [
@@ -155,6 +157,8 @@ def _spawn(procs, worker, num_processes, devices, coordinator, extra, env, names
             str(devices),
             *extra,
         ]
+        if prefixes is not None:
+            cmd = [*prefixes[i], *cmd]
         if namespaces is not None:
             cmd = ["ip", "netns", "exec", namespaces[i], *cmd]
         penv = worker_env(env[i] if env else None)

@@ -431,6 +431,28 @@ def test_processes_that_finish_at_different_times_and_leave_at_once_all_complete
     assert [r["stats"]["communicator_lookups"] for r in results] == [1] * 4
 
 
+def test_a_group_that_found_cross_memory_attach_refused_plans_without_it():
+    # Issue 60: process 1 runs in a pid namespace of its own (a container of the same
+    # host), so its pid means another process to process 0 and cross-memory attach is
+    # refused. The group's first large call probes and falls back; the three after it
+    # plan without it (the group's learnt answer, not the World's setting), each exact.
+    results = run(
+        2,
+        2,
+        "exit_at_once",
+        extra=["--bytes", str(4 << 20), "--reps", "4"],
+        env=[{"JAX_ACCL_CMA": "1"}] * 2,
+        prefixes=[[], ["unshare", "--pid", "--fork"]],
+    )
+    assert [r["calls"] for r in results] == [4] * 2
+    for r in results:
+        # Once per rank (2 devices per process): the first call only.
+        assert r["stats"]["cma_fallbacks"] == 2, r["stats"]
+        assert r["stats"]["transports"].get("cma", {}).get("bytes_sent", 0) == 0
+        # What ran instead: each process's half of every call through shared memory.
+        assert r["stats"]["transports"]["shm"]["bytes_sent"] >= 4 * (4 << 20) // 2
+
+
 def test_ranks_in_different_calls_all_raise():
     results = run(2, 2, "mismatch", env=[{"JAX_ACCL_TIMEOUT_S": "20"}] * 2, timeout=120)
     for r in results:

@@ -200,6 +200,7 @@ nb::dict stats() {
   const std::shared_ptr<World> w = World::get();
   out["refused_connections"] = w ? w->refused_connections() : 0;
   out["communicator_lookups"] = w ? w->communicator_lookups() : 0;
+  out["cma_fallbacks"] = w ? w->cross_memory_fallbacks() : 0;
   out["recoveries"] = w ? w->recoveries() : 0;
   return out;
 }

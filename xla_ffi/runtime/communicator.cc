@@ -167,7 +167,9 @@ CallPlan Communicator::plan(int rank, size_t bytes, Algorithm forced, bool cma,
   request.collective = collective;
   request.bytes = bytes;
   request.forced = forced;
-  request.cma = cma;
+  // Where the group learnt that cross-memory attach is refused between its processes,
+  // its calls plan without it (no link opened to find that out again).
+  request.cma = cma && cross_memory_.load() != 0;
   request.rails = rails_;
   request.chunks = chunks;
   return plan_call(layout_, rank, request, cost_model());

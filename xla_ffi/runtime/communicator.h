@@ -70,7 +70,8 @@ class Communicator {
   const GroupLayout& layout() const { return layout_; }
   int rails() const { return rails_; }
   // The schedule of rank `rank`'s call of `bytes`: `forced` as the caller asked (kAuto:
-  // the cost model's choice); `cma`: cross-memory attach is usable (one host). The
+  // the cost model's choice); `cma`: cross-memory attach is allowed (one host, and the
+  // World's setting), which the plan uses unless the group learnt it is refused. The
   // runtime's plan (runtime/call_plan.h) on this group's layout and rails.
   // `chunks`: the pipeline's (0 the cost model's, 1 off, n forced).
   CallPlan plan(int rank, size_t bytes, Algorithm forced, bool cma, Collective collective,

@@ -431,6 +431,7 @@ Status ProcessesCall::run(const std::vector<const void*>& in, const std::vector<
     bool done = false;
     Status s = run_cross_memory(&done);
     if (!s.ok() || done) return finish(s);
+    world_->cross_memory_fell_back();
     plan(/*cma=*/false);  // refused (every rank learnt it alike): the next best schedule
   }
   if (plan_.schedule != Algorithm::kHierarchical) return finish(run_flat());

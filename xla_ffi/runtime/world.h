@@ -99,6 +99,10 @@ class World : public ChannelMaker {
   // destroyed (jax.distributed.shutdown(), or the last call still holding it ends);
   // otherwise only the calls that probe or copy hold it, each while it runs.
   void cross_memory_probed(bool usable);
+  // Calls planned for cross-memory attach that ran another schedule, having found it
+  // refused (each group's first such call: its probe; later calls plan without it).
+  void cross_memory_fell_back() { fallbacks_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t cross_memory_fallbacks() const { return fallbacks_.load(std::memory_order_relaxed); }
 
   ~World() override;
 
@@ -122,6 +126,7 @@ class World : public ChannelMaker {
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.
   std::atomic<uint64_t> lookups_{0};  // communicator() calls
+  std::atomic<uint64_t> fallbacks_{0};  // cross_memory_fell_back() calls
   std::map<std::pair<std::vector<int64_t>, uint64_t>, std::shared_ptr<Communicator>> communicators_;
   // By lane id: (next call, failed call) agreed for a lane not made yet.
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> aligned_before_made_;
