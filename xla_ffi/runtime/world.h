@@ -125,7 +125,7 @@ class World : public ChannelMaker {
 
   std::mutex mutex_;
   // After the transports: destroyed first, their channel spaces with them.
-  std::atomic<uint64_t> lookups_{0};  // communicator() calls
+  std::atomic<uint64_t> lookups_{0};    // communicator() calls
   std::atomic<uint64_t> fallbacks_{0};  // cross_memory_fell_back() calls
   std::map<std::pair<std::vector<int64_t>, uint64_t>, std::shared_ptr<Communicator>> communicators_;
   // By lane id: (next call, failed call) agreed for a lane not made yet.
