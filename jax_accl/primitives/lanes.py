@@ -46,6 +46,7 @@ from collections import defaultdict
 
 from jax_accl.errors import AcclError
 from jax_accl.hlo_text import accl_lanes_in
+from jax_accl.names import COLLECTIVE_CODES
 
 # Per thread: .calls, jax_accl calls lowered so far; .site, the site of the module being
 # lowered (None: a program's own); .pending_site, a custom_partitioning rule's site, for
@@ -148,16 +149,7 @@ class LoweringCache(dict):
 
 # --- the check on the lowered module ---
 
-_CALL_TARGETS = (
-    "accl_allreduce",
-    "accl_reduce_scatter",
-    "accl_all_gather",
-    "accl_ppermute",
-    "accl_all_to_all",
-    "accl_ragged_all_to_all",
-    "accl_broadcast",
-    "accl_reduce",
-)
+_CALL_TARGETS = tuple(COLLECTIVE_CODES)  # every jax_accl FFI target
 
 
 def _string(attribute) -> str:

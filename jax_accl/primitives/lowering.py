@@ -34,7 +34,7 @@ import numpy as np
 
 from jax_accl import _accl, config, cost_model, distributed, log
 from jax_accl import _compat as c
-from jax_accl.names import ALGORITHM_CODES, API_NAMES, OP_CODES
+from jax_accl.names import ALGORITHM_CODES, API_NAMES, COLLECTIVE_CODES, OP_CODES
 from jax_accl.plan.runtime import runtime_plan
 from jax_accl.primitives import lanes
 from jax_accl.primitives.all_to_all import accl_all_to_all_p
@@ -45,7 +45,6 @@ from jax_accl.primitives.ragged_all_to_all import (
     accl_ragged_call_p,
     layout_table,
 )
-from jax_accl.primitives.rooted import API as ROOTED_API
 from jax_accl.primitives.scatter_gather import API as SCATTER_GATHER_API
 from jax_accl.units import human
 
@@ -94,7 +93,7 @@ def _lane(ctx, groups) -> int:
     return lanes.next_lane(c.module_scratch(ctx), groups)
 
 
-def _device_ids(ctx, groups) -> tuple:
+def device_ids(ctx, groups) -> tuple:
     """The global device id of every partition. In one process, where the module names
     no devices (an abstract mesh), the process's devices in order, as XLA assigns them."""
     try:
@@ -117,7 +116,7 @@ def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op
     chosen = config.current().algorithm if algorithm == "auto" else algorithm
     if jax.process_count() > 1:  # the process table first: the plan reads it
         distributed.ensure_started()
-    return _emit_data_call(
+    return emit_data_call(
         ctx,
         xs,
         "accl_allreduce",
@@ -134,10 +133,14 @@ def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op
     )
 
 
-def _attributes(groups, op: str, algorithm: str, op_id: int, lane: int, name: str, devices):
-    """The attributes every jax_accl target takes (xla_ffi/ffi/collective_ffi.cc)."""
+def _attributes(target, groups, op, algorithm, op_id, lane, name, devices, args):
+    """The attributes every jax_accl target takes (xla_ffi/ffi/collective_ffi.cc): which
+    collective it is, its group, op and schedule, and `args`, the collective's arguments
+    (a permutation's destination of each partition, a rooted collective's root)."""
     flat_groups, group_size = _padded_groups(groups)
     return dict(
+        collective=np.int64(COLLECTIVE_CODES[target]),
+        args=np.asarray(args, np.int64).reshape(-1),
         groups=flat_groups,
         group_size=np.int64(group_size),
         op=np.int64(OP_CODES[op]),
@@ -162,11 +165,11 @@ def _scatter_gather_lowering(
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
     params.update(invariant=invariant, reduced=reduced, op_id=op_id)
     if c.is_partial_manual(ctx):  # first: before the bootstrap that _places may start
-        return _lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params), dim0=True)
+        return lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params), dim0=True)
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
-    devices = _device_ids(ctx, groups)
+    devices = device_ids(ctx, groups)
     algorithm = _schedule_name(ctx, groups, devices, primitive.name.removeprefix("accl_"))
-    return _emit_data_call(ctx, xs, primitive.name, api, axes, groups, devices, op_id, algorithm)
+    return emit_data_call(ctx, xs, primitive.name, api, axes, groups, devices, op_id, algorithm)
 
 
 def _schedule_name(ctx, groups, devices, collective: str, forced: str = "auto") -> str:
@@ -182,14 +185,14 @@ def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
     """accl_ppermute: the partition each partition sends to, from `perm` as jax.lax
     reads it (indices into each group in ascending order, modulo its size)."""
     if c.is_partial_manual(ctx):
-        return _lower_per_shard(
+        return lower_per_shard(
             ctx,
             xs,
             "jax_accl.ppermute",
             lambda *v: accl_ppermute_p.bind(*v, axes=axes, perm=perm, op_id=op_id),
         )
     groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
-    devices = _device_ids(ctx, groups)
+    devices = device_ids(ctx, groups)
     send_to = np.full(len(devices), -1, np.int64)
     for group in groups:
         ordered, n = sorted(group), len(group)
@@ -200,7 +203,7 @@ def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
             )
         for src, dst in pairs:
             send_to[ordered[src]] = ordered[dst]
-    return _emit_data_call(
+    return emit_data_call(
         ctx,
         xs,
         "accl_ppermute",
@@ -210,34 +213,7 @@ def _ppermute_lowering(ctx, *xs, axes, perm, op_id):
         devices,
         op_id,
         "direct",
-        send_to=send_to,
-    )
-
-
-def _rooted_lowering(ctx, *xs, primitive, axes, root, op, op_id):
-    """accl_broadcast / accl_reduce: `root` (an index along the axes) is the same rank of
-    every group (its members in axis_index order, as jax.lax.psum's groups list them);
-    each result aliases its operand (the native call works in place)."""
-    api = ROOTED_API[primitive]
-    params = dict(axes=axes, root=root, op=op, op_id=op_id)
-    if c.is_partial_manual(ctx):
-        return _lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params))
-    groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
-    if not all(0 <= root < len(g) for g in groups):
-        raise ValueError(f"{api}: root {root} is outside a group of {min(map(len, groups))}")
-    return _emit_data_call(
-        ctx,
-        xs,
-        primitive.name,
-        api,
-        axes,
-        groups,
-        _device_ids(ctx, groups),
-        op_id,
-        "direct",
-        aliases={k: k for k in range(len(xs))},
-        op=op,
-        root=np.int64(root),
+        args=send_to,
     )
 
 
@@ -246,7 +222,7 @@ def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
     as the runtime's plan chooses (JAX_ACCL_ALGORITHM=direct or hierarchical forces it)."""
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
     if c.is_partial_manual(ctx):
-        return _lower_per_shard(
+        return lower_per_shard(
             ctx,
             xs,
             "jax_accl.all_to_all",
@@ -254,10 +230,10 @@ def _all_to_all_lowering(ctx, *xs, axes, axis_index_groups, axis_size, op_id):
             dim0=True,
         )
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
-    devices = _device_ids(ctx, groups)
+    devices = device_ids(ctx, groups)
     chosen = config.value("JAX_ACCL_ALGORITHM")
     forced = chosen if chosen in ("direct", "hierarchical") else "auto"
-    return _emit_data_call(
+    return emit_data_call(
         ctx,
         xs,
         "accl_all_to_all",
@@ -278,7 +254,7 @@ def _ragged_lowering(
     the native call on (operand, output, table), its result the output's buffer."""
     params = dict(axes=axes, axis_index_groups=axis_index_groups, axis_size=axis_size)
     if c.is_partial_manual(ctx):
-        return _lower_per_shard(
+        return lower_per_shard(
             ctx,
             (operand, output, *sizes),
             "jax_accl.ragged_all_to_all",
@@ -300,8 +276,8 @@ def _ragged_call_lowering(
     ctx, operand, output, table, *, axes, axis_index_groups, axis_size, op_id
 ):
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
-    devices = _device_ids(ctx, groups)
-    return _emit_data_call(
+    devices = device_ids(ctx, groups)
+    return emit_data_call(
         ctx,
         (operand, output, table),
         "accl_ragged_all_to_all",
@@ -315,7 +291,7 @@ def _ragged_call_lowering(
     )
 
 
-def _lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False, results=None):
+def lower_per_shard(ctx, xs, api: str, bind, dim0: bool = False, results=None):
     """Inside a partially manual shard_map: `bind` (the collective over the manual axes)
     lowered in a region manual over the automatic axes too, on each device's own shard
     of every operand (sharded along them as its type says), so the partitioner never
@@ -338,7 +314,7 @@ def _nbytes(aval) -> int:
     return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
 
 
-def _emit_data_call(
+def emit_data_call(
     ctx,
     xs,
     target,
@@ -352,13 +328,15 @@ def _emit_data_call(
     forced="auto",
     op="sum",
     lane=None,
-    **extra,
+    args=(),
 ):
     """Every jax_accl custom call (fully manual contexts only): one result per operand,
     or as `aliases` ({operand: result}) says; `algorithm` names its schedule in the
     profile (the HLO name profilers show, e.g. "accl_allreduce reduce_broadcast 16MiB")
     and the log, `forced` is the algorithm the runtime's plan is asked for, `lane` the
-    call's (default: the next of the module, _lane)."""
+    call's (default: the next of the module, _lane), `args` the collective's arguments
+    (_attributes). A new collective's primitive module lowers through it and registers
+    its lowering there (primitives/rooted.py)."""
     if jax.process_count() > 1:
         distributed.ensure_started()
     nbytes = sum(_nbytes(aval) for aval in ctx.avals_in)
@@ -376,9 +354,10 @@ def _emit_data_call(
     )
     call = jax.ffi.ffi_lowering(target, has_side_effect=True, operand_output_aliases=aliases)
     lane = _lane(ctx, groups) if lane is None else lane
-    attributes = _attributes(groups, op, forced, op_id, lane, f"{api} over {axes}", devices)
+    name = f"{api} over {axes}"
+    attributes = _attributes(target, groups, op, forced, op_id, lane, name, devices, args)
     with c.ir.Location.name(profile_name):
-        return call(ctx, *xs, **attributes, **extra)
+        return call(ctx, *xs, **attributes)
 
 
 def _lowering(ctx, *xs, **params):
@@ -387,7 +366,7 @@ def _lowering(ctx, *xs, **params):
     )
     # The global device id of every partition: the handler finds its partition (and so
     # its group and rank) from the device ordinal XLA gives it.
-    call = {"lane": _lane(ctx, groups), "devices": _device_ids(ctx, groups)}
+    call = {"lane": _lane(ctx, groups), "devices": device_ids(ctx, groups)}
     if not c.is_partial_manual(ctx):
         return _emit_call(ctx, xs, **params, **call)
     specs = [c.spec_along_auto_axes(ctx, aval) for aval in ctx.avals_in]
@@ -414,10 +393,6 @@ for _p in SCATTER_GATHER_API:
         _p, partial(_scatter_gather_lowering, primitive=_p), platform="cpu", cacheable=False
     )
 c.mlir.register_lowering(accl_ppermute_p, _ppermute_lowering, platform="cpu", cacheable=False)
-for _p in ROOTED_API:
-    c.mlir.register_lowering(
-        _p, partial(_rooted_lowering, primitive=_p), platform="cpu", cacheable=False
-    )
 c.mlir.register_lowering(accl_all_to_all_p, _all_to_all_lowering, platform="cpu", cacheable=False)
 c.mlir.register_lowering(
     accl_ragged_all_to_all_p, _ragged_lowering, platform="cpu", cacheable=False

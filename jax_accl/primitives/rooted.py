@@ -10,8 +10,8 @@ are linear (a reduce only for op='sum') and each is the other's transpose: a bro
 sends x_root to every y_r, so the cotangent of x_root is the sum of every y_r's (a reduce
 to the root), and every other x_r gets zero; a reduce makes y_root the sum of every x_r,
 so every x_r's cotangent is y_root's (a broadcast from the root). Over a vmapped axis
-they are a take (a sum) along the batch dimension. The lowering is
-jax_accl/primitives/lowering.py."""
+they are a take (a sum) along the batch dimension. Each lowers to its FFI target
+(accl_broadcast, accl_reduce) with the root as its one argument."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
+from jax_accl.primitives import lowering
 from jax_accl.primitives.allreduce import check_varying_bucket, next_op_id, positional_reduce
 
 accl_broadcast_p = c.core.Primitive("accl_broadcast")
@@ -119,3 +120,36 @@ for _p in API:
     c.batching.fancy_primitive_batchers[_p] = partial(_batcher, primitive=_p)
     c.ad.primitive_jvps[_p] = partial(_jvp, primitive=_p)
     c.ad.primitive_transposes[_p] = partial(_transpose, primitive=_p)
+
+
+def _lowering(ctx, *xs, axes, root, op, op_id, primitive):
+    """`root` (an index along the axes) is the same rank of every group (its members in
+    axis_index order, as jax.lax.psum's groups list them); each result aliases its
+    operand (the native call works in place)."""
+    api = API[primitive]
+    params = dict(axes=axes, root=root, op=op, op_id=op_id)
+    if c.is_partial_manual(ctx):
+        return lowering.lower_per_shard(ctx, xs, api, lambda *v: primitive.bind(*v, **params))
+    groups = c.replica_groups(ctx.module_context.axis_context, axes, None)
+    if not all(0 <= root < len(g) for g in groups):
+        raise ValueError(f"{api}: root {root} is outside a group of {min(map(len, groups))}")
+    devices = lowering.device_ids(ctx, groups)
+    return lowering.emit_data_call(
+        ctx,
+        xs,
+        primitive.name,
+        api,
+        axes,
+        groups,
+        devices,
+        op_id,
+        "direct",
+        aliases={k: k for k in range(len(xs))},
+        op=op,
+        args=[root],
+    )
+
+
+for _p in API:
+    # Not cacheable (as every jax_accl call: primitives/lowering.py).
+    c.mlir.register_lowering(_p, partial(_lowering, primitive=_p), platform="cpu", cacheable=False)

@@ -164,3 +164,43 @@ def test_epoch_announcements_are_signed_with_the_jobs_secret():
 
 def test_recover_in_one_process_has_nothing_to_align():
     assert jax_accl.recover() == {"lanes": 0, "moved": 0}
+
+
+def _raw_target_call(target, **override):
+    """A jax_accl FFI target called directly (jax.ffi.ffi_call, one device, its group
+    [0]) with the attributes the lowering gives it, less `override`."""
+    from jax_accl.names import ALGORITHM_CODES, COLLECTIVE_CODES, OP_CODES
+
+    attributes = dict(
+        groups=np.array([0], np.int64),
+        group_size=np.int64(1),
+        op=np.int64(OP_CODES["sum"]),
+        algorithm=np.int64(ALGORITHM_CODES["auto"]),
+        op_id=np.int64(1),
+        lane=np.int64(7),
+        timeout_ms=np.int64(10_000),
+        pipeline_chunks=np.int64(0),
+        name=f"raw {target}",
+        devices=np.array([jax.devices()[0].id], np.int64),
+        processes=np.int64(1),
+        collective=np.int64(COLLECTIVE_CODES[target]),
+        args=np.array([0] if target == "accl_broadcast" else [], np.int64),
+    )
+    attributes.update(override)
+    x = jnp.arange(4, dtype=jnp.int32)
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True)
+    return jax.jit(lambda a: call(a, **attributes))(x)
+
+
+def test_every_target_is_one_handler_told_which_collective_by_its_attribute():
+    # Issue 60: every target has the one instantiate handler; its `collective` and `args`
+    # attributes say what it is and takes. Valid: a one-device broadcast is the identity,
+    # and so is an all-reduce.
+    assert (np.asarray(_raw_target_call("accl_broadcast")) == np.arange(4)).all()
+    assert (np.asarray(_raw_target_call("accl_allreduce")) == np.arange(4)).all()
+    with pytest.raises(Exception, match="raw accl_allreduce names no collective: 99"):
+        _raw_target_call("accl_allreduce", collective=np.int64(99))
+    with pytest.raises(Exception, match="takes one argument, its root; it has 2"):
+        _raw_target_call("accl_broadcast", args=np.array([0, 1], np.int64))
+    with pytest.raises(Exception, match="root 3 is outside a group of 1"):
+        _raw_target_call("accl_broadcast", args=np.array([3], np.int64))

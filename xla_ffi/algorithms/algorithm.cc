@@ -10,13 +10,6 @@ constexpr const char* kNames[kNumAlgorithms] = {
 
 const char* algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>(algorithm)]; }
 
-const char* collective_name(Collective collective) {
-  constexpr const char* kCollectives[kNumCollectives] = {
-      "all-reduce", "reduce-scatter",    "all-gather", "permute",
-      "all-to-all", "ragged-all-to-all", "broadcast",  "reduce"};
-  return kCollectives[static_cast<int>(collective)];
-}
-
 bool parse_algorithm(std::string_view name, Algorithm* out) {
   for (int i = 0; i < kNumAlgorithms; ++i) {
     if (name == kNames[i]) {

@@ -33,6 +33,8 @@ inline constexpr int kNumAlgorithms = 6;
 // a permutation (each rank sends its buffer to at most one rank, algorithms/permute.h),
 // an all-to-all, or a rooted collective (a root's buffer to all, all reduced to a root:
 // algorithms/rooted.h).
+// A new collective is one enumerator and its name here (the runtime's table,
+// runtime/collective.cc, has a row for each, in this order).
 enum class Collective : int {
   kAllReduce = 0,
   kReduceScatter = 1,
@@ -41,10 +43,18 @@ enum class Collective : int {
   kAllToAll = 4,
   kRaggedAllToAll = 5,
   kBroadcast = 6,
-  kReduce = 7
+  kReduce = 7,
 };
-inline constexpr int kNumCollectives = 8;
-const char* collective_name(Collective collective);  // "all-reduce", ...
+// Their names in errors and stats, in the enum's order.
+inline constexpr const char* kCollectiveNames[] = {
+    "all-reduce", "reduce-scatter",    "all-gather", "permute",
+    "all-to-all", "ragged-all-to-all", "broadcast",  "reduce"};
+inline constexpr int kNumCollectives = sizeof(kCollectiveNames) / sizeof(kCollectiveNames[0]);
+static_assert(static_cast<int>(Collective::kReduce) == kNumCollectives - 1,
+              "one name per collective, the last enumerator last");
+inline const char* collective_name(Collective collective) {
+  return kCollectiveNames[static_cast<int>(collective)];
+}
 
 const char* algorithm_name(Algorithm algorithm);
 bool parse_algorithm(std::string_view name, Algorithm* out);

@@ -26,6 +26,7 @@
 #include "common/dtype.h"
 #include "ffi/handlers.h"
 #include "profiler/plugin_profiler.h"
+#include "runtime/collective.h"
 #include "runtime/collective_call.h"
 #include "runtime/communicator.h"
 #include "runtime/stall.h"
@@ -46,26 +47,31 @@ void register_plan(nb::module_& m);  // plan.cc
 namespace accl {
 namespace {
 
-// Each target's handlers by FFI stage, as jax.ffi.register_ffi_target takes them.
+// Each target's handlers by FFI stage, as jax.ffi.register_ffi_target takes them: every
+// row of the collectives' table (runtime/collective.h) one target, all on the one
+// instantiate handler (its `collective` attribute says which) and the one execute
+// handler but the ragged all-to-all's (three operands).
 nb::dict registrations() {
   nb::dict targets;
-  auto stages = [](XLA_FFI_Error* (*instantiate)(XLA_FFI_CallFrame*),
-                   XLA_FFI_Error* (*execute)(XLA_FFI_CallFrame*) = AcclCollectiveHandler) {
-    nb::dict out;
-    out["instantiate"] = nb::capsule(reinterpret_cast<void*>(instantiate));
-    out["execute"] = nb::capsule(reinterpret_cast<void*>(execute));
-    return out;
-  };
-  targets["accl_allreduce"] = stages(AcclAllreduceInstantiate);
-  targets["accl_reduce_scatter"] = stages(AcclReduceScatterInstantiate);
-  targets["accl_all_gather"] = stages(AcclAllGatherInstantiate);
-  targets["accl_ppermute"] = stages(AcclPermuteInstantiate);
-  targets["accl_all_to_all"] = stages(AcclAllToAllInstantiate);
-  targets["accl_broadcast"] = stages(AcclBroadcastInstantiate);
-  targets["accl_reduce"] = stages(AcclReduceInstantiate);
-  targets["accl_ragged_all_to_all"] =
-      stages(AcclRaggedAllToAllInstantiate, AcclRaggedAllToAllHandler);
+  for (int c = 0; c < kNumCollectives; ++c) {
+    const auto collective = static_cast<Collective>(c);
+    nb::dict stages;
+    stages["instantiate"] = nb::capsule(reinterpret_cast<void*>(AcclCollectiveInstantiate));
+    stages["execute"] = nb::capsule(reinterpret_cast<void*>(
+        collective == Collective::kRaggedAllToAll ? AcclRaggedAllToAllHandler
+                                                  : AcclCollectiveHandler));
+    targets[collective_row(collective).target] = stages;
+  }
   return targets;
+}
+
+// Each target's `collective` attribute (enum Collective), for the lowering.
+nb::dict collective_codes() {
+  nb::dict codes;
+  for (int c = 0; c < kNumCollectives; ++c) {
+    codes[collective_row(static_cast<Collective>(c)).target] = c;
+  }
+  return codes;
 }
 
 // The types of the handlers' state, as jax.ffi.register_ffi_type takes them.
@@ -212,6 +218,7 @@ NB_MODULE(_accl, m) {
   using namespace accl;
   m.doc() = "jax_accl native core: hierarchical all-reduce algorithms and XLA FFI handlers";
   m.def("registrations", &registrations, "FFI handler capsules by target name and stage");
+  m.def("collective_codes", &collective_codes, "each FFI target's `collective` attribute");
   m.def("state_types", &state_types, "FFI state types (type id and info capsules) by name");
   m.def(
       "ffi_api_version", [] { return std::make_pair(kAcclFfiApiMajor, kAcclFfiApiMinor); },

@@ -1,6 +1,6 @@
-// Thin FFI handlers of every jax_accl collective: accl_allreduce, accl_reduce_scatter,
-// accl_all_gather, accl_ppermute, accl_all_to_all, accl_ragged_all_to_all, accl_broadcast
-// and accl_reduce. Instantiate (once
+// Thin FFI handlers of every jax_accl collective (each target of runtime/collective.cc's
+// table: accl_allreduce, accl_ppermute, ...; bindings/module.cc registers them all with
+// these handlers). Instantiate (once
 // per call in an executable): decode the attributes fixed at lowering into the call site
 // (runtime/collective_site.h), the executable's state. Execute (each device's call): decode the
 // buffers, hand them to the site, return a future that the call completes. Errors become
@@ -85,25 +85,19 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> site_state(SiteAttributes attributes) {
   return state;
 }
 
-template <Collective collective>
+// Every target's site: `collective` (enum Collective: which collective the target is)
+// and `args`, its arguments as its row reads them (a permutation's partition each
+// partition sends to; a rooted collective's root; empty for the others).
 ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(
     ffi::Span<const int64_t> groups, int64_t group_size, int64_t op, int64_t algorithm,
     int64_t op_id, int64_t lane, int64_t timeout_ms, int64_t pipeline_chunks, std::string_view name,
-    ffi::Span<const int64_t> devices, int64_t processes) {
-  SiteAttributes attributes{
-      collective, to_vector(groups), group_size,         op,       algorithm, op_id, lane,
-      timeout_ms, std::string(name), to_vector(devices), processes};
-  attributes.pipeline_chunks = pipeline_chunks;
-  return site_state(std::move(attributes));
-}
-
-// A permutation's site: the attributes of every target and the partition each
-// partition sends to.
-ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_permute(
-    ffi::Span<const int64_t> groups, int64_t group_size, int64_t op, int64_t algorithm,
-    int64_t op_id, int64_t lane, int64_t timeout_ms, int64_t pipeline_chunks, std::string_view name,
-    ffi::Span<const int64_t> devices, int64_t processes, ffi::Span<const int64_t> send_to) {
-  SiteAttributes attributes{Collective::kPermute,
+    ffi::Span<const int64_t> devices, int64_t processes, int64_t collective,
+    ffi::Span<const int64_t> args) {
+  if (collective < 0 || collective >= kNumCollectives) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        "jax_accl: " + std::string(name) + " names no collective: " + std::to_string(collective)));
+  }
+  SiteAttributes attributes{static_cast<Collective>(collective),
                             to_vector(groups),
                             group_size,
                             op,
@@ -114,23 +108,8 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_permute(
                             std::string(name),
                             to_vector(devices),
                             processes,
-                            to_vector(send_to)};
+                            to_vector(args)};
   attributes.pipeline_chunks = pipeline_chunks;
-  return site_state(std::move(attributes));
-}
-
-// A rooted collective's site: the attributes of every target and the root (a rank of
-// every group).
-template <Collective collective>
-ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_rooted(
-    ffi::Span<const int64_t> groups, int64_t group_size, int64_t op, int64_t algorithm,
-    int64_t op_id, int64_t lane, int64_t timeout_ms, int64_t pipeline_chunks, std::string_view name,
-    ffi::Span<const int64_t> devices, int64_t processes, int64_t root) {
-  SiteAttributes attributes{
-      collective, to_vector(groups), group_size,         op,       algorithm, op_id, lane,
-      timeout_ms, std::string(name), to_vector(devices), processes};
-  attributes.pipeline_chunks = pipeline_chunks;
-  attributes.root = root;
   return site_state(std::move(attributes));
 }
 
@@ -225,42 +204,21 @@ ffi::Future execute_ragged(SiteState* state, ffi::RunId run_id, int32_t ordinal,
 }  // namespace accl
 
 // The attributes of every target (jax_accl/primitives/lowering.py).
-#define ACCL_SITE_ATTRIBUTES(binding)              \
-  binding.Attr<ffi::Span<const int64_t>>("groups") \
-      .Attr<int64_t>("group_size")                 \
-      .Attr<int64_t>("op")                         \
-      .Attr<int64_t>("algorithm")                  \
-      .Attr<int64_t>("op_id")                      \
-      .Attr<int64_t>("lane")                       \
-      .Attr<int64_t>("timeout_ms")                 \
-      .Attr<int64_t>("pipeline_chunks")            \
-      .Attr<std::string_view>("name")              \
-      .Attr<ffi::Span<const int64_t>>("devices")   \
-      .Attr<int64_t>("processes")
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllreduceInstantiate,
-                              accl::instantiate<accl::Collective::kAllReduce>,
-                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclReduceScatterInstantiate,
-                              accl::instantiate<accl::Collective::kReduceScatter>,
-                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllGatherInstantiate,
-                              accl::instantiate<accl::Collective::kAllGather>,
-                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclAllToAllInstantiate,
-                              accl::instantiate<accl::Collective::kAllToAll>,
-                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    AcclPermuteInstantiate, accl::instantiate_permute,
-    ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<ffi::Span<const int64_t>>("send_to"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    AcclBroadcastInstantiate, accl::instantiate_rooted<accl::Collective::kBroadcast>,
-    ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<int64_t>("root"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    AcclReduceInstantiate, accl::instantiate_rooted<accl::Collective::kReduce>,
-    ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()).Attr<int64_t>("root"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllInstantiate,
-                              accl::instantiate<accl::Collective::kRaggedAllToAll>,
-                              ACCL_SITE_ATTRIBUTES(ffi::Ffi::BindInstantiate()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveInstantiate, accl::instantiate,
+                              ffi::Ffi::BindInstantiate()
+                                  .Attr<ffi::Span<const int64_t>>("groups")
+                                  .Attr<int64_t>("group_size")
+                                  .Attr<int64_t>("op")
+                                  .Attr<int64_t>("algorithm")
+                                  .Attr<int64_t>("op_id")
+                                  .Attr<int64_t>("lane")
+                                  .Attr<int64_t>("timeout_ms")
+                                  .Attr<int64_t>("pipeline_chunks")
+                                  .Attr<std::string_view>("name")
+                                  .Attr<ffi::Span<const int64_t>>("devices")
+                                  .Attr<int64_t>("processes")
+                                  .Attr<int64_t>("collective")
+                                  .Attr<ffi::Span<const int64_t>>("args"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllHandler, accl::execute_ragged,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::State<accl::SiteState>>()

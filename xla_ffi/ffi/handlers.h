@@ -9,25 +9,12 @@
 constexpr int kAcclFfiApiMajor = XLA_FFI_API_MAJOR;
 constexpr int kAcclFfiApiMinor = XLA_FFI_API_MINOR;
 
-// accl_allreduce: operands x_1..x_N, results y_k = all-reduce of x_k (aliasing x_k);
-// accl_reduce_scatter: y_k = this rank's block of the reduction of x_k (n blocks);
-// accl_all_gather: y_k = every rank's x_k, in rank order. Each target's instantiate
-// handler makes the executable's call site (its state, of the type below); one execute
-// handler runs the call on it.
-extern "C" XLA_FFI_Error* AcclAllreduceInstantiate(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* AcclReduceScatterInstantiate(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* AcclAllGatherInstantiate(XLA_FFI_CallFrame* call_frame);
-// accl_ppermute: y_k = x_k of the rank that sends to this one (zeros where none does).
-extern "C" XLA_FFI_Error* AcclPermuteInstantiate(XLA_FFI_CallFrame* call_frame);
-// accl_all_to_all: y_k = block r of every rank's x_k (n blocks each), in rank order.
-extern "C" XLA_FFI_Error* AcclAllToAllInstantiate(XLA_FFI_CallFrame* call_frame);
-// accl_broadcast: y_k = the root's x_k; accl_reduce: y_k = the reduction of every rank's
-// x_k at the root, zeros elsewhere (the root: the attribute `root`, a rank of the group).
-extern "C" XLA_FFI_Error* AcclBroadcastInstantiate(XLA_FFI_CallFrame* call_frame);
-extern "C" XLA_FFI_Error* AcclReduceInstantiate(XLA_FFI_CallFrame* call_frame);
-// accl_ragged_all_to_all: operand, output and layout table in, the output updated
-// (aliased) out; its own execute handler.
-extern "C" XLA_FFI_Error* AcclRaggedAllToAllInstantiate(XLA_FFI_CallFrame* call_frame);
+// Every target (runtime/collective.cc's table: accl_allreduce, accl_reduce_scatter, ...)
+// has the one instantiate handler, which makes the executable's call site (its state, of
+// the type below) from the attributes (the `collective` attribute says which), and the
+// one execute handler (N operands to N results) but accl_ragged_all_to_all's (operand,
+// output and layout table in, the output updated, aliased, out).
+extern "C" XLA_FFI_Error* AcclCollectiveInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclRaggedAllToAllHandler(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclCollectiveHandler(XLA_FFI_CallFrame* call_frame);
 

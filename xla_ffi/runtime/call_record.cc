@@ -24,8 +24,8 @@ void record_call(Algorithm algorithm, const CallSpec& spec, Clock::time_point st
     stats->nanoseconds.fetch_add(ns_of(end) - ns_of(start), std::memory_order_relaxed);
   }
   if (trace_enabled() || debug_calls()) {
-    const char* target = collective_row(spec.signature.collective).trace_target;
-    TraceEvent call{str_cat(target, algorithm_name(algorithm), " ", human_bytes(bytes)),
+    const char* target = collective_row(spec.signature.collective).target;
+    TraceEvent call{str_cat(target, " ", algorithm_name(algorithm), " ", human_bytes(bytes)),
                     spec.device,
                     ns_of(start),
                     ns_of(end),

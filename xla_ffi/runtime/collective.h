@@ -1,7 +1,8 @@
 // The table of collectives: one row per collective the runtime carries, holding all the
 // runtime asks about what a call computes (its sizes, its kernel, its plan, its runners
 // on each tier). The rest of the runtime looks a call up here instead of switching on
-// its kind, so a new collective is its algorithm files, one row, one FFI symbol.
+// its kind, so a new collective is its algorithm files and one row (its FFI target, named
+// here, is registered from the table: bindings/module.cc).
 //
 //   collective      output per rank   reduces  one process      flat           by host
 //   all-reduce      = input           yes      one-shot, flat   flat           the hierarchy
@@ -56,16 +57,16 @@ enum class ByHost {
 
 struct CollectiveRow {
   Collective id;
-  const char* trace_target;  // "accl_allreduce ": the start of its trace events' names
-  const char* flat_phase;    // "flat": the trace phase of a flat schedule across processes
-  bool reduces;              // has a reduce kernel (the signature's op)
-  bool permutes;             // each rank has a peer to send to and one to receive from
-  bool rooted;               // the group has a root (a rank of it, CollectiveArgs::root)
+  const char* target;      // "accl_allreduce": its XLA FFI target, its trace events' prefix
+  const char* flat_phase;  // "flat": the trace phase of a flat schedule across processes
+  bool reduces = false;    // has a reduce kernel (the signature's op)
+  bool permutes = false;   // each rank has a peer to send to and one to receive from
+  bool rooted = false;     // the group has a root (a rank of it, CollectiveArgs::root)
   // Elements of a rank's output, for `in` elements of input, in a group of `n`; and a
   // rank's block, the unit of the scatter-gather schedules. Null: sizes the call's own
   // layout describes (a ragged all-to-all's table).
-  uint64_t (*output_count)(uint64_t in, uint64_t n);
-  uint64_t (*block_count)(uint64_t in, uint64_t n);
+  uint64_t (*output_count)(uint64_t in, uint64_t n) = nullptr;
+  uint64_t (*block_count)(uint64_t in, uint64_t n) = nullptr;
   // e.g. "sum", "reduce-scatter (max)", "all-gather": what a rank calls, for errors.
   std::string (*what)(ReduceOp op);
   // The plan of a group on any layout (runtime/call_plan.h's plan_call asks it where the
@@ -76,11 +77,11 @@ struct CollectiveRow {
                     const CostModel& model);
   // The runners: the one-shot's last rank (null: never one-shot), a flat schedule over
   // one link (all segments), and what runs by host (`by_host_runner`, for kTwoTiers).
-  void (*one_shot)(const OneShotSegment& segment);
+  void (*one_shot)(const OneShotSegment& segment) = nullptr;
   Status (*run_flat)(Algorithm algorithm, Link& link, const std::vector<Buffers>& segments,
                      int size, const Reduction& reduction, const CollectiveArgs& args);
-  ByHost by_host;
-  ByHostRunner by_host_runner;
+  ByHost by_host = ByHost::kNever;
+  ByHostRunner by_host_runner = nullptr;
 };
 
 const CollectiveRow& collective_row(Collective collective);

@@ -25,8 +25,9 @@ namespace {
 // or two sources for one destination, is an error.
 Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partitions, size_t r,
                      CollectiveArgs* peers) {
-  if (a.send_to.size() != a.devices.size()) {
-    return error(Code::kInvalidArgument, a.name, ": the permutation names ", a.send_to.size(),
+  const std::vector<int64_t>& send_to = a.args;  // by partition
+  if (send_to.size() != a.devices.size()) {
+    return error(Code::kInvalidArgument, a.name, ": the permutation names ", send_to.size(),
                  " partitions, the program runs ", a.devices.size());
   }
   auto rank_of = [&](int64_t partition) {
@@ -34,15 +35,15 @@ Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partit
     return it == partitions.end() ? -1 : static_cast<int>(it - partitions.begin());
   };
   *peers = CollectiveArgs{};
-  if (a.send_to[partitions[r]] >= 0) {
-    peers->send_to = rank_of(a.send_to[partitions[r]]);
+  if (send_to[partitions[r]] >= 0) {
+    peers->send_to = rank_of(send_to[partitions[r]]);
     if (peers->send_to < 0) {
       return error(Code::kInvalidArgument, a.name, ": partition ", partitions[r], " sends to ",
-                   a.send_to[partitions[r]], ", outside its group");
+                   send_to[partitions[r]], ", outside its group");
     }
   }
   for (size_t q = 0; q < partitions.size(); ++q) {
-    if (a.send_to[partitions[q]] != partitions[r]) continue;
+    if (send_to[partitions[q]] != partitions[r]) continue;
     if (peers->recv_from >= 0) {
       return error(Code::kInvalidArgument, a.name, ": two partitions send to partition ",
                    partitions[r]);
@@ -52,13 +53,17 @@ Status permute_peers(const SiteAttributes& a, const std::vector<int64_t>& partit
   return Status::Ok();
 }
 
-// A rooted collective's root, a rank of a group of `size`.
+// A rooted collective's root (its one argument), a rank of a group of `size`.
 Status root_of(const SiteAttributes& a, size_t size, CollectiveArgs* args) {
-  if (a.root < 0 || a.root >= static_cast<int64_t>(size)) {
-    return error(Code::kInvalidArgument, a.name, ": root ", a.root, " is outside a group of ",
+  if (a.args.size() != 1) {
+    return error(Code::kInvalidArgument, a.name, ": a rooted collective takes one argument, ",
+                 "its root; it has ", a.args.size());
+  }
+  if (a.args[0] < 0 || a.args[0] >= static_cast<int64_t>(size)) {
+    return error(Code::kInvalidArgument, a.name, ": root ", a.args[0], " is outside a group of ",
                  size);
   }
-  args->root = static_cast<int>(a.root);
+  args->root = static_cast<int>(a.args[0]);
   return Status::Ok();
 }
 

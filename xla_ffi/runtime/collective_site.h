@@ -22,7 +22,7 @@ namespace accl {
 // `devices`, the global device id of every partition id; `op_id ^ lane` names the op,
 // the same in every process; `processes`, how many processes the program spans.
 struct SiteAttributes {
-  Collective collective = Collective::kAllReduce;  // from the target's name
+  Collective collective = Collective::kAllReduce;
   std::vector<int64_t> groups;
   int64_t group_size = 0;
   int64_t op = 0;
@@ -33,10 +33,9 @@ struct SiteAttributes {
   std::string name;
   std::vector<int64_t> devices;
   int64_t processes = 1;
-  // A permutation's: the partition id each partition sends to (-1: none).
-  std::vector<int64_t> send_to;
-  // A rooted collective's (broadcast, reduce): the root, a rank of every group.
-  int64_t root = -1;
+  // The collective's arguments, as its row reads them: a permutation's partition id each
+  // partition sends to (-1: none); a rooted collective's root, a rank of every group.
+  std::vector<int64_t> args;
   // JAX_ACCL_PIPELINE_CHUNKS as the call was lowered: 0 the cost model's, 1 off, n forced.
   int64_t pipeline_chunks = 0;
 };
