@@ -50,17 +50,16 @@ namespace {
 // Each target's handlers by FFI stage, as jax.ffi.register_ffi_target takes them: every
 // row of the collectives' table (runtime/collective.h) one target, all on the one
 // instantiate handler (its `collective` attribute says which) and the one execute
-// handler but the ragged all-to-all's (three operands).
+// handler but the ragged all-to-all's (three operands: the row's layout_table).
 nb::dict registrations() {
   nb::dict targets;
   for (int c = 0; c < kNumCollectives; ++c) {
-    const auto collective = static_cast<Collective>(c);
+    const CollectiveRow& row = collective_row(static_cast<Collective>(c));
     nb::dict stages;
     stages["instantiate"] = nb::capsule(reinterpret_cast<void*>(AcclCollectiveInstantiate));
     stages["execute"] = nb::capsule(reinterpret_cast<void*>(
-        collective == Collective::kRaggedAllToAll ? AcclRaggedAllToAllHandler
-                                                  : AcclCollectiveHandler));
-    targets[collective_row(collective).target] = stages;
+        row.layout_table ? AcclRaggedAllToAllHandler : AcclCollectiveHandler));
+    targets[row.target] = stages;
   }
   return targets;
 }

@@ -224,6 +224,7 @@ const CollectiveRow kRows[kNumCollectives] = {
     {.id = Collective::kRaggedAllToAll,
      .target = "accl_ragged_all_to_all",
      .flat_phase = "ragged-all-to-all",
+     .layout_table = true,
      .what = ragged_all_to_all_what,
      .plan = plan_direct_call,
      .predict = predict_all_to_all_seconds,

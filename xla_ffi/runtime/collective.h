@@ -62,6 +62,9 @@ struct CollectiveRow {
   bool reduces = false;    // has a reduce kernel (the signature's op)
   bool permutes = false;   // each rank has a peer to send to and one to receive from
   bool rooted = false;     // the group has a root (a rank of it, CollectiveArgs::root)
+  // Its operands are the data, the output and a layout table (a ragged all-to-all): its
+  // FFI target has an execute handler of its own.
+  bool layout_table = false;
   // Elements of a rank's output, for `in` elements of input, in a group of `n`; and a
   // rank's block, the unit of the scatter-gather schedules. Null: sizes the call's own
   // layout describes (a ragged all-to-all's table).
