@@ -15,14 +15,21 @@ import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
-from jax_accl import config, fallback_warning, routing_state
+from jax_accl import config, fallback_warning, routing_state, wire_dtype
 from jax_accl.primitives import allreduce as prim
 
 _jax_psum = lax.psum  # JAX's own, even while patch_psum() is active
 
 
 def reduce_leaves(
-    leaves: list, axes: tuple, *, op: str, groups=None, algorithm: str = "auto", invariant=None
+    leaves: list,
+    axes: tuple,
+    *,
+    op: str,
+    groups=None,
+    algorithm: str = "auto",
+    invariant=None,
+    wire=None,
 ) -> list:
     """All-reduces each leaf over `axes` (mesh, vmapped and positional axes mixed), one
     native call per bucket of leaves that share dtype and reduced axes.
@@ -31,6 +38,9 @@ def reduce_leaves(
     axes it varies on; along the others its copies are identical, so they are folded
     locally (a sum multiplies by their size, max and min keep the value), as jax.lax
     computes them, without communication. The result is invariant along all `axes`.
+
+    `wire`: the dtype float32 leaves travel as (jax_accl/wire_dtype.py), checked by the
+    caller; None: JAX_ACCL_WIRE_DTYPE's for sums. Only what travels is rounded.
     """
     named = tuple(a for a in axes if not isinstance(a, int))
     positional = tuple(a for a in axes if isinstance(a, int))
@@ -50,10 +60,12 @@ def reduce_leaves(
     if not named:
         return leaves
     invariant = c.check_vma_enabled() if invariant is None else invariant
+    wire = wire_dtype.resolve(None, op, "") if wire is None else wire
     mesh_axes = c.mesh_axis_names()
     out = list(leaves)
     by_axes: dict = {}  # reduced axes -> [(index, leaf)]; then folded along `copies`
     copies: dict = {}
+    dtypes: dict = {}  # each leaf's own, where it travels as `wire`
     for k, leaf in enumerate(leaves):
         reduced, same = named, ()
         if invariant and any(a in mesh_axes for a in named):
@@ -70,7 +82,9 @@ def reduce_leaves(
                 out[k] = leaf
                 continue
         copies[k] = same
-        by_axes.setdefault(reduced, []).append((k, jnp.asarray(leaf)))
+        leaf = jnp.asarray(leaf)
+        dtypes[k] = leaf.dtype
+        by_axes.setdefault(reduced, []).append((k, wire_dtype.narrow(leaf, wire)))
     for reduced, indexed in by_axes.items():
         for bucket in fusion_buckets(indexed, config.current().fusion_bytes):
             results = prim.bind(
@@ -82,7 +96,7 @@ def reduce_leaves(
                 invariant=invariant,
             )
             for (k, _), result in zip(bucket, results):
-                out[k] = _fold(result, copies[k], op)
+                out[k] = _fold(wire_dtype.widen(result, dtypes[k]), copies[k], op)
     return out
 
 

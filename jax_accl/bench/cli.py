@@ -80,7 +80,11 @@ def parse_args(argv):
         help="with --hosts: one job per JAX_ACCL_PIPELINE_CHUNKS value, e.g. "
         "1,0 (off, then the cost model's choice)",
     )
-    parser.add_argument("--algorithms", default="auto,direct,ring,halving_doubling")
+    parser.add_argument(
+        "--algorithms",
+        default="auto,direct,ring,halving_doubling",
+        help="jax_accl's variants; a name+bf16 (e.g. auto+bf16) sends float32 as bfloat16",
+    )
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
     parser.add_argument(
         "--reps",

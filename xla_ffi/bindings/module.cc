@@ -26,6 +26,7 @@
 #include "common/dtype.h"
 #include "ffi/handlers.h"
 #include "profiler/plugin_profiler.h"
+#include "reduce/wire.h"
 #include "runtime/collective_call.h"
 #include "runtime/communicator.h"
 #include "runtime/stall.h"
@@ -371,6 +372,16 @@ NB_MODULE(_accl, m) {
         pipeline_chunks_setting() = chunks;
       },
       nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
+  m.def(
+      "set_xla_wire_dtype",
+      [](const std::string& name) {
+        if (name != "" && name != "bfloat16") {
+          throw nb::value_error("XLA's wire dtype: bfloat16 or empty (as the operand)");
+        }
+        xla_wire_bf16_setting() = name == "bfloat16";
+      },
+      nb::arg("name"),
+      "JAX_ACCL_WIRE_DTYPE: bfloat16, XLA's float32 sum all-reduces travel as bfloat16");
   m.def(
       "set_between_hosts",
       [](const std::string& name) {
