@@ -65,7 +65,6 @@ def reduce_leaves(
     out = list(leaves)
     by_axes: dict = {}  # reduced axes -> [(index, leaf)]; then folded along `copies`
     copies: dict = {}
-    dtypes: dict = {}  # each leaf's own, where it travels as `wire`
     for k, leaf in enumerate(leaves):
         reduced, same = named, ()
         if invariant and any(a in mesh_axes for a in named):
@@ -82,9 +81,7 @@ def reduce_leaves(
                 out[k] = leaf
                 continue
         copies[k] = same
-        leaf = jnp.asarray(leaf)
-        dtypes[k] = leaf.dtype
-        by_axes.setdefault(reduced, []).append((k, wire_dtype.narrow(leaf, wire)))
+        by_axes.setdefault(reduced, []).append((k, jnp.asarray(leaf)))
     for reduced, indexed in by_axes.items():
         for bucket in fusion_buckets(indexed, config.current().fusion_bytes):
             results = prim.bind(
@@ -94,9 +91,10 @@ def reduce_leaves(
                 op=op,
                 algorithm=algorithm,
                 invariant=invariant,
+                wire=wire is not None and wire_dtype.compressed(bucket[0][1].dtype),
             )
             for (k, _), result in zip(bucket, results):
-                out[k] = _fold(wire_dtype.widen(result, dtypes[k]), copies[k], op)
+                out[k] = _fold(result, copies[k], op)
     return out
 
 

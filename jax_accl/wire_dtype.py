@@ -3,19 +3,19 @@
 on ``psum``/``pmean``/``allreduce`` or by ``JAX_ACCL_WIRE_DTYPE=bfloat16``.
 
 Where the values are rounded (every algorithm and tier; docs/api.md, "bfloat16 on the
-wire"): each rank's float32 operand is rounded once to bfloat16 (round to nearest even,
-XLA's conversion) before the call; the call is then jax_accl's bfloat16 sum, whose every
-reduction step widens both operands to float32, adds, and rounds the sum to bfloat16 (the
-partial sums that travel between ranks are bfloat16); every algorithm ends with the one
-bfloat16 result copied to every rank, which widens it to float32 exactly. So every rank
-holds the same bits, as with any jax_accl all-reduce.
+wire"): the float32 bucket's call (``accl_allreduce_bf16_wire``) rounds each rank's
+operand once to bfloat16 in place (round to nearest even, xla_ffi/reduce/wire.cc), then
+runs jax_accl's bfloat16 sum, whose every reduction step widens both operands to float32,
+adds, and rounds the sum to bfloat16 (the partial sums that travel between ranks are
+bfloat16); every algorithm ends with the one bfloat16 result copied to every rank, which
+the call widens to float32 in place, exactly. So every rank holds the same bits, as with
+any jax_accl all-reduce.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jax_accl import config
 
@@ -56,26 +56,19 @@ def check_leaves(leaves, api_name: str) -> None:
             raise TypeError(
                 f"jax_accl.{api_name}: wire_dtype=bfloat16 is for float32 values (bfloat16 "
                 f"ones travel as they are), but leaf {k} is {dtype}: "
-                + (
-                    "an integer or boolean sum must stay exact"
-                    if dtype.kind in "iub"
-                    else "rounding it to bfloat16 would not halve its bytes or would lose its type"
-                )
+                + _why_not(dtype)
                 + "; reduce it without wire_dtype"
             )
 
 
-def narrow(leaf, wire_dtype):
-    """The leaf as it travels: rounded once to the wire dtype (float32 leaves only)."""
-    if wire_dtype is None or np.dtype(leaf.dtype) not in COMPRESSED:
-        return leaf
-    return lax.convert_element_type(leaf, wire_dtype)
+def _why_not(dtype: np.dtype) -> str:
+    if dtype.kind in "iub":
+        return "an integer or boolean sum must stay exact"
+    if dtype == np.float16:
+        return "float16 has as few bytes as bfloat16 and a finer mantissa"
+    return f"only float32 is compressed ({dtype} keeps its precision)"
 
 
-def widen(result, dtype):
-    """The bfloat16 result back to the leaf's own dtype (exact)."""
-    return (
-        result
-        if np.dtype(result.dtype) == np.dtype(dtype)
-        else lax.convert_element_type(result, dtype)
-    )
+def compressed(dtype) -> bool:
+    """Whether a bucket of this dtype travels as bfloat16 where the wire dtype is asked."""
+    return np.dtype(dtype) in COMPRESSED

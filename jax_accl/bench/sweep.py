@@ -118,6 +118,11 @@ def accl_reduce(variant: str):
     return lambda v: jax_accl.allreduce(v, "i", algorithm=algorithm, wire_dtype=wire_dtype)
 
 
+def wire_bytes(variant: str, size_bytes: int) -> int:
+    """The bytes of a variant's buffer as they travel: half for a +bf16 variant."""
+    return size_bytes // 2 if variant.endswith("+bf16") else size_bytes
+
+
 def _calls_by_algorithm() -> dict:
     return {name: a["calls"] for name, a in jax_accl.stats()["algorithms"].items()}
 

@@ -57,27 +57,28 @@ def train(mesh, wire: str, steps: int, batch_per_device: int) -> dict:
     return {"losses": losses, "accuracy": training.accuracy(params)}
 
 
-def plot(path: str, runs: dict, steps: int) -> None:
+def plot(path: str, runs: dict, steps: int, devices: int) -> None:
+    """Left: both loss curves; right: the bfloat16 run's loss minus float32's, per step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, run in runs.items():
-        ax.plot(
-            range(1, steps + 1),
-            run["losses"],
-            label=f"{name} (accuracy {run['accuracy']:.1%})",
-            linewidth=1,
-        )
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_yscale("log")
-    ax.set_title("demo MLP, 8 devices: gradients on the wire as float32 and as bfloat16")
-    ax.legend()
+    fig, (curves, gap) = plt.subplots(1, 2, figsize=(11, 4))
+    x = range(1, steps + 1)
+    for (name, run), style in zip(runs.items(), ("-", "--")):
+        label = f"{name} (accuracy {run['accuracy']:.1%})"
+        curves.plot(x, run["losses"], style, label=label, linewidth=1)
+    curves.set(xlabel="step", ylabel="training loss", yscale="log")
+    curves.set_title(f"demo MLP, {devices} devices, {steps} steps")
+    curves.legend()
+    f32, bf16 = (np.asarray(run["losses"]) for run in runs.values())
+    gap.plot(x, bf16 - f32, linewidth=0.8, color="tab:red")
+    gap.axhline(0, color="black", linewidth=0.5)
+    gap.set(xlabel="step", ylabel="loss difference")
+    gap.set_title("bfloat16 wire minus float32 wire")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main(argv) -> int:
@@ -111,7 +112,7 @@ def main(argv) -> int:
         with open(args.json, "w") as f:
             json.dump({**result, "losses": {k: v["losses"] for k, v in runs.items()}}, f)
     if args.plot:
-        plot(args.plot, runs, args.steps)
+        plot(args.plot, runs, args.steps, args.devices)
     return 0
 
 

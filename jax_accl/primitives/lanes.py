@@ -150,6 +150,7 @@ class LoweringCache(dict):
 
 _CALL_TARGETS = (
     "accl_allreduce",
+    "accl_allreduce_bf16_wire",
     "accl_reduce_scatter",
     "accl_all_gather",
     "accl_ppermute",

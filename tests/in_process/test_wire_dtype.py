@@ -100,7 +100,9 @@ def test_pytree_pmean_and_bfloat16_leaves(mesh8):
     np.testing.assert_array_equal(m, a / np.float32(8))
 
 
-@pytest.mark.parametrize("dtype", [jnp.int32, jnp.int8, jnp.uint16, jnp.bool_, jnp.float16])
+@pytest.mark.parametrize(
+    "dtype", [jnp.int32, jnp.int8, jnp.uint16, jnp.bool_, jnp.float16, jnp.complex64]
+)
 def test_integers_and_other_dtypes_are_refused(mesh8, dtype):
     f = jax.shard_map(
         lambda v: jax_accl.psum(
@@ -162,6 +164,8 @@ def test_the_knob_routes_float32_sums_over_the_wire_as_bfloat16(monkeypatch, mes
     monkeypatch.setenv("JAX_ACCL_WIRE_DTYPE", "bfloat16")
     step = _routed_step(mesh8)
     hlo = step.lower(w, x, k).compile().as_text()
+    # float32 sums on the bfloat16-wire target, the int32 one on the plain one.
+    assert 'custom_call_target="accl_allreduce_bf16_wire"' in hlo
     assert 'custom_call_target="accl_allreduce"' in hlo
     assert "all-reduce(" not in hlo  # every all-reduce jax_accl's
     total, ints, grad = step(w, x, k)

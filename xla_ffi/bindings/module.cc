@@ -58,6 +58,7 @@ nb::dict registrations() {
     return out;
   };
   targets["accl_allreduce"] = stages(AcclAllreduceInstantiate);
+  targets["accl_allreduce_bf16_wire"] = stages(AcclAllreduceInstantiate, AcclWireBf16Handler);
   targets["accl_reduce_scatter"] = stages(AcclReduceScatterInstantiate);
   targets["accl_all_gather"] = stages(AcclAllGatherInstantiate);
   targets["accl_ppermute"] = stages(AcclPermuteInstantiate);

@@ -1,18 +1,19 @@
-// Thin FFI handlers of every jax_accl collective: accl_allreduce, accl_reduce_scatter,
-// accl_all_gather, accl_ppermute, accl_all_to_all, accl_ragged_all_to_all, accl_broadcast
-// and accl_reduce. Instantiate (once
-// per call in an executable): decode the attributes fixed at lowering into the call site
-// (runtime/collective_site.h), the executable's state. Execute (each device's call): decode the
-// buffers, hand them to the site, return a future that the call completes. Errors become
-// ffi::Error.
+// Thin FFI handlers of every jax_accl collective: accl_allreduce (and its bfloat16-wire form),
+// accl_reduce_scatter, accl_all_gather, accl_ppermute, accl_all_to_all, accl_ragged_all_to_all,
+// accl_broadcast and accl_reduce. Instantiate (once per call in an executable): decode the
+// attributes fixed at lowering into the call site (runtime/collective_site.h), the executable's
+// state. Execute (each device's call): decode the buffers, hand them to the site, return a future
+// that the call completes. Errors become ffi::Error.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "algorithms/ragged_all_to_all.h"
 #include "ffi/handlers.h"
+#include "reduce/wire.h"
 #include "runtime/collective_site.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -134,18 +135,22 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate_rooted(
   return site_state(std::move(attributes));
 }
 
-// Hands a device's call to the site; the future completes with it.
+// Hands a device's call to the site; the future completes with it, after `done` (run
+// where the call succeeded, before XLA may touch the buffers again).
 ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal,
-                        CallBuffers buffers, Clock::time_point issued) {
+                        CallBuffers buffers, Clock::time_point issued,
+                        std::function<void()> done = nullptr) {
   ffi::Promise promise;
   ffi::Future future(promise);
-  site.run(ordinal, run_id.run_id, std::move(buffers), issued, [promise](const Status& s) mutable {
-    if (s.ok()) {
-      promise.SetAvailable();
-    } else {
-      promise.SetError(to_ffi(s));
-    }
-  });
+  site.run(ordinal, run_id.run_id, std::move(buffers), issued,
+           [promise, done = std::move(done)](const Status& s) mutable {
+             if (s.ok()) {
+               if (done) done();
+               promise.SetAvailable();
+             } else {
+               promise.SetError(to_ffi(s));
+             }
+           });
   return future;
 }
 
@@ -179,6 +184,48 @@ ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::R
     buffers.out_counts.push_back((*y)->element_count());
   }
   return run_on_site(site, run_id, ordinal, std::move(buffers), issued);
+}
+
+// accl_allreduce_bf16_wire: float32 sums whose bytes travel as bfloat16
+// (jax_accl/wire_dtype.py). Each result aliases its operand: narrowed there in place to
+// bfloat16 (rounded once, to nearest even), all-reduced as jax_accl's bfloat16 sum (every
+// step adds in float32 and rounds), widened in place once the call is done, so every rank
+// holds the same float32 bits.
+ffi::Future execute_wire_bf16(SiteState* state, ffi::RunId run_id, int32_t ordinal,
+                              ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  const auto issued = Clock::now();
+  CollectiveSite& site = *state->site;
+  if (args.size() != rets.size() || args.size() == 0) {
+    return failed(
+        ffi::Error::InvalidArgument("jax_accl: operands and results differ in " + site.name()));
+  }
+  CallBuffers buffers;
+  buffers.dtype = DType::kBF16;
+  for (size_t k = 0; k < args.size(); ++k) {
+    auto x = args.get<ffi::AnyBuffer>(k);
+    auto y = rets.get<ffi::AnyBuffer>(k);
+    if (!x.has_value() || !y.has_value() || x->element_type() != ffi::DataType::F32 ||
+        (*y)->element_type() != ffi::DataType::F32 || x->element_count() != (*y)->element_count()) {
+      return failed(ffi::Error::InvalidArgument(
+          "jax_accl: bfloat16 on the wire takes float32 operands and results alike, in " +
+          site.name()));
+    }
+    void* data = (*y)->untyped_data();
+    if (data != x->untyped_data()) {  // not aliased: the operand copied to the result first
+      std::memcpy(data, x->untyped_data(), x->size_bytes());
+    }
+    narrow_in_place(data, x->element_count());
+    buffers.in.push_back(data);
+    buffers.out.push_back(data);
+    buffers.counts.push_back(x->element_count());
+    buffers.out_counts.push_back(x->element_count());
+  }
+  std::vector<std::pair<void*, size_t>> widen;
+  for (size_t k = 0; k < buffers.out.size(); ++k)
+    widen.emplace_back(buffers.out[k], buffers.counts[k]);
+  return run_on_site(site, run_id, ordinal, std::move(buffers), issued, [widen] {
+    for (const auto& [data, count] : widen) widen_in_place(data, count);
+  });
 }
 
 // A ragged all-to-all: the operand, the output (the result aliases it) and the layout
@@ -270,6 +317,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllHandler, accl::execute_ragged,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclWireBf16Handler, accl::execute_wire_bf16,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::State<accl::SiteState>>()
+                                  .Ctx<ffi::RunId>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .RemainingArgs()
+                                  .RemainingRets());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::State<accl::SiteState>>()

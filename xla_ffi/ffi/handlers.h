@@ -30,6 +30,9 @@ extern "C" XLA_FFI_Error* AcclReduceInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclRaggedAllToAllInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclRaggedAllToAllHandler(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclCollectiveHandler(XLA_FFI_CallFrame* call_frame);
+// accl_allreduce_bf16_wire: accl_allreduce's site, float32 operands travelling as
+// bfloat16 (narrowed and widened in place around the bfloat16 sum).
+extern "C" XLA_FFI_Error* AcclWireBf16Handler(XLA_FFI_CallFrame* call_frame);
 
 // The type of that state, which must be registered with XLA before the handlers.
 XLA_FFI_TypeId* AcclSiteTypeId();
