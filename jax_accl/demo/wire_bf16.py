@@ -81,14 +81,18 @@ def plot(path: str, runs: dict, steps: int, devices: int) -> None:
     fig.savefig(path, dpi=100)
 
 
-def main(argv) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m jax_accl.demo.wire_bf16")
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--batch-per-device", type=int, default=32)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--plot", default="")
     parser.add_argument("--json", default="")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv) -> int:
+    args = parse_args(argv)
     training.require_optax()
     import jax
 

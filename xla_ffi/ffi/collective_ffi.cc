@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -156,74 +157,69 @@ ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal
 
 // Operands: N buffers of one dtype (the fused leaves); results: N buffers, shaped like
 // the operands for an all-reduce (each aliasing its operand), 1/n or n times as large for
-// a reduce-scatter or all-gather over n devices.
-ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
-                    ffi::RemainingRets rets) {
-  const auto issued = Clock::now();
-  CollectiveSite& site = *state->site;
+// a reduce-scatter or all-gather over n devices. An error names the site.
+std::optional<ffi::Error> decode_buffers(const CollectiveSite& site, const ffi::RemainingArgs& args,
+                                         const ffi::RemainingRets& rets, CallBuffers* buffers) {
   if (args.size() != rets.size() || args.size() == 0) {
-    return failed(
-        ffi::Error::InvalidArgument("jax_accl: operands and results differ in " + site.name()));
+    return ffi::Error::InvalidArgument("jax_accl: operands and results differ in " + site.name());
   }
-  CallBuffers buffers;
   for (size_t k = 0; k < args.size(); ++k) {
     auto x = args.get<ffi::AnyBuffer>(k);
     auto y = rets.get<ffi::AnyBuffer>(k);
     if (!x.has_value() || !y.has_value())
-      return failed(ffi::Error::InvalidArgument("jax_accl: bad buffer in " + site.name()));
+      return ffi::Error::InvalidArgument("jax_accl: bad buffer in " + site.name());
     DType dtype;
     if (!to_dtype(x->element_type(), &dtype) || (*y)->element_type() != x->element_type() ||
-        (k > 0 && dtype != buffers.dtype)) {
-      return failed(ffi::Error::InvalidArgument(
-          "jax_accl: unsupported or mismatched buffer types in " + site.name()));
+        (k > 0 && dtype != buffers->dtype)) {
+      return ffi::Error::InvalidArgument("jax_accl: unsupported or mismatched buffer types in " +
+                                         site.name());
     }
-    buffers.dtype = dtype;
-    buffers.in.push_back(x->untyped_data());
-    buffers.out.push_back((*y)->untyped_data());
-    buffers.counts.push_back(x->element_count());
-    buffers.out_counts.push_back((*y)->element_count());
+    buffers->dtype = dtype;
+    buffers->in.push_back(x->untyped_data());
+    buffers->out.push_back((*y)->untyped_data());
+    buffers->counts.push_back(x->element_count());
+    buffers->out_counts.push_back((*y)->element_count());
   }
-  return run_on_site(site, run_id, ordinal, std::move(buffers), issued);
+  return std::nullopt;
+}
+
+ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
+                    ffi::RemainingRets rets) {
+  const auto issued = Clock::now();
+  CallBuffers buffers;
+  if (auto error = decode_buffers(*state->site, args, rets, &buffers)) {
+    return failed(std::move(*error));
+  }
+  return run_on_site(*state->site, run_id, ordinal, std::move(buffers), issued);
 }
 
 // accl_allreduce_bf16_wire: float32 sums whose bytes travel as bfloat16
-// (jax_accl/wire_dtype.py). Each result aliases its operand: narrowed there in place to
+// (jax_accl/wire_dtype.py). Each result (aliasing its operand) is narrowed in place to
 // bfloat16 (rounded once, to nearest even), all-reduced as jax_accl's bfloat16 sum (every
-// step adds in float32 and rounds), widened in place once the call is done, so every rank
-// holds the same float32 bits.
+// step adds in float32 and rounds), and widened in place once the call is done, so every
+// rank holds the same float32 bits.
 ffi::Future execute_wire_bf16(SiteState* state, ffi::RunId run_id, int32_t ordinal,
                               ffi::RemainingArgs args, ffi::RemainingRets rets) {
   const auto issued = Clock::now();
-  CollectiveSite& site = *state->site;
-  if (args.size() != rets.size() || args.size() == 0) {
-    return failed(
-        ffi::Error::InvalidArgument("jax_accl: operands and results differ in " + site.name()));
-  }
   CallBuffers buffers;
-  buffers.dtype = DType::kBF16;
-  for (size_t k = 0; k < args.size(); ++k) {
-    auto x = args.get<ffi::AnyBuffer>(k);
-    auto y = rets.get<ffi::AnyBuffer>(k);
-    if (!x.has_value() || !y.has_value() || x->element_type() != ffi::DataType::F32 ||
-        (*y)->element_type() != ffi::DataType::F32 || x->element_count() != (*y)->element_count()) {
-      return failed(ffi::Error::InvalidArgument(
-          "jax_accl: bfloat16 on the wire takes float32 operands and results alike, in " +
-          site.name()));
-    }
-    void* data = (*y)->untyped_data();
-    if (data != x->untyped_data()) {  // not aliased: the operand copied to the result first
-      std::memcpy(data, x->untyped_data(), x->size_bytes());
-    }
-    narrow_in_place(data, x->element_count());
-    buffers.in.push_back(data);
-    buffers.out.push_back(data);
-    buffers.counts.push_back(x->element_count());
-    buffers.out_counts.push_back(x->element_count());
+  if (auto error = decode_buffers(*state->site, args, rets, &buffers)) {
+    return failed(std::move(*error));
+  }
+  if (buffers.dtype != DType::kF32 || buffers.counts != buffers.out_counts) {
+    return failed(ffi::Error::InvalidArgument(
+        "jax_accl: bfloat16 on the wire takes float32 operands and results alike, in " +
+        state->site->name()));
   }
   std::vector<std::pair<void*, size_t>> widen;
-  for (size_t k = 0; k < buffers.out.size(); ++k)
-    widen.emplace_back(buffers.out[k], buffers.counts[k]);
-  return run_on_site(site, run_id, ordinal, std::move(buffers), issued, [widen] {
+  for (size_t k = 0; k < buffers.out.size(); ++k) {
+    void* data = buffers.out[k];
+    if (data != buffers.in[k]) std::memcpy(data, buffers.in[k], buffers.counts[k] * 4);
+    narrow_in_place(data, buffers.counts[k]);
+    buffers.in[k] = data;
+    widen.emplace_back(data, buffers.counts[k]);
+  }
+  buffers.dtype = DType::kBF16;
+  return run_on_site(*state->site, run_id, ordinal, std::move(buffers), issued, [widen] {
     for (const auto& [data, count] : widen) widen_in_place(data, count);
   });
 }
