@@ -313,20 +313,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllHandler, accl::execute_ragged,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclWireBf16Handler, accl::execute_wire_bf16,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::State<accl::SiteState>>()
-                                  .Ctx<ffi::RunId>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .RemainingArgs()
-                                  .RemainingRets());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::State<accl::SiteState>>()
-                                  .Ctx<ffi::RunId>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .RemainingArgs()
-                                  .RemainingRets());
+// The execute handlers of the fused-bucket collectives: the site, the launch, the device,
+// N operands and N results.
+#define ACCL_BUCKET_CALL                  \
+  ffi::Ffi::Bind()                        \
+      .Ctx<ffi::State<accl::SiteState>>() \
+      .Ctx<ffi::RunId>()                  \
+      .Ctx<ffi::DeviceOrdinal>()          \
+      .RemainingArgs()                    \
+      .RemainingRets()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclWireBf16Handler, accl::execute_wire_bf16, ACCL_BUCKET_CALL);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute, ACCL_BUCKET_CALL);
 
 static XLA_FFI_TypeInfo site_type_info = xla::ffi::MakeTypeInfo<accl::SiteState>();
 XLA_FFI_TypeId* AcclSiteTypeId() { return &accl::SiteState::id; }
