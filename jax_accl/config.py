@@ -73,6 +73,12 @@ def _one_of(choices) -> Callable[[str], str]:
     return parse
 
 
+def _wire_dtype(text: str) -> str:
+    if text not in ("", "bfloat16"):
+        raise ValueError("expected bfloat16 (or unset: float32 travels as float32)")
+    return text
+
+
 def _port_range(text: str) -> tuple[int, int]:
     if text == "":
         return (0, 0)
@@ -144,6 +150,17 @@ KNOBS = {
             "each call, when traced",
             "largest bucket when a pytree is fused into one call per dtype (bytes, or `16MiB`)",
             _positive_size,
+        ),
+        Knob(
+            "JAX_ACCL_WIRE_DTYPE",
+            "",
+            "each call, when traced (XLA's own collectives: job start)",
+            "`bfloat16`: every float32 sum jax_accl runs that passes no `wire_dtype` "
+            "(`jax_accl.psum`/`pmean`, routed `jax.lax.psum`, the gradient all-reduces "
+            "routing makes, and with `JAX_ACCL_XLA_COLLECTIVES=1` XLA's float32 sum "
+            'all-reduces) travels as bfloat16, halving its bytes (docs/api.md, "bfloat16 on '
+            'the wire"); other dtypes and reductions stay exact; unset: off',
+            _wire_dtype,
         ),
         Knob(
             "JAX_ACCL_ROUTING",

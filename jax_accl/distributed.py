@@ -244,6 +244,7 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
     every process plans and stripes by."""
     host = host_id()
     _accl.set_pipeline_chunks(config.value("JAX_ACCL_PIPELINE_CHUNKS"))
+    _accl.set_xla_wire_dtype(config.value("JAX_ACCL_WIRE_DTYPE"))  # XLA's own sums
     _accl.set_link_spin_us(config.value("JAX_ACCL_SPIN_US"))
     _set_tcp_congestion()
     rails, why = rails_lib.paying(rails_lib.resolve(), wire["wire"], wire["choice"])

@@ -35,7 +35,7 @@ from jax_accl.reduction import fusion_buckets
 
 # The collectives fused, and the parameters calls must share to be merged.
 _KEYS = {
-    accl_allreduce_p: ("axes", "axis_index_groups", "op", "algorithm", "invariant"),
+    accl_allreduce_p: ("axes", "axis_index_groups", "op", "algorithm", "invariant", "wire"),
     accl_reduce_scatter_p: ("axes", "axis_index_groups", "axis_size", "invariant", "reduced"),
     accl_all_gather_p: ("axes", "axis_index_groups", "axis_size", "invariant", "reduced"),
 }

@@ -15,14 +15,21 @@ import numpy as np
 from jax import lax
 
 from jax_accl import _compat as c
-from jax_accl import config, fallback_warning, routing_state
+from jax_accl import config, fallback_warning, routing_state, wire_dtype
 from jax_accl.primitives import allreduce as prim
 
 _jax_psum = lax.psum  # JAX's own, even while patch_psum() is active
 
 
 def reduce_leaves(
-    leaves: list, axes: tuple, *, op: str, groups=None, algorithm: str = "auto", invariant=None
+    leaves: list,
+    axes: tuple,
+    *,
+    op: str,
+    groups=None,
+    algorithm: str = "auto",
+    invariant=None,
+    wire=None,
 ) -> list:
     """All-reduces each leaf over `axes` (mesh, vmapped and positional axes mixed), one
     native call per bucket of leaves that share dtype and reduced axes.
@@ -31,6 +38,9 @@ def reduce_leaves(
     axes it varies on; along the others its copies are identical, so they are folded
     locally (a sum multiplies by their size, max and min keep the value), as jax.lax
     computes them, without communication. The result is invariant along all `axes`.
+
+    `wire`: the dtype float32 leaves travel as (jax_accl/wire_dtype.py), checked by the
+    caller; None: JAX_ACCL_WIRE_DTYPE's for sums. Only what travels is rounded.
     """
     named = tuple(a for a in axes if not isinstance(a, int))
     positional = tuple(a for a in axes if isinstance(a, int))
@@ -50,6 +60,7 @@ def reduce_leaves(
     if not named:
         return leaves
     invariant = c.check_vma_enabled() if invariant is None else invariant
+    wire = wire_dtype.resolve(None, op, "") if wire is None else wire
     mesh_axes = c.mesh_axis_names()
     out = list(leaves)
     by_axes: dict = {}  # reduced axes -> [(index, leaf)]; then folded along `copies`
@@ -80,6 +91,7 @@ def reduce_leaves(
                 op=op,
                 algorithm=algorithm,
                 invariant=invariant,
+                wire=wire is not None and wire_dtype.compressed(bucket[0][1].dtype),
             )
             for (k, _), result in zip(bucket, results):
                 out[k] = _fold(result, copies[k], op)

@@ -80,7 +80,11 @@ def parse_args(argv):
         help="with --hosts: one job per JAX_ACCL_PIPELINE_CHUNKS value, e.g. "
         "1,0 (off, then the cost model's choice)",
     )
-    parser.add_argument("--algorithms", default="auto,direct,ring,halving_doubling")
+    parser.add_argument(
+        "--algorithms",
+        default="auto,direct,ring,halving_doubling",
+        help="jax_accl's variants; a name+bf16 (e.g. auto+bf16) sends float32 as bfloat16",
+    )
     parser.add_argument("--loop", type=int, default=0, help="chained ops per call (0: by size)")
     parser.add_argument(
         "--reps",
@@ -372,7 +376,8 @@ def network_limits(rows, args, rails: int, rate: float, wire_rates: dict) -> lis
     """The rows' network limits as table columns, each also stored in the rows: every
     host must send and receive 2(H-1)/H of the buffer over its rails at least once, at
     the shaped rate ("vs link"), or unshaped at the rate the wire test measured each way
-    on the rails in use ("x wire": every rail at once, or rail0 alone)."""
+    on the rails in use ("x wire": every rail at once, or rail0 alone); a +bf16 variant's
+    buffer travels as half its bytes."""
     h = args.hosts
     share = 2 * (h - 1) / h
     columns = []
@@ -383,7 +388,7 @@ def network_limits(rows, args, rails: int, rate: float, wire_rates: dict) -> lis
     for r in rows:
         r["rails_used"] = rails
         for _, key, bytes_per_s in columns:
-            r[key] = share * r["size_bytes"] / bytes_per_s
+            r[key] = share * sweep.wire_bytes(r["variant"], r["size_bytes"]) / bytes_per_s
     return [(name, lambda r, key=key: r[key]) for name, key, _ in columns]
 
 

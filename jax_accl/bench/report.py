@@ -39,7 +39,11 @@ def auto_vs_best(rows: list[dict]) -> list[str]:
     lines = []
     for size in sorted({r["size_bytes"] for r in rows}):
         at = {r["variant"]: r["seconds_per_op"] for r in rows if r["size_bytes"] == size}
-        forced = {k: v for k, v in at.items() if k.startswith("accl:") and k != "accl:auto"}
+        forced = {  # algorithms forced, float32 on the wire (no +bf16)
+            k: v
+            for k, v in at.items()
+            if k.startswith("accl:") and k != "accl:auto" and "+" not in k
+        }
         if "accl:auto" in at and forced:
             best = min(forced, key=forced.get)
             chosen = next(

@@ -5,6 +5,7 @@ a gradient-like pytree fused and unfused."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -83,8 +84,7 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
 
     single, ran, chains, phases = {}, {}, {}, {}
     variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][: int(baseline)] + [
-        (f"accl:{alg}", (lambda a: lambda v: jax_accl.allreduce(v, "i", algorithm=a))(alg))
-        for alg in algorithms
+        (f"accl:{alg}", accl_reduce(alg)) for alg in algorithms
     ]
     for name, reduce in variants:
         once = jax.jit(
@@ -105,6 +105,22 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
         chains[name] = (chained(mesh, reduce, loop), chained(mesh, reduce, 2 * loop))
     per_op, cpu = per_op_interleaved(chains, x, loop, reps, size_bytes)
     return list(per_op.items()), single, ran, phases, cpu
+
+
+def accl_reduce(variant: str):
+    """jax_accl's all-reduce for one --algorithms entry: an algorithm, and with "+bf16"
+    (e.g. auto+bf16) the float32 values on the wire as bfloat16 (wire_dtype; the rows'
+    small integers and their sums are exact in bfloat16, so the result check holds)."""
+    algorithm, _, wire = variant.partition("+")
+    if wire not in ("", "bf16"):
+        raise ValueError(f"--algorithms: {variant!r}: the only suffix is +bf16")
+    wire_dtype = jnp.bfloat16 if wire else None
+    return lambda v: jax_accl.allreduce(v, "i", algorithm=algorithm, wire_dtype=wire_dtype)
+
+
+def wire_bytes(variant: str, size_bytes: int) -> int:
+    """The bytes of a variant's buffer as they travel: half for a +bf16 variant."""
+    return size_bytes // 2 if variant.endswith("+bf16") else size_bytes
 
 
 def _calls_by_algorithm() -> dict:

@@ -79,9 +79,12 @@ def check_varying_bucket(avals, axes: tuple, api: str) -> None:
             )
 
 
-def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str, invariant=None) -> list:
+def bind(
+    xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str, invariant=None, wire=False
+) -> list:
     """All-reduce the arrays `xs` (one dtype) in one native call; the result is invariant
-    along `axes` (psum_invariant's type) under check_vma=True or with invariant=True."""
+    along `axes` (psum_invariant's type) under check_vma=True or with invariant=True.
+    `wire`: float32 sums whose bytes travel as bfloat16 (jax_accl/wire_dtype.py)."""
     invariant = c.check_vma_enabled() if invariant is None else invariant
     if invariant and axis_index_groups is not None:
         raise NotImplementedError(
@@ -95,10 +98,11 @@ def bind(xs, *, axes: tuple, axis_index_groups, op: str, algorithm: str, invaria
         algorithm=algorithm,
         invariant=invariant,
         op_id=next(_op_ids),
+        wire=bool(wire),
     )
 
 
-def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op_id):
+def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op_id, wire):
     api = f"jax_accl.{API_NAMES[op]}"
     c.check_axis_names(axes, API_NAMES[op])  # the message jax.lax.psum & co give
     if len({np.dtype(a.dtype) for a in avals}) != 1:
@@ -110,6 +114,8 @@ def _abstract_eval(*avals, axes, axis_index_groups, op, algorithm, invariant, op
         raise TypeError(f"{api} does not support dtype {dtype}")
     if op in ("min", "max") and np.issubdtype(dtype, np.complexfloating):
         raise TypeError(f"{api}: {op} is not defined for complex dtype {dtype}")
+    if wire and (op != "sum" or dtype != np.float32):
+        raise TypeError(f"{api}: bfloat16 on the wire is for float32 sums, got {op} of {dtype}")
     effects = {c.core.NamedAxisEffect(axis) for axis in axes}
     if not invariant:
         return list(avals), effects
@@ -151,7 +157,7 @@ def positional_reduce(v, dims, op: str):
 
 
 def _batcher(
-    axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algorithm, invariant, op_id
+    axis_data, vals_in, dims_in, *, axes, axis_index_groups, op, algorithm, invariant, op_id, wire
 ):
     params = dict(
         axis_index_groups=axis_index_groups,
@@ -159,6 +165,7 @@ def _batcher(
         algorithm=algorithm,
         invariant=invariant,
         op_id=next(_op_ids),
+        wire=wire,
     )
     if axis_data.name not in axes:
         return accl_allreduce_p.bind(*vals_in, axes=axes, **params), list(dims_in)
@@ -188,7 +195,7 @@ def _jvp(primals, tangents, **params):
     return out, accl_allreduce_p.bind(*tangents, **fresh(params))
 
 
-def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id):
+def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant, op_id, wire):
     live = [k for k, ct in enumerate(cts) if type(ct) is not c.ad.Zero]
     out = [c.ad.Zero(c.ct_aval(x.aval)) for x in xs]
     if invariant:  # psum_invariant: each cotangent is already replicated; no data moves
@@ -202,6 +209,7 @@ def _transpose(cts, *xs, axes, axis_index_groups, op, algorithm, invariant, op_i
             op=op,
             algorithm=algorithm,
             invariant=False,
+            wire=wire,
         )
         for k, v in zip(live, summed):
             out[k] = v

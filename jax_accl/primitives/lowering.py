@@ -105,11 +105,14 @@ def device_ids(ctx, groups) -> tuple:
         return tuple(d.id for d in jax.local_devices()[:partitions])
 
 
-def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op_id, lane, devices):
+def _emit_call(
+    ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op_id, wire, lane, devices
+):
     """The all-reduce's custom call, in a fully manual context: in place (each result is
     its operand's buffer: XLA then allocates no output, and at 64 MiB per device fresh
     buffers cost more in page faults than the all-reduce; it copies an operand only where
-    it is still needed afterwards), named by the runtime's plan for it."""
+    it is still needed afterwards), named by the runtime's plan for it; `wire`: float32
+    travelling as bfloat16, narrowed and widened in place by its handler."""
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     cost_model.ensure_loaded()  # this machine's constants, if `bench --calibrate` stored them
@@ -119,7 +122,7 @@ def _emit_call(ctx, xs, *, axes, axis_index_groups, op, algorithm, invariant, op
     return emit_data_call(
         ctx,
         xs,
-        "accl_allreduce",
+        "accl_allreduce_bf16_wire" if wire else "accl_allreduce",
         f"jax_accl.{API_NAMES[op]}",
         axes,
         groups,

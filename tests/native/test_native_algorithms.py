@@ -153,3 +153,26 @@ def test_one_host_choice_is_flat_small_and_cross_memory_attach_large(processes, 
         1: ["ring", "halving_doubling"],
     }[k]
     assert _accl.choose_one_host(processes, k, 16 << 20, False) in expected
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "ring", "halving_doubling", "reduce_broadcast"])
+def test_bfloat16_sum_of_two_rounds_once_to_nearest_even(algorithm):
+    """The bfloat16 sum kernel (eight lanes at a time where the CPU has AVX2, the scalar
+    loop for the tail) against ml_dtypes: each element's float32 sum of the two operands
+    rounded once to nearest even; random bit patterns (subnormals, infinities, NaNs
+    among them) and exact ties, 1001 elements (a tail of 1)."""
+    rng = np.random.default_rng(7)
+    a, b = (rng.integers(0, 2**16, 1001, dtype=np.uint16).view(ml_dtypes.bfloat16) for _ in "ab")
+    # Ties: 1 + 2^-8 (to 1, even) and 1 + 3 * 2^-8 (to 1 + 2^-6, even) as 1 plus a small
+    # addend that bfloat16 holds exactly.
+    a[:4] = np.array([1, 1, -1, 1], np.float32).astype(ml_dtypes.bfloat16)
+    b[:4] = np.array([2**-8, 3 * 2**-8, -(2**-8), 2**-8 + 2**-15], np.float32).astype(
+        ml_dtypes.bfloat16
+    )
+    with np.errstate(invalid="ignore"):  # inf + -inf
+        want = (a.astype(np.float32) + b.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    for out in allreduce_threads([a, b], "sum", algorithm):
+        nan = np.isnan(want.astype(np.float32))
+        np.testing.assert_array_equal(np.isnan(out.astype(np.float32)), nan)
+        np.testing.assert_array_equal(out.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    assert want[:4].astype(np.float32).tolist() == [1, 1 + 2**-6, -1, 1 + 2**-7]

@@ -25,6 +25,7 @@ from jax_accl.bench import cli as bench_cli
 from jax_accl.bench import collectives as bench_collectives
 from jax_accl.demo import moe as demo_moe
 from jax_accl.demo import training as demo
+from jax_accl.demo import wire_bf16 as demo_wire_bf16
 from jax_accl.plan import __main__ as plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +36,7 @@ PARSERS = {
     "jax_accl.bench.collectives": bench_collectives.parse_args,
     "jax_accl.demo": demo.parse_args,
     "jax_accl.demo.moe": demo_moe.parse_args,
+    "jax_accl.demo.wire_bf16": demo_wire_bf16.parse_args,
     "jax_accl.plan": plan.parse_args,
 }
 # What each script of benchmarks/ runs (a new script must say here which parser is its).

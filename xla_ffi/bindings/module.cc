@@ -26,6 +26,7 @@
 #include "common/dtype.h"
 #include "ffi/handlers.h"
 #include "profiler/plugin_profiler.h"
+#include "reduce/wire.h"
 #include "runtime/collective.h"
 #include "runtime/collective_call.h"
 #include "runtime/communicator.h"
@@ -53,14 +54,20 @@ namespace {
 // handler but the ragged all-to-all's (three operands: the row's layout_table).
 nb::dict registrations() {
   nb::dict targets;
+  auto stages = [](XLA_FFI_Error* (*execute)(XLA_FFI_CallFrame*)) {
+    nb::dict out;
+    out["instantiate"] = nb::capsule(reinterpret_cast<void*>(AcclCollectiveInstantiate));
+    out["execute"] = nb::capsule(reinterpret_cast<void*>(execute));
+    return out;
+  };
   for (int c = 0; c < kNumCollectives; ++c) {
     const CollectiveRow& row = collective_row(static_cast<Collective>(c));
-    nb::dict stages;
-    stages["instantiate"] = nb::capsule(reinterpret_cast<void*>(AcclCollectiveInstantiate));
-    stages["execute"] = nb::capsule(reinterpret_cast<void*>(
-        row.layout_table ? AcclRaggedAllToAllHandler : AcclCollectiveHandler));
-    targets[row.target] = stages;
+    targets[row.target] =
+        stages(row.layout_table ? AcclRaggedAllToAllHandler : AcclCollectiveHandler);
   }
+  // The all-reduce's float32 sums whose bytes travel as bfloat16: its site, an execute
+  // handler of their own (narrow, run, widen: ffi/collective_ffi.cc).
+  targets[kAllreduceBf16WireTarget] = stages(AcclWireBf16Handler);
   return targets;
 }
 
@@ -70,6 +77,7 @@ nb::dict collective_codes() {
   for (int c = 0; c < kNumCollectives; ++c) {
     codes[collective_row(static_cast<Collective>(c)).target] = c;
   }
+  codes[kAllreduceBf16WireTarget] = static_cast<int>(Collective::kAllReduce);
   return codes;
 }
 
@@ -378,6 +386,16 @@ NB_MODULE(_accl, m) {
         pipeline_chunks_setting() = chunks;
       },
       nb::arg("chunks"), "JAX_ACCL_PIPELINE_CHUNKS: 0 automatic, 1 off, n > 1 forced");
+  m.def(
+      "set_xla_wire_dtype",
+      [](const std::string& name) {
+        if (name != "" && name != "bfloat16") {
+          throw nb::value_error("XLA's wire dtype: bfloat16 or empty (as the operand)");
+        }
+        xla_wire_bf16_setting() = name == "bfloat16";
+      },
+      nb::arg("name"),
+      "JAX_ACCL_WIRE_DTYPE: bfloat16, XLA's float32 sum all-reduces travel as bfloat16");
   m.def(
       "set_between_hosts",
       [](const std::string& name) {

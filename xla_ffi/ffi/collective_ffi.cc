@@ -1,18 +1,22 @@
 // Thin FFI handlers of every jax_accl collective (each target of runtime/collective.cc's
-// table: accl_allreduce, accl_ppermute, ...; bindings/module.cc registers them all with
-// these handlers). Instantiate (once
+// table: accl_allreduce, accl_ppermute, ...; and accl_allreduce_bf16_wire, the
+// all-reduce's float32 sums carried as bfloat16; bindings/module.cc registers them all
+// with these handlers). Instantiate (once
 // per call in an executable): decode the attributes fixed at lowering into the call site
 // (runtime/collective_site.h), the executable's state. Execute (each device's call): decode the
 // buffers, hand them to the site, return a future that the call completes. Errors become
 // ffi::Error.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "algorithms/ragged_all_to_all.h"
 #include "ffi/handlers.h"
+#include "reduce/wire.h"
 #include "runtime/collective_site.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -113,51 +117,92 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(
   return site_state(std::move(attributes));
 }
 
-// Hands a device's call to the site; the future completes with it.
+// Hands a device's call to the site; the future completes with it, after `done` (run
+// where the call succeeded, before XLA may touch the buffers again).
 ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal,
-                        CallBuffers buffers, Clock::time_point issued) {
+                        CallBuffers buffers, Clock::time_point issued,
+                        std::function<void()> done = nullptr) {
   ffi::Promise promise;
   ffi::Future future(promise);
-  site.run(ordinal, run_id.run_id, std::move(buffers), issued, [promise](const Status& s) mutable {
-    if (s.ok()) {
-      promise.SetAvailable();
-    } else {
-      promise.SetError(to_ffi(s));
-    }
-  });
+  site.run(ordinal, run_id.run_id, std::move(buffers), issued,
+           [promise, done = std::move(done)](const Status& s) mutable {
+             if (s.ok()) {
+               if (done) done();
+               promise.SetAvailable();
+             } else {
+               promise.SetError(to_ffi(s));
+             }
+           });
   return future;
 }
 
 // Operands: N buffers of one dtype (the fused leaves); results: N buffers, shaped like
 // the operands for an all-reduce (each aliasing its operand), 1/n or n times as large for
-// a reduce-scatter or all-gather over n devices.
-ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
-                    ffi::RemainingRets rets) {
-  const auto issued = Clock::now();
-  CollectiveSite& site = *state->site;
+// a reduce-scatter or all-gather over n devices. An error names the site.
+std::optional<ffi::Error> decode_buffers(const CollectiveSite& site, const ffi::RemainingArgs& args,
+                                         const ffi::RemainingRets& rets, CallBuffers* buffers) {
   if (args.size() != rets.size() || args.size() == 0) {
-    return failed(
-        ffi::Error::InvalidArgument("jax_accl: operands and results differ in " + site.name()));
+    return ffi::Error::InvalidArgument("jax_accl: operands and results differ in " + site.name());
   }
-  CallBuffers buffers;
   for (size_t k = 0; k < args.size(); ++k) {
     auto x = args.get<ffi::AnyBuffer>(k);
     auto y = rets.get<ffi::AnyBuffer>(k);
     if (!x.has_value() || !y.has_value())
-      return failed(ffi::Error::InvalidArgument("jax_accl: bad buffer in " + site.name()));
+      return ffi::Error::InvalidArgument("jax_accl: bad buffer in " + site.name());
     DType dtype;
     if (!to_dtype(x->element_type(), &dtype) || (*y)->element_type() != x->element_type() ||
-        (k > 0 && dtype != buffers.dtype)) {
-      return failed(ffi::Error::InvalidArgument(
-          "jax_accl: unsupported or mismatched buffer types in " + site.name()));
+        (k > 0 && dtype != buffers->dtype)) {
+      return ffi::Error::InvalidArgument("jax_accl: unsupported or mismatched buffer types in " +
+                                         site.name());
     }
-    buffers.dtype = dtype;
-    buffers.in.push_back(x->untyped_data());
-    buffers.out.push_back((*y)->untyped_data());
-    buffers.counts.push_back(x->element_count());
-    buffers.out_counts.push_back((*y)->element_count());
+    buffers->dtype = dtype;
+    buffers->in.push_back(x->untyped_data());
+    buffers->out.push_back((*y)->untyped_data());
+    buffers->counts.push_back(x->element_count());
+    buffers->out_counts.push_back((*y)->element_count());
   }
-  return run_on_site(site, run_id, ordinal, std::move(buffers), issued);
+  return std::nullopt;
+}
+
+ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
+                    ffi::RemainingRets rets) {
+  const auto issued = Clock::now();
+  CallBuffers buffers;
+  if (auto error = decode_buffers(*state->site, args, rets, &buffers)) {
+    return failed(std::move(*error));
+  }
+  return run_on_site(*state->site, run_id, ordinal, std::move(buffers), issued);
+}
+
+// accl_allreduce_bf16_wire: float32 sums whose bytes travel as bfloat16
+// (jax_accl/wire_dtype.py). Each result (aliasing its operand) is narrowed in place to
+// bfloat16 (rounded once, to nearest even), all-reduced as jax_accl's bfloat16 sum (every
+// step adds in float32 and rounds), and widened in place once the call is done, so every
+// rank holds the same float32 bits.
+ffi::Future execute_wire_bf16(SiteState* state, ffi::RunId run_id, int32_t ordinal,
+                              ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  const auto issued = Clock::now();
+  CallBuffers buffers;
+  if (auto error = decode_buffers(*state->site, args, rets, &buffers)) {
+    return failed(std::move(*error));
+  }
+  if (buffers.dtype != DType::kF32 || buffers.counts != buffers.out_counts) {
+    return failed(ffi::Error::InvalidArgument(
+        "jax_accl: bfloat16 on the wire takes float32 operands and results alike, in " +
+        state->site->name()));
+  }
+  std::vector<std::pair<void*, size_t>> widen;
+  for (size_t k = 0; k < buffers.out.size(); ++k) {
+    void* data = buffers.out[k];
+    if (data != buffers.in[k]) std::memcpy(data, buffers.in[k], buffers.counts[k] * 4);
+    narrow_in_place(data, buffers.counts[k]);
+    buffers.in[k] = data;
+    widen.emplace_back(data, buffers.counts[k]);
+  }
+  buffers.dtype = DType::kBF16;
+  return run_on_site(*state->site, run_id, ordinal, std::move(buffers), issued, [widen] {
+    for (const auto& [data, count] : widen) widen_in_place(data, count);
+  });
 }
 
 // A ragged all-to-all: the operand, the output (the result aliases it) and the layout
@@ -228,13 +273,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclRaggedAllToAllHandler, accl::execute_ragged,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::State<accl::SiteState>>()
-                                  .Ctx<ffi::RunId>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .RemainingArgs()
-                                  .RemainingRets());
+// The execute handlers of the fused-bucket collectives: the site, the launch, the device,
+// N operands and N results.
+#define ACCL_BUCKET_CALL                  \
+  ffi::Ffi::Bind()                        \
+      .Ctx<ffi::State<accl::SiteState>>() \
+      .Ctx<ffi::RunId>()                  \
+      .Ctx<ffi::DeviceOrdinal>()          \
+      .RemainingArgs()                    \
+      .RemainingRets()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclWireBf16Handler, accl::execute_wire_bf16, ACCL_BUCKET_CALL);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AcclCollectiveHandler, accl::execute, ACCL_BUCKET_CALL);
 
 static XLA_FFI_TypeInfo site_type_info = xla::ffi::MakeTypeInfo<accl::SiteState>();
 XLA_FFI_TypeId* AcclSiteTypeId() { return &accl::SiteState::id; }

@@ -17,6 +17,11 @@ constexpr int kAcclFfiApiMinor = XLA_FFI_API_MINOR;
 extern "C" XLA_FFI_Error* AcclCollectiveInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclRaggedAllToAllHandler(XLA_FFI_CallFrame* call_frame);
 extern "C" XLA_FFI_Error* AcclCollectiveHandler(XLA_FFI_CallFrame* call_frame);
+// accl_allreduce_bf16_wire: an all-reduce's site (its `collective` attribute the
+// all-reduce's), float32 operands travelling as bfloat16 (narrowed and widened in place
+// around the bfloat16 sum).
+inline constexpr const char* kAllreduceBf16WireTarget = "accl_allreduce_bf16_wire";
+extern "C" XLA_FFI_Error* AcclWireBf16Handler(XLA_FFI_CallFrame* call_frame);
 
 // The type of that state, which must be registered with XLA before the handlers.
 XLA_FFI_TypeId* AcclSiteTypeId();

@@ -10,11 +10,13 @@
 // Every other function of the ABI fails naming itself (unsupported.cc).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "mpiabi/abi.h"
 #include "mpiabi/communicators.h"
 #include "mpiabi/errors.h"
 #include "mpiabi/point_to_point.h"
+#include "reduce/wire.h"
 
 namespace accl::mpiabi {
 namespace {
@@ -110,6 +112,21 @@ Status begin(const char* function, MPIABI_Comm handle, MPIABI_Datatype type, int
   return byte_size(function, count, *dtype, (*comm)->devices.size(), &bytes);
 }
 
+// A float32 sum whose bytes travel as bfloat16 (JAX_ACCL_WIRE_DTYPE=bfloat16): this
+// rank's operand rounded once to bfloat16, jax_accl's bfloat16 sum (each step adds in
+// float32 and rounds; every rank ends with the same bfloat16 result), widened back.
+// The bfloat16 copy is this thread's, kept across calls (no page faults per call).
+Status allreduce_as_bf16(Comm& comm, const void* in, void* out, int count) {
+  thread_local std::vector<uint16_t> wire;
+  wire.resize(static_cast<size_t>(count));
+  narrow_f32_to_bf16(wire.data(), static_cast<const float*>(in), wire.size());
+  ACCL_RETURN_IF_ERROR(run_collective_on(comm, "MPI_Allreduce", Collective::kAllReduce,
+                                         DType::kBF16, ReduceOp::kSum, wire.data(), wire.data(),
+                                         wire.size()));
+  widen_bf16_to_f32(static_cast<float*>(out), wire.data(), wire.size());
+  return Status::Ok();
+}
+
 Status allreduce(const void* in, void* out, int count, MPIABI_Datatype type, MPIABI_Op op,
                  MPIABI_Comm handle) {
   std::shared_ptr<Comm> comm;
@@ -121,6 +138,9 @@ Status allreduce(const void* in, void* out, int count, MPIABI_Datatype type, MPI
                  ": only MPI_SUM, MPI_PROD, MPI_MIN and MPI_MAX are supported");
   }
   if (in == MPIABI_IN_PLACE) in = out;
+  if (dtype == DType::kF32 && reduce == ReduceOp::kSum && xla_wire_bf16_setting()) {
+    return allreduce_as_bf16(*comm, in, out, count);
+  }
   return run_collective_on(*comm, "MPI_Allreduce", Collective::kAllReduce, dtype, reduce, in, out,
                            count);
 }
