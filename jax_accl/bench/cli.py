@@ -62,6 +62,13 @@ def parse_args(argv):
         help="tc rate of every namespaced rail (0: unshaped)",
     )
     parser.add_argument(
+        "--flow-cap-mbit",
+        type=float,
+        default=0.0,
+        help="with --hosts and --rate-mbit: each TCP flow gets at most this much of a "
+        "rail (a cloud's per-flow cap: an htb class per flow, jax_accl.testing.netns)",
+    )
+    parser.add_argument(
         "--mtu", type=int, default=1500, help="MTU of every namespaced rail (9000: jumbo frames)"
     )
     parser.add_argument(
@@ -309,13 +316,18 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
     its rows (none for --overlap and --steps)."""
     forwarded = worker_args(args)
     with netns.virtual_hosts(
-        args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
+        args.hosts,
+        args.rails,
+        rate_mbit=args.rate_mbit or None,
+        mtu=args.mtu,
+        flow_cap_mbit=args.flow_cap_mbit or None,
     ) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
         knobs = {"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}
         env = [{**knobs, **netns.stated_wire(args.rate_mbit, args.mtu)}] * len(spaces)
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        speed += f", {args.flow_cap_mbit:g} Mbit/s per flow" if args.flow_cap_mbit else ""
         speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""
         # Shaped, the job states its wire (netns.stated_wire): a stored one is not used.
         stored = None if args.rate_mbit else cost_model.stored_wire()
