@@ -51,8 +51,10 @@ def _integer_at_least(low: int) -> Callable[[str], int]:
 
 
 def _auto_or_integer_at_least(low: int) -> Callable[[str], int | str]:
-    count = _integer_at_least(low)
-    return lambda text: "auto" if text == "auto" else count(text)
+    expected = f"expected auto or an integer >= {low}"
+    return lambda text: (
+        "auto" if text == "auto" else _number(int, text, expected, lambda v: v >= low)
+    )
 
 
 def _positive_size(text: str) -> int:
