@@ -4,7 +4,6 @@ flow) process 0's probe stripes the rail over several connections; where one flo
 the link (tbf at 300 Mbit/s) it keeps one. Every process takes process 0's answer, and
 every collective's results are bitwise jax.lax's over gloo."""
 
-
 from jax_accl import stripes
 from jax_accl.testing import launch, netns
 
