@@ -13,6 +13,7 @@ from jax_accl import rails as rails_lib
 from jax_accl.bench import (
     calibrate,
     calibrate_wire,
+    iperf,
     memory,
     mpi,
     overlap,
@@ -346,6 +347,8 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
             + (f" (striped over {striped}: the stored wire calibration)" if striped < rails else "")
             + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else "")
         )
+        if args.flow_cap_mbit:
+            print(f"# {label}: {iperf.describe(iperf.rates(names))}")
         measure_wire = not args.rate_mbit and args.wire_seconds > 0 and not args.overlap
         wire_rates = wire.measure_rails(names, rails, args.wire_seconds) if measure_wire else {}
         results = launch.run_on_namespaced_hosts(
