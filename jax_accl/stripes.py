@@ -25,6 +25,7 @@ import time
 
 PROBE_FLOWS = 8  # the most connections per rail the probe tries (and a job opens)
 PROBE_SECONDS = 0.1  # each stream's sending time
+PROBE_TIMEOUT_S = 10.0  # the longest any step of the probe may take (then: one stripe)
 STRIPES_PAY_MIN = 1.3  # several flows must carry this much more than one to stripe
 _CHUNK = 256 << 10
 _COUNT = struct.Struct("!Q")
@@ -51,15 +52,31 @@ def _tune(sock: socket.socket, congestion: str) -> None:
             pass
 
 
-class Receiver:
-    """The probe's far end: a listener on `ip` whose every connection is read to its end,
-    then told how many bytes arrived (8 bytes, network order)."""
+def _bind_in(sock: socket.socket, ip: str, ports) -> None:
+    first, last = ports
+    if not first:
+        sock.bind((ip, 0))
+        return
+    for port in range(first, last + 1):
+        try:
+            sock.bind((ip, port))
+            return
+        except OSError:
+            continue
+    raise OSError(f"no free port in JAX_ACCL_PORTS={first}-{last} on {ip}")
 
-    def __init__(self, ip: str, timeout_s: float, congestion: str):
+
+class Receiver:
+    """The probe's far end: a listener on `ip` (on the first free port of `ports`, as
+    JAX_ACCL_PORTS gives them, or any) whose every connection is read to its end, then
+    told how many bytes arrived (8 bytes, network order); the sender closes first, so the
+    listener's port is free again for jax_accl's own listener at once."""
+
+    def __init__(self, ip: str, timeout_s: float, congestion: str, ports=(0, 0)):
         self._timeout_s = timeout_s
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         _tune(self._listener, congestion)
-        self._listener.bind((ip, 0))
+        _bind_in(self._listener, ip, ports)
         self._listener.listen(2 * PROBE_FLOWS)
         self.address = f"{ip}:{self._listener.getsockname()[1]}"
         self._threads: list[threading.Thread] = []
@@ -85,6 +102,7 @@ class Receiver:
                 while n := conn.recv_into(buffer):
                     received += n
                 conn.sendall(_COUNT.pack(received))
+                conn.recv(1)  # the sender's close
             except OSError:  # the sender gave up: it says why
                 pass
 
@@ -180,15 +198,20 @@ def agree(client, prefix: str, index: int, count: int, host: str, ip: str, setti
         return {"stripes": int(setting), "why": "JAX_ACCL_STRIPES_PER_RAIL"}
     if count == 1:
         return {"stripes": 1, "why": "one process"}
-    timeout_s = config.current().timeout_s
+    timeout_s = min(PROBE_TIMEOUT_S, config.current().timeout_s)
     congestion = config.value("JAX_ACCL_TCP_CONGESTION")
     if index != 0:
         client.key_value_set(f"{prefix}/host/{index}", host)
         partner = int(wait(f"{prefix}/partner"))
-        receiver = Receiver(ip, timeout_s, congestion) if partner == index else None
-        try:
-            if receiver:
+        receiver = None
+        if partner == index:
+            try:
+                receiver = Receiver(ip, timeout_s, congestion, config.value("JAX_ACCL_PORTS"))
+            except OSError as e:  # process 0 then keeps one stripe, saying why
+                client.key_value_set(f"{prefix}/address", f"none: {e}")
+            else:
                 client.key_value_set(f"{prefix}/address", receiver.address)
+        try:
             return json.loads(wait(f"{prefix}/choice"))
         finally:
             if receiver:
@@ -200,6 +223,8 @@ def agree(client, prefix: str, index: int, count: int, host: str, ip: str, setti
     else:
         address = wait(f"{prefix}/address")
         try:
+            if address.startswith("none: "):
+                raise OSError(f"process {partner} could not listen: {address[6:]}")
             choice = {**probe(ip, address, timeout_s, congestion), "why": "probe"}
         except OSError as e:
             log.logger.warning(

@@ -98,3 +98,31 @@ def test_one_host_or_a_count_needs_no_probe():
     assert agree_all(["a", "a"], "auto") == [{"stripes": 1, "why": "one host"}] * 2
     assert agree_all(["a"], "auto") == [{"stripes": 1, "why": "one process"}]
     assert agree_all(["a", "b"], 3) == [{"stripes": 3, "why": "JAX_ACCL_STRIPES_PER_RAIL"}] * 2
+
+
+def test_the_receiver_listens_in_jax_accl_ports_or_says_none_is_free():
+    taken = stripes.Receiver("127.0.0.1", timeout_s=30, congestion="")
+    port = int(taken.address.rsplit(":", 1)[1])
+    try:
+        with pytest.raises(OSError, match=f"JAX_ACCL_PORTS={port}-{port}"):
+            stripes.Receiver("127.0.0.1", 30, "", ports=(port, port))
+        # The next port, if free (another program may hold it: then nothing to see).
+        try:
+            other = stripes.Receiver("127.0.0.1", 30, "", ports=(port, port + 1))
+        except OSError:
+            return
+        assert other.address == f"127.0.0.1:{port + 1}"
+        other.close()
+    finally:
+        taken.close()
+
+
+def test_a_partner_that_cannot_listen_leaves_one_stripe_saying_why(monkeypatch):
+    def refuse(*args, **kw):
+        raise OSError("no free port in JAX_ACCL_PORTS=1-1 on 127.0.0.1")
+
+    monkeypatch.setattr(stripes, "Receiver", refuse)
+    choices = agree_all(["a", "b"], "auto")
+    assert choices[0] == choices[1]
+    assert choices[0]["stripes"] == 1
+    assert "process 1 could not listen: no free port" in choices[0]["why"]
