@@ -8,8 +8,9 @@ by as many flows at once. Where one flow fills the link, more connections gain n
 With JAX_ACCL_STRIPES_PER_RAIL=auto (the default) process 0 finds out at job start, for
 the whole job: between its first rail and the first process on another host, it times
 TCP streams of one connection and of PROBE_FLOWS connections at once, twice each,
-interleaved (one, many, one, many: the best of each), and stripes over as many
-connections as the gain says pay (stripes_for). A number instead is the count for the
+interleaved (one, many, one, many: the best of each), one thread driving all of them at
+each end as in jax_accl's calls (where the CPU is the wire's limit, more flows then gain
+nothing), and stripes over as many connections as the gain says pay (stripes_for). A number instead is the count for the
 job, process 0's. Every process reads process 0's answer from jax.distributed's
 key-value store (agree), so both ends of every pair open the same connections.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import selectors
 import socket
 import struct
 import threading
@@ -26,7 +28,7 @@ import time
 PROBE_FLOWS = 8  # the most connections per rail the probe tries (and a job opens)
 PROBE_SECONDS = 0.1  # each stream's sending time
 PROBE_TIMEOUT_S = 10.0  # the longest any step of the probe may take (then: one stripe)
-STRIPES_PAY_MIN = 1.3  # several flows must carry this much more than one to stripe
+STRIPES_PAY_MIN = 1.5  # several flows must carry this much more than one to stripe
 _CHUNK = 256 << 10
 _COUNT = struct.Struct("!Q")
 
@@ -69,8 +71,10 @@ def _bind_in(sock: socket.socket, ip: str, ports) -> None:
 class Receiver:
     """The probe's far end: a listener on `ip` (on the first free port of `ports`, as
     JAX_ACCL_PORTS gives them, or any) whose every connection is read to its end, then
-    told how many bytes arrived (8 bytes, network order); the sender closes first, so the
-    listener's port is free again for jax_accl's own listener at once."""
+    told how many bytes arrived (8 bytes, network order). One thread reads every
+    connection, as one thread drives all of a call's connections in jax_accl (a wire whose
+    limit is the CPU then shows no gain from more flows). The sender ends each stream
+    first, so the listener's port is free again for jax_accl's own listener at once."""
 
     def __init__(self, ip: str, timeout_s: float, congestion: str, ports=(0, 0)):
         self._timeout_s = timeout_s
@@ -78,70 +82,66 @@ class Receiver:
         _tune(self._listener, congestion)
         _bind_in(self._listener, ip, ports)
         self._listener.listen(2 * PROBE_FLOWS)
+        self._listener.setblocking(False)
         self.address = f"{ip}:{self._listener.getsockname()[1]}"
-        self._threads: list[threading.Thread] = []
-        self._acceptor = threading.Thread(target=self._accept, daemon=True)
-        self._acceptor.start()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:  # closed: the probe is over
-                return
-            t = threading.Thread(target=self._drain, args=(conn,), daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def _drain(self, conn: socket.socket) -> None:
+    def _serve(self) -> None:
         buffer = memoryview(bytearray(_CHUNK))
-        received = 0
-        with conn:
-            conn.settimeout(self._timeout_s)
-            try:
-                while n := conn.recv_into(buffer):
-                    received += n
-                conn.sendall(_COUNT.pack(received))
-                conn.recv(1)  # the sender's close
-            except OSError:  # the sender gave up: it says why
-                pass
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            received: dict[socket.socket, int] = {}
+            while not self._closing.is_set():
+                for key, _ in selector.select(timeout=0.05):
+                    if key.fileobj is self._listener:
+                        try:
+                            conn, _ = self._listener.accept()
+                        except OSError:
+                            continue
+                        conn.setblocking(False)
+                        received[conn] = 0
+                        selector.register(conn, selectors.EVENT_READ)
+                        continue
+                    conn = key.fileobj
+                    try:
+                        n = conn.recv_into(buffer)
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the sender gave up: it says why
+                        n = -1
+                    if n > 0:
+                        received[conn] += n
+                        continue
+                    selector.unregister(conn)
+                    if n == 0:  # the stream's end: its count back
+                        conn.settimeout(self._timeout_s)
+                        try:
+                            conn.sendall(_COUNT.pack(received[conn]))
+                        except OSError:
+                            pass
+                    conn.close()
+                    del received[conn]
+            for conn in received:
+                conn.close()
 
     def close(self) -> None:
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self._closing.set()
+        self._thread.join(self._timeout_s)
         self._listener.close()
-        self._acceptor.join(self._timeout_s)
-        for t in self._threads:
-            t.join(self._timeout_s)
-
-
-def _stream(sock: socket.socket, until: float, out: list, index: int) -> None:
-    chunk = memoryview(bytearray(_CHUNK))
-    try:
-        while time.monotonic() < until:
-            sock.sendall(chunk)
-        sock.shutdown(socket.SHUT_WR)
-        reply = b""
-        while len(reply) < _COUNT.size:
-            part = sock.recv(_COUNT.size - len(reply))
-            if not part:
-                raise ConnectionError("the probe's receiver closed without its count")
-            reply += part
-        out[index] = _COUNT.unpack(reply)[0]
-    except OSError as e:
-        out[index] = e
 
 
 def stream_rate(
     local_ip: str, address: str, flows: int, seconds: float, timeout_s: float, congestion: str
 ) -> float:
     """Bytes/s that `flows` connections from local_ip to `address` (a Receiver's) carried
-    together, each sending for `seconds`: what the receiver counted, over the time from
-    the first byte sent to the last count back."""
+    together, each sending for `seconds` (one thread driving them all, non-blocking):
+    what the receiver counted, over the time from the first byte sent to the last count
+    back."""
     host, port = address.rsplit(":", 1)
     socks = []
+    chunk = memoryview(bytearray(_CHUNK))
     try:
         for _ in range(flows):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -150,24 +150,38 @@ def stream_rate(
             sock.settimeout(timeout_s)
             sock.bind((local_ip, 0))
             sock.connect((host, int(port)))
-        counts: list = [None] * flows
+            sock.setblocking(False)
         start = time.monotonic()
-        threads = [
-            threading.Thread(target=_stream, args=(s, start + seconds, counts, i), daemon=True)
-            for i, s in enumerate(socks)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout_s + seconds)
+        with selectors.DefaultSelector() as selector:
+            for sock in socks:
+                selector.register(sock, selectors.EVENT_WRITE)
+            while (left := start + seconds - time.monotonic()) > 0:
+                for key, _ in selector.select(timeout=left):
+                    try:
+                        key.fileobj.send(chunk)
+                    except BlockingIOError:
+                        pass
+        total = 0
+        for sock in socks:
+            sock.settimeout(timeout_s)
+            sock.shutdown(socket.SHUT_WR)
+        for sock in socks:
+            total += _read_count(sock, address)
         elapsed = time.monotonic() - start
     finally:
         for sock in socks:
             sock.close()
-    for c in counts:
-        if not isinstance(c, int):
-            raise ConnectionError(f"a probe stream to {address} failed: {c or 'no answer in time'}")
-    return sum(counts) / elapsed
+    return total / elapsed
+
+
+def _read_count(sock: socket.socket, address: str) -> int:
+    reply = b""
+    while len(reply) < _COUNT.size:
+        part = sock.recv(_COUNT.size - len(reply))
+        if not part:
+            raise ConnectionError(f"the probe's receiver at {address} closed without its count")
+        reply += part
+    return _COUNT.unpack(reply)[0]
 
 
 def probe(local_ip: str, address: str, timeout_s: float, congestion: str) -> dict:

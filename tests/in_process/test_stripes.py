@@ -15,8 +15,8 @@ from jax_accl.errors import AcclError
     [
         (238e6, 923e6, 4),  # 1 Gbit/s capped at 250 per flow (iperf3's rates on that wire)
         (289e6, 287e6, 1),  # tbf at 300: one flow fills it
-        (1e9, 1.25e9, 1),  # under STRIPES_PAY_MIN
-        (1e9, 1.35e9, 2),
+        (1e9, 1.45e9, 1),  # under STRIPES_PAY_MIN
+        (1e9, 1.6e9, 2),
         (1e8, 2.05e9, stripes.PROBE_FLOWS),  # more would pay: at most the flows probed
         (0.0, 1e9, 1),  # nothing measured: one
     ],
