@@ -11,8 +11,9 @@ TCP streams of one connection and of PROBE_FLOWS connections at once, twice each
 interleaved (one, many, one, many: the best of each), one thread driving all of them at
 each end as in jax_accl's calls (where the CPU is the wire's limit, more flows then gain
 nothing), and stripes over as many connections as the gain says pay (stripes_for). A
-number instead is the count for the job, process 0's. Every process reads process 0's answer from jax.distributed's
-key-value store (agree), so both ends of every pair open the same connections.
+number instead is the count for the job, process 0's. Every process reads process 0's
+answer from jax.distributed's key-value store (agree), so both ends of every pair open
+the same connections.
 """
 
 from __future__ import annotations
