@@ -134,7 +134,7 @@ def virtual_hosts(
 
 
 # Classes of a capped wire: flows hash onto them, so two flows share one (and its cap)
-# with probability about flows^2 / (2 x FLOW_CLASSES): 0.8% for 4 flows, 3% for 8.
+# with probability about flows^2 / (2 x FLOW_CLASSES): 0.6% for 4 flows, 2.7% for 8.
 FLOW_CLASSES = 1024
 
 
