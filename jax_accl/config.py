@@ -50,6 +50,13 @@ def _integer_at_least(low: int) -> Callable[[str], int]:
     return lambda text: _number(int, text, f"expected an integer >= {low}", lambda v: v >= low)
 
 
+def _auto_or_integer_at_least(low: int) -> Callable[[str], int | str]:
+    expected = f"expected auto or an integer >= {low}"
+    return lambda text: (
+        "auto" if text == "auto" else _number(int, text, expected, lambda v: v >= low)
+    )
+
+
 def _positive_size(text: str) -> int:
     from jax_accl.units import parse_size  # here: the start-up hook loads this file alone
 
@@ -198,10 +205,14 @@ KNOBS = {
         ),
         Knob(
             "JAX_ACCL_STRIPES_PER_RAIL",
-            "1",
+            "auto",
             "job start",
-            "TCP connections per rail and peer",
-            _integer_at_least(1),
+            "TCP connections per rail and peer, process 0's for every process: `auto`: at "
+            "job start process 0 times one TCP flow against 8 at once to the first "
+            "process on another host and opens as many as pay (where a flow gets a "
+            "fraction of the link, as clouds cap each flow; one where one flow fills it; "
+            "jax_accl.stripes), or a count",
+            _auto_or_integer_at_least(1),
         ),
         Knob(
             "JAX_ACCL_RAIL_CHOICE",

@@ -10,7 +10,9 @@ multi-process program calls ``ensure_started()``. Every process then
    plans by process 0's wire and stripes by it and its choice over every rail or the
    first (``jax_accl.rails.paying``). Process 0 deletes the secret and the wire from the
    store once every process has published its entry (step 3), which each does after
-   reading them;
+   reading them. Each rail carries process 0's count of connections per peer
+   (JAX_ACCL_STRIPES_PER_RAIL; `auto`: what process 0's probe of the wire to another
+   host found pays, jax_accl.stripes);
 2. opens a TCP listener on each of its rails (``jax_accl.rails``);
 3. publishes its host (the hostname, or ``JAX_ACCL_HOST_ID``), its rails and ports and
    its devices under ``jax_accl/v1/process/<index>``, and reads everybody else's.
@@ -32,7 +34,7 @@ import time
 
 import jax
 
-from jax_accl import _accl, config, cost_model, log, recovery
+from jax_accl import _accl, config, cost_model, log, recovery, stripes
 from jax_accl import _compat as c
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
@@ -40,6 +42,7 @@ from jax_accl.errors import AcclError
 _PREFIX = "jax_accl/v1"
 _lock = threading.Lock()
 _table: list[dict] | None = None
+_stripes: dict = {}
 # How long the coordinator's service outlives its client at shutdown (_compat's why).
 _SERVICE_GRACE_S = 0.3
 # And how long its stopping then takes, at most, as a client waits for it (_outlast_service).
@@ -138,6 +141,7 @@ def _start_with(client, index: int, count: int) -> list[dict]:
         "wire": cost_model.stored_wire(),
         "choice": config.value("JAX_ACCL_RAIL_CHOICE"),
         "link_gbits": config.value("JAX_ACCL_LINK_GBITS"),
+        "stripes": config.value("JAX_ACCL_STRIPES_PER_RAIL"),
     }
     client.key_value_set(f"{_PREFIX}/wire", json.dumps(wire))
     client.key_value_set(f"{_PREFIX}/secret", secret)
@@ -251,13 +255,24 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
     if why:
         log.logger.info("%s", why)
     cost_model.apply_job(wire["model"], wire["wire"], len(rails), wire["link_gbits"])
+    global _stripes
+    _stripes = stripes.agree(
+        client,
+        f"{_PREFIX}/stripes/{_attempt}",
+        index,
+        count,
+        host,
+        rails[0][1],
+        wire["stripes"],
+        lambda key: _wait(client, key, timeout_ms, index),
+    )
     ports = _accl.world_start(
         index,
         count,
         secret.encode(),
         host,
         rails,
-        config.value("JAX_ACCL_STRIPES_PER_RAIL"),
+        _stripes["stripes"],
         config.value("JAX_ACCL_CMA"),
         config.value("JAX_ACCL_PORTS"),
     )
@@ -304,6 +319,13 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
         ", ".join(f"{name} {ip}:{port} (weight {w:g})" for name, ip, port, w in entry["rails"]),
     )
     return table
+
+
+def stripes_per_rail() -> dict:
+    """The job's connections per rail and peer, process 0's ({"stripes", "why"}, and where
+    process 0 probed the wire the rates it measured: jax_accl.stripes); {} before the
+    job started."""
+    return dict(_stripes)
 
 
 def topology() -> list[dict]:

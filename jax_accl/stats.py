@@ -30,9 +30,17 @@ def stats() -> dict:
       now and the most at once;
     * ``call_sites``: jax_accl calls of the executables alive now, each made when XLA
       instantiates its executable and freed with it; not reset by ``reset_stats()``;
-    * ``reduce_isa``: the instruction set of the reduce kernels.
+    * ``reduce_isa``: the instruction set of the reduce kernels;
+    * ``stripes_per_rail``: the job's TCP connections per rail and peer and why
+      (jax_accl.distributed.stripes_per_rail; {} in a job of one process).
     """
-    return {**_accl.stats(), "reduce_isa": _accl.reduce_isa()}
+    from jax_accl import distributed
+
+    return {
+        **_accl.stats(),
+        "reduce_isa": _accl.reduce_isa(),
+        "stripes_per_rail": distributed.stripes_per_rail(),
+    }
 
 
 def reset_stats() -> None:

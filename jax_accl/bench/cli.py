@@ -13,6 +13,7 @@ from jax_accl import rails as rails_lib
 from jax_accl.bench import (
     calibrate,
     calibrate_wire,
+    iperf,
     memory,
     mpi,
     overlap,
@@ -60,6 +61,20 @@ def parse_args(argv):
         type=float,
         default=300.0,
         help="tc rate of every namespaced rail (0: unshaped)",
+    )
+    parser.add_argument(
+        "--flow-cap-mbit",
+        type=float,
+        default=0.0,
+        help="with --hosts and --rate-mbit: each TCP flow gets at most this much of a "
+        "rail (a cloud's per-flow cap: an htb class per flow, jax_accl.testing.netns)",
+    )
+    parser.add_argument(
+        "--flow-classes",
+        type=int,
+        default=0,
+        help="with --flow-cap-mbit: the classes flows hash onto (0: 1024; few: flows "
+        "collide, two sharing one cap)",
     )
     parser.add_argument(
         "--mtu", type=int, default=1500, help="MTU of every namespaced rail (9000: jumbo frames)"
@@ -313,13 +328,19 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
     its rows (none for --overlap and --steps)."""
     forwarded = worker_args(args)
     with netns.virtual_hosts(
-        args.hosts, args.rails, rate_mbit=args.rate_mbit or None, mtu=args.mtu
+        args.hosts,
+        args.rails,
+        rate_mbit=args.rate_mbit or None,
+        mtu=args.mtu,
+        flow_cap_mbit=args.flow_cap_mbit or None,
+        flow_classes=args.flow_classes,
     ) as names:
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
         knobs = {"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}
         env = [{**knobs, **netns.stated_wire(args.rate_mbit, args.mtu)}] * len(spaces)
         shape = "+".join(map(str, per_host)) if len(set(per_host)) > 1 else per_host[0]
         speed = f"at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else "unshaped"
+        speed += f", {args.flow_cap_mbit:g} Mbit/s per flow" if args.flow_cap_mbit else ""
         speed += f", MTU {args.mtu}" if args.mtu != 1500 else ""
         # Shaped, the job states its wire (netns.stated_wire): a stored one is not used.
         stored = None if args.rate_mbit else cost_model.stored_wire()
@@ -330,6 +351,8 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
             + (f" (striped over {striped}: the stored wire calibration)" if striped < rails else "")
             + (f", pipeline chunks {chunks} (0: the cost model's)" if chunks is not None else "")
         )
+        if args.flow_cap_mbit:
+            print(f"# {label}: {iperf.describe(iperf.rates(names))}")
         measure_wire = not args.rate_mbit and args.wire_seconds > 0 and not args.overlap
         wire_rates = wire.measure_rails(names, rails, args.wire_seconds) if measure_wire else {}
         results = launch.run_on_namespaced_hosts(
@@ -350,6 +373,12 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
             steps.print_summary(results[0]["steps"], args.hosts, rails * rate)
             return []
         rows = report.job_rows(results)
+        if args.flow_cap_mbit:
+            sent = netns.flow_class_bytes(names[0], "rail0")
+            print(
+                f"# host 0's rail0, bytes of each per-flow class that sent ({len(sent)}): "
+                + ", ".join(f"{b / 2**20:.0f} MiB" for b in sent[:12])
+            )
         if mpi.will_run(args):
             progress.begin(f"{label}: the MPI baseline")
         # As many MPI processes on each host as the job has devices there.
@@ -369,7 +398,24 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
         "# bytes sent per rail by process 0:",
         {k: v["bytes_sent"] for k, v in results[0]["stats"]["transports"].items()},
     )
+    print("# connections per rail and peer:", describe_stripes(results[0]["stats"]))
     return rows
+
+
+def describe_stripes(stats: dict) -> str:
+    """The job's connections per rail and peer, and the probe's rates behind them."""
+    choice = stats.get("stripes_per_rail") or {}
+    if "one_flow_bytes_per_s" not in choice:
+        return f"{choice.get('stripes', 1)} ({choice.get('why', 'one process')})"
+    one, many = choice["one_flow_bytes_per_s"], choice["many_flows_bytes_per_s"]
+    return (
+        f"{choice['stripes']} (process 0's probe: one flow {human_rate(one)}, "
+        f"{choice['flows']} at once {human_rate(many)})"
+    )
+
+
+def human_rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s * 8 / 1e6:.0f} Mbit/s"
 
 
 def network_limits(rows, args, rails: int, rate: float, wire_rates: dict) -> list:

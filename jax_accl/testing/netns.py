@@ -5,7 +5,9 @@
     host h namespace:  rail0 = 10.90.0.(h+1)  rail1 = 10.91.0.(h+1)
 
 Each host gets one veth pair per rail (its end named rail<r>, its own /24 per rail);
-`tc tbf` on every host's rail shapes its egress, so the links are the bottleneck.
+`tc tbf` on every host's rail shapes its egress, so the links are the bottleneck. A
+wire capped per flow (`flow_cap_mbit`, as clouds cap each TCP flow below the NIC) is an
+htb root at the link's rate instead, with a class per flow (cap_each_flow).
 Everything lives inside namespaces created here and is deleted on exit; no traffic
 leaves them. Needs root (CI runs as root).
 """
@@ -37,13 +39,25 @@ def stated_wire(rate_mbit: float | None, mtu: int = 1500) -> dict:
 
 
 @contextlib.contextmanager
-def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None, mtu: int = 1500):
+def virtual_hosts(
+    hosts: int,
+    rails: int,
+    rate_mbit: float | None = None,
+    mtu: int = 1500,
+    flow_cap_mbit: float | None = None,
+    prefix: str = "accl",
+    flow_classes: int = 0,
+):
     """Yields the namespace name of every host. `mtu`: of every rail and switch port (9000:
     jumbo frames, as clusters use; the simulated wire then costs the CPU the hosts share
-    about a sixth of its packets)."""
+    about a sixth of its packets). `flow_cap_mbit`: every TCP flow gets at most this much
+    of a rail's `rate_mbit` (cap_each_flow, over `flow_classes` classes, 0: FLOW_CLASSES).
+    `prefix` starts every namespace's name."""
+    if flow_cap_mbit and not rate_mbit:
+        raise ValueError("virtual_hosts: flow_cap_mbit needs the link's rate_mbit")
     tag = uuid.uuid4().hex[:6]
-    switch = f"accl-sw-{tag}"
-    names = [f"accl-h{h}-{tag}" for h in range(hosts)]
+    switch = f"{prefix}-sw-{tag}"
+    names = [f"{prefix}-h{h}-{tag}" for h in range(hosts)]
     created = []
     try:
         for ns in [switch, *names]:
@@ -91,7 +105,9 @@ def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None, mtu: i
                 sh("ip", "-n", ns, "link", "set", f"rail{r}", "mtu", str(mtu))
                 sh("ip", "-n", ns, "addr", "add", f"{rail_ip(h, r)}/24", "dev", f"rail{r}")
                 sh("ip", "-n", ns, "link", "set", f"rail{r}", "up")
-                if rate_mbit:
+                if flow_cap_mbit:
+                    cap_each_flow(ns, f"rail{r}", rate_mbit, flow_cap_mbit, flow_classes)
+                elif rate_mbit:
                     sh(
                         "ip",
                         "netns",
@@ -117,11 +133,74 @@ def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None, mtu: i
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+# Classes of a capped wire: flows hash onto them, so two flows share one (and its cap)
+# with probability about flows^2 / (2 x FLOW_CLASSES): 0.6% for 4 flows, 2.7% for 8.
+FLOW_CLASSES = 1024
+
+
+def cap_each_flow(
+    ns: str, dev: str, rate_mbit: float, flow_cap_mbit: float, classes: int = 0
+) -> None:
+    """Egress of `dev` in namespace `ns` as a cloud's NIC: `rate_mbit` in all (an htb root
+    class), each TCP flow at most `flow_cap_mbit` (a child class per flow, borrowing from
+    the root up to the cap). This kernel has no tc flow classifier, so an nftables rule
+    (the `nft` tool, Debian's nftables) hashes each packet's addresses and ports onto the
+    `classes` classes (0: FLOW_CLASSES; few: flows collide, as a switch's hashing may make
+    them) by setting its priority, which htb takes as its class."""
+    classes = classes or FLOW_CLASSES
+    tc = [
+        f"qdisc add dev {dev} root handle 1: htb default 1 r2q 1000",
+        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate_mbit}mbit "
+        f"ceil {rate_mbit}mbit burst 64k cburst 64k",
+    ]
+    share = max(rate_mbit / classes, 0.1)
+    for i in range(classes):
+        tc.append(
+            f"class add dev {dev} parent 1:1 classid 1:{0x100 + i:x} htb rate {share:g}mbit "
+            f"ceil {flow_cap_mbit}mbit burst 64k cburst 64k quantum 1514"
+        )
+    buckets = ", ".join(f"{i} : 1:{0x100 + i:x}" for i in range(classes))
+    nft = (
+        f"table ip capped_{dev} {{ chain out {{ type filter hook postrouting priority 0; "
+        f'oifname "{dev}" meta priority set jhash ip saddr . tcp sport . ip daddr . '
+        f"tcp dport mod {classes} map {{ {buckets} }}\n}}\n}}\n"
+    )
+    for tool, text in (("tc", "\n".join(tc) + "\n"), ("nft", nft)):
+        flag = "-batch" if tool == "tc" else "-f"
+        subprocess.run(
+            ["ip", "netns", "exec", ns, tool, flag, "-"],
+            input=text,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+
+
+def flow_class_bytes(ns: str, dev: str) -> list[int]:
+    """Bytes each per-flow class of a capped rail (cap_each_flow) has sent, largest first,
+    the classes that sent nothing left out."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", dev],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    sent = []
+    for block in out.split("class htb ")[1:]:
+        if block.startswith("1:1 ") or " Sent " not in block:
+            continue
+        count = int(block.split(" Sent ", 1)[1].split()[0])
+        if count:
+            sent.append(count)
+    return sorted(sent, reverse=True)
+
+
 def cut_cable(names: list[str], host: int, rail: int) -> None:
     """Pulls host `host`'s cable on rail `rail` (of `virtual_hosts`' `names`): its switch
     port goes down, so its packets on that rail vanish both ways, with no reset and no
     error for either end, as when a cable is cut or a host loses power."""
-    switch = names[host].replace(f"accl-h{host}-", "accl-sw-", 1)
+    prefix, tag = names[host].split(f"-h{host}-")
+    switch = f"{prefix}-sw-{tag}"
     sh("ip", "-n", switch, "link", "set", f"h{host}r{rail}", "down")
 
 

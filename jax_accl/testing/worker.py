@@ -189,6 +189,41 @@ def scenario_correctness():
     }
 
 
+def scenario_every_collective():
+    """One int32 array of 1 MiB per device (large enough to stripe over every connection
+    of a rail) through each collective over every device of the job: all-reduce as the
+    runtime chooses, hierarchical and ring; reduce-scatter then all-gather; a ppermute
+    shift; an all-to-all; each bitwise jax.lax's over gloo."""
+    n = NP * ND
+    x = global_input((n * 65536,), np.int32, seed=7)
+    placed = place(x, P(ALL))
+    want = reference(x, ALL, placed)
+    checks = 0
+    for algorithm in ("auto", "hierarchical", "ring"):
+        got = allreduce_program(jax_accl, ALL, algorithm=algorithm)(placed)
+        check(f"all-reduce ({algorithm})", got, want)
+        checks += 1
+    bodies = {
+        "reduce-scatter, all-gather": lambda lib, v: lib.all_gather(
+            lib.psum_scatter(v[0], ALL, tiled=True) * 2, ALL, tiled=True
+        )[None],
+        "ppermute": lambda lib, v: lib.ppermute(v * 3, ALL, [(i, (i + 1) % n) for i in range(n)]),
+        "all-to-all": lambda lib, v: lib.all_to_all(v[0] + 1, ALL, 0, 0, tiled=True)[None],
+    }
+    for name, body in bodies.items():
+
+        def program(lib, body=body):
+            return jax.jit(
+                jax.shard_map(
+                    lambda v: body(lib, v), mesh=MESH_2D, in_specs=P(ALL), out_specs=P(ALL)
+                )
+            )
+
+        check(name, program(jax_accl)(placed), local_blocks(program(jax.lax)(placed)))
+        checks += 1
+    return {"checks": checks}
+
+
 def scenario_scatter_gather():
     """psum_scatter then all_gather (tiled and not, along dimensions 0 and 1), ppermute
     (a shift, and one pair: zeros elsewhere) and all_to_all (tiled and not), over every
@@ -1114,6 +1149,7 @@ SCENARIOS = {
     "recover": scenario_recover,
     "abort": scenario_abort,
     "correctness": scenario_correctness,
+    "every_collective": scenario_every_collective,
     "bandwidth": scenario_bandwidth,
     "survive_kill": scenario_survive_kill,
     "soak": scenario_soak,
