@@ -185,12 +185,19 @@ def _read_count(sock: socket.socket, address: str) -> int:
     return _COUNT.unpack(reply)[0]
 
 
-def probe(local_ip: str, address: str, timeout_s: float, congestion: str) -> dict:
+def probe(local_ip: str, address: str, timeout_s: float, congestion: str, budget_s: float) -> dict:
     """One flow against PROBE_FLOWS, interleaved, twice each; the best rate of each and
-    the stripes they pay for."""
+    the stripes they pay for. The whole probe takes at most `budget_s` (TimeoutError:
+    the job then keeps one stripe), so the processes waiting for its answer never
+    reach their own deadline first."""
     best = {1: 0.0, PROBE_FLOWS: 0.0}
+    end = time.monotonic() + budget_s
     for flows in (1, PROBE_FLOWS, 1, PROBE_FLOWS):
-        rate = stream_rate(local_ip, address, flows, PROBE_SECONDS, timeout_s, congestion)
+        left = end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the probe took longer than {budget_s:.3g} s")
+        step_timeout = min(timeout_s, left)
+        rate = stream_rate(local_ip, address, flows, PROBE_SECONDS, step_timeout, congestion)
         best[flows] = max(best[flows], rate)
     return {
         "stripes": stripes_for(best[1], best[PROBE_FLOWS]),
@@ -240,7 +247,9 @@ def agree(client, prefix: str, index: int, count: int, host: str, ip: str, setti
         try:
             if address.startswith("none: "):
                 raise OSError(f"process {partner} could not listen: {address[6:]}")
-            choice = {**probe(ip, address, timeout_s, congestion), "why": "probe"}
+            # Half the job's deadline at most: the others wait for the answer that long.
+            budget_s = config.current().timeout_s / 2
+            choice = {**probe(ip, address, timeout_s, congestion, budget_s), "why": "probe"}
         except OSError as e:
             log.logger.warning(
                 "jax_accl: the stripes probe to %s failed (%s): one per rail", address, e

@@ -41,8 +41,12 @@ def rates(names: list[str], flows=(1, 4), seconds: float = 3.0) -> dict[int, flo
                 timeout=seconds + 30,
             )
             out[count] = json.loads(client.stdout)["end"]["sum_received"]["bits_per_second"]
-        finally:
-            server.wait(timeout=30)
+        finally:  # a server whose client never came (or failed) is ended, not left behind
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
     return out
 
 

@@ -71,10 +71,11 @@ def _places(group, devices) -> tuple[list[tuple[str, int]], int]:
     return [where[devices[p]] for p in group], max(1, len(table[jax.process_index()]["rails"]))
 
 
-def _allreduce_schedule(algorithm: str, avals, groups, devices) -> str:
+def _allreduce_schedule(algorithm: str, avals, groups, devices, wire: bool = False) -> str:
     """The schedule of the runtime's own plan for an all-reduce (jax_accl.plan.runtime,
-    for its largest group), which its profile and log name: e.g. reduce_broadcast."""
-    nbytes = sum(_nbytes(a) for a in avals)
+    for its largest group), which its profile and log name: e.g. reduce_broadcast; with
+    `wire` (float32 as bfloat16) the plan of the half as many bytes the call carries."""
+    nbytes = sum(_nbytes(a) for a in avals) // (2 if wire else 1)
     places, rails = _places(max(groups, key=len), devices)
     plan = runtime_plan(
         places, nbytes, algorithm=algorithm, rails=rails, one_shot=jax.process_count() == 1
@@ -128,7 +129,7 @@ def _emit_call(
         groups,
         devices,
         op_id,
-        _allreduce_schedule(chosen, ctx.avals_in, groups, devices),
+        _allreduce_schedule(chosen, ctx.avals_in, groups, devices, wire),
         aliases={k: k for k in range(len(xs))},
         forced=chosen,
         op=op,

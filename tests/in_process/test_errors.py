@@ -204,3 +204,19 @@ def test_every_target_is_one_handler_told_which_collective_by_its_attribute():
         _raw_target_call("accl_broadcast", args=np.array([0, 1], np.int64))
     with pytest.raises(Exception, match="root 3 is outside a group of 1"):
         _raw_target_call("accl_broadcast", args=np.array([3], np.int64))
+
+
+def test_a_target_whose_collective_attribute_does_not_fit_its_operands_raises():
+    # The one instantiate handler trusts no attribute: an N-buffer target told it is the
+    # ragged all-to-all (or the bfloat16 wire told it is not a sum all-reduce) raises.
+    from jax_accl.names import COLLECTIVE_CODES, OP_CODES
+
+    ragged = np.int64(COLLECTIVE_CODES["accl_ragged_all_to_all"])
+    with pytest.raises(Exception, match="is a ragged-all-to-all, which this target's operands"):
+        _raw_target_call("accl_allreduce", collective=ragged)
+    with pytest.raises(Exception, match="bfloat16 on the wire carries a sum all-reduce"):
+        _raw_target_call(
+            "accl_allreduce_bf16_wire",
+            op=np.int64(OP_CODES["max"]),
+            args=np.array([], np.int64),
+        )

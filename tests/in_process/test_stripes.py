@@ -29,7 +29,11 @@ def test_the_probe_streams_over_loopback_and_decides_by_its_rule():
     receiver = stripes.Receiver("127.0.0.1", timeout_s=30, congestion="")
     try:
         rate = stripes.stream_rate("127.0.0.1", receiver.address, 3, 0.02, 30, "")
-        found = stripes.probe("127.0.0.1", receiver.address, 30, "reno")
+        found = stripes.probe("127.0.0.1", receiver.address, 30, "reno", budget_s=60)
+        # A probe past its budget stops (the job then keeps one stripe) rather than
+        # outlast the other processes' wait for its answer.
+        with pytest.raises(TimeoutError, match="longer than 0 s"):
+            stripes.probe("127.0.0.1", receiver.address, 30, "reno", budget_s=0)
     finally:
         receiver.close()
     assert rate > 0

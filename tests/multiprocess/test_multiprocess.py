@@ -431,7 +431,7 @@ def test_processes_that_finish_at_different_times_and_leave_at_once_all_complete
     assert [r["stats"]["communicator_lookups"] for r in results] == [1] * 4
 
 
-def test_a_group_that_found_cross_memory_attach_refused_plans_without_it():
+def test_a_group_that_found_cross_memory_attach_refused_plans_without_it(root_required):
     # Issue 60: process 1 runs in a pid namespace of its own (a container of the same
     # host), so its pid means another process to process 0 and cross-memory attach is
     # refused. The group's first large call probes and falls back; the three after it

@@ -17,6 +17,7 @@
 #include "algorithms/ragged_all_to_all.h"
 #include "ffi/handlers.h"
 #include "reduce/wire.h"
+#include "runtime/collective.h"
 #include "runtime/collective_site.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -164,9 +165,21 @@ std::optional<ffi::Error> decode_buffers(const CollectiveSite& site, const ffi::
   return std::nullopt;
 }
 
+// Whether the site's collective (its `collective` attribute) takes this execute handler's
+// operands: the ragged all-to-all's (its row's layout_table) or N buffers.
+std::optional<ffi::Error> handler_fits(const CollectiveSite& site, bool layout_table) {
+  if (collective_row(site.collective()).layout_table == layout_table) return std::nullopt;
+  return ffi::Error::InvalidArgument(str_cat("jax_accl: ", site.name(), " is a ",
+                                             collective_name(site.collective()),
+                                             ", which this target's operands do not fit"));
+}
+
 ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::RemainingArgs args,
                     ffi::RemainingRets rets) {
   const auto issued = Clock::now();
+  if (auto error = handler_fits(*state->site, /*layout_table=*/false)) {
+    return failed(std::move(*error));
+  }
   CallBuffers buffers;
   if (auto error = decode_buffers(*state->site, args, rets, &buffers)) {
     return failed(std::move(*error));
@@ -185,6 +198,13 @@ ffi::Future execute_wire_bf16(SiteState* state, ffi::RunId run_id, int32_t ordin
   CallBuffers buffers;
   if (auto error = decode_buffers(*state->site, args, rets, &buffers)) {
     return failed(std::move(*error));
+  }
+  const Collective collective = state->site->collective();
+  if (collective != Collective::kAllReduce || state->site->op() != ReduceOp::kSum) {
+    return failed(ffi::Error::InvalidArgument(
+        str_cat("jax_accl: bfloat16 on the wire carries a sum all-reduce, not a ",
+                collective_name(collective), " (", reduce_op_name(state->site->op()), "), in ",
+                state->site->name())));
   }
   if (buffers.dtype != DType::kF32 || buffers.counts != buffers.out_counts) {
     return failed(ffi::Error::InvalidArgument(
@@ -215,6 +235,7 @@ ffi::Future execute_ragged(SiteState* state, ffi::RunId run_id, int32_t ordinal,
                            ffi::Result<ffi::AnyBuffer> result) {
   const auto issued = Clock::now();
   CollectiveSite& site = *state->site;
+  if (auto error = handler_fits(site, /*layout_table=*/true)) return failed(std::move(*error));
   DType dtype;
   if (!to_dtype(operand.element_type(), &dtype) ||
       output.element_type() != operand.element_type() ||

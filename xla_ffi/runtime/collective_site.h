@@ -50,6 +50,8 @@ class CollectiveSite {
   CollectiveSite& operator=(const CollectiveSite&) = delete;
 
   const std::string& name() const { return name_; }
+  Collective collective() const { return settings_.signature.collective; }
+  ReduceOp op() const { return settings_.signature.op; }
   // Device `device`'s (its global id: XLA:CPU's device ordinal) call of launch `run_id`;
   // `done` runs exactly once, on this or another thread, when the outputs are written or
   // with the error (an exception while starting it included). `issued`: when XLA issued
