@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import jax
 import pytest
 
-from jax_accl import _compat, xla_collectives, xla_subsets
+from jax_accl import _compat, xla_collectives, xla_split_places, xla_subsets
 from jax_accl.errors import AcclError
 
 HEADER = "HloModule jit_f, is_scheduled=true, entry_computation_layout={()->()}{extra}\n\n"
@@ -131,6 +131,13 @@ def test_groups_that_cannot_be_read_are_none():
         is None
     )
     assert xla_subsets.groups_in(module(op("all-reduce", "channel_id=1")), DEVICES[:2]) is None
+
+
+@pytest.fixture(autouse=True)
+def a_new_job():
+    xla_split_places.new_job()  # no groups told by another test
+    yield
+    xla_split_places.new_job()
 
 
 def fake_program(monkeypatch, text, processes, local_devices=1):
@@ -269,3 +276,100 @@ def test_a_sub_axis_of_the_named_form_is_not_read():
         extra=", num_partitions=8",
     )
     assert xla_subsets.groups_in(text, list(range(8))) is None
+
+
+def all_reduces(*groups):
+    """An HLO module of one all-reduce per replica-groups text (4 partitions)."""
+    lines = [
+        f"%r{i} = s32[1,4]{{1,0}} all-reduce(%p), channel_id={i + 1}, replica_groups={g}, "
+        "use_global_device_ids=true, to_apply=%sum"
+        for i, g in enumerate(groups)
+    ]
+    return module(*lines)
+
+
+def load(monkeypatch, text):
+    """A program of one process's 4 devices loaded (its executable returned), or refused
+    (the AcclError's text); whether the library was told."""
+    devices = [SimpleNamespace(id=i, process_index=0) for i in range(4)]
+    _, told = fake_program(monkeypatch, text, [], local_devices=4)
+    executable = object()
+    try:
+        xla_subsets.check(devices, executable)
+    except AcclError as e:
+        assert told == []
+        return str(e)
+    assert len(told) == 1
+    return executable
+
+
+# One process's 4 devices as a (2, 2) mesh ("a", "b"): the groups of a psum over every
+# device, over "a" and over "b"; the first two put devices 1 and 2 at place 1 of color 0,
+# as do the last two.
+EVERY, OVER_A, OVER_B = "{{0,1,2,3}}", "{{0,2},{1,3}}", "{{0,1},{2,3}}"
+
+
+def test_two_of_a_processs_devices_at_one_place_of_one_program_are_refused_at_loading(
+    monkeypatch,
+):
+    """A split from place 1 of color 0 does not say whether device 2 or 1 asks; in one
+    program both devices' threads split at once: refused when loaded, naming both
+    devices, the process and the place; never told to the library."""
+    for both in (all_reduces(OVER_A, OVER_B), all_reduces(EVERY, OVER_A)):
+        refused = load(monkeypatch, both)
+        assert isinstance(refused, str)
+        assert "of process 0 at place 1, where a group of this program's that starts" in refused
+
+
+def test_a_later_programs_device_at_a_held_place_is_taken_only_after_the_earlier_ran(
+    monkeypatch,
+):
+    """A psum over every device, then one over "a" (as jax's all_reduce_test does with
+    axis_index_groups): device 2 asks place 1 of color 0 in the later program, device 1
+    in the earlier. Admitted once the earlier has run (device 2, a member of its group,
+    runs it first, so its group is made before device 2 asks again); refused while it
+    has not, whatever XLA's threads do meanwhile."""
+    every = load(monkeypatch, all_reduces(EVERY))
+    refused = load(monkeypatch, all_reduces(OVER_A))
+    assert isinstance(refused, str)
+    assert refused.startswith(
+        "jax_accl: this program has a collective group that starts with device 0 and holds "
+        "device 2 of process 0 at place 1, where a group of a program loaded before it in "
+        "this job that starts with device 0 holds device 1 of the same process."
+    )
+    assert "(it had not run)" in refused
+    xla_split_places.first_run(every)
+    assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
+    xla_split_places.new_job()
+    assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
+
+
+def test_a_later_programs_device_outside_the_earlier_group_is_refused_even_after_it_ran(
+    monkeypatch,
+):
+    """A psum over "b", run, then one over "a": device 2 is not in the group [0 1], so
+    it may run the later program before device 1 makes that group: refused. So is a
+    program after one whose collectives are inside a loop or a branch."""
+    xla_split_places.first_run(load(monkeypatch, all_reduces(OVER_B)))
+    refused = load(monkeypatch, all_reduces(OVER_A))
+    assert "(its group does not)" in refused
+    xla_split_places.new_job()
+    loop = all_reduces(EVERY).replace("%r0 =", "%body {\n  %r0 =") + "\n}\nENTRY %main {\n}"
+    assert not xla_subsets.in_order(loop)
+    xla_split_places.first_run(load(monkeypatch, loop))
+    assert "(some are)" in load(monkeypatch, all_reduces(OVER_A))
+
+
+def test_one_device_per_process_never_conflicts(monkeypatch):
+    """Groups that start with one device and differ at a place hold there devices of
+    different processes: each process's one device thread asks, no ambiguity."""
+    text_a = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true")
+    )
+    text_b = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,2}}, use_global_device_ids=true")
+    )
+    for text in (text_a, text_b):
+        devices, told = fake_program(monkeypatch, text, [0, 1, 2, 3])
+        xla_subsets.check(devices, None)
+        assert len(told) == 1
