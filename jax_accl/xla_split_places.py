@@ -8,20 +8,23 @@ device hold two of one process's devices at one place (a psum over all of a proc
 devices, then one with axis_index_groups; or over two mesh axes within a process), the
 split does not say which of the two asks. jax_accl's MPI library answers with the group
 of the earliest loaded program that XLA has not made yet (xla_ffi/mpiabi/communicators.cc,
-device_of_split). That answer is right whenever the later program's device is a member
-of the earlier program's group and the earlier program was dispatched before the later
-one was loaded: that device runs the earlier program first (a device runs its programs in
-the order they were dispatched), whose collective on that group completes only once
-every member has made its split, so the earlier group is made before the later device
-asks. Every other such pair (the two groups in one program, an earlier program loaded
-but not yet run, a device outside the earlier group, a program with collectives inside a
-loop or a branch) is refused here, when the later program is loaded: in Python's order of
-loading and dispatching, the same in every process, never by the timing of XLA's threads.
+device_of_split). That answer is right whenever the earlier program was dispatched
+before the later one was loaded, both run on several devices of this process, and none
+of the earlier one's collectives is inside a loop or a branch: XLA's CPU client launches
+a program on several of its devices only once the one launched before it has completed
+on every one of them (xla/pjrt/cpu/cpu_client.cc, PjRtCpuLoadedExecutable::Execute: "Gang
+schedule collectives", its last collective launch event), and an earlier program that
+completed has made every group it holds with this process's devices. Every other such
+pair (the two groups in one program, whose threads split at once; an earlier program
+loaded but not yet run; a program on one device of this process, which XLA does not
+launch in that order; collectives inside a loop or a branch, which may not run) is
+refused here, when the later program is loaded: in Python's order of loading and
+dispatching, the same in every process, never by the timing of XLA's threads.
 
 The algorithm: every place of every group a program brings is recorded by (first
 device, place, process); a place already held by another device of that process is
 checked against the rule above, and the program is refused (AcclError naming both
-devices, the process and the place) where the rule does not hold."""
+devices, the process and the place, and which condition failed) where it does not hold."""
 
 from __future__ import annotations
 
@@ -31,9 +34,10 @@ from jax_accl.errors import AcclError
 # the programs that hold that group)]
 _places: dict[tuple[int, int, int], list[tuple[int, frozenset, set]]] = {}
 # Programs loaded and not yet run: id(XLA's executable) -> (program number, executable,
-# whether its collectives run in its printed order). The executable is held until then.
+# whether it completes every group it holds before the next launch: all its collectives
+# in its printed order, on several devices of this process). Held until it runs.
 _waiting: dict[int, tuple[int, object, bool]] = {}
-# Programs run at least once (dispatched): program number -> collectives in order.
+# Programs run at least once (dispatched): program number -> that same whether.
 _run: dict[int, bool] = {}
 _count = 0
 
@@ -56,12 +60,13 @@ def first_run(executable) -> None:
         _run[waiting[0]] = waiting[2]
 
 
-def admit(executable, groups: list[list[int]], process_of: dict[int, int], ordered: bool):
+def admit(executable, groups: list[list[int]], process_of: dict[int, int], ordered: bool, own):
     """Checks a loaded program's `groups` (global device ids in rank order) against those
-    loaded before it in this job; raises AcclError for a place the library could not
-    answer (see the module's docstring). Returns a function that records them, to call
-    once the library has taken them."""
+    loaded before it in this job; `own`: this process's index; raises AcclError for a
+    place the library could not answer (see the module's docstring). Returns a function
+    that records them, to call once the library has taken them."""
     global _count
+    mine = sum(1 for p in process_of.values() if p == own)
     found: dict[tuple[int, int, int], int] = {}
     for group in groups:
         for place in range(1, len(group)):
@@ -69,16 +74,14 @@ def admit(executable, groups: list[list[int]], process_of: dict[int, int], order
             where = (group[0], place, process_of.get(device, -1))
             if found.get(where, device) != device:
                 raise AcclError(_message(where, found[where], device, None))
-            for before, earlier, numbers in _places.get(where, ()):
+            for before, _, numbers in _places.get(where, ()):
                 if before == device:
                     continue
                 ran = [_run[n] for n in numbers if n in _run]
                 if not ran:
                     raise AcclError(_message(where, before, device, "it had not run"))
-                if device not in earlier:
-                    raise AcclError(_message(where, before, device, "its group does not"))
-                if not any(ran):
-                    raise AcclError(_message(where, before, device, "some are"))
+                if mine < 2 or not any(ran):
+                    raise AcclError(_message(where, before, device, _UNSETTLED))
             found[where] = device
     number = _count = _count + 1
 
@@ -93,9 +96,15 @@ def admit(executable, groups: list[list[int]], process_of: dict[int, int], order
                     same[0].add(number)  # the same group, of another program too
                 else:
                     held.append((group[place], members, {number}))
-        _waiting[id(executable)] = (number, executable, ordered)
+        _waiting[id(executable)] = (number, executable, ordered and mine >= 2)
 
     return record
+
+
+_UNSETTLED = (
+    "one of the two runs on only one device of this process, or some of the earlier "
+    "one's collectives are inside a loop or a branch"
+)
 
 
 def _message(where, before: int, now: int, failed: str | None) -> str:
@@ -107,9 +116,10 @@ def _message(where, before: int, now: int, failed: str | None) -> str:
         which = "a program loaded before it in this job"
         why = (
             "The earlier program's group is taken first only where that program was run "
-            "before this one was loaded, its group holds this device and none of its "
-            f"collectives is inside a loop or a branch ({failed}): then this device runs "
-            "it first, and its split is made before this one's"
+            "before this one was loaded, both run on several devices of this process and "
+            f"none of the earlier one's collectives is inside a loop or a branch ({failed}): "
+            "then XLA launches this one once the earlier has completed on every device, "
+            "its groups made"
         )
     return (
         f"jax_accl: this program has a collective group that starts with device {first} "

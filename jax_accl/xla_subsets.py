@@ -92,7 +92,7 @@ def check(devices, executable) -> None:
         )
     process_of = {d.id: d.process_index for d in flat}
     ordered = in_order(text)
-    record = xla_split_places.admit(executable, groups, process_of, ordered)
+    record = xla_split_places.admit(executable, groups, process_of, ordered, jax.process_index())
     note_groups(ids, groups, subset, ordered)
     record()
 

@@ -142,6 +142,7 @@ def a_new_job():
 
 def fake_program(monkeypatch, text, processes, local_devices=1):
     monkeypatch.setattr(jax, "process_count", lambda: 4)
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
     monkeypatch.setattr(jax, "local_device_count", lambda: local_devices)
     monkeypatch.setattr(_compat, "compiled_text", lambda executable: text)
     told = []
@@ -325,39 +326,52 @@ def test_a_later_programs_device_at_a_held_place_is_taken_only_after_the_earlier
     monkeypatch,
 ):
     """A psum over every device, then one over "a" (as jax's all_reduce_test does with
-    axis_index_groups): device 2 asks place 1 of color 0 in the later program, device 1
-    in the earlier. Admitted once the earlier has run (device 2, a member of its group,
-    runs it first, so its group is made before device 2 asks again); refused while it
-    has not, whatever XLA's threads do meanwhile."""
-    every = load(monkeypatch, all_reduces(EVERY))
-    refused = load(monkeypatch, all_reduces(OVER_A))
-    assert isinstance(refused, str)
-    assert refused.startswith(
-        "jax_accl: this program has a collective group that starts with device 0 and holds "
-        "device 2 of process 0 at place 1, where a group of a program loaded before it in "
-        "this job that starts with device 0 holds device 1 of the same process."
-    )
-    assert "(it had not run)" in refused
-    xla_split_places.first_run(every)
-    assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
+    axis_index_groups), or one over "b" then one over "a": the later program's device 2
+    asks place 1 of color 0, the earlier's device 1. Admitted once the earlier has run
+    (XLA launches the later on this process's devices only once the earlier completed
+    on all of them, its groups made); refused while it has not, whatever XLA's threads
+    do meanwhile. A new job forgets the groups."""
+    for first in (EVERY, OVER_B):
+        xla_split_places.new_job()
+        earlier = load(monkeypatch, all_reduces(first))
+        refused = load(monkeypatch, all_reduces(OVER_A))
+        assert isinstance(refused, str)
+        assert refused.startswith(
+            "jax_accl: this program has a collective group that starts with device 0 and "
+            "holds device 2 of process 0 at place 1, where a group of a program loaded "
+            "before it in this job that starts with device 0 holds device 1 of the same "
+            "process."
+        )
+        assert "(it had not run)" in refused
+        xla_split_places.first_run(earlier)
+        assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
     xla_split_places.new_job()
-    assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
+    assert not isinstance(load(monkeypatch, all_reduces(OVER_B)), str)
 
 
-def test_a_later_programs_device_outside_the_earlier_group_is_refused_even_after_it_ran(
-    monkeypatch,
-):
-    """A psum over "b", run, then one over "a": device 2 is not in the group [0 1], so
-    it may run the later program before device 1 makes that group: refused. So is a
-    program after one whose collectives are inside a loop or a branch."""
-    xla_split_places.first_run(load(monkeypatch, all_reduces(OVER_B)))
-    refused = load(monkeypatch, all_reduces(OVER_A))
-    assert "(its group does not)" in refused
+def test_a_held_place_of_a_program_on_one_device_here_or_inside_a_loop_is_refused(monkeypatch):
+    """XLA launches a program on one device of a process without waiting for the one
+    before, and a collective inside a loop or a branch may not run: after such a program
+    ran, a later one whose device at a place it holds differs is refused."""
+    devices = [SimpleNamespace(id=i, process_index=0) for i in (0, 1)]
+    devices.append(SimpleNamespace(id=10, process_index=1))
+    text = module(
+        op("all-reduce", "channel_id=1, replica_groups={{1,0}}, use_global_device_ids=true"),
+        extra=", num_partitions=2",
+    )
+    _, told = fake_program(monkeypatch, text, [])
+    executable = object()
+    xla_subsets.check([devices[0], devices[2]], executable)  # the group [10 0]
+    assert told == [([0, 10], [[10, 0]], True, True)]
+    xla_split_places.first_run(executable)
+    with pytest.raises(AcclError) as refused:
+        xla_subsets.check([devices[1], devices[2]], object())  # the group [10 1]
+    assert "runs on only one device of this process" in str(refused.value)
     xla_split_places.new_job()
     loop = all_reduces(EVERY).replace("%r0 =", "%body {\n  %r0 =") + "\n}\nENTRY %main {\n}"
     assert not xla_subsets.in_order(loop)
     xla_split_places.first_run(load(monkeypatch, loop))
-    assert "(some are)" in load(monkeypatch, all_reduces(OVER_A))
+    assert "inside a loop or a branch)" in load(monkeypatch, all_reduces(OVER_A))
 
 
 def test_one_device_per_process_never_conflicts(monkeypatch):
