@@ -40,10 +40,11 @@ def stated_wire(rate_mbit: float | None, mtu: int = 1500) -> dict:
 def virtual_hosts(hosts: int, rails: int, rate_mbit: float | None = None, mtu: int = 1500):
     """Yields the namespace name of every host. `mtu`: of every rail and switch port (9000:
     jumbo frames, as clusters use; the simulated wire then costs the CPU the hosts share
-    about a sixth of its packets)."""
+    about a sixth of its packets). NETNS_PREFIX in the environment starts every name."""
     tag = uuid.uuid4().hex[:6]
-    switch = f"accl-sw-{tag}"
-    names = [f"accl-h{h}-{tag}" for h in range(hosts)]
+    prefix = os.environ.get("NETNS_PREFIX", "")  # e.g. a branch's name, on a shared machine
+    switch = f"{prefix}accl-sw-{tag}"
+    names = [f"{prefix}accl-h{h}-{tag}" for h in range(hosts)]
     created = []
     try:
         for ns in [switch, *names]:
