@@ -419,6 +419,27 @@ def hook_loading(check) -> None:
     pxla.UnloadedMeshExecutable.load = load
 
 
+def hook_first_run(first_run) -> None:
+    """first_run(XLA's executable) before each run of a loaded program that goes through
+    jax's Python path (pxla.ExecuteReplicated), which every program's first run takes
+    (a jitted function's first call, an AOT-compiled one's); later runs may take jax's
+    C++ fast path instead. Idempotent. Without ExecuteReplicated (another jax), never
+    called."""
+    runner = getattr(pxla, "ExecuteReplicated", None)
+    if runner is None:
+        return
+    call = runner.__call__
+    if getattr(call, "_jax_accl_first_run", None) is first_run:
+        return
+
+    def hooked(self, *args):
+        first_run(self.xla_executable)
+        return call(self, *args)
+
+    hooked._jax_accl_first_run, hooked.__wrapped__ = first_run, call
+    runner.__call__ = hooked
+
+
 def hook_custom_partitioning(wrap_partition) -> None:
     """Each jax.experimental.custom_partitioning call that JAX leaves to XLA's SPMD
     partitioner keeps its rule's `partition` in a callback record made while the

@@ -95,8 +95,9 @@ def start_our_side() -> None:
     rank and size) and the process table made. A process may have several CPU devices:
     each device's thread is then a rank of its own in the library's communicators
     (docs/xla_collectives.md, "Several devices per process")."""
-    from jax_accl import _accl, _compat, distributed
+    from jax_accl import _accl, _compat, distributed, xla_split_places
 
+    xla_split_places.new_job()
     state = _compat.distributed_state()
     _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
     distributed.ensure_started()

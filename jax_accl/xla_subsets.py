@@ -14,7 +14,11 @@ groups cannot be read is refused when compiled, naming the processes and what to
 rather than failing its first collective after JAX_ACCL_TIMEOUT_S. With several CPU
 devices per process each device's thread splits for itself, and the library takes the
 asking device from these groups too: a program of such a process is told even when it
-runs on that process alone, and one whose groups cannot be read is refused at once."""
+runs on that process alone, and one whose groups cannot be read is refused at once. So
+is one whose groups, with those of the programs loaded before it, put two of one
+process's devices at one place of groups that start with the same device where the
+library could not tell which asks (xla_split_places.py): judged at loading, not at the
+split."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import re
 
 import numpy as np
 
-from jax_accl import _compat
+from jax_accl import _compat, xla_split_places
 from jax_accl.errors import AcclError
 from jax_accl.hlo_text import KINDS, xla_collectives_in
 
@@ -35,6 +39,7 @@ def install(library) -> None:
     global _library_path
     _library_path = str(library)
     _compat.hook_loading(check)
+    _compat.hook_first_run(xla_split_places.first_run)
 
 
 def check(devices, executable) -> None:
@@ -85,7 +90,11 @@ def check(devices, executable) -> None:
             "on a mesh over every process, or without JAX_ACCL_XLA_COLLECTIVES (gloo makes "
             "such communicators)"
         )
-    note_groups(ids, groups, subset, in_order(text))
+    process_of = {d.id: d.process_index for d in flat}
+    ordered = in_order(text)
+    record = xla_split_places.admit(executable, groups, process_of, ordered, jax.process_index())
+    note_groups(ids, groups, subset, ordered)
+    record()
 
 
 def note_groups(

@@ -1,14 +1,16 @@
 """The demo's model trained the way most JAX code is written: ``jax.jit`` on an Explicit
-mesh, no shard_map, one CPU device per process. XLA's SPMD partitioner inserts the
-collectives (the gradient all-reduce; with ``--strategy fsdp`` the parameters'
-all-gathers too). The job runs twice, with jax_accl as XLA:CPU's collectives backend
+mesh, no shard_map, one CPU device per process or several (``--devices``). XLA's SPMD
+partitioner inserts the collectives (the gradient all-reduce; with ``--strategy fsdp``
+the parameters' all-gathers too). The job runs twice, with jax_accl as XLA:CPU's collectives backend
 (JAX_ACCL_XLA_COLLECTIVES=1, jax_accl/xla_collectives.py) and over gloo, and the
 launcher prints both side by side: losses, accuracy, the final parameters' largest
-difference, what the compiled step holds, step times, and the all-reduce of the
-gradients' size alone against the network limit between hosts.
+difference, what the compiled step holds, step times, and an all-reduce of a jit
+program alone (the gradients' size, or ``--allreduce-mib`` per device) against the
+network limit between hosts.
 
     python -m jax_accl.demo --jit --processes 2
     python -m jax_accl.demo --jit --hosts 2 --processes-per-host 2   # root: namespaced hosts
+    python -m jax_accl.demo --jit --processes 2 --devices 4 --allreduce-mib 16
 """
 
 from __future__ import annotations
@@ -117,8 +119,9 @@ def worker(args) -> dict:
         }
         whole = training.gathered(params)
         flat = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(whole)])
-        # The gradients' all-reduce alone: one buffer of the parameters' size.
-        elements = flat.size
+        # An all-reduce alone: one buffer per device of the parameters' size, or of
+        # --allreduce-mib.
+        elements = int(args.allreduce_mib * 2**20) // 4 if args.allreduce_mib else flat.size
         grads = place(mesh, np.ones((n, elements), np.float32), lambda leaf: P("data"))
         summed = jax.jit(lambda g: jnp.sum(g, axis=0))
         summed(grads).block_until_ready()
@@ -128,7 +131,7 @@ def worker(args) -> dict:
         "losses": losses,
         "step_seconds": float(np.median(times[1:] or times)),
         "allreduce_seconds": allreduce_s,
-        "gradient_bytes": int(elements * 4),
+        "allreduce_bytes": int(elements * 4),
         "accuracy": training.accuracy(whole),
         "sample": flat[::SAMPLE].tolist(),
         "compiled_step": hlo,
@@ -141,7 +144,9 @@ def worker_main(args) -> int:
 
     from jax_accl.testing import launch
 
-    launch.join_job(1, args.coordinator, args.num_processes, args.process_id, args.gloo_interface)
+    launch.join_job(
+        args.devices, args.coordinator, args.num_processes, args.process_id, args.gloo_interface
+    )
     result = worker(args)
     print("RESULT " + json.dumps(result), flush=True)
     jax.distributed.shutdown()
@@ -167,7 +172,9 @@ def launch_both(args, extra: list[str]) -> dict:
         wire = netns.stated_wire(args.rate_mbit, args.mtu) if args.hosts > 1 else {}
         env = [{"JAX_ACCL_XLA_COLLECTIVES": switch, **wire}] * args.processes
         if args.hosts <= 1:
-            results[name] = launch.run_job(worker_cmd, args.processes, 1, env=env, timeout=1800)[0]
+            results[name] = launch.run_job(
+                worker_cmd, args.processes, args.devices, env=env, timeout=1800
+            )[0]
             continue
         rails = ",".join(f"rail{r}" for r in range(args.rails))
         with netns.virtual_hosts(
@@ -175,7 +182,7 @@ def launch_both(args, extra: list[str]) -> dict:
         ) as names:
             spaces = [s for s in names for _ in range(args.processes_per_host)]
             results[name] = launch.run_on_namespaced_hosts(
-                worker_cmd, spaces, 1, rails, env=env, timeout=1800
+                worker_cmd, spaces, args.devices, rails, env=env, timeout=1800
             )[0]
     return results
 
@@ -188,12 +195,12 @@ def report(args, results: dict) -> list[str]:
         if args.hosts > 1
         else f"{args.processes} processes on this host"
     )
-    mib = ours["gradient_bytes"] / 2**20
-    limit = network_limit_s(args, ours["gradient_bytes"])
+    mib = ours["allreduce_bytes"] / 2**20
+    limit = network_limit_s(args, ours["allreduce_bytes"])
     difference = float(np.max(np.abs(np.subtract(ours["sample"], gloo["sample"]))))
     lines = [
-        f"jax.jit, Explicit mesh, no shard_map, strategy {args.strategy}: {where}, 1 CPU "
-        f"device each, batch {args.batch} per device, {args.steps} steps",
+        f"jax.jit, Explicit mesh, no shard_map, strategy {args.strategy}: {where}, "
+        f"{args.devices} CPU device(s) each, batch {args.batch} per device, {args.steps} steps",
         f"final loss {ours['losses'][-1]:.4f} (gloo: {gloo['losses'][-1]:.4f}), accuracy "
         f"{ours['accuracy']:.1%} (gloo: {gloo['accuracy']:.1%}), largest parameter "
         f"difference (every {SAMPLE}th) {difference:.3g}",
@@ -208,9 +215,9 @@ def report(args, results: dict) -> list[str]:
         f"  all-reduce {mib:.2f} MiB {ours['allreduce_seconds'] * 1e3:7.2f} ms "
         f"{gloo['allreduce_seconds'] * 1e3:7.2f} ms   "
         f"{gloo['allreduce_seconds'] / ours['allreduce_seconds']:5.2f}x",
-        "  (not like for like: the all-reduce row is every gradient in one buffer, one call "
-        "timed alone; the step reduces each gradient apart, smaller, among its compute: the "
-        "two ratios need not agree)",
+        "  (not like for like: the all-reduce row is one buffer per device, one call timed "
+        "alone; the step reduces each gradient apart, smaller, among its compute: the two "
+        "ratios need not agree)",
     ]
     if limit:
         lines.append(
@@ -233,7 +240,9 @@ def main(args) -> int:
     if args.processes < 2:
         raise SystemExit("jax_accl.demo --jit: XLA's collectives need --processes 2 or more")
     extra = ["--steps", str(args.steps), "--batch", str(args.batch), "--strategy", args.strategy]
-    extra += ["--reps", str(args.reps)]
+    args.devices = args.devices or 1
+    extra += ["--reps", str(args.reps), "--devices", str(args.devices)]
+    extra += ["--allreduce-mib", str(args.allreduce_mib)]
     results = launch_both(args, extra)
     print("\n".join(report(args, results)), flush=True)
     if args.json:

@@ -439,11 +439,17 @@ def parse_args(argv):
         "--jit",
         action="store_true",
         help="the same model as a plain jax.jit program on an Explicit mesh (no shard_map, "
-        "1 device per process), its XLA collectives on jax_accl against gloo "
+        "--devices per process, default 1), its XLA collectives on jax_accl against gloo "
         "(jax_accl/demo/jit_training.py)",
     )
     parser.add_argument(
         "--reps", type=int, default=20, help="--jit: timed runs of the all-reduce alone"
+    )
+    parser.add_argument(
+        "--allreduce-mib",
+        type=float,
+        default=0,
+        help="--jit: the all-reduce timed alone, MiB per device (default: the gradients' size)",
     )
     parser.add_argument("--gloo-interface", default="", help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true")

@@ -36,7 +36,7 @@ def test_the_bench_table_carries_the_note(monkeypatch, capsys):
 def test_the_jit_demo_says_its_two_ratios_are_not_like_for_like(monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (1000.0, 0.0, 0.0))
     run = {
-        "gradient_bytes": 1 << 20,
+        "allreduce_bytes": 1 << 20,
         "sample": [0.0],
         "losses": [1.0],
         "accuracy": 0.9,
@@ -45,7 +45,7 @@ def test_the_jit_demo_says_its_two_ratios_are_not_like_for_like(monkeypatch):
         "step_seconds": 0.01,
         "allreduce_seconds": 0.002,
     }
-    args = argparse.Namespace(hosts=1, processes=2, strategy="dp", batch=8, steps=2)
+    args = argparse.Namespace(hosts=1, processes=2, devices=1, strategy="dp", batch=8, steps=2)
     lines = jit_training.report(args, {"jax_accl": run, "gloo": dict(run)})
     assert any("not like for like" in line for line in lines)
     assert any("load was 1000.0" in line for line in lines)

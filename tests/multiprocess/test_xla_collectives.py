@@ -1,5 +1,5 @@
 """jax_accl as XLA:CPU's collectives backend (JAX_ACCL_XLA_COLLECTIVES=1): plain jax.jit
-programs on Explicit and Auto meshes, one CPU device per process (and 2 per process,
+programs on Explicit and Auto meshes, one CPU device per process (and 4 per process,
 each device's thread an MPI rank of its own), no shard_map of jax_accl's
 (jax_accl.testing.jit_worker). Each job runs twice, on jax_accl and over
 gloo: results equal (integers bitwise), and every collective the compiled HLO holds is
@@ -135,20 +135,35 @@ def test_two_processes_every_program_on_jax_accl_equals_gloo(tmp_path):
         } <= calls
 
 
-def test_two_processes_of_two_devices_each():
-    """Several CPU devices per process (jax_num_cpu_devices=2): each device's thread is
-    an MPI rank of its own in jax_accl's library (its split gives it a communicator of its
-    group's 4 devices at its place), the two devices of a process meet in memory. A plain
-    jit data-parallel step (an all-reduce of its gradients over the 4 devices), a reshard
-    that all-to-alls (MPI_Sendrecv between devices of one process and of two) and a roll
-    (collective-permute): results equal to gloo's at the same 2 x 2, and every collective
-    of the compiled HLO counted once per device in jax_accl.stats()["xla_collectives"]."""
-    programs = ["data_parallel", "transpose_reshard", "roll"]
-    ours = job(2, programs, accl=True, devices=2)
-    gloo = job(2, programs, accl=False, devices=2)
-    assert_carried_and_equal(ours, gloo, 2, programs, devices=2)
+def test_two_processes_of_four_devices_each():
+    """Several CPU devices per process (jax_num_cpu_devices=4), issue 61's programs: each
+    device's thread is an MPI rank of its own in jax_accl's library (its split gives it a
+    communicator of its group's 8 devices at its place), the 4 devices of a process meet
+    in memory. A plain jit data-parallel step (an all-reduce of its gradients), an
+    FSDP-style step (its parameters all-gathered for use, their gradients reduced back
+    to shards), reshards that all-gather and all-to-all (MPI_Sendrecv between devices of
+    one process and of two) and a roll (collective-permute): the compiled HLO holds the
+    collectives each is made for, the same on both jobs; results equal to gloo's at the
+    same 2 x 4, and every collective of the compiled HLO counted once per device in
+    jax_accl.stats()["xla_collectives"]."""
+    programs = ["data_parallel", "fsdp", "gather_reshard", "transpose_reshard", "roll"]
+    ours = job(2, programs, accl=True, devices=4)
+    gloo = job(2, programs, accl=False, devices=4)
+    assert_carried_and_equal(ours, gloo, 2, programs, devices=4)
+    made_for = {
+        "data_parallel": {"all-reduce"},
+        "fsdp": {"all-gather"},
+        "gather_reshard": {"all-gather"},
+        "transpose_reshard": {"all-to-all"},
+        "roll": {"collective-permute"},
+    }
     for r in ours:
-        assert len(r["programs"]["data_parallel"]["outputs"]["w1"]) == 2  # two local shards
+        for name, kinds in made_for.items():
+            assert kinds <= set(r["programs"][name]["hlo"]), (name, r["programs"][name]["hlo"])
+        fsdp_grads = set(r["programs"]["fsdp"]["hlo"]) & {"reduce-scatter", "all-reduce"}
+        assert fsdp_grads, r["programs"]["fsdp"]["hlo"]
+        assert len(r["programs"]["data_parallel"]["outputs"]["w1"]) == 4  # four local shards
+        assert len(r["programs"]["fsdp"]["outputs"]["w1"]) == 4
 
 
 # Plain jit programs (no shard_map) whose collectives only move data: a reshard that

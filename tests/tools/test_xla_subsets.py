@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import jax
 import pytest
 
-from jax_accl import _compat, xla_collectives, xla_subsets
+from jax_accl import _compat, xla_collectives, xla_split_places, xla_subsets
 from jax_accl.errors import AcclError
 
 HEADER = "HloModule jit_f, is_scheduled=true, entry_computation_layout={()->()}{extra}\n\n"
@@ -133,8 +133,16 @@ def test_groups_that_cannot_be_read_are_none():
     assert xla_subsets.groups_in(module(op("all-reduce", "channel_id=1")), DEVICES[:2]) is None
 
 
+@pytest.fixture(autouse=True)
+def a_new_job():
+    xla_split_places.new_job()  # no groups told by another test
+    yield
+    xla_split_places.new_job()
+
+
 def fake_program(monkeypatch, text, processes, local_devices=1):
     monkeypatch.setattr(jax, "process_count", lambda: 4)
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
     monkeypatch.setattr(jax, "local_device_count", lambda: local_devices)
     monkeypatch.setattr(_compat, "compiled_text", lambda executable: text)
     told = []
@@ -269,3 +277,113 @@ def test_a_sub_axis_of_the_named_form_is_not_read():
         extra=", num_partitions=8",
     )
     assert xla_subsets.groups_in(text, list(range(8))) is None
+
+
+def all_reduces(*groups):
+    """An HLO module of one all-reduce per replica-groups text (4 partitions)."""
+    lines = [
+        f"%r{i} = s32[1,4]{{1,0}} all-reduce(%p), channel_id={i + 1}, replica_groups={g}, "
+        "use_global_device_ids=true, to_apply=%sum"
+        for i, g in enumerate(groups)
+    ]
+    return module(*lines)
+
+
+def load(monkeypatch, text):
+    """A program of one process's 4 devices loaded (its executable returned), or refused
+    (the AcclError's text); whether the library was told."""
+    devices = [SimpleNamespace(id=i, process_index=0) for i in range(4)]
+    _, told = fake_program(monkeypatch, text, [], local_devices=4)
+    executable = object()
+    try:
+        xla_subsets.check(devices, executable)
+    except AcclError as e:
+        assert told == []
+        return str(e)
+    assert len(told) == 1
+    return executable
+
+
+# One process's 4 devices as a (2, 2) mesh ("a", "b"): the groups of a psum over every
+# device, over "a" and over "b"; the first two put devices 1 and 2 at place 1 of color 0,
+# as do the last two.
+EVERY, OVER_A, OVER_B = "{{0,1,2,3}}", "{{0,2},{1,3}}", "{{0,1},{2,3}}"
+
+
+def test_two_of_a_processs_devices_at_one_place_of_one_program_are_refused_at_loading(
+    monkeypatch,
+):
+    """A split from place 1 of color 0 does not say whether device 2 or 1 asks; in one
+    program both devices' threads split at once: refused when loaded, naming both
+    devices, the process and the place; never told to the library."""
+    for both in (all_reduces(OVER_A, OVER_B), all_reduces(EVERY, OVER_A)):
+        refused = load(monkeypatch, both)
+        assert isinstance(refused, str)
+        assert "of process 0 at place 1, where a group of this program's that starts" in refused
+
+
+def test_a_later_programs_device_at_a_held_place_is_taken_only_after_the_earlier_ran(
+    monkeypatch,
+):
+    """A psum over every device, then one over "a" (as jax's all_reduce_test does with
+    axis_index_groups), or one over "b" then one over "a": the later program's device 2
+    asks place 1 of color 0, the earlier's device 1. Admitted once the earlier has run
+    (XLA launches the later on this process's devices only once the earlier completed
+    on all of them, its groups made); refused while it has not, whatever XLA's threads
+    do meanwhile. A new job forgets the groups."""
+    for first in (EVERY, OVER_B):
+        xla_split_places.new_job()
+        earlier = load(monkeypatch, all_reduces(first))
+        refused = load(monkeypatch, all_reduces(OVER_A))
+        assert isinstance(refused, str)
+        assert refused.startswith(
+            "jax_accl: this program has a collective group that starts with device 0 and "
+            "holds device 2 of process 0 at place 1, where a group of a program loaded "
+            "before it in this job that starts with device 0 holds device 1 of the same "
+            "process."
+        )
+        assert "(it had not run)" in refused
+        xla_split_places.first_run(earlier)
+        assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
+    xla_split_places.new_job()
+    assert not isinstance(load(monkeypatch, all_reduces(OVER_B)), str)
+
+
+def test_a_held_place_of_a_program_on_one_device_here_or_inside_a_loop_is_refused(monkeypatch):
+    """XLA launches a program on one device of a process without waiting for the one
+    before, and a collective inside a loop or a branch may not run: after such a program
+    ran, a later one whose device at a place it holds differs is refused."""
+    devices = [SimpleNamespace(id=i, process_index=0) for i in (0, 1)]
+    devices.append(SimpleNamespace(id=10, process_index=1))
+    text = module(
+        op("all-reduce", "channel_id=1, replica_groups={{1,0}}, use_global_device_ids=true"),
+        extra=", num_partitions=2",
+    )
+    _, told = fake_program(monkeypatch, text, [])
+    executable = object()
+    xla_subsets.check([devices[0], devices[2]], executable)  # the group [10 0]
+    assert told == [([0, 10], [[10, 0]], True, True)]
+    xla_split_places.first_run(executable)
+    with pytest.raises(AcclError) as refused:
+        xla_subsets.check([devices[1], devices[2]], object())  # the group [10 1]
+    assert "runs on only one device of this process" in str(refused.value)
+    xla_split_places.new_job()
+    loop = all_reduces(EVERY).replace("%r0 =", "%body {\n  %r0 =") + "\n}\nENTRY %main {\n}"
+    assert not xla_subsets.in_order(loop)
+    xla_split_places.first_run(load(monkeypatch, loop))
+    assert "inside a loop or a branch)" in load(monkeypatch, all_reduces(OVER_A))
+
+
+def test_one_device_per_process_never_conflicts(monkeypatch):
+    """Groups that start with one device and differ at a place hold there devices of
+    different processes: each process's one device thread asks, no ambiguity."""
+    text_a = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true")
+    )
+    text_b = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,2}}, use_global_device_ids=true")
+    )
+    for text in (text_a, text_b):
+        devices, told = fake_program(monkeypatch, text, [0, 1, 2, 3])
+        xla_subsets.check(devices, None)
+        assert len(told) == 1

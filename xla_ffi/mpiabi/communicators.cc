@@ -188,39 +188,15 @@ std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices
   return parent;
 }
 
-// Two devices of one process at the same place of known groups that start with
-// `color` (*a, *b), where processes have several devices: a split of that color from that
-// place does not say which of the two asks. The same answer in every process (every
-// process is told every program's groups), so every member of such a group refuses its
-// split at once rather than waiting for the one that cannot be made.
-bool ambiguous_place(const Registry& r, int color, int* place, int64_t* a, int64_t* b) {
-  std::map<std::pair<size_t, int>, int64_t> seen;  // (place, process) -> device
-  for (const KnownProgram& p : r.known) {
-    for (const std::vector<int64_t>& g : p.groups) {
-      if (g.empty() || g[0] != color) continue;
-      for (size_t k = 1; k < g.size(); ++k) {
-        const int process = process_of(g[k]);
-        if (process < 0) continue;  // no process's device: no thread of it asks
-        auto [it, fresh] = seen.try_emplace({k, process}, g[k]);
-        if (!fresh && it->second != g[k]) {
-          *place = static_cast<int>(k);
-          *a = it->second;
-          *b = g[k];
-          return true;
-        }
-      }
-    }
-  }
-  return false;
-}
-
 // The device of the thread making split (color, key) of MPI_COMM_WORLD (*mine): this
 // process's one device, or, with several (each device's thread makes its own split, its
 // arguments the group's first device and its device's place), the device of this
-// process at place `key` of the known groups that start with `color`. None such (a
-// program whose groups jax_accl could not read), or one place of such groups held by two
-// devices of one process (which of their threads asks is not said), is an error naming
-// them (the latter in every process the group spans, one device each too).
+// process at place `key` of the known groups that start with `color`: of the earliest
+// loaded program's such group that XLA does not hold yet. Two of this process's devices
+// at one place are taken so only where the loading hook found it right (the later
+// program's device is in the earlier group, whose program ran first, so that group is
+// made before that device asks: jax_accl/xla_split_places.py); it refuses every other
+// such program. None such (a program whose groups jax_accl could not read) is an error.
 Status device_of_split(const Registry& r, int color, int key, int64_t* mine) {
   const std::shared_ptr<World> w = World::get();
   if (w == nullptr) return error(Code::kInvalidArgument, "MPI_Comm_split: ", not_set_up());
@@ -231,33 +207,26 @@ Status device_of_split(const Registry& r, int color, int key, int64_t* mine) {
       me, "'s ", own.size(),
       " CPU devices (each device's thread splits for itself, its arguments the group's first "
       "device and its device's place)");
-  int place = 0;
-  int64_t a = -1, b = -1;
-  if (ambiguous_place(r, color, &place, &a, &b)) {
-    return error(Code::kInvalidArgument, which,
-                 ": groups of the compiled programs that start "
-                 "with device ",
-                 color, " have devices ", a, " and ", b, " of process ", process_of(a),
-                 " at place ", place,
-                 ", and a split does not say which of "
-                 "them asks: jax_accl refuses every split of these groups at once rather than "
-                 "give one device another's communicator. Give such collectives groups that do "
-                 "not start with the same device (the mesh's axes over one process's devices "
-                 "in one group), run with one CPU device per process, or without "
-                 "JAX_ACCL_XLA_COLLECTIVES (gloo)");
-  }
   if (own.size() == 1) {
     *mine = own[0];
     return Status::Ok();
   }
+  int64_t held = -1;  // the device of a fitting group XLA holds already
   for (const KnownProgram& p : r.known) {
     for (const std::vector<int64_t>& g : p.groups) {
       if (static_cast<size_t>(key) < g.size() && g[0] == color &&
           std::find(own.begin(), own.end(), g[key]) != own.end()) {
-        *mine = g[key];
-        return Status::Ok();
+        if (r.live.count({g, key}) == 0) {
+          *mine = g[key];
+          return Status::Ok();
+        }
+        if (held < 0) held = g[key];
       }
     }
+  }
+  if (held >= 0) {  // every fitting group is held: parent_among says so
+    *mine = held;
+    return Status::Ok();
   }
   return error(Code::kInvalidArgument, which,
                ": no compiled program's collective group starts with device ", color,

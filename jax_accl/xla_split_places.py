@@ -1,0 +1,137 @@
+"""Which device asks a split, decided when a program is loaded (several CPU devices per
+process under JAX_ACCL_XLA_COLLECTIVES=1).
+
+XLA:CPU's split is MPI_Comm_split(MPI_COMM_WORLD, color = the group's first device,
+key = the device's place), made by each device's thread for itself at the program's first
+collective of that group, asynchronously to Python. Where groups that start with one
+device hold two of one process's devices at one place (a psum over all of a process's
+devices, then one with axis_index_groups; or over two mesh axes within a process), the
+split does not say which of the two asks. jax_accl's MPI library answers with the group
+of the earliest loaded program that XLA has not made yet (xla_ffi/mpiabi/communicators.cc,
+device_of_split). That answer is right whenever the earlier program was dispatched
+before the later one was loaded, both run on several devices of this process, and none
+of the earlier one's collectives is inside a loop or a branch: XLA's CPU client launches
+a program on several of its devices only once the one launched before it has completed
+on every one of them (xla/pjrt/cpu/cpu_client.cc, PjRtCpuLoadedExecutable::Execute: "Gang
+schedule collectives", its last collective launch event), and an earlier program that
+completed has made every group it holds with this process's devices. Every other such
+pair (the two groups in one program, whose threads split at once; an earlier program
+loaded but not yet run; a program on one device of this process, which XLA does not
+launch in that order; collectives inside a loop or a branch, which may not run) is
+refused here, when the later program is loaded: in Python's order of loading and
+dispatching, the same in every process, never by the timing of XLA's threads.
+
+The algorithm: every place of every group a program brings is recorded by (first
+device, place, process); a place already held by another device of that process is
+checked against the rule above, and the program is refused (AcclError naming both
+devices, the process and the place, and which condition failed) where it does not hold."""
+
+from __future__ import annotations
+
+from jax_accl.errors import AcclError
+
+# (first device, place, process) -> [(device there, its group's devices, the numbers of
+# the programs that hold that group)]
+_places: dict[tuple[int, int, int], list[tuple[int, frozenset, set]]] = {}
+# Programs loaded and not yet run: id(XLA's executable) -> (program number, executable,
+# whether it completes every group it holds before the next launch: all its collectives
+# in its printed order, on several devices of this process). Held until it runs.
+_waiting: dict[int, tuple[int, object, bool]] = {}
+# Programs run at least once (dispatched): program number -> that same whether.
+_run: dict[int, bool] = {}
+_count = 0
+
+
+def new_job() -> None:
+    """Forgets every program: jax.distributed started a new job (the library's registry
+    forgets their groups too, following its World)."""
+    global _count
+    _places.clear()
+    _waiting.clear()
+    _run.clear()
+    _count = 0
+
+
+def first_run(executable) -> None:
+    """A loaded program is dispatched (jax's Python path runs every program's first call:
+    _compat.hook_first_run)."""
+    waiting = _waiting.pop(id(executable), None)
+    if waiting is not None and waiting[1] is executable:
+        _run[waiting[0]] = waiting[2]
+
+
+def admit(executable, groups: list[list[int]], process_of: dict[int, int], ordered: bool, own):
+    """Checks a loaded program's `groups` (global device ids in rank order) against those
+    loaded before it in this job; `own`: this process's index; raises AcclError for a
+    place the library could not answer (see the module's docstring). Returns a function
+    that records them, to call once the library has taken them."""
+    global _count
+    mine = sum(1 for p in process_of.values() if p == own)
+    found: dict[tuple[int, int, int], int] = {}
+    for group in groups:
+        for place in range(1, len(group)):
+            device = group[place]
+            where = (group[0], place, process_of.get(device, -1))
+            if found.get(where, device) != device:
+                raise AcclError(_message(where, found[where], device, None))
+            for before, _, numbers in _places.get(where, ()):
+                if before == device:
+                    continue
+                ran = [_run[n] for n in numbers if n in _run]
+                if not ran:
+                    raise AcclError(_message(where, before, device, "it had not run"))
+                if mine < 2 or not any(ran):
+                    raise AcclError(_message(where, before, device, _UNSETTLED))
+            found[where] = device
+    number = _count = _count + 1
+
+    def record() -> None:
+        for group in groups:
+            members = frozenset(group)
+            for place in range(1, len(group)):
+                where = (group[0], place, process_of.get(group[place], -1))
+                held = _places.setdefault(where, [])
+                same = [n for d, g, n in held if d == group[place] and g == members]
+                if same:
+                    same[0].add(number)  # the same group, of another program too
+                else:
+                    held.append((group[place], members, {number}))
+        _waiting[id(executable)] = (number, executable, ordered and mine >= 2)
+
+    return record
+
+
+_UNSETTLED = (
+    "one of the two runs on only one device of this process, or some of the earlier "
+    "one's collectives are inside a loop or a branch"
+)
+
+
+def _message(where, before: int, now: int, failed: str | None) -> str:
+    first, place, process = where
+    if failed is None:
+        which = "this program's"
+        why = "Both groups are this program's, whose device threads split at once"
+    else:
+        which = "a program loaded before it in this job"
+        why = (
+            "The earlier program's group is taken first only where that program was run "
+            "before this one was loaded, both run on several devices of this process and "
+            f"none of the earlier one's collectives is inside a loop or a branch ({failed}): "
+            "then XLA launches this one once the earlier has completed on every device, "
+            "its groups made"
+        )
+    return (
+        f"jax_accl: this program has a collective group that starts with device {first} "
+        f"and holds device {now} of process {process} at place {place}, where a group of "
+        f"{which} that starts with device {first} holds device {before} of the same "
+        "process. With JAX_ACCL_XLA_COLLECTIVES=1 and several CPU devices per process, "
+        "each device's thread makes its own MPI_Comm_split(MPI_COMM_WORLD, color = the "
+        "group's first device, key = its place), which does not say which of those two "
+        f"devices asks. {why}. jax_accl refuses this program now, when it is compiled or "
+        "loaded (the same in every process), rather than give one device the other's "
+        "communicator; the programs loaded before it keep running. Run the earlier "
+        "program once before compiling this one, give such collectives groups that do "
+        "not start with the same device, run with one CPU device per process, use "
+        "jax_accl.shard_map, or run without JAX_ACCL_XLA_COLLECTIVES (gloo)"
+    )
