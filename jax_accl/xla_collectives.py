@@ -99,6 +99,8 @@ def start_our_side() -> None:
 
     state = _compat.distributed_state()
     _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
+    if distributed.rejoining():  # it starts with the live processes (jax_accl.membership)
+        return
     distributed.ensure_started()
 
 

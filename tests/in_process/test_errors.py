@@ -154,7 +154,7 @@ def test_epoch_announcements_are_signed_with_the_jobs_secret():
 
     recovery.set_secret("the job's secret")
     key = "jax_accl/v1/epoch/00000000000000aa/1/announce/0"
-    signed = recovery._signed(key, "7 9")
+    signed = recovery.signed(key, "7 9")
     assert recovery._verified(key, signed) == [7, 9]
     assert recovery._verified(key, signed.replace("7 9", "7 8", 1)) is None  # altered
     assert recovery._verified(key.replace("/0", "/1"), signed) is None  # another process's

@@ -43,7 +43,7 @@ class FakeStore:
             self.values.pop(key, None)
 
     def signed(self, key, value):
-        self.key_value_set(key, recovery._signed(key, value), allow_overwrite=True)
+        self.key_value_set(key, recovery.signed(key, value), allow_overwrite=True)
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def test_a_recover_joins_a_peer_that_called_it_once_more(store, process_0_of_2, 
     assert recovery.recover(timeout_s=5.0, resume_from=3) == {"lanes": 0, "moved": 0}
     assert recovery._recover_generation == 5
     mine = store.values[recovery._report_key(5, 0)]
-    assert recovery._verified_text(recovery._report_key(5, 0), mine) == "3 -"
+    assert recovery.verified_text(recovery._report_key(5, 0), mine) == "3 -"
     assert recovery._report_key(3, 0) not in store.values  # the generation it left
 
 

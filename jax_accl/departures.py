@@ -1,0 +1,59 @@
+"""Processes that left the job: a process whose jax_accl stops (jax.distributed.shutdown(),
+an exception or Ctrl-C ending the program) says so in jax.distributed's key-value store,
+under ``jax_accl/v1/left/<process>``, before it closes its channels.
+
+Its peers' calls on shared memory fail at once as its channels close
+(xla_ffi/transport/ring_channel.cc); what waits in the store for it (the epoch agreement,
+``jax_accl.recover()``) reads this notice and fails at once naming it, instead of waiting
+for it to its deadline. A process started again under the same process id (a rejoin
+under jax_enable_recoverability) withdraws its earlier incarnation's notice. Signed with
+the job's key (jax_accl.recovery), so that a stranger who reaches the coordinator cannot
+end a recovery with a false one.
+"""
+
+from __future__ import annotations
+
+from jax_accl import recovery
+
+_PREFIX = "jax_accl/v1/left"
+
+
+def _key(process: int) -> str:
+    return f"{_PREFIX}/{process}"
+
+
+def announce(client, process: int, why: str) -> None:
+    """Tells the other processes that `process` (this one) leaves, and why."""
+    key = _key(process)
+    try:
+        client.key_value_set(key, recovery.signed(key, why), allow_overwrite=True)
+    except Exception:  # the store already gone with the job: the peers' channels say it
+        pass
+
+
+def withdraw(client, process: int) -> None:
+    """An earlier incarnation's notice out of the store (this process is back)."""
+    try:
+        client.key_value_delete(_key(process))
+    except Exception:  # none there
+        pass
+
+
+def why_left(client, process: int) -> str | None:
+    """Why `process` left the job, or None while it has not said so (or the store is
+    gone). One look, without waiting."""
+    key = _key(process)
+    try:
+        found = dict(client.key_value_dir_get(_PREFIX + "/"))
+    except Exception:
+        return None
+    value = found.get(key)
+    return None if value is None else recovery.verified_text(key, value)
+
+
+def left_message(process: int, why: str) -> str:
+    return (
+        f"process {process} left the job ({why}): it makes no more calls; restart the "
+        f"job (or, under jax_enable_recoverability, go on with the processes "
+        f"jax.experimental.multihost_utils.live_devices() names)"
+    )
