@@ -10,11 +10,10 @@ process again with its --process-id: it joins at its first `live_devices`, finds
 its step is behind, and the lowest live process sends it the weights and the step (a
 psum over the two devices, the other side adding zeros); then all train together again.
 
-    for i in 0 1 2 3; do
-      python fault_tolerant.py --coordinator 127.0.0.1:8476 --num-processes 4 \\
-          --process-id $i --steps 200 &
-    done
-    kill -9 <pid of process 3>; ...; python fault_tolerant.py ... --process-id 3
+    python fault_tolerant.py --coordinator 127.0.0.1:8476 --num-processes 4 --process-id 0
+
+and the same with --process-id 1, 2 and 3, each in a shell of its own; then kill one of
+1, 2, 3 (kill -9) and, a little later, run its line again.
 
 --path shard_map (the default) runs the step as jax_accl.shard_map with jax.lax.pmean
 inside; --path jit as plain jax.jit of sharded arrays, whose all-reduces are XLA's
@@ -212,6 +211,7 @@ def calls_made() -> dict:
 def main(argv=None):
     args = parse_args(argv)
     join(args)
+    print(f"process {jax.process_index()}: joined jax.distributed", flush=True)
     train(args, make_step(args.path))
     print(f"process {jax.process_index()}: calls {json.dumps(calls_made())}", flush=True)
     jax.distributed.shutdown()

@@ -115,9 +115,20 @@ def restart_among(processes: list[int], name: str) -> None:
     with _lock:
         if _table is not None:
             _stop_locked(leaving=False)
+        before = _members
         _members = _Members(sorted(processes), generation_prefix(name))
         _table = _start(_members)
         _stop_with_jax_distributed()
+        if before is not None:  # every live process has left it: its keys of it go
+            _forget_keys(c.distributed_client(), before.prefix, jax.process_index())
+
+
+def _forget_keys(client, prefix: str, index: int) -> None:
+    for key in (f"{prefix}/process/{index}", f"{prefix}/held/{index}"):
+        try:
+            client.key_value_delete(key)
+        except Exception:  # none there, or the store gone with the job
+            pass
 
 
 def stop(leaving: bool = True) -> None:

@@ -37,9 +37,19 @@ PARSERS = {
     "jax_accl.demo.moe": demo_moe.parse_args,
     "jax_accl.plan": plan.parse_args,
 }
+def benchmark_parser(name: str):
+    """benchmarks/<name>'s own parse_args (the module imported, not run)."""
+    path = REPO / "benchmarks" / name
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse_args
+
+
 # What each script of benchmarks/ runs (a new script must say here which parser is its).
 BENCHMARK_PARSERS = {
     "allreduce.py": bench_cli.parse_args,
+    "fault_tolerance.py": lambda args: benchmark_parser("fault_tolerance.py")(args),
     "jit_step.py": lambda args: demo.parse_args(["--jit", *args]),
     "plan.py": plan.parse_args,
 }
