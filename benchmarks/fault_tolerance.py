@@ -93,19 +93,22 @@ def main():
     gone = []
     try:
         wait(lambda: all(len(p.reports()) >= 3 for p in procs))
-        print("cycle victim kill->survivors_step_s restart->all_step_s initialize->all_step_s "
-              "fds(stayed) rss_mib(stayed) weights_equal load", flush=True)
+        print(
+            "cycle victim kill->survivors_step_s restart->all_step_s initialize->all_step_s "
+            "fds(stayed) rss_mib(stayed) weights_equal load",
+            flush=True,
+        )
         for cycle in range(1, args.cycles + 1):
             victim = 1 + (cycle - 1) % (PROCESSES - 1)
             stayed = [p for i, p in enumerate(procs) if i != victim]
             killed = time.monotonic()
             procs[victim].proc.send_signal(signal.SIGKILL)
             gone.append(procs[victim])
-            wait(lambda: all(p.first(killed, PROCESSES - 1) for p in stayed))
+            wait(lambda k=killed, s=stayed: all(p.first(k, PROCESSES - 1) for p in s))
             to_survivors = max(p.first(killed, PROCESSES - 1) for p in stayed) - killed
             restarted = time.monotonic()
             procs[victim] = Process(victim, args, coordinator, env)
-            wait(lambda: all(p.first(restarted, PROCESSES) for p in procs))
+            wait(lambda r=restarted: all(p.first(r, PROCESSES) for p in procs))
             back = max(p.first(restarted, PROCESSES) for p in procs)
             joined = next(t for t, x in procs[victim].lines if "joined jax.distributed" in x)
             resources = [p.resources() for p in stayed]
