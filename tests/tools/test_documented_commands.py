@@ -37,6 +37,8 @@ PARSERS = {
     "jax_accl.demo.moe": demo_moe.parse_args,
     "jax_accl.plan": plan.parse_args,
 }
+
+
 def benchmark_parser(name: str):
     """benchmarks/<name>'s own parse_args (the module imported, not run)."""
     path = REPO / "benchmarks" / name
