@@ -167,9 +167,10 @@ _service_elsewhere = False
 
 
 def _stop_if_started() -> None:
-    global _service_elsewhere
+    global _service_elsewhere, _members
     if _table is not None:
         stop()
+    _members = None  # a job initialized after this one starts with all its processes
     # Only a process that was a client of a service elsewhere waits for it.
     _service_elsewhere = (
         c.distributed_client() is not None and c.distributed_state().service is None

@@ -33,6 +33,13 @@ _known: dict[int, int] | None = None  # process -> incarnation, as live_devices 
 
 def install() -> None:
     c.hook_live_devices(_on_live)
+    c.hook_distributed_state(before_shutdown=_forget)
+
+
+def _forget() -> None:
+    """jax.distributed shuts down: a job initialized after it has incarnations of its own."""
+    global _known
+    _known = None
 
 
 def _on_live(live: dict[int, int]) -> None:
