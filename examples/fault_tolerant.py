@@ -47,6 +47,7 @@ def parse_args(argv=None):
     parser.add_argument("--coordinator", required=True, help="host:port of process 0")
     parser.add_argument("--num-processes", type=int, required=True)
     parser.add_argument("--process-id", type=int, required=True)
+    parser.add_argument("--devices", type=int, default=1, help="CPU devices per process")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--path", choices=("shard_map", "jit"), default="shard_map")
     parser.add_argument("--batch", type=int, default=16, help="examples per device")
@@ -56,6 +57,7 @@ def parse_args(argv=None):
 
 
 def join(args):
+    jax.config.update("jax_num_cpu_devices", args.devices)
     jax.config.update("jax_enable_recoverability", True)
     jax.distributed.initialize(
         args.coordinator,
