@@ -7,13 +7,13 @@ Its peers' calls on shared memory fail at once as its channels close
 ``jax_accl.recover()``) reads this notice and fails at once naming it, instead of waiting
 for it to its deadline. A process started again under the same process id (a rejoin
 under jax_enable_recoverability) withdraws its earlier incarnation's notice. Signed with
-the job's key (jax_accl.recovery), so that a stranger who reaches the coordinator cannot
+the job's key (jax_accl.signing), so that a stranger who reaches the coordinator cannot
 end a recovery with a false one.
 """
 
 from __future__ import annotations
 
-from jax_accl import recovery
+from jax_accl import signing
 
 _PREFIX = "jax_accl/v1/left"
 
@@ -26,7 +26,7 @@ def announce(client, process: int, why: str) -> None:
     """Tells the other processes that `process` (this one) leaves, and why."""
     key = _key(process)
     try:
-        client.key_value_set(key, recovery.signed(key, why), allow_overwrite=True)
+        client.key_value_set(key, signing.signed(key, why), allow_overwrite=True)
     except Exception:  # the store already gone with the job: the peers' channels say it
         pass
 
@@ -48,7 +48,7 @@ def why_left(client, process: int) -> str | None:
     except Exception:
         return None
     value = found.get(key)
-    return None if value is None else recovery.verified_text(key, value)
+    return None if value is None else signing.verified_text(key, value)
 
 
 def left_message(process: int, why: str) -> str:

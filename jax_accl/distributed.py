@@ -32,7 +32,7 @@ import time
 
 import jax
 
-from jax_accl import _accl, config, cost_model, departures, log, recovery
+from jax_accl import _accl, config, cost_model, departures, log, recovery, signing
 from jax_accl import _compat as c
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
@@ -353,7 +353,7 @@ def _join(
         config.value("JAX_ACCL_PORTS"),
     )
     atexit.register(stop)
-    recovery.set_secret(secret)
+    signing.set_secret(secret)
     _accl.set_epoch_agreement(recovery.agree_on_epoch)
     entry = {
         "host": host,

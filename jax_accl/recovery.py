@@ -30,13 +30,12 @@ stranger who reaches the coordinator cannot steer a recovery.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 
 from jax_accl import _accl, config, departures
 from jax_accl import _compat as c
 from jax_accl.errors import AcclError
+from jax_accl.signing import signed, verified_text
 
 _PREFIX = "jax_accl/v1/epoch"
 _SLICE_S = 0.25  # a wait in the store re-checks abort() this often
@@ -52,33 +51,8 @@ def abort() -> None:
     _accl.abort()
 
 
-_signing_key = b""
-
-
-def set_secret(secret: str) -> None:
-    """The job's secret (jax_accl/distributed.py): epoch values are signed with a key
-    derived from it."""
-    global _signing_key
-    _signing_key = hmac.new(secret.encode(), b"jax_accl epoch agreement", hashlib.sha256).digest()
-
-
 def _key(group: int, epoch: int, kind: str, process: int) -> str:
     return f"{_PREFIX}/{group:016x}/{epoch}/{kind}/{process}"
-
-
-def signed(key: str, value: str) -> str:
-    tag = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
-    return f"{value} {tag}"
-
-
-def verified_text(key: str, text: str) -> str | None:
-    """A signed value's text, or None when its signature is not the job's."""
-    *fields, tag = text.split(" ")
-    value = " ".join(fields)
-    want = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(tag.encode(), want.encode()):  # bytes: any text compares
-        return None
-    return value
 
 
 def _verified(key: str, signed: str) -> list[int] | None:
