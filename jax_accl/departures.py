@@ -13,6 +13,10 @@ end a recovery with a false one.
 
 from __future__ import annotations
 
+import socket
+import time
+
+from jax_accl import _compat as c
 from jax_accl import signing
 
 _PREFIX = "jax_accl/v1/left"
@@ -49,6 +53,40 @@ def why_left(client, process: int) -> str | None:
         return None
     value = found.get(key)
     return None if value is None else signing.verified_text(key, value)
+
+
+_PROBE_EVERY_S = 1.0
+_probed: dict[int, float] = {}  # process -> when its listener was last probed
+_table: list[dict] = []  # the running start-up's process table (jax_accl.distributed)
+
+
+def know_table(table: list[dict] | None) -> None:
+    global _table
+    _table = list(table or [])
+    _probed.clear()
+
+
+def died_elsewhere(process: int) -> str | None:
+    """Why `process`, on another host, is dead, or None while that is not known: its
+    first rail's listener refuses connections (its host answers, its process is gone;
+    a live process keeps its listeners open). Looked at most once a second per process;
+    not under jax_enable_recoverability, where a process's jax_accl starts again on new
+    ports (jax_accl.membership) and JAX's heartbeat says who is dead."""
+    now = time.monotonic()
+    table = _table
+    if c.recoverability_enabled() or process >= len(table):
+        return None
+    if now - _probed.get(process, 0.0) < _PROBE_EVERY_S or not table[process]["rails"]:
+        return None
+    _probed[process] = now
+    _, ip, port, _ = table[process]["rails"][0]
+    try:
+        socket.create_connection((ip, port), timeout=_PROBE_EVERY_S).close()
+    except ConnectionRefusedError:
+        return f"its listener at {ip}:{port} refuses connections: the process died"
+    except OSError:  # no answer in time, or no route: the host may be gone, or slow
+        return None
+    return None
 
 
 def left_message(process: int, why: str) -> str:

@@ -149,6 +149,7 @@ def _stop_locked(leaving: bool) -> None:
             client, jax.process_index(), "jax.distributed.shutdown() or the program's exit"
         )
     _table = None
+    departures.know_table(None)
     # Calls still in flight end first (their errors say jax_accl stopped).
     if not _accl.world_stop(config.current().timeout_s):
         log.logger.warning(
@@ -384,6 +385,7 @@ def _join(
     _accl.world_set_processes(
         [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table]
     )
+    departures.know_table(table)
     hosts = sorted({e["host"] for e in table})
     log.logger.info(
         "process %d of %d on host %r; %d host(s): %s",

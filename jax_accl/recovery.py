@@ -361,7 +361,7 @@ def _exchange_reports(client, me, count, body, deadline, timeout_s) -> dict:
             if len(bodies) == count:
                 break
             for process in missing:
-                left = departures.why_left(client, process)
+                left = departures.why_left(client, process) or departures.died_elsewhere(process)
                 if left is not None and process not in bodies:
                     raise AcclError(f"jax_accl.recover(): {departures.left_message(process, left)}")
             if waiter.expired():
