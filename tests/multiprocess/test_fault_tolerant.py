@@ -4,7 +4,9 @@ paths (jax_accl.shard_map; plain jax.jit with JAX_ACCL_XLA_COLLECTIVES=1): proce
 SIGKILLed mid-training; the survivors' step raises, live_devices drops it and they train
 on 3 devices; it is started again under its process id, joins, takes the weights and the
 step from process 0, and all 4 train on; every step's weights are equal on every process
-that ran it, and jax_accl carried the collectives (its call counts).
+that ran it, and jax_accl carried the collectives (its call counts). The same with a whole
+host lost and back: 2 namespaced hosts x 2 processes x 2 devices, both processes of host
+1 killed and started again (jax_accl.shard_map).
 
 The survivors wait between steps (a file the test holds) from their first step on 3
 devices until the process started again is about to join, so that the order of events is
@@ -23,22 +25,24 @@ from pathlib import Path
 
 import pytest
 
+from jax_accl.testing import launch, netns
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fault_tolerant.py"
 PROCESSES, KILLED, STEPS, KILL_AFTER = 4, 3, 10, 3
 HEARTBEAT_S = 5  # jax.distributed's: how soon live_devices drops the dead process
 
 
-def _start(i, coordinator, path, hold, env):
-    cmd = [sys.executable, "-u", str(Path(__file__).resolve()), "--coordinator", coordinator]
-    cmd += ["--num-processes", str(PROCESSES), "--process-id", str(i), "--path", path]
+def _start(i, job, namespace=None):
+    cmd = ["ip", "netns", "exec", namespace] if namespace else []
+    cmd += [sys.executable, "-u", str(Path(__file__).resolve()), "--coordinator", job["at"]]
+    cmd += ["--num-processes", str(PROCESSES), "--process-id", str(i), "--path", job["path"]]
     cmd += ["--steps", str(STEPS), "--heartbeat", str(HEARTBEAT_S), "--pause", "0.2"]
+    cmd += ["--devices", str(job["devices"])]
+    env = dict(job["env"], HOLD_FILE=job["hold"])
+    if namespace:
+        env.update(JAX_ACCL_RAILS="rail0", JAX_ACCL_HOST_ID=namespace)
     proc = subprocess.Popen(
-        cmd,
-        env={**env, "HOLD_FILE": hold},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd="/",
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/"
     )
     lines = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
@@ -49,7 +53,7 @@ def _reports(lines):
     return [json.loads(x) for x in list(lines) if x.startswith("{")]
 
 
-def _wait(condition, what, procs, timeout=240):
+def _wait(condition, what, timeout=240):
     end = time.monotonic() + timeout  # a guard against a hang, not a measurement
     while not condition():
         if time.monotonic() > end:
@@ -57,64 +61,83 @@ def _wait(condition, what, procs, timeout=240):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("path", ["shard_map", "jit"])
-def test_a_killed_process_is_trained_around_and_rejoins(path, tmp_path):
-    from jax_accl.testing import launch
-
-    env = launch.worker_env({"JAX_ACCL_TIMEOUT_S": "30"})
-    if path == "jit":
-        env["JAX_ACCL_XLA_COLLECTIVES"] = "1"
-    coordinator = f"127.0.0.1:{launch.free_port()}"
-    hold = str(tmp_path / "hold")
-    runs = [_start(i, coordinator, path, hold, env) for i in range(PROCESSES)]
+def _kill_and_rejoin(job, victims, namespaces):
+    """Runs the job, kills `victims` after step KILL_AFTER, starts them again once the
+    survivors stepped without them, and checks what the module's docstring says."""
+    runs = [_start(i, job, namespaces[i]) for i in range(PROCESSES)]
     procs = [p for p, _ in runs]
+    every = PROCESSES * job["devices"]
+    fewer = every - len(victims) * job["devices"]
+    stayed = [i for i in range(PROCESSES) if i not in victims]
     try:
-        _wait(lambda: all(len(_reports(ls)) >= KILL_AFTER for _, ls in runs), "training", procs)
-        Path(hold).touch()  # the survivors wait after their first step on 3 devices
-        runs[KILLED][0].send_signal(signal.SIGKILL)
-        survivors = [runs[i][1] for i in range(PROCESSES) if i != KILLED]
+        _wait(lambda: all(len(_reports(ls)) >= KILL_AFTER for _, ls in runs), "training")
+        Path(job["hold"]).touch()  # the survivors wait after their first step without them
+        for v in victims:
+            procs[v].send_signal(signal.SIGKILL)
         _wait(
-            lambda: all(any(r["devices"] == 3 for r in _reports(ls)) for ls in survivors),
-            "a step on the 3 survivors",
-            procs,
+            lambda: all(any(r["devices"] == fewer for r in _reports(runs[i][1])) for i in stayed),
+            "a step of the survivors",
         )
-        runs.append(_start(KILLED, coordinator, path, hold, env))
-        procs.append(runs[-1][0])
-        _wait(lambda: any("joining" in x for x in runs[-1][1]), "the restart", procs)
-        os.remove(hold)
-        notes = launch.wait_for(
-            [procs[i] for i in range(PROCESSES) if i != KILLED] + procs[-1:], 240
-        )
+        for v in victims:
+            runs.append(_start(v, job, namespaces[v]))
+            procs.append(runs[-1][0])
+        back = list(range(PROCESSES, PROCESSES + len(victims)))
+        _wait(lambda: all(any("joining" in x for x in runs[b][1]) for b in back), "the restart")
+        os.remove(job["hold"])
+        notes = launch.wait_for([procs[i] for i in stayed + back], 240)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
     outputs = ["".join(ls) for _, ls in runs]
     everything = "\n".join(f"--- {i}\n{o[-3000:]}" for i, o in enumerate(outputs)) + str(notes)
-    assert procs[KILLED].returncode == -signal.SIGKILL
-    for i in [i for i in range(PROCESSES) if i != KILLED] + [PROCESSES]:
-        assert procs[i].returncode == 0, everything
+    for v in victims:
+        assert procs[v].returncode == -signal.SIGKILL
     weights_at = {}
-    for i in [i for i in range(PROCESSES) if i != KILLED] + [PROCESSES]:
+    for i in stayed + back:
+        assert procs[i].returncode == 0, everything
         reports = _reports(runs[i][1])
         kinds = [r["devices"] for r in reports]
-        if i != PROCESSES:  # a survivor: 4 devices, then 3, then 4 again; a failed step
-            assert kinds[0] == 4 and 3 in kinds and kinds[-1] == 4, (i, kinds)
+        if i in stayed:  # all devices, then fewer, then all again; a failed step
+            assert kinds[0] == every and fewer in kinds and kinds[-1] == every, (i, kinds)
             assert re.search(r"step \d+ failed", outputs[i]), outputs[i][-3000:]
-        else:  # the process started again joined at the survivors' step, not at 0
-            assert reports[0]["step"] > KILL_AFTER and set(kinds) == {4}, reports
+        else:  # a process started again joined at the survivors' step, not at 0
+            assert reports[0]["step"] > KILL_AFTER and min(kinds) > fewer, reports
+            assert kinds[-1] == every, kinds
         assert [r["step"] for r in reports] == list(range(reports[0]["step"], STEPS))
         for r in reports:
             weights_at.setdefault((r["step"], r["devices"]), set()).add(r["weights"])
         calls = json.loads(re.search(r"calls (\{.*\})", outputs[i]).group(1))
-        if path == "shard_map":
+        if job["path"] == "shard_map":
             assert calls["jax_accl"]["all-reduce"] > 0, calls
         else:
             assert calls["xla_on_jax_accl"].get("MPI_Allreduce", 0) > 0, calls
     for key, weights in weights_at.items():
         assert len(weights) == 1, (key, weights)  # one model: equal bytes everywhere
-    last = _reports(runs[PROCESSES][1])[-1]
-    assert last["loss"] < _reports(runs[0][1])[0]["loss"]
+    assert _reports(runs[-1][1])[-1]["loss"] < _reports(runs[0][1])[0]["loss"]
+
+
+def _job(path, tmp_path, coordinator, devices):
+    env = launch.worker_env({"JAX_ACCL_TIMEOUT_S": "30"})
+    if path == "jit":
+        env["JAX_ACCL_XLA_COLLECTIVES"] = "1"
+    hold = str(tmp_path / "hold")
+    return {"at": coordinator, "path": path, "devices": devices, "env": env, "hold": hold}
+
+
+@pytest.mark.parametrize("path", ["shard_map", "jit"])
+def test_a_killed_process_is_trained_around_and_rejoins(path, tmp_path):
+    job = _job(path, tmp_path, f"127.0.0.1:{launch.free_port()}", devices=1)
+    _kill_and_rejoin(job, [KILLED], [None] * PROCESSES)
+
+
+def test_a_whole_host_is_trained_around_and_rejoins(root_required, tmp_path):
+    """2 namespaced hosts x 2 processes x 2 devices, jax_accl.shard_map: host 1's two
+    processes killed and started again."""
+    with netns.virtual_hosts(2, 1) as names:
+        ip = netns.rail_ip(0, 0)
+        job = _job("shard_map", tmp_path, f"{ip}:{launch.free_port(ip)}", devices=2)
+        _kill_and_rejoin(job, [2, 3], [names[0], names[0], names[1], names[1]])
 
 
 def _worker():
@@ -128,7 +151,7 @@ def _worker():
 
     def between_steps(step):
         # After a step on fewer devices than the job's, wait while the test holds.
-        if any(d["devices"] < args.num_processes for d in fewer):
+        if any(d["devices"] < args.num_processes * args.devices for d in fewer):
             while os.path.exists(hold):
                 time.sleep(0.05)
 
