@@ -35,6 +35,7 @@ _cpu_threads.install()  # XLA:CPU's pool sized for launches in flight (issue 47)
 
 from jax_accl import distributed, profiler  # noqa: E402
 from jax_accl import fusion as _fusion  # noqa: E402
+from jax_accl import membership as _membership  # noqa: E402
 from jax_accl import routing as _routing  # noqa: E402
 from jax_accl.all_to_all import all_to_all, ragged_all_to_all  # noqa: E402
 from jax_accl.api import allreduce, pmax, pmean, pmin, psum, shard_map  # noqa: E402
@@ -48,6 +49,8 @@ from jax_accl.rooted import broadcast, reduce  # noqa: E402
 from jax_accl.routing import routed  # noqa: E402
 from jax_accl.scatter_gather import all_gather, psum_scatter  # noqa: E402
 from jax_accl.stats import reset_stats, stats  # noqa: E402
+
+_membership.install()  # processes that come back join (jax_enable_recoverability)
 
 __version__ = "0.1.0"
 __all__ = [

@@ -329,6 +329,34 @@ def distributed_state():
     return _distributed.global_state
 
 
+def recoverability_enabled() -> bool:
+    """jax_enable_recoverability: the job goes on when a process dies (JAX's
+    fault-tolerance API)."""
+    return bool(_distributed._ENABLE_RECOVERABILITY.value)
+
+
+def hook_live_devices(after) -> None:
+    """Runs after({process: incarnation}) on every answer of the live-process query of
+    jax.experimental.multihost_utils.live_devices (its module's _live_devices, which the
+    context manager calls entering its first block and leaving each), before the block
+    sees it. Wraps it once."""
+    from jax.experimental import multihost_utils
+
+    original = multihost_utils._live_devices
+    if getattr(original, "_jax_accl_after", None) is not None:
+        original._jax_accl_after = after
+        return
+
+    def live(client, devices):
+        answer = original(client, devices)
+        live._jax_accl_after({d.process_index: incarnation for d, incarnation in answer.items()})
+        return answer
+
+    live._jax_accl_after = after
+    live.__doc__ = original.__doc__
+    multihost_utils._live_devices = live
+
+
 def hook_distributed_state(
     after_initialize=None, before_shutdown=None, after_shutdown=None
 ) -> None:

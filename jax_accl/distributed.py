@@ -34,7 +34,7 @@ import time
 
 import jax
 
-from jax_accl import _accl, config, cost_model, log, recovery, stripes
+from jax_accl import _accl, config, cost_model, departures, log, recovery, signing, stripes
 from jax_accl import _compat as c
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
@@ -58,24 +58,107 @@ def ensure_started() -> list[dict]:
     global _table
     with _lock:
         if _table is None:
-            _table = _start()
+            if _members is None and rejoining():
+                raise AcclError(
+                    f"jax_accl: process {jax.process_index()} was started again in a job "
+                    f"whose jax_accl runs (jax_enable_recoverability): it joins the live "
+                    f"processes at its first jax.experimental.multihost_utils."
+                    f"live_devices(), which must come before its first collective"
+                )
+            _table = _start(_members)
             _stop_with_jax_distributed()
         return _table
 
 
-def stop() -> None:
+def started() -> bool:
+    return _table is not None
+
+
+# Where every process says it started jax_accl in this job (rejoining() reads it).
+STARTED_PREFIX = f"{_PREFIX}/started/"
+
+
+def rejoining() -> bool:
+    """Whether this process, not started yet, was started again in a job whose other
+    processes' jax_accl already runs (jax_enable_recoverability): it then starts with the
+    live processes (jax_accl.membership), never with the job's first start-up, whose
+    keys are gone."""
+    client = c.distributed_client()
+    if _table is not None or client is None or not c.recoverability_enabled():
+        return False
+    try:
+        return bool(client.key_value_dir_get(STARTED_PREFIX))
+    except Exception:
+        return False
+
+
+# The processes a start-up waits for and the store's keys it uses: every process of the
+# job under _PREFIX at the job's first start; after a process came back (a rejoin under
+# jax_enable_recoverability: jax_accl.membership), the live processes only, under a
+# prefix of their own (_Members.prefix), so that nothing of an earlier start is read.
+class _Members:
+    def __init__(self, processes: list[int], prefix: str):
+        self.processes, self.prefix = processes, prefix
+
+
+_members: _Members | None = None
+
+
+def generation_prefix(name: str) -> str:
+    return f"{_PREFIX}/gen/{name}"
+
+
+def restart_among(processes: list[int], name: str) -> None:
+    """jax_accl started again, among `processes` (the live ones, this one among them),
+    with keys under `name`: the World stops (its channels, lanes and call counts go) and
+    starts afresh with a new secret, the processes publish their new endpoints and read
+    each other's. Collective over `processes`. Processes outside them are known only by
+    their devices: a call that needs one fails naming it."""
+    global _table, _members
+    with _lock:
+        if _table is not None:
+            _stop_locked(leaving=False)
+        before = _members
+        _members = _Members(sorted(processes), generation_prefix(name))
+        _table = _start(_members)
+        _stop_with_jax_distributed()
+        if before is not None:  # every live process has left it: its keys of it go
+            _forget_keys(c.distributed_client(), before.prefix, jax.process_index())
+
+
+def _forget_keys(client, prefix: str, index: int) -> None:
+    for key in (f"{prefix}/process/{index}", f"{prefix}/held/{index}"):
+        try:
+            client.key_value_delete(key)
+        except Exception:  # none there, or the store gone with the job
+            pass
+
+
+def stop(leaving: bool = True) -> None:
     """Stops jax_accl's side of the job: its listeners and channels close, its segments
     go, and the ptrace permission cross-memory attach needed is revoked. Called when
-    jax.distributed shuts down, and at exit."""
-    global _table
+    jax.distributed shuts down, and at exit; then (`leaving`) the other processes are
+    told first that this one leaves (jax_accl.departures), so that their calls and
+    recoveries waiting for it end at once."""
     with _lock:
-        _table = None
-        # Calls still in flight end first (their errors say jax_accl stopped).
-        if not _accl.world_stop(config.current().timeout_s):
-            log.logger.warning(
-                "jax_accl: a call was still running when jax_accl stopped; its "
-                "connections stay open until it ends"
-            )
+        _stop_locked(leaving)
+
+
+def _stop_locked(leaving: bool) -> None:
+    global _table
+    client = c.distributed_client()
+    if leaving and _table is not None and client is not None:
+        departures.announce(
+            client, jax.process_index(), "jax.distributed.shutdown() or the program's exit"
+        )
+    _table = None
+    departures.know_table(None)
+    # Calls still in flight end first (their errors say jax_accl stopped).
+    if not _accl.world_stop(config.current().timeout_s):
+        log.logger.warning(
+            "jax_accl: a call was still running when jax_accl stopped; its "
+            "connections stay open until it ends"
+        )
 
 
 def _stop_with_jax_distributed() -> None:
@@ -88,9 +171,10 @@ _service_elsewhere = False
 
 
 def _stop_if_started() -> None:
-    global _service_elsewhere
+    global _service_elsewhere, _members
     if _table is not None:
         stop()
+    _members = None  # a job initialized after this one starts with all its processes
     # Only a process that was a client of a service elsewhere waits for it.
     _service_elsewhere = (
         c.distributed_client() is not None and c.distributed_state().service is None
@@ -109,7 +193,7 @@ def _outlast_service() -> None:
         time.sleep(_SERVICE_GRACE_S + _SERVICE_STOPS_S)
 
 
-def _start() -> list[dict]:
+def _start(members: _Members | None = None) -> list[dict]:
     client = c.distributed_client()
     if client is None:
         raise AcclError(
@@ -120,19 +204,24 @@ def _start() -> list[dict]:
     _attempt += 1  # collective: every process counts its start-ups alike
     index = jax.process_index()
     _forget_failure(client, index)
+    departures.withdraw(client, index)  # an earlier incarnation's, if any
+    count = jax.process_count()
+    if members is None:
+        members = _Members(list(range(count)), _PREFIX)
     try:
-        return _start_with(client, index, jax.process_count())
+        return _start_with(client, index, count, members)
     except BaseException as e:
         _publish_failure(client, index, e)
         raise
 
 
-def _start_with(client, index: int, count: int) -> list[dict]:
+def _start_with(client, index: int, count: int, members: _Members) -> list[dict]:
     timeout_ms = int(config.current().timeout_s * 1000)
-    if index != 0:
-        secret = _wait(client, f"{_PREFIX}/secret", timeout_ms, index)
-        wire = json.loads(_wait(client, f"{_PREFIX}/wire", timeout_ms, index))
-        return _join(client, index, count, secret, wire, timeout_ms)
+    keys = members.prefix
+    if index != members.processes[0]:  # the lowest member draws the secret
+        secret = _wait(client, f"{keys}/secret", timeout_ms, index)
+        wire = json.loads(_wait(client, f"{keys}/wire", timeout_ms, index))
+        return _join(client, index, count, secret, wire, timeout_ms, members)
     secret = secrets.token_hex(16)
     # Process 0's cost model, wire and rail choice, for every process (read after the
     # secret): whatever the other processes' files say, every process plans alike.
@@ -143,14 +232,14 @@ def _start_with(client, index: int, count: int) -> list[dict]:
         "link_gbits": config.value("JAX_ACCL_LINK_GBITS"),
         "stripes": config.value("JAX_ACCL_STRIPES_PER_RAIL"),
     }
-    client.key_value_set(f"{_PREFIX}/wire", json.dumps(wire))
-    client.key_value_set(f"{_PREFIX}/secret", secret)
+    client.key_value_set(f"{keys}/wire", json.dumps(wire), allow_overwrite=True)
+    client.key_value_set(f"{keys}/secret", secret, allow_overwrite=True)
     try:
-        return _join(client, index, count, secret, wire, timeout_ms)
+        return _join(client, index, count, secret, wire, timeout_ms, members)
     except BaseException:
         # Out of the store on failure too: the job may go on (a caller that catches
         # this), and nobody who reaches the coordinator later may read it.
-        _delete_secret(client)
+        _delete_secret(client, keys)
         raise
 
 
@@ -162,6 +251,8 @@ _attempt = 0
 
 
 def _failed_dir() -> str:
+    if _members is not None:  # a restart's keys are its own
+        return f"{_members.prefix}/failed/"
     return f"{_FAILED}{_attempt}/"
 
 
@@ -218,12 +309,12 @@ def _wait(client, key: str, timeout_ms: int, index: int) -> str:
                 raise
 
 
-def _delete_secret(client) -> None:
+def _delete_secret(client, keys: str) -> None:
     """The secret out of the store, and the wire published with it (a later start in this
     job publishes them again)."""
     try:
-        client.key_value_delete(f"{_PREFIX}/secret")
-        client.key_value_delete(f"{_PREFIX}/wire")
+        client.key_value_delete(f"{keys}/secret")
+        client.key_value_delete(f"{keys}/wire")
     except Exception as e:  # the store may be gone with the job: then so is the secret
         log.logger.warning("jax_accl: could not delete the job's secret from the store: %s", e)
 
@@ -241,7 +332,9 @@ def _set_tcp_congestion() -> None:
         _accl.set_tcp_congestion("")
 
 
-def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: int) -> list[dict]:
+def _join(
+    client, index: int, count: int, secret: str, wire: dict, timeout_ms: int, members: _Members
+) -> list[dict]:
     """Listeners up, this process's entry published, everybody's read (steps 2 and 3);
     `wire`: process 0's stored cost model ("model", or None), wire calibration ("wire",
     or None), stated link rate ("link_gbits", or None) and rail choice ("choice"), which
@@ -258,9 +351,9 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
     global _stripes
     _stripes = stripes.agree(
         client,
-        f"{_PREFIX}/stripes/{_attempt}",
+        f"{members.prefix}/stripes",  # the live processes' keys (a rejoin's too)
         index,
-        count,
+        list(members.processes),
         host,
         rails[0][1],
         wire["stripes"],
@@ -277,18 +370,22 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
         config.value("JAX_ACCL_PORTS"),
     )
     atexit.register(stop)
-    recovery.set_secret(secret)
+    signing.set_secret(secret)
     _accl.set_epoch_agreement(recovery.agree_on_epoch)
     entry = {
         "host": host,
         "rails": [[name, ip, port, weight] for (name, ip, weight), port in zip(rails, ports)],
         "devices": [d.id for d in jax.local_devices()],
     }
-    client.key_value_set(f"{_PREFIX}/process/{index}", json.dumps(entry))
+    keys = members.prefix
+    client.key_value_set(f"{keys}/process/{index}", json.dumps(entry), allow_overwrite=True)
     table = []
     for i in range(count):
+        if i not in members.processes:
+            table.append(_absent(i))
+            continue
         try:
-            table.append(json.loads(_wait(client, f"{_PREFIX}/process/{i}", timeout_ms, index)))
+            table.append(json.loads(_wait(client, f"{keys}/process/{i}", timeout_ms, index)))
         except AcclError:
             raise
         except Exception as e:  # the coordination service names what went wrong
@@ -296,13 +393,15 @@ def _join(client, index: int, count: int, secret: str, wire: dict, timeout_ms: i
                 f"jax_accl: process {index} waited in vain for process {i} to "
                 f"publish its endpoints: {e}"
             ) from e
-    if index == 0:
+    client.key_value_set(f"{STARTED_PREFIX}{index}", keys, allow_overwrite=True)
+    if index == members.processes[0]:
         # Every process read the secret before it published its entry: it has served.
         # Out of the store, nobody who reaches the coordinator later can read it.
-        _delete_secret(client)
+        _delete_secret(client, keys)
     _accl.world_set_processes(
         [(e["host"], [tuple(r) for r in e["rails"]], e["devices"]) for e in table]
     )
+    departures.know_table(table)
     hosts = sorted({e["host"] for e in table})
     log.logger.info(
         "process %d of %d on host %r; %d host(s): %s",
@@ -326,6 +425,13 @@ def stripes_per_rail() -> dict:
     process 0 probed the wire the rates it measured: jax_accl.stripes); {} before the
     job started."""
     return dict(_stripes)
+
+
+def _absent(process: int) -> dict:
+    """The entry of a process that is not live at a restart: its devices, on a host of
+    its own, without rails (a call that needs it fails naming it)."""
+    devices = [d.id for d in jax.devices() if d.process_index == process]
+    return {"host": f"(process {process}, not live)", "rails": [], "devices": devices}
 
 
 def topology() -> list[dict]:

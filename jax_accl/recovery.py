@@ -30,13 +30,12 @@ stranger who reaches the coordinator cannot steer a recovery.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 
-from jax_accl import _accl, config
+from jax_accl import _accl, config, departures
 from jax_accl import _compat as c
 from jax_accl.errors import AcclError
+from jax_accl.signing import signed, verified_text
 
 _PREFIX = "jax_accl/v1/epoch"
 _SLICE_S = 0.25  # a wait in the store re-checks abort() this often
@@ -52,38 +51,13 @@ def abort() -> None:
     _accl.abort()
 
 
-_signing_key = b""
-
-
-def set_secret(secret: str) -> None:
-    """The job's secret (jax_accl/distributed.py): epoch values are signed with a key
-    derived from it."""
-    global _signing_key
-    _signing_key = hmac.new(secret.encode(), b"jax_accl epoch agreement", hashlib.sha256).digest()
-
-
 def _key(group: int, epoch: int, kind: str, process: int) -> str:
     return f"{_PREFIX}/{group:016x}/{epoch}/{kind}/{process}"
 
 
-def _signed(key: str, value: str) -> str:
-    tag = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
-    return f"{value} {tag}"
-
-
-def _verified_text(key: str, signed: str) -> str | None:
-    """A signed value's text, or None when its signature is not the job's."""
-    *fields, tag = signed.split(" ")
-    value = " ".join(fields)
-    want = hmac.new(_signing_key, f"{key}={value}".encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(tag.encode(), want.encode()):  # bytes: any text compares
-        return None
-    return value
-
-
 def _verified(key: str, signed: str) -> list[int] | None:
     """The integers of a signed value, or None when its signature is not the job's."""
-    value = _verified_text(key, signed)
+    value = verified_text(key, signed)
     try:
         return None if value is None else [int(f) for f in value.split(" ")]
     except ValueError:
@@ -142,6 +116,9 @@ class _Waiter:
                 return str(e), None
             if value is not None:
                 return "", value
+            left = departures.why_left(self.client, process)
+            if left is not None:  # it never writes the key: no use waiting
+                return departures.left_message(process, left), None
             if last:
                 return self.never_came(process, waiting_for), None
 
@@ -181,7 +158,7 @@ def agree_on_epoch(
     others = [p for p in processes if p != me]
     waiter = _Waiter(client, me, epoch, timeout_s, generation)
     mine = _key(group, epoch, "announce", me)
-    client.key_value_set(mine, _signed(mine, f"{failed_call} {call}"), allow_overwrite=True)
+    client.key_value_set(mine, signed(mine, f"{failed_call} {call}"), allow_overwrite=True)
     start = call
     for process in others:  # phase 1: every process's announcement
         key = _key(group, epoch, "announce", process)
@@ -230,7 +207,7 @@ def _commit(client, waiter, commit: str, group: int, epoch: int, others: list, s
     committed = -1
     while True:
         if committed != start:
-            client.key_value_set(commit, _signed(commit, str(start)), allow_overwrite=True)
+            client.key_value_set(commit, signed(commit, str(start)), allow_overwrite=True)
             committed = start
         theirs = {}
         for process in others:
@@ -383,6 +360,10 @@ def _exchange_reports(client, me, count, body, deadline, timeout_s) -> dict:
                     furthest = max(furthest, _latest_generation(waiter, process))
             if len(bodies) == count:
                 break
+            for process in missing:
+                left = departures.why_left(client, process) or departures.died_elsewhere(process)
+                if left is not None and process not in bodies:
+                    raise AcclError(f"jax_accl.recover(): {departures.left_message(process, left)}")
             if waiter.expired():
                 raise AcclError(_never_came(me, [p for p in missing if p not in bodies], timeout_s))
             if furthest > generation:  # a peer called recover() once more: join it
@@ -404,13 +385,13 @@ def _exchange_reports(client, me, count, body, deadline, timeout_s) -> dict:
 
 def _publish_report(client, me: int, generation: int, body: str) -> None:
     key, latest = _report_key(generation, me), _latest_key(me)
-    client.key_value_set(key, _signed(key, body), allow_overwrite=True)
+    client.key_value_set(key, signed(key, body), allow_overwrite=True)
     _published.add(generation)
-    client.key_value_set(latest, _signed(latest, str(generation)), allow_overwrite=True)
+    client.key_value_set(latest, signed(latest, str(generation)), allow_overwrite=True)
 
 
 def _verified_report(key: str, value: str) -> str:
-    text = _verified_text(key, value)
+    text = verified_text(key, value)
     if text is None:
         raise AcclError(f"jax_accl.recover(): the report {key} is not signed with the job's secret")
     return text

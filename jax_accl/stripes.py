@@ -207,10 +207,12 @@ def probe(local_ip: str, address: str, timeout_s: float, congestion: str, budget
     }
 
 
-def agree(client, prefix: str, index: int, count: int, host: str, ip: str, setting, wait) -> dict:
+def agree(client, prefix: str, index: int, processes, host: str, ip: str, setting, wait) -> dict:
     """Process 0's stripes for the job, read by every process: {"stripes", and where
     probed "one_flow_bytes_per_s", "many_flows_bytes_per_s", "flows"; "why"}.
 
+    `processes`: the live processes, ascending (every process at the job's start; the
+    live ones at a restart, jax_accl.membership), the first of which probes;
     `setting`: process 0's JAX_ACCL_STRIPES_PER_RAIL (a count, or "auto"); `host` and `ip`:
     this process's host id and first rail's address; `wait(key)`: the store's value of
     `key`, waited for (the caller's timeout and failure reports); keys under `prefix`."""
@@ -218,11 +220,11 @@ def agree(client, prefix: str, index: int, count: int, host: str, ip: str, setti
 
     if setting != "auto":
         return {"stripes": int(setting), "why": "JAX_ACCL_STRIPES_PER_RAIL"}
-    if count == 1:
+    if len(processes) == 1:
         return {"stripes": 1, "why": "one process"}
     timeout_s = min(PROBE_TIMEOUT_S, config.current().timeout_s)
     congestion = config.value("JAX_ACCL_TCP_CONGESTION")
-    if index != 0:
+    if index != processes[0]:
         client.key_value_set(f"{prefix}/host/{index}", host)
         partner = int(wait(f"{prefix}/partner"))
         receiver = None
@@ -238,7 +240,7 @@ def agree(client, prefix: str, index: int, count: int, host: str, ip: str, setti
         finally:
             if receiver:
                 receiver.close()
-    partner = next((i for i in range(1, count) if wait(f"{prefix}/host/{i}") != host), -1)
+    partner = next((i for i in processes[1:] if wait(f"{prefix}/host/{i}") != host), -1)
     client.key_value_set(f"{prefix}/partner", str(partner))
     if partner < 0:
         choice = {"stripes": 1, "why": "one host"}

@@ -100,6 +100,8 @@ def start_our_side() -> None:
     xla_split_places.new_job()
     state = _compat.distributed_state()
     _accl.world_announce_job(state.process_id, state.num_processes, config.current().timeout_s)
+    if distributed.rejoining():  # it starts with the live processes (jax_accl.membership)
+        return
     distributed.ensure_started()
 
 

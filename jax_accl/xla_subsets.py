@@ -97,6 +97,50 @@ def check(devices, executable) -> None:
     record()
 
 
+def _loaded():
+    global _library
+    if _library is None:
+        _library = ctypes.CDLL(_library_path)
+        values = ctypes.POINTER(ctypes.c_int64)
+        _library.jax_accl_mpi_note_groups.argtypes = [values, ctypes.c_int64]
+        _library.jax_accl_mpi_held_groups.argtypes = [values, ctypes.c_int64]
+        _library.jax_accl_mpi_held_groups.restype = ctypes.c_int64
+        _library.jax_accl_mpi_split_before_rejoin.argtypes = [values, ctypes.c_int64]
+    return _library
+
+
+def in_use() -> bool:
+    """Whether XLA's collectives run through jax_accl's MPI library here."""
+    return _library_path is not None
+
+
+def held_groups() -> list[list[int]]:
+    """The groups of the communicators across processes XLA holds in this process, each
+    [lane, devices in rank order...] (a rejoin: jax_accl.membership)."""
+    library = _loaded()
+    size = library.jax_accl_mpi_held_groups(None, 0)
+    array = (ctypes.c_int64 * size)()
+    size = min(size, library.jax_accl_mpi_held_groups(array, size))
+    data, groups, at = list(array[:size]), [], 1
+    for _ in range(data[0]):
+        n = data[at]
+        groups.append(data[at + 1 : at + 2 + n])
+        at += 2 + n
+    return groups
+
+
+def split_before_rejoin(groups: list[list[int]]) -> None:
+    """Tells the MPI library of a process started again the groups ([lane, devices...])
+    that the processes that stayed split before it joined them: XLA there never splits
+    them again, so its split of one is made without them (the same devices and lane)."""
+    data = [len(groups)]
+    for lane, *devices in groups:
+        data += [len(devices), lane, *devices]
+    array = (ctypes.c_int64 * len(data))(*data)
+    if _loaded().jax_accl_mpi_split_before_rejoin(array, len(data)) != 0:
+        raise AcclError("jax_accl: the MPI library refused the groups split before (see stderr)")
+
+
 def note_groups(
     program: list[int],
     groups: list[list[int]],
@@ -107,19 +151,13 @@ def note_groups(
     """Tells jax_accl's MPI library (loaded by jaxlib) a program's groups; `ordered`:
     they are in the order the program runs its collectives (see in_order); `unknown`:
     its groups could not be read (any group of its devices may be one)."""
-    global _library
-    if _library is None:
-        _library = ctypes.CDLL(_library_path)
-        _library.jax_accl_mpi_note_groups.argtypes = [
-            ctypes.POINTER(ctypes.c_int64),
-            ctypes.c_int64,
-        ]
+    library = _loaded()
     flags = int(subset) | (0 if ordered else 2) | (4 if unknown else 0)
     data = [flags, len(program), *program, len(groups)]
     for g in groups:
         data += [len(g), *g]
     array = (ctypes.c_int64 * len(data))(*data)
-    if _library.jax_accl_mpi_note_groups(array, len(data)) != 0:
+    if library.jax_accl_mpi_note_groups(array, len(data)) != 0:
         raise AcclError("jax_accl: the MPI library refused a program's groups (see stderr)")
 
 

@@ -150,11 +150,11 @@ def test_the_stall_detection_can_be_turned_off(mesh8, monkeypatch):
 def test_epoch_announcements_are_signed_with_the_jobs_secret():
     """A recovery's values in jax.distributed's store carry an HMAC under a key derived
     from the job's secret: a forged or moved value is refused."""
-    from jax_accl import recovery
+    from jax_accl import recovery, signing
 
-    recovery.set_secret("the job's secret")
+    signing.set_secret("the job's secret")
     key = "jax_accl/v1/epoch/00000000000000aa/1/announce/0"
-    signed = recovery._signed(key, "7 9")
+    signed = signing.signed(key, "7 9")
     assert recovery._verified(key, signed) == [7, 9]
     assert recovery._verified(key, signed.replace("7 9", "7 8", 1)) is None  # altered
     assert recovery._verified(key.replace("/0", "/1"), signed) is None  # another process's

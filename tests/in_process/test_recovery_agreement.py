@@ -12,7 +12,7 @@ import time
 import jax
 import pytest
 
-from jax_accl import distributed, recovery
+from jax_accl import distributed, recovery, signing
 from jax_accl.errors import AcclError
 
 
@@ -43,13 +43,13 @@ class FakeStore:
             self.values.pop(key, None)
 
     def signed(self, key, value):
-        self.key_value_set(key, recovery._signed(key, value), allow_overwrite=True)
+        self.key_value_set(key, signing.signed(key, value), allow_overwrite=True)
 
 
 @pytest.fixture
 def store(monkeypatch):
     store = FakeStore()
-    monkeypatch.setattr(recovery, "_signing_key", b"the job's key")
+    monkeypatch.setattr(signing, "_signing_key", b"the job's key")
     monkeypatch.setattr(recovery.c, "distributed_client", lambda: store)
     return store
 
@@ -190,7 +190,7 @@ def test_a_recover_joins_a_peer_that_called_it_once_more(store, process_0_of_2, 
     assert recovery.recover(timeout_s=5.0, resume_from=3) == {"lanes": 0, "moved": 0}
     assert recovery._recover_generation == 5
     mine = store.values[recovery._report_key(5, 0)]
-    assert recovery._verified_text(recovery._report_key(5, 0), mine) == "3 -"
+    assert signing.verified_text(recovery._report_key(5, 0), mine) == "3 -"
     assert recovery._report_key(3, 0) not in store.values  # the generation it left
 
 

@@ -71,19 +71,21 @@ class Store:
             return self.values[key]
 
 
-def agree_all(hosts, setting):
-    """Every process's agree() on its thread: [choice of process i]."""
+def agree_all(hosts, setting, live=None):
+    """Every live process's agree() on its thread (`live`: the processes, default all):
+    [choice of process i, None for one not live]."""
     store, out, errors = Store(), [None] * len(hosts), []
+    live = list(range(len(hosts))) if live is None else live
 
     def one(i):
         try:
             out[i] = stripes.agree(
-                store, "test", i, len(hosts), hosts[i], "127.0.0.1", setting, store.wait
+                store, "test", i, live, hosts[i], "127.0.0.1", setting, store.wait
             )
         except Exception as e:  # reported below, with the process
             errors.append((i, e))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(hosts))]
+    threads = [threading.Thread(target=one, args=(i,)) for i in live]
     for t in threads:
         t.start()
     for t in threads:
@@ -96,6 +98,14 @@ def test_every_process_takes_process_0s_probe():
     choices = agree_all(["a", "a", "b"], "auto")
     assert choices[0]["why"] == "probe"
     assert all(c == choices[0] for c in choices)
+
+
+def test_after_a_restart_only_the_live_processes_agree():
+    # Process 1 is not live (a restart among the others, jax_accl.membership): process 0
+    # probes to process 3, the first live one on another host, never waiting for 1.
+    choices = agree_all(["a", "b", "a", "b"], "auto", live=[0, 2, 3])
+    assert choices[1] is None and choices[0]["why"] == "probe"
+    assert choices[2] == choices[0] and choices[3] == choices[0]
 
 
 def test_one_host_or_a_count_needs_no_probe():

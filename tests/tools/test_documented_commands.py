@@ -39,9 +39,21 @@ PARSERS = {
     "jax_accl.demo.wire_bf16": demo_wire_bf16.parse_args,
     "jax_accl.plan": plan.parse_args,
 }
+
+
+def own_parser(directory: str, name: str):
+    """<directory>/<name>'s own parse_args (the module imported, not run)."""
+    path = REPO / directory / name
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse_args
+
+
 # What each script of benchmarks/ runs (a new script must say here which parser is its).
 BENCHMARK_PARSERS = {
     "allreduce.py": bench_cli.parse_args,
+    "fault_tolerance.py": lambda args: own_parser("benchmarks", "fault_tolerance.py")(args),
     "jit_step.py": lambda args: demo.parse_args(["--jit", *args]),
     "plan.py": plan.parse_args,
 }
@@ -103,11 +115,7 @@ def grouped_optional_parts(command: str) -> str:
 
 def example_parser(name: str):
     """examples/<name>'s own parse_args (the module imported, not run)."""
-    path = REPO / "examples" / name
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.parse_args
+    return own_parser("examples", name)
 
 
 def script_parser(path: str):

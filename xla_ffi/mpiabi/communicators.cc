@@ -56,6 +56,12 @@ struct Registry {
   // communicators of its ranks here (several devices per process: each device's thread
   // a rank of its own), kept while one of them is.
   std::map<std::pair<std::vector<int64_t>, uint64_t>, std::weak_ptr<Group>> meetings;
+  // Groups the processes that stayed split before this process, started again, joined
+  // them (jax_accl/membership.py): their devices -> the lane of their communicator. XLA
+  // there keeps its communicator of each (one per group for its client's life) and
+  // never splits it again, so a split of one here is made from this, without an
+  // agreement nobody else would join.
+  std::map<std::vector<int64_t>, uint64_t> split_before_rejoin;
   // The job all this is of (jax_accl's World; follow_job), and how many there were.
   std::weak_ptr<World> world;
   uint64_t epoch = 0;
@@ -414,11 +420,37 @@ Status find_comm(MPIABI_Comm handle, const char* function, std::shared_ptr<Comm>
                " (handle ", handle, ")");
 }
 
+namespace {
+
+// The lane of `devices`' communicator where the processes that stayed split it before
+// this process rejoined them (false: they did not).
+bool split_before_rejoin(const std::vector<int64_t>& devices, uint64_t* lane) {
+  std::unique_lock<std::mutex> lock;
+  const Registry& r = registry(&lock);
+  auto it = r.split_before_rejoin.find(devices);
+  if (it == r.split_before_rejoin.end()) return false;
+  *lane = it->second;
+  return true;
+}
+
+}  // namespace
+
 Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
   *out = MPIABI_COMM_NULL;
   std::vector<int64_t> expected;
   std::shared_ptr<Comm> among;
   ACCL_RETURN_IF_ERROR(parent_among(world, color, key, &expected, &among));
+  uint64_t lane_before = 0;
+  if (!expected.empty() && split_before_rejoin(expected, &lane_before)) {
+    auto comm = std::make_shared<Comm>();
+    comm->lane = lane_before;
+    comm->devices = expected;
+    comm->rank = key;
+    comm->label = label_of(comm->devices);
+    comm->group = meeting_of_group(comm->devices, comm->lane);
+    register_comm(std::move(comm), out);
+    return Status::Ok();
+  }
   Comm& parent = among != nullptr ? *among : world;
   const uint64_t index = parent.splits.fetch_add(1);
   const int n = static_cast<int>(parent.devices.size());
@@ -597,6 +629,42 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
   return s;
 }
 
+std::vector<int64_t> held_groups() {
+  std::vector<int64_t> all{0};
+  std::unique_lock<std::mutex> lock;
+  const Registry& r = registry(&lock);
+  for (const auto& [handle, comm] : r.comms) {
+    if (!comm->broken.ok() || !comm->across_processes || comm->devices.size() < 2 ||
+        handle == MPIABI_COMM_WORLD) {
+      continue;
+    }
+    ++all[0];
+    all.push_back(static_cast<int64_t>(comm->devices.size()));
+    all.push_back(static_cast<int64_t>(comm->lane));
+    all.insert(all.end(), comm->devices.begin(), comm->devices.end());
+  }
+  return all;
+}
+
+Status set_split_before_rejoin(const int64_t* data, int64_t size) {
+  std::map<std::vector<int64_t>, uint64_t> groups;
+  int64_t at = 1;
+  for (int64_t g = 0; size > 0 && g < data[0]; ++g) {
+    if (at + 2 > size || data[at] < 2 || at + 2 + data[at] > size) break;
+    const int64_t n = data[at];
+    groups[std::vector<int64_t>(data + at + 2, data + at + 2 + n)] =
+        static_cast<uint64_t>(data[at + 1]);
+    at += 2 + n;
+  }
+  if (size < 1 || at != size) {
+    return error(Code::kInvalidArgument, "the groups split before a rejoin do not add up (", size,
+                 " values)");
+  }
+  std::unique_lock<std::mutex> lock;
+  registry(&lock).split_before_rejoin = std::move(groups);
+  return Status::Ok();
+}
+
 }  // namespace accl::mpiabi
 
 // For jax_accl/xla_subsets.py (through ctypes): the groups of a compiled program
@@ -604,6 +672,25 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
 extern "C" __attribute__((visibility("default"))) int jax_accl_mpi_note_groups(const int64_t* data,
                                                                                int64_t size) {
   const accl::Status s = accl::mpiabi::note_groups(data, size);
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "jax_accl: %s\n", s.message().c_str());
+  return -1;
+}
+
+// For jax_accl/xla_subsets.py (through ctypes), a rejoin's two ends (held_groups' layout):
+// the groups of the communicators XLA holds here, into `out` (at most `capacity` values;
+// returns how many they take); and those the processes that stayed split before this
+// process joined them (0, or -1 with the reason on stderr).
+extern "C" __attribute__((visibility("default"))) int64_t
+jax_accl_mpi_held_groups(int64_t* out, int64_t capacity) {
+  const std::vector<int64_t> all = accl::mpiabi::held_groups();
+  for (size_t i = 0; i < all.size() && static_cast<int64_t>(i) < capacity; ++i) out[i] = all[i];
+  return static_cast<int64_t>(all.size());
+}
+
+extern "C" __attribute__((visibility("default"))) int jax_accl_mpi_split_before_rejoin(
+    const int64_t* data, int64_t size) {
+  const accl::Status s = accl::mpiabi::set_split_before_rejoin(data, size);
   if (s.ok()) return 0;
   std::fprintf(stderr, "jax_accl: %s\n", s.message().c_str());
   return -1;

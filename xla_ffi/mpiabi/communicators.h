@@ -65,6 +65,13 @@ Status split(Comm& parent, int color, int key, MPIABI_Comm* out);
 // collectives are inside a loop or a branch, its order not theirs), program size, its
 // devices..., group count, (group size, its devices in rank order...)...].
 Status note_groups(const int64_t* data, int64_t size);
+// A rejoin (jax_accl/membership.py), on the XLA path: held_groups() gives the groups of
+// the communicators across processes XLA holds in this process ([count, (size, lane,
+// devices...)...]); a process started again is given, by set_split_before_rejoin, those
+// of the processes that stayed, which their XLA never splits again: its split of one is
+// made from what they said (the same devices and lane), without an agreement.
+std::vector<int64_t> held_groups();
+Status set_split_before_rejoin(const int64_t* data, int64_t size);
 // A split that could not be made (`why`: its error's text): *out is a communicator whose
 // every call fails naming `why`, never MPI_COMM_NULL (XLA ignores the split's error and
 // keeps what it got). Its size is MPI_COMM_WORLD's where known.

@@ -10,6 +10,8 @@
 #include <new>
 #include <string>
 
+#include "common/wait.h"
+
 namespace accl {
 
 size_t ring_pair_region_bytes() { return sizeof(RingPairHeader) + 2 * kRingBytes; }
@@ -26,6 +28,12 @@ RingChannel::RingChannel(void* region, int side, std::shared_ptr<void> keepalive
   in_data_ = rings + (1 - side) * kRingBytes;
   out_ = &header_->control[side];
   in_ = &header_->control[1 - side];
+}
+
+RingChannel::~RingChannel() {
+  if (!check_pid_ || !g_stopping.load(std::memory_order_acquire)) return;
+  const int pid = header_->pid[side_].load(std::memory_order_acquire);
+  if (pid > 0) header_->pid[side_].store(-pid, std::memory_order_release);
 }
 
 Status RingChannel::write_some(const void* data, size_t bytes, size_t* done) {
@@ -81,8 +89,19 @@ Status RingChannel::check_peer() { return peer_process_ended(); }
 Status RingChannel::peer_process_ended() {
   if (!check_pid_) return Status::Ok();
   const int pid = header_->pid[1 - side_].load(std::memory_order_acquire);
+  // Either way, jax.distributed's job lost a process: without jax_enable_recoverability
+  // it cannot go on (its heartbeat ends it); with it, live_devices() leaves it out.
+  constexpr const char* kWhatNow =
+      ": restart the job (or, under jax_enable_recoverability, go on with the processes "
+      "jax.experimental.multihost_utils.live_devices() names)";
+  if (pid < 0) {
+    return error(Code::kAborted, "peer process ", -pid, " (", label_,
+                 ") left the job (its jax_accl stopped: jax.distributed.shutdown(), an "
+                 "exception or an interrupt ending it)",
+                 kWhatNow);
+  }
   if (pid > 0 && process_dead(pid)) {
-    return error(Code::kAborted, "peer process ", pid, " (", label_, ") died");
+    return error(Code::kAborted, "peer process ", pid, " (", label_, ") died", kWhatNow);
   }
   return Status::Ok();
 }

@@ -42,6 +42,10 @@ class RingChannel : public Channel {
  public:
   RingChannel(void* region, int side, std::shared_ptr<void> keepalive, std::string label,
               bool check_pid);
+  // An end that closes because its process's jax_accl stops (g_stopping: the process
+  // leaves the job) marks its side's pid negative: the peer's waits end at once, naming
+  // it as gone, instead of waiting for a process that is still alive but left.
+  ~RingChannel() override;
   Status write_some(const void* data, size_t bytes, size_t* done) override;
   Status read_some(void* data, size_t bytes, size_t* done) override;
   Status check_peer() override;
