@@ -5,7 +5,8 @@
 # (not build/), against the vendored XLA FFI headers (third_party/xla: one wheel for every
 # supported jaxlib), compiled by clang from the ziglang package for glibc 2.28 with libc++
 # linked in (scripts/zig_toolchain.sh: no C++ runtime of the system needed); then
-# auditwheel repair, which tags it manylinux_2_28 (and would stop on anything newer), and
+# auditwheel repair, which tags it manylinux_2_28 alone (and would stop on anything newer;
+# its symbols may allow an older tag, which would change with the code), and
 # scripts/check_wheel.sh (every library's glibc symbol versions; nothing grafted). The
 # wheel holds the library and the tools (bench, plan, demos; their dependencies in the
 # extras bench and demo), not the tests' harness (_accl_testing and the workers of
@@ -39,8 +40,8 @@ CC="$tools/zig-cc" CXX="$tools/zig-c++" "$tools/python" -m pip wheel --quiet --n
   --config-settings=cmake.define.ACCL_TESTING_MODULE=OFF \
   --config-settings=wheel.exclude="$test_only" .
 echo "build_wheel.sh: auditwheel repair --plat $plat"
-PATH="$tools:$PATH" "$tools/auditwheel" repair --plat "$plat" --wheel-dir "$work/repaired" \
-  "$work"/raw/jax_accl-*.whl
+PATH="$tools:$PATH" "$tools/auditwheel" repair --plat "$plat" --only-plat \
+  --wheel-dir "$work/repaired" "$work"/raw/jax_accl-*.whl
 "$tools/auditwheel" show "$work"/repaired/jax_accl-*.whl
 ZIG_CC="$tools/zig-cc" bash scripts/check_wheel.sh "$work"/repaired/jax_accl-*.whl
 mkdir -p "$out"
