@@ -63,6 +63,9 @@ def worker(process_id: int, coordinator: str) -> None:
         assert time.monotonic() < deadline, f"{calls} all-reduce calls counted, not {DEVICES}"
         time.sleep(0.01)
     assert calls == DEVICES, calls
+    # The wheel is built for the baseline x86-64; its AVX2 kernels are picked at run time.
+    isa = jax_accl.stats()["reduce_isa"]
+    assert isa == ("avx2" if cpu_has_avx2() else "generic"), (isa, cpu_has_avx2())
     print(
         "RESULT",
         json.dumps(
@@ -72,11 +75,19 @@ def worker(process_id: int, coordinator: str) -> None:
                 "jax": jax.__version__,
                 "jaxlib": jaxlib.__version__,
                 "module": jax_accl.__file__,
+                "reduce_isa": isa,
             }
         ),
         flush=True,
     )
     jax.distributed.shutdown()
+
+
+def cpu_has_avx2() -> bool:
+    """Whether this CPU has what the AVX2 kernels use (AVX2, FMA, F16C), as Linux reports it."""
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
+    return {"avx2", "fma", "f16c"} <= set(flags)
 
 
 def free_port() -> int:
@@ -117,7 +128,7 @@ def launch() -> None:
     print(
         f"wheel check: {PROCESSES} processes x {DEVICES} devices, jax_accl.psum of "
         f"{COUNT} floats = {first['sum']} on every device; jax {first['jax']}, "
-        f"jaxlib {first['jaxlib']}, "
+        f"jaxlib {first['jaxlib']}, reduce kernels {first['reduce_isa']}, "
         f"jax_accl from {os.path.dirname(first['module'])}"
     )
 

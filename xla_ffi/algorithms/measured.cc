@@ -3,7 +3,6 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -22,13 +21,12 @@ std::map<std::pair<int, int>, std::vector<MeasuredLine>>& registry() {
 
 }  // namespace
 
-void set_measured_one_host(int processes, int k, std::vector<MeasuredLine> lines) {
+Status set_measured_one_host(int processes, int k, std::vector<MeasuredLine> lines) {
   for (const MeasuredLine& line : lines) {
     for (double v : {line.latency_s, line.per_byte_s}) {
       if (!(v >= 0) || std::isinf(v)) {
-        throw std::invalid_argument(std::string("calibrated line of ") +
-                                    algorithm_name(line.algorithm) +
-                                    ": coefficients must be finite and >= 0");
+        return error(Code::kInvalidArgument, "calibrated line of ", algorithm_name(line.algorithm),
+                     ": coefficients must be finite and >= 0");
       }
     }
   }
@@ -38,6 +36,7 @@ void set_measured_one_host(int processes, int k, std::vector<MeasuredLine> lines
   } else {
     registry()[{processes, k}] = std::move(lines);
   }
+  return Status::Ok();
 }
 
 void clear_measured_one_host() {

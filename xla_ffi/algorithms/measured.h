@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "common/status.h"
 
 namespace accl {
 
@@ -19,9 +20,9 @@ struct MeasuredLine {
   double per_byte_s;
 };
 
-// Replaces the lines of shape processes x k (none: forgets the shape). Throws
-// std::invalid_argument on a negative or non-finite coefficient.
-void set_measured_one_host(int processes, int k, std::vector<MeasuredLine> lines);
+// Replaces the lines of shape processes x k (none: forgets the shape); an invalid-argument
+// error (and nothing replaced) on a negative or non-finite coefficient.
+Status set_measured_one_host(int processes, int k, std::vector<MeasuredLine> lines);
 void clear_measured_one_host();
 // The calibrated time of `algorithm` at `bytes` on processes x k, if calibrated.
 std::optional<double> measured_one_host_seconds(int processes, int k, Algorithm algorithm,

@@ -361,11 +361,8 @@ NB_MODULE(_accl, m) {
           parsed.push_back({parse_or_throw<Algorithm>(name, parse_algorithm, "algorithm"),
                             line.first, line.second});
         }
-        try {
-          set_measured_one_host(processes, k, std::move(parsed));
-        } catch (const std::invalid_argument& e) {
-          throw nb::value_error(e.what());
-        }
+        Status s = set_measured_one_host(processes, k, std::move(parsed));
+        if (!s.ok()) throw nb::value_error(s.message().c_str());
       },
       nb::arg("processes"), nb::arg("devices_per_process"), nb::arg("lines"),
       "Calibrated times {algorithm: (latency_s, per_byte_s)} on processes x "

@@ -2,6 +2,10 @@
 
 #include <atomic>
 
+#ifdef ACCL_AVX2_KERNELS
+#include <cpuid.h>
+#endif
+
 // ACCL_AVX2_KERNELS: the build compiled kernels_avx2.cc (x86-64 targets; CMakeLists.txt),
 // picked at start-up where the CPU has AVX2, FMA and F16C. Elsewhere only the generic
 // kernels exist (vectorised by the compiler for the target's baseline).
@@ -15,11 +19,27 @@ struct Kernels {
   const char* isa;
 };
 
+#ifdef ACCL_AVX2_KERNELS
+// Whether the CPU has AVX2, FMA and F16C (CPUID) and the kernel saves the YMM registers
+// (XGETBV: XMM and YMM state enabled), asked directly: __builtin_cpu_supports relies on
+// the compiler's runtime filling __cpu_model, which the wheel's (zig's compiler_rt) leaves
+// empty, so there it said no on every CPU.
+bool cpu_runs_avx2_kernels() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const unsigned leaf1 = bit_FMA | bit_F16C | bit_AVX | bit_OSXSAVE;
+  if ((ecx & leaf1) != leaf1) return false;
+  unsigned xcr0_low, xcr0_high;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  if ((xcr0_low & 0x6) != 0x6) return false;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return (ebx & bit_AVX2) != 0;
+}
+#endif
+
 Kernels pick() {
 #ifdef ACCL_AVX2_KERNELS
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-      __builtin_cpu_supports("fma")) {
+  if (cpu_runs_avx2_kernels()) {
     return {kernels_avx2::lookup, kernels_avx2::lookup_many, kernels_avx2::stream_copy, "avx2"};
   }
 #endif

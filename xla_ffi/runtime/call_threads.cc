@@ -1,6 +1,5 @@
 #include "runtime/call_threads.h"
 
-#include <cxxabi.h>
 #include <sys/prctl.h>
 
 #include <chrono>
@@ -9,6 +8,8 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+
+#include "common/forced_unwind.h"
 
 namespace accl {
 namespace {
@@ -48,7 +49,7 @@ struct Pool {
       lock.unlock();
       try {
         job();  // jobs catch their own exceptions; this only keeps the thread alive
-      } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+      } catch (ForcedUnwind&) {  // a cancelled thread must unwind to its end
         lock.lock();
         --threads;
         throw;

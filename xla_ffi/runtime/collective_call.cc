@@ -1,13 +1,12 @@
 #include "runtime/collective_call.h"
 
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
 
+#include "common/forced_unwind.h"
 #include "runtime/call_plan.h"
 #include "runtime/call_record.h"
 #include "runtime/call_threads.h"
@@ -166,7 +165,7 @@ void run_to_end(const CallSpec& spec, const CallBuffers& buffers, const Route& r
     s = run_route(spec, buffers, route);
   } catch (const std::exception& e) {
     s = error(Code::kInternal, spec.label, ": ", e.what());
-  } catch (abi::__forced_unwind&) {  // the thread was cancelled: end the call, unwind
+  } catch (ForcedUnwind&) {  // the thread was cancelled: end the call, unwind
     complete(error(Code::kAborted, spec.label, ": the call's thread was cancelled"));
     throw;
   } catch (...) {

@@ -1,6 +1,5 @@
 #include "runtime/one_shot.h"
 
-#include <cxxabi.h>
 #include <sched.h>
 
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/forced_unwind.h"
 #include "runtime/call_record.h"
 #include "runtime/call_threads.h"
 #include "runtime/collective.h"
@@ -156,7 +156,7 @@ void ensure_watchdog() {
       for (;;) {  // nothing may escape a thread: an allocation that failed restarts it
         try {
           watchdog();
-        } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+        } catch (ForcedUnwind&) {  // a cancelled thread must unwind to its end
           throw;
         } catch (...) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));

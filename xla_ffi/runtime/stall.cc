@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include <cxxabi.h>
-
 #include <array>
 #include <chrono>
 #include <deque>
@@ -18,6 +16,8 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+
+#include "common/forced_unwind.h"
 
 namespace accl {
 
@@ -300,7 +300,7 @@ void watchdog() {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     try {
       check_watched();
-    } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+    } catch (ForcedUnwind&) {  // a cancelled thread must unwind to its end
       throw;
     } catch (...) {  // an allocation that failed: look again next time
     }

@@ -1,7 +1,6 @@
 #include "transport/tcp_transport.h"
 
 #include <arpa/inet.h>
-#include <cxxabi.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -15,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/forced_unwind.h"
 #include "transport/handshake.h"
 #include "transport/tcp.h"
 
@@ -116,7 +116,7 @@ void TcpTransport::accept_loop() {
   for (;;) {
     try {
       if (!accept_round(&pending, &backoff_until)) break;
-    } catch (abi::__forced_unwind&) {  // a cancelled thread must unwind to its end
+    } catch (ForcedUnwind&) {  // a cancelled thread must unwind to its end
       for (auto& p : pending) close(p.handshake->fd());
       throw;
     } catch (...) {  // nothing may escape a thread: drop what was pending, go on
