@@ -26,6 +26,7 @@ service's key-value store.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import secrets
 import socket
@@ -34,7 +35,17 @@ import time
 
 import jax
 
-from jax_accl import _accl, config, cost_model, departures, log, recovery, signing, stripes
+from jax_accl import (
+    _accl,
+    config,
+    cost_model,
+    departures,
+    log,
+    recovery,
+    signing,
+    stripes,
+    xla_split_places,
+)
 from jax_accl import _compat as c
 from jax_accl import rails as rails_lib
 from jax_accl.errors import AcclError
@@ -120,6 +131,7 @@ def restart_among(processes: list[int], name: str) -> None:
             _stop_locked(leaving=False)
         before = _members
         _members = _Members(sorted(processes), generation_prefix(name))
+        xla_split_places.new_job()  # the programs judged anew, as in every live process
         _table = _start(_members)
         _stop_with_jax_distributed()
         if before is not None:  # every live process has left it: its keys of it go
@@ -351,7 +363,9 @@ def _join(
     global _stripes
     _stripes = stripes.agree(
         client,
-        f"{members.prefix}/stripes",  # the live processes' keys (a rejoin's too)
+        # The live processes' keys (a rejoin's too), one set per start-up: the start-up's
+        # secret, hashed, tells a start-up tried again from the last.
+        f"{members.prefix}/stripes/{hashlib.sha256(secret.encode()).hexdigest()[:16]}",
         index,
         list(members.processes),
         host,

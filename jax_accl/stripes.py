@@ -164,9 +164,10 @@ def stream_rate(
                         pass
         total = 0
         for sock in socks:
-            sock.settimeout(timeout_s)
             sock.shutdown(socket.SHUT_WR)
+        counted_by = time.monotonic() + timeout_s  # one deadline for every count
         for sock in socks:
+            sock.settimeout(max(0.001, counted_by - time.monotonic()))
             total += _read_count(sock, address)
         elapsed = time.monotonic() - start
     finally:

@@ -125,10 +125,21 @@ ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal
                         std::function<void()> done = nullptr) {
   ffi::Promise promise;
   ffi::Future future(promise);
+  if (!done) {  // the common case: a capture small enough for std::function's own buffer
+    site.run(ordinal, run_id.run_id, std::move(buffers), issued,
+             [promise](const Status& s) mutable {
+               if (s.ok()) {
+                 promise.SetAvailable();
+               } else {
+                 promise.SetError(to_ffi(s));
+               }
+             });
+    return future;
+  }
   site.run(ordinal, run_id.run_id, std::move(buffers), issued,
            [promise, done = std::move(done)](const Status& s) mutable {
              if (s.ok()) {
-               if (done) done();
+               done();
                promise.SetAvailable();
              } else {
                promise.SetError(to_ffi(s));
