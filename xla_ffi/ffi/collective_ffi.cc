@@ -118,6 +118,15 @@ ffi::ErrorOr<std::unique_ptr<SiteState>> instantiate(
   return site_state(std::move(attributes));
 }
 
+// Completes a call's future with its status.
+void complete(ffi::Promise& promise, const Status& s) {
+  if (s.ok()) {
+    promise.SetAvailable();
+  } else {
+    promise.SetError(to_ffi(s));
+  }
+}
+
 // Hands a device's call to the site; the future completes with it, after `done` (run
 // where the call succeeded, before XLA may touch the buffers again).
 ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal,
@@ -127,23 +136,13 @@ ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal
   ffi::Future future(promise);
   if (!done) {  // the common case: a capture small enough for std::function's own buffer
     site.run(ordinal, run_id.run_id, std::move(buffers), issued,
-             [promise](const Status& s) mutable {
-               if (s.ok()) {
-                 promise.SetAvailable();
-               } else {
-                 promise.SetError(to_ffi(s));
-               }
-             });
+             [promise](const Status& s) mutable { complete(promise, s); });
     return future;
   }
   site.run(ordinal, run_id.run_id, std::move(buffers), issued,
            [promise, done = std::move(done)](const Status& s) mutable {
-             if (s.ok()) {
-               done();
-               promise.SetAvailable();
-             } else {
-               promise.SetError(to_ffi(s));
-             }
+             if (s.ok()) done();
+             complete(promise, s);
            });
   return future;
 }
