@@ -346,6 +346,25 @@ def environment_set(name: str, text: str):
             os.environ[name] = before
 
 
+@contextlib.contextmanager
+def knob_set(name: str, text: str):
+    """The knob `name`=`text` for the programs traced in the block, within one process.
+
+    jax_accl reads a knob "when traced" as JAX traces, differentiates or lowers a
+    program, and JAX keeps what it made (each nested jit function's trace, a linear
+    function's transpose, a lowering) in caches that do not key on the environment: a
+    program traced after a bare change of the variable can reuse pieces traced before
+    it. So JAX's caches are cleared on entry and on exit (everything is traced again)."""
+    import jax
+
+    jax.clear_caches()
+    try:
+        with environment_set(name, text):
+            yield
+    finally:
+        jax.clear_caches()
+
+
 def value(name: str):
     """The knob's parsed value from the environment, or its default; a bad value raises
     ValueError naming the variable, the value and what is expected."""
@@ -393,6 +412,15 @@ def markdown_table() -> str:
     rows += [
         f"| `{k.name}` | {f'`{k.default}`' if k.default else '(unset)'} | {k.read} | {k.doc} |"
         for k in KNOBS.values()
+    ]
+    rows += [
+        "",
+        "A knob read \"when traced\" holds for the programs JAX traces after it is set. To "
+        "change one within a process, use `jax_accl.config.knob_set(name, value)` (a context "
+        "manager) or call `jax.clear_caches()` after changing the variable: JAX keeps what it "
+        "traced (nested jit functions, transposes, lowerings) in caches that do not key on the "
+        "environment, so without that a program traced later can reuse pieces traced under the "
+        "old value.",
     ]
     return "\n".join(rows) + "\n"
 

@@ -89,12 +89,14 @@ def variants(names, a2a_schedules) -> list[tuple[str, str]]:
 
 def compiled(fn, x, schedule: str):
     """`fn` compiled for `x`, with JAX_ACCL_ALGORITHM=`schedule` unless "auto" (jax_accl
-    reads it when it lowers its calls; "auto" leaves the environment as it is)."""
+    reads it when it traces its calls, and config.knob_set clears JAX's caches so that
+    nothing traced under another schedule is reused; "auto" leaves the environment as
+    it is)."""
     from jax_accl import config
 
     if schedule == "auto":
         return fn.lower(x).compile()
-    with config.environment_set("JAX_ACCL_ALGORITHM", schedule):
+    with config.knob_set("JAX_ACCL_ALGORITHM", schedule):
         return fn.lower(x).compile()
 
 

@@ -37,7 +37,7 @@ def train(mesh, wire: str, steps: int, batch_per_device: int) -> dict:
 
     optimizer = optax.adam(1e-3)
     params, opt_state = training.initial_state(mesh, optimizer, "dp")
-    with config.environment_set("JAX_ACCL_WIRE_DTYPE", wire):
+    with config.knob_set("JAX_ACCL_WIRE_DTYPE", wire):
         step_fn = training.build_step(mesh, optimizer, "jax_accl")
         n = mesh.devices.size
         x_all, y_all = training.make_dataset(steps * batch_per_device * n, seed=1)

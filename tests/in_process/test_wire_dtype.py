@@ -12,6 +12,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_accl
+from jax_accl import config
 from jax_accl.testing.wire_rows import TIES, rank_order_sum, rows, to_wire
 
 ALGORITHMS = ["direct", "ring", "halving_doubling", "reduce_broadcast", "auto"]
@@ -155,20 +156,23 @@ def _routed_step(mesh):
     )
 
 
-def test_the_knob_routes_float32_sums_over_the_wire_as_bfloat16(monkeypatch, mesh8):
+def test_the_knob_routes_float32_sums_over_the_wire_as_bfloat16(mesh8):
     table = rows(8, 257)
     x = sharded(mesh8, table)
     k = sharded(mesh8, (np.arange(8 * 257).reshape(8, 257) * 99991).astype(np.int32))
     w = jnp.asarray(rows(1, 257)[0])
     plain = _routed_step(mesh8)(w, x, k)
-    monkeypatch.setenv("JAX_ACCL_WIRE_DTYPE", "bfloat16")
-    step = _routed_step(mesh8)
-    hlo = step.lower(w, x, k).compile().as_text()
+    # Set within the process after a float32 trace: knob_set makes JAX trace anew (on jax
+    # 0.12.1 a bare change of the variable left the gradient's all-reduce float32, its
+    # transpose reused from the first trace).
+    with config.knob_set("JAX_ACCL_WIRE_DTYPE", "bfloat16"):
+        step = _routed_step(mesh8)
+        hlo = step.lower(w, x, k).compile().as_text()
+        total, ints, grad = step(w, x, k)
     # float32 sums on the bfloat16-wire target, the int32 one on the plain one.
     assert 'custom_call_target="accl_allreduce_bf16_wire"' in hlo
     assert 'custom_call_target="accl_allreduce"' in hlo
     assert "all-reduce(" not in hlo  # every all-reduce jax_accl's
-    total, ints, grad = step(w, x, k)
     for v in (total, grad):
         assert_same_bits_everywhere(per_device(v))
     # The sum is jax_accl's bfloat16 sum of the rounded operands; the integers stay exact.
