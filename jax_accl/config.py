@@ -415,7 +415,7 @@ def markdown_table() -> str:
     ]
     rows += [
         "",
-        "A knob read \"when traced\" holds for the programs JAX traces after it is set. To "
+        'A knob read "when traced" holds for the programs JAX traces after it is set. To '
         "change one within a process, use `jax_accl.config.knob_set(name, value)` (a context "
         "manager) or call `jax.clear_caches()` after changing the variable: JAX keeps what it "
         "traced (nested jit functions, transposes, lowerings) in caches that do not key on the "
