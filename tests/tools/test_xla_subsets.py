@@ -387,3 +387,40 @@ def test_one_device_per_process_never_conflicts(monkeypatch):
         devices, told = fake_program(monkeypatch, text, [0, 1, 2, 3])
         xla_subsets.check(devices, None)
         assert len(told) == 1
+
+
+class Executable:
+    """A stand-in for XLA's loaded executable: its fingerprint, and weak references to
+    see whether it is still held."""
+
+    def __init__(self, fingerprint: bytes):
+        self.fingerprint = fingerprint
+
+
+def test_a_loaded_program_is_not_kept_alive_until_it_runs(monkeypatch):
+    """A program loaded and never run is freed with its owner (jax_accl keeps only its
+    fingerprint); one that runs still counts as run."""
+    import gc
+    import weakref
+
+    devices = [SimpleNamespace(id=i, process_index=0) for i in range(4)]
+    xla_split_places.new_job()
+    fake_program(monkeypatch, all_reduces(EVERY), [], local_devices=4)
+    never_run = Executable(b"every")
+    xla_subsets.check(devices, never_run)
+    gone = weakref.ref(never_run)
+    del never_run
+    gc.collect()
+    assert gone() is None
+    # Not run: a later program at a place it holds is refused.
+    assert "(it had not run)" in load(monkeypatch, all_reduces(OVER_A))
+    xla_split_places.new_job()
+    fake_program(monkeypatch, all_reduces(EVERY), [], local_devices=4)
+    ran = Executable(b"every")
+    xla_subsets.check(devices, ran)
+    xla_split_places.first_run(Executable(b"another program"))  # not it: nothing changes
+    assert "(it had not run)" in load(monkeypatch, all_reduces(OVER_A))
+    xla_split_places.first_run(ran)
+    assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
+    xla_split_places.new_job()
+
