@@ -149,3 +149,21 @@ def test_constants_are_folded_as_jax_lax_folds_them(mesh8):
     accl = program(mesh8, body(jax_accl), "lax", *specs)
     assert_same(accl(x), program(mesh8, body(jax.lax), "lax", *specs)(x), exact=True)
     assert "accl_allreduce" not in accl.lower(x).compile().as_text()
+
+
+def test_constants_over_groups_of_different_sizes(mesh8):
+    """psum of a constant over axis_index_groups of different sizes (check_vma=False) is
+    each group's size, as jax 0.12's jax.lax.psum computes it (it folds constants only
+    over groups of one size; jax 0.10 folded them with the first group's size everywhere)."""
+    groups = [[0, 5], [1, 2, 3, 4, 6, 7]]
+    x = put(mesh8, np.arange(8.0, dtype=np.float32), P("i"))
+
+    def body(lib):
+        return lambda a: a * 0 + lib.psum(1, "i", axis_index_groups=groups)
+
+    specs = dict(mesh=mesh8, in_specs=P("i"), out_specs=P("i"), check_vma=False)
+    got = np.asarray(jax.jit(jax.shard_map(body(jax_accl), **specs))(x))
+    np.testing.assert_array_equal(got, [2, 6, 6, 6, 6, 2, 6, 6])
+    if tuple(int(v) for v in jax.__version__.split(".")[:2]) >= (0, 12):
+        want = np.asarray(jax.jit(jax.shard_map(body(jax.lax), **specs))(x))
+        np.testing.assert_array_equal(got, want)
