@@ -16,6 +16,7 @@ from jax import lax
 from jax_accl import _compat as c
 from jax_accl import config, fallback_warning, routing_state, wire_dtype
 from jax_accl.primitives import allreduce as prim
+from jax_accl.primitives import pvary as accl_pvary
 
 _jax_psum = lax.psum  # JAX's own, even while patch_psum() is active
 
@@ -104,8 +105,6 @@ def _varying_along(leaf, mesh_axes: tuple):
     if not c.auto_pcast_enabled():
         c.check_psum_invariant(leaf, mesh_axes)
         return leaf
-    from jax_accl.primitives import pvary as accl_pvary  # it imports this module
-
     return accl_pvary.bind(leaf, axes=missing)
 
 
@@ -167,3 +166,9 @@ def warn_unless_routed(api: str) -> None:
     shard_map transpose.)"""
     if c.check_vma_enabled() and not routing_state.active():
         fallback_warning.note_traced(api)
+
+
+# accl_pvary's transpose: the cotangent's all-reduce, ours.
+accl_pvary.set_transpose_sum(
+    lambda ct, axes: reduce_leaves([ct], axes, op="sum", invariant=True)[0]
+)
