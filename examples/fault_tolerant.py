@@ -72,8 +72,9 @@ def mesh_of(devices):
 
 
 def replicated(value, devices):
-    """`value` (host data, the same on every process) on every device of `devices`, each
-    process placing its own copies."""
+    """`value` (host data) on every device of `devices`, typed replicated, each process
+    placing its own copies (of its own `value`: the same on every process but in
+    psum_of_two)."""
     value = np.asarray(value)
     sharding = NamedSharding(mesh_of(devices), P())
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
@@ -120,15 +121,15 @@ def make_step(path, learning_rate=0.05):
 
 def psum_of_two(value, source, target, path):
     """The sum over the two devices `source` and `target` of each one's `value`: how the
-    source sends its `value` (the target passes zeros). Each device's row of the input
-    is its own process's value (not a replicated input: a psum of one is a product)."""
+    source sends its `value` (the target passes zeros), as JAX's own recovery example
+    does: the input is declared replicated (P()) but each process places its own value,
+    so its two buffers differ, and jax.lax.psum sums the buffers (on both paths)."""
     devices = [source, target]
     shard_map = jax_accl.shard_map if path == "shard_map" else jax.shard_map
     summed = shard_map(
-        lambda v: jax.lax.psum(v, "i"), mesh=mesh_of(devices), in_specs=P("i"), out_specs=P()
+        lambda v: jax.lax.psum(v, "i"), mesh=mesh_of(devices), in_specs=P(), out_specs=P()
     )
-    rows = np.stack([np.asarray(value)] * 2)
-    return np.asarray(summed(sharded(rows, devices)).addressable_data(0))[0]
+    return np.asarray(summed(replicated(value, devices)).addressable_data(0))
 
 
 def steps_of(step, devices, path):

@@ -14,6 +14,7 @@ end a recovery with a false one.
 from __future__ import annotations
 
 import socket
+import struct
 import time
 
 from jax_accl import _compat as c
@@ -56,6 +57,10 @@ def why_left(client, process: int) -> str | None:
 
 
 _PROBE_EVERY_S = 1.0
+# A reachability probe's hello (xla_ffi/transport/handshake.h: kProbeMagic, then the rest
+# of the 64-byte Hello): the listener closes it without counting a refused connection,
+# which a connection that says nothing would be (stats()["refused_connections"]).
+PROBE_HELLO = struct.pack("<I", 0x424F5250).ljust(64, b"\0")
 _probed: dict[int, float] = {}  # process -> when its listener was last probed
 _table: list[dict] = []  # the running start-up's process table (jax_accl.distributed)
 
@@ -81,7 +86,8 @@ def died_elsewhere(process: int) -> str | None:
     _probed[process] = now
     _, ip, port, _ = table[process]["rails"][0]
     try:
-        socket.create_connection((ip, port), timeout=_PROBE_EVERY_S).close()
+        with socket.create_connection((ip, port), timeout=_PROBE_EVERY_S) as probe:
+            probe.sendall(PROBE_HELLO)  # into a fresh connection's empty buffer: at once
     except ConnectionRefusedError:
         return f"its listener at {ip}:{port} refuses connections: the process died"
     except OSError:  # no answer in time, or no route: the host may be gone, or slow

@@ -107,9 +107,20 @@ def rejoining() -> bool:
 # job under _PREFIX at the job's first start; after a process came back (a rejoin under
 # jax_enable_recoverability: jax_accl.membership), the live processes only, under a
 # prefix of their own (_Members.prefix), so that nothing of an earlier start is read.
+# A restart tried again (its start-up failed; every live process tries it again, as
+# many times) has keys of its own too: `base` (the live set's), then the try's number,
+# so it never reads the last try's secret, endpoints or failure marks (_failed_dir).
 class _Members:
-    def __init__(self, processes: list[int], prefix: str):
-        self.processes, self.prefix = processes, prefix
+    def __init__(self, processes: list[int], base: str, restart: bool = False):
+        self.processes, self.base, self.restart, self.tries = processes, base, restart, 0
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.base}/try/{self.tries}" if self.restart else self.base
+
+    def next_try(self) -> None:
+        """A start-up with these members begins (collective: counted alike everywhere)."""
+        self.tries += 1
 
 
 _members: _Members | None = None
@@ -125,21 +136,33 @@ def restart_among(processes: list[int], name: str) -> None:
     starts afresh with a new secret, the processes publish their new endpoints and read
     each other's. Collective over `processes`. Processes outside them are known only by
     their devices: a call that needs one fails naming it."""
-    global _table, _members
+    global _table, _members, _running
     with _lock:
         if _table is not None:
             _stop_locked(leaving=False)
-        before = _members
-        _members = _Members(sorted(processes), generation_prefix(name))
+        base = generation_prefix(name)
+        if _members is None or _members.base != base:
+            _members = _Members(sorted(processes), base, restart=True)
+        # else: this restart tried again, counting its tries on (_Members)
         xla_split_places.new_job()  # the programs judged anew, as in every live process
-        _table = _start(_members)
+        client, index = c.distributed_client(), jax.process_index()
+        try:
+            _table = _start(_members)
+        except BaseException:
+            _forget_keys(client, _members, index)  # this try's entry: the next has its own
+            raise
         _stop_with_jax_distributed()
-        if before is not None:  # every live process has left it: its keys of it go
-            _forget_keys(c.distributed_client(), before.prefix, jax.process_index())
+        before, _running = _running, _members
+        if before is not None and before is not _members:  # every live process left it
+            _forget_keys(client, before, index)
 
 
-def _forget_keys(client, prefix: str, index: int) -> None:
-    for key in (f"{prefix}/process/{index}", f"{prefix}/held/{index}"):
+# The members of the start-up that runs (whose keys a restart deletes once it is done).
+_running: _Members | None = None
+
+
+def _forget_keys(client, members: _Members, index: int) -> None:
+    for key in (f"{members.prefix}/process/{index}", f"{members.base}/held/{index}"):
         try:
             client.key_value_delete(key)
         except Exception:  # none there, or the store gone with the job
@@ -183,10 +206,10 @@ _service_elsewhere = False
 
 
 def _stop_if_started() -> None:
-    global _service_elsewhere, _members
+    global _service_elsewhere, _members, _running
     if _table is not None:
         stop()
-    _members = None  # a job initialized after this one starts with all its processes
+    _members = _running = None  # a job initialized after this starts with all its processes
     # Only a process that was a client of a service elsewhere waits for it.
     _service_elsewhere = (
         c.distributed_client() is not None and c.distributed_state().service is None
@@ -214,12 +237,13 @@ def _start(members: _Members | None = None) -> list[dict]:
         )
     global _attempt
     _attempt += 1  # collective: every process counts its start-ups alike
-    index = jax.process_index()
-    _forget_failure(client, index)
-    departures.withdraw(client, index)  # an earlier incarnation's, if any
     count = jax.process_count()
     if members is None:
         members = _Members(list(range(count)), _PREFIX)
+    members.next_try()  # a restart's keys: this try's
+    index = jax.process_index()
+    _forget_failure(client, index)
+    departures.withdraw(client, index)  # an earlier incarnation's, if any
     try:
         return _start_with(client, index, count, members)
     except BaseException as e:
@@ -263,7 +287,7 @@ _attempt = 0
 
 
 def _failed_dir() -> str:
-    if _members is not None:  # a restart's keys are its own
+    if _members is not None:  # a restart's keys are its own, each try's
         return f"{_members.prefix}/failed/"
     return f"{_FAILED}{_attempt}/"
 

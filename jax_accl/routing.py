@@ -8,8 +8,10 @@ Where routing is on, a program traced there has no XLA all-reduce left:
   value meets a varying one) binds ``accl_pvary``: the same no-op cast, whose transpose
   (the gradient all-reduce of a replicated parameter) is an ``accl_allreduce``. So the
   gradient is ours wherever the transpose is traced, inside the routed body or outside;
-* a sum of a value that is already invariant along the axes (e.g. ``pmean`` of
-  gradients that autodiff reduced) runs no all-reduce: it is ``n * x`` locally;
+* a reduction of a value typed invariant along the axes (a replicated input, or
+  gradients that autodiff already reduced) communicates as JAX's does: each device's
+  buffer is summed, whatever the type says (with ``jax_auto_pcast`` off it is refused
+  where JAX refuses it);
 * ``jax.lax.psum_scatter``, ``all_gather`` (``to='varying'`` and ``'invarying'``),
   ``ppermute``, ``all_to_all`` and ``ragged_all_to_all`` bind jax_accl's
   reduce-scatter, all-gather, permutation and all-to-alls, and so do
@@ -129,15 +131,17 @@ def _routed_reduction(jax_bind, op: str, invariant):
 
 
 def _routed_bind_psum_invariant(jax_fn):
-    """jax.lax.psum's leaf bind under check_vma=True: routed, it reduces only along the
-    axes the leaf varies on (an invariant leaf needs no communication)."""
+    """jax.lax.psum's leaf bind under check_vma=True: routed, it all-reduces the leaf
+    along all `axes`, as JAX's (which pvaries it along the axes it is invariant along,
+    then binds psum_invariant): reduction.reduce_leaves does both."""
 
     def bind(leaf, *, axes, axis_index_groups, is_async):
         if not active() or is_async:
             return jax_fn(leaf, axes=axes, axis_index_groups=axis_index_groups, is_async=is_async)
         if axis_index_groups is not None:
             raise NotImplementedError("axis_index_groups needs check_vma=False (as jax.lax.psum)")
-        return reduction.reduce_leaves([leaf], tuple(axes), op="sum", groups=None)[0]
+        (out,) = reduction.reduce_leaves([leaf], tuple(axes), op="sum", invariant=True)
+        return out
 
     return bind
 

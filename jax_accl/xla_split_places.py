@@ -33,10 +33,12 @@ from jax_accl.errors import AcclError
 # (first device, place, process) -> [(device there, its group's devices, the numbers of
 # the programs that hold that group)]
 _places: dict[tuple[int, int, int], list[tuple[int, frozenset, set]]] = {}
-# Programs loaded and not yet run: id(XLA's executable) -> (program number, executable,
-# whether it completes every group it holds before the next launch: all its collectives
-# in its printed order, on several devices of this process). Held until it runs.
-_waiting: dict[int, tuple[int, object, bool]] = {}
+# Programs loaded and not yet run: id(XLA's executable) -> (program number, what tells
+# that executable from a later one that takes its id (_identity), whether it completes
+# every group it holds before the next launch: all its collectives in its printed order,
+# on several devices of this process). The executable is not kept alive by it: one that
+# is never run is freed with its program.
+_waiting: dict[int, tuple[int, tuple, bool]] = {}
 # Programs run at least once (dispatched): program number -> that same whether.
 _run: dict[int, bool] = {}
 _count = 0
@@ -55,9 +57,23 @@ def new_job() -> None:
 def first_run(executable) -> None:
     """A loaded program is dispatched (jax's Python path runs every program's first call:
     _compat.hook_first_run)."""
-    waiting = _waiting.pop(id(executable), None)
-    if waiting is not None and waiting[1] is executable:
+    waiting = _waiting.get(id(executable))
+    if waiting is not None and _same(waiting[1], _identity(executable)):
+        del _waiting[id(executable)]
         _run[waiting[0]] = waiting[2]
+
+
+def _identity(executable) -> tuple:
+    """What tells `executable` from another that takes its id once it is freed, without
+    holding it (XLA's executables take no weak reference): XLA's fingerprint of the
+    compiled program (one of the same fingerprint is the same program on as many
+    devices, admitted alike); an executable without one (a stand-in) is held."""
+    fingerprint = getattr(executable, "fingerprint", None)
+    return ("fingerprint", fingerprint) if fingerprint is not None else ("held", executable)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return a[0] == b[0] and (a[1] is b[1] if a[0] == "held" else a[1] == b[1])
 
 
 def admit(executable, groups: list[list[int]], process_of: dict[int, int], ordered: bool, own):
@@ -96,7 +112,7 @@ def admit(executable, groups: list[list[int]], process_of: dict[int, int], order
                     same[0].add(number)  # the same group, of another program too
                 else:
                     held.append((group[place], members, {number}))
-        _waiting[id(executable)] = (number, executable, ordered and mine >= 2)
+        _waiting[id(executable)] = (number, _identity(executable), ordered and mine >= 2)
 
     return record
 

@@ -118,10 +118,19 @@ def held_groups() -> list[list[int]]:
     """The groups of the communicators across processes XLA holds in this process, each
     [lane, devices in rank order...] (a rejoin: jax_accl.membership)."""
     library = _loaded()
+    # Each call is one snapshot, under the library's lock; XLA's threads may split or
+    # free communicators between the two: a snapshot that no longer fits is not written,
+    # and is asked for again with its size.
     size = library.jax_accl_mpi_held_groups(None, 0)
-    array = (ctypes.c_int64 * size)()
-    size = min(size, library.jax_accl_mpi_held_groups(array, size))
-    data, groups, at = list(array[:size]), [], 1
+    for _ in range(100):
+        array = (ctypes.c_int64 * size)()
+        needed = library.jax_accl_mpi_held_groups(array, size)
+        if needed <= size:
+            break
+        size = needed
+    else:
+        raise AcclError("jax_accl: the MPI library's held groups kept changing; try again")
+    data, groups, at = list(array[:needed]), [], 1
     for _ in range(data[0]):
         n = data[at]
         groups.append(data[at + 1 : at + 2 + n])

@@ -10,9 +10,18 @@ transpose is traced. Every other rule is pvary's.
 from __future__ import annotations
 
 from jax_accl import _compat as c
-from jax_accl import reduction
 
 accl_pvary_p = c.core.Primitive("accl_pvary")
+# The all-reduce its transpose is: jax_accl.reduction's (which binds this primitive
+# itself, where JAX would pvary), installed by that module at its import, so that
+# neither module imports the other.
+_sum_over = None
+
+
+def set_transpose_sum(sum_over) -> None:
+    """`sum_over(ct, axes)`: the cotangent all-reduced over `axes`, invariant there."""
+    global _sum_over
+    _sum_over = sum_over
 
 
 def bind(x, *, axes: tuple):
@@ -20,7 +29,7 @@ def bind(x, *, axes: tuple):
 
 
 def _transpose(ct, x, *, axes):
-    return (reduction.reduce_leaves([ct], tuple(axes), op="sum", invariant=True)[0],)
+    return (_sum_over(ct, tuple(axes)),)
 
 
 def _batcher(vals_in, dims_in, *, axes):

@@ -214,3 +214,50 @@ def test_the_secret_leaves_the_store_when_bootstrap_raises(monkeypatch):
     with pytest.raises(AcclError, match="eth9"):
         distributed._start()
     assert "jax_accl/v1/secret" not in store.values
+
+
+class DirStore(FakeStore):
+    def key_value_dir_get(self, prefix):
+        with self.lock:
+            return [(k, v) for k, v in self.values.items() if k.startswith(prefix)]
+
+
+def test_a_restart_tried_again_reads_nothing_of_the_last_try(monkeypatch):
+    """A restart among the live processes (jax_accl.membership) whose start-up failed is
+    tried again under the same name: the new try must not read the last one's failure
+    marks (process 0's here, which would end its wait for the secret at once) nor its
+    secret, and its own keys are the ones it waits on."""
+    store = DirStore()
+    monkeypatch.setattr(distributed.c, "distributed_client", lambda: store)
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    for name, value in (("_table", None), ("_members", None), ("_running", None)):
+        monkeypatch.setattr(distributed, name, value)
+    monkeypatch.setattr(distributed.xla_split_places, "new_job", lambda: None)
+    monkeypatch.setattr(distributed, "_stop_with_jax_distributed", lambda: None)
+    joined = []
+
+    def join(client, index, count, secret, wire, timeout_ms, members):
+        joined.append((secret, members.prefix))
+        return [{"process": 0}, {"process": 1}]
+
+    monkeypatch.setattr(distributed, "_join", join)
+    base = distributed.generation_prefix("restart-x")
+    # The first try: process 0 failed to start, and says so.
+    store.key_value_set(f"{base}/try/1/failed/0", "process 0's rails are gone")
+    with pytest.raises(AcclError, match="process 0 failed to start: process 0's rails"):
+        distributed.restart_among([0, 1], "restart-x")
+    assert joined == []
+
+    # Tried again: process 0 publishes this try's secret later than one look (0.5 s).
+    def publish():
+        time.sleep(distributed._LOOK_S + 0.3)
+        store.key_value_set(f"{base}/try/2/wire", '{"model": null}')
+        store.key_value_set(f"{base}/try/2/secret", "the second try's secret")
+
+    late = threading.Thread(target=publish)
+    late.start()
+    distributed.restart_among([0, 1], "restart-x")
+    late.join()
+    assert joined == [("the second try's secret", f"{base}/try/2")]
+    assert distributed._table == [{"process": 0}, {"process": 1}]

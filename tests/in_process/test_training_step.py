@@ -195,8 +195,11 @@ def test_routed_decorator_and_jit_cache():
     assert_same(routed(x), want)
 
 
-def test_reducing_reduced_gradients_moves_no_data():
-    """pmean of values autodiff already reduced (invariant along the axis) is local."""
+def test_reducing_reduced_gradients_communicates_as_jax_lax_does():
+    """pmean of values autodiff already reduced (invariant along the axis) all-reduces
+    them again, as jax.lax does (it pvaries them first): one jax_accl call where the
+    compiled jax.lax program has an XLA all-reduce (XLA merges the identical two of
+    pmean and psum), none of XLA's left."""
     mesh = jax.make_mesh((8,), ("data",))
     x = put(mesh, values((8, 4), "float32"), P("data"))
     w = values((4,), "float32", seed=1)
@@ -212,7 +215,9 @@ def test_reducing_reduced_gradients_moves_no_data():
         jax.shard_map(body, mesh=mesh, in_specs=(P(), P("data")), out_specs=(P(), P()))
     )
     text = ours.lower(w, x).compile().as_text()
-    assert xla_collectives(text) == 0 and text.count(ACCL_CALL) == 1  # the gradient only
+    want_calls = xla_collectives(theirs.lower(w, x).compile().as_text())
+    assert want_calls == 2  # the gradient's, and the one of pmean's and psum's
+    assert xla_collectives(text) == 0 and text.count(ACCL_CALL) == want_calls
     assert_same(ours(w, x), theirs(w, x))
 
 

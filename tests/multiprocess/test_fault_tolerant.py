@@ -10,7 +10,10 @@ host lost and back: 2 namespaced hosts x 2 processes x 2 devices, both processes
 
 The survivors wait between steps (a file the test holds) from their first step on 3
 devices until the process started again is about to join, so that the order of events is
-the test's, not the machine's load. This file is also the job's worker (run by path)."""
+the test's, not the machine's load. The process started again notes what it was sent,
+which must be process 0's weights: JAX's example sends them by a psum of an input typed
+replicated whose buffers differ, and so does examples/fault_tolerant.py. This file is
+also the job's worker (run by path)."""
 
 import importlib.util
 import json
@@ -23,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jax_accl.testing import launch, netns
@@ -51,6 +55,11 @@ def _start(i, job, namespace=None):
 
 def _reports(lines):
     return [json.loads(x) for x in list(lines) if x.startswith("{")]
+
+
+def _received(lines):
+    """What a process that came back was sent (its worker's "received" lines)."""
+    return [json.loads(x.split(" ", 1)[1]) for x in list(lines) if x.startswith("received ")]
 
 
 def _wait(condition, what, timeout=240):
@@ -104,6 +113,12 @@ def _kill_and_rejoin(job, victims, namespaces):
         else:  # a process started again joined at the survivors' step, not at 0
             assert reports[0]["step"] > KILL_AFTER and min(kinds) > fewer, reports
             assert kinds[-1] == every, kinds
+            # It was sent process 0's step and weights (JAX's way: a psum of an input
+            # typed replicated whose buffers differ, on both paths).
+            (got,) = _received(runs[i][1])
+            assert got["step"] == reports[0]["step"], (got, reports[0])
+            sent = [r for r in _reports(runs[0][1]) if r["step"] == got["step"] - 1]
+            assert sent and got["weights"] == sent[-1]["weights"], (got, sent)
         assert [r["step"] for r in reports] == list(range(reports[0]["step"], STEPS))
         for r in reports:
             weights_at.setdefault((r["step"], r["devices"]), set()).add(r["weights"])
@@ -163,6 +178,17 @@ def _worker():
         original(*a, **k)
 
     example.print = noting_print
+    catch_up = example.catch_up
+
+    def noting_catch_up(step, weights, devices, path):
+        # What this process was sent, if it was behind (it came back).
+        new_step, new_weights = catch_up(step, weights, devices, path)
+        if new_step != step:
+            got = {"step": new_step, "weights": np.asarray(new_weights).tobytes().hex()}
+            print("received " + json.dumps(got), flush=True)
+        return new_step, new_weights
+
+    example.catch_up = noting_catch_up
     print("joining", flush=True)
     example.train(args, example.make_step(args.path), between_steps)
     print(f"process {args.process_id}: calls {json.dumps(example.calls_made())}", flush=True)

@@ -424,3 +424,23 @@ def test_a_congestion_control_the_kernel_lacks_is_refused_naming_it(monkeypatch,
     distributed._set_tcp_congestion()
     assert _accl.tcp_congestion() == ""
     assert "no_such_cc" in caplog.text and "keep the system's" in caplog.text
+
+
+def test_the_departures_probe_is_no_refused_connection(listener, monkeypatch):
+    """jax_accl.departures probes a peer's listener to tell a dead process from a live
+    one: the live listener answers, and the probe is not counted among the refused
+    connections (a stranger's), nor is it a connection that says nothing."""
+    from jax_accl import departures
+
+    _, port = listener
+    monkeypatch.setattr(departures.c, "recoverability_enabled", lambda: False)
+    departures.know_table([{"rails": [["lo", "127.0.0.1", port, 1.0]]}])
+    try:
+        before = _accl.stats()["refused_connections"]
+        assert departures.died_elsewhere(0) is None  # it answers: alive
+        assert talk(port, b"") == b""  # a silent connection, after the probe: counted
+        assert wait_for_refused(before, 1) == 1
+        time.sleep(0.2)
+        assert _accl.stats()["refused_connections"] - before == 1  # the silent one only
+    finally:
+        departures.know_table(None)

@@ -387,3 +387,68 @@ def test_one_device_per_process_never_conflicts(monkeypatch):
         devices, told = fake_program(monkeypatch, text, [0, 1, 2, 3])
         xla_subsets.check(devices, None)
         assert len(told) == 1
+
+
+class Executable:
+    """A stand-in for XLA's loaded executable: its fingerprint, and weak references to
+    see whether it is still held."""
+
+    def __init__(self, fingerprint: bytes):
+        self.fingerprint = fingerprint
+
+
+def test_a_loaded_program_is_not_kept_alive_until_it_runs(monkeypatch):
+    """A program loaded and never run is freed with its owner (jax_accl keeps only its
+    fingerprint); one that runs still counts as run."""
+    import gc
+    import weakref
+
+    devices = [SimpleNamespace(id=i, process_index=0) for i in range(4)]
+    xla_split_places.new_job()
+    fake_program(monkeypatch, all_reduces(EVERY), [], local_devices=4)
+    never_run = Executable(b"every")
+    xla_subsets.check(devices, never_run)
+    gone = weakref.ref(never_run)
+    del never_run
+    gc.collect()
+    assert gone() is None
+    # Not run: a later program at a place it holds is refused.
+    assert "(it had not run)" in load(monkeypatch, all_reduces(OVER_A))
+    xla_split_places.new_job()
+    fake_program(monkeypatch, all_reduces(EVERY), [], local_devices=4)
+    ran = Executable(b"every")
+    xla_subsets.check(devices, ran)
+    xla_split_places.first_run(Executable(b"another program"))  # not it: nothing changes
+    assert "(it had not run)" in load(monkeypatch, all_reduces(OVER_A))
+    xla_split_places.first_run(ran)
+    assert not isinstance(load(monkeypatch, all_reduces(OVER_A)), str)
+    xla_split_places.new_job()
+
+
+class GrowingLibrary:
+    """The MPI library's held groups as XLA's threads change them between a caller's
+    calls: each call is one snapshot (the library's contract), the next one larger."""
+
+    def __init__(self, snapshots):
+        self.snapshots = snapshots
+        self.calls = 0
+
+    def jax_accl_mpi_held_groups(self, out, capacity):
+        snapshot = self.snapshots[min(self.calls, len(self.snapshots) - 1)]
+        self.calls += 1
+        if out is not None and len(snapshot) <= capacity:
+            for i, v in enumerate(snapshot):
+                out[i] = v
+        return len(snapshot)
+
+
+def test_held_groups_read_one_whole_snapshot_while_xla_splits(monkeypatch):
+    """A rejoin publishes the groups XLA holds (jax_accl.membership): read while XLA's
+    threads split, between the size asked and the groups read, they are those of one
+    snapshot, whole, never a part of a later one."""
+    one = [1, 2, 7, 0, 4]  # one group: 2 devices [0 4] on lane 7
+    two = [2, 2, 7, 0, 4, 2, 9, 1, 5]  # and [1 5] on lane 9, split in between
+    library = GrowingLibrary([one, two, two])
+    monkeypatch.setattr(xla_subsets, "_loaded", lambda: library)
+    assert xla_subsets.held_groups() == [[7, 0, 4], [9, 1, 5]]
+    assert library.calls == 3

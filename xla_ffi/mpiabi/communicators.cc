@@ -678,13 +678,17 @@ extern "C" __attribute__((visibility("default"))) int jax_accl_mpi_note_groups(c
 }
 
 // For jax_accl/xla_subsets.py (through ctypes), a rejoin's two ends (held_groups' layout):
-// the groups of the communicators XLA holds here, into `out` (at most `capacity` values;
-// returns how many they take); and those the processes that stayed split before this
-// process joined them (0, or -1 with the reason on stderr).
+// the groups of the communicators XLA holds here, one snapshot taken under the
+// registry's lock, into `out` only if it fits in `capacity` values (XLA's threads may
+// split between a caller's two calls: a part of a later snapshot would not parse);
+// returns how many values it takes either way. And those the processes that stayed split
+// before this process joined them (0, or -1 with the reason on stderr).
 extern "C" __attribute__((visibility("default"))) int64_t
 jax_accl_mpi_held_groups(int64_t* out, int64_t capacity) {
   const std::vector<int64_t> all = accl::mpiabi::held_groups();
-  for (size_t i = 0; i < all.size() && static_cast<int64_t>(i) < capacity; ++i) out[i] = all[i];
+  if (out != nullptr && static_cast<int64_t>(all.size()) <= capacity) {
+    std::copy(all.begin(), all.end(), out);
+  }
   return static_cast<int64_t>(all.size());
 }
 
