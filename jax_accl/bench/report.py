@@ -147,6 +147,12 @@ def print_rows(rows: list[dict], limits, out) -> None:
         )
         if out:
             out.write(json.dumps(r) + "\n")
+    fresh = {r["size_bytes"]: r["fresh_result_s"] for r in rows if "fresh_result_s" in r}
+    for size, seconds in fresh.items():
+        print(
+            f"# {human(size)}: a launch that only writes a fresh result of that size "
+            f"(x * 0.5, what 1-call and in step pay besides the all-reduce): {seconds * 1e3:.2f} ms"
+        )
     for line in auto_vs_best(rows):
         print("#", line)
     if busy_note():

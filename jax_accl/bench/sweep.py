@@ -145,8 +145,9 @@ def one_call_interleaved(mesh, launches: dict, x, reps: int):
     step sees, one call per launch and gradient bucket. The first: the launch's whole
     time (dispatch, XLA's fresh result and its page faults included). The second: the
     median launch of reduce(x * 0.5) less the median of x * 0.5 alone (the same fresh
-    buffer and the pass that makes the operand, without the all-reduce). Every launch
-    started by all processes together, the variants in a new order each round."""
+    buffer and the pass that makes the operand, without the all-reduce), which it also
+    holds as "fresh result". Every launch started by all processes together, the
+    variants in a new order each round."""
     compute = jax.jit(
         jax.shard_map(lambda v: v * 0.5, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
     )
@@ -158,6 +159,7 @@ def one_call_interleaved(mesh, launches: dict, x, reps: int):
     median = {k: statistics.median(v) for k, v in times.items()}
     single = {name: median[name] for name in launches}
     in_step = {name: max(0.0, median[name + " in step"] - median["compute"]) for name in launches}
+    in_step["fresh result"] = median["compute"]
     return single, in_step
 
 
@@ -254,6 +256,7 @@ def run_sweep(args, n: int, label: str, on_size=None) -> list[dict]:
                     seconds_per_op=t,
                     single_call_s=single[name],
                     in_step_s=in_step[name],
+                    fresh_result_s=in_step["fresh result"],
                     cpu_s_per_op=cpu[name],
                     **({"ran": ran[name]} if name in ran else {}),
                     **({"phase_s": phases[name]} if name in phases else {}),
