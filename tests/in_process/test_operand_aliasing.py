@@ -4,6 +4,8 @@ where it lies and writes XLA's fresh result (no copy of the argument before the 
 argument unchanged after it); of a donated argument, an intermediate or a loop's carried
 value it works in place. Results equal jax.lax's bitwise on integers either way."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,3 +128,31 @@ def test_bf16_wire_of_a_kept_argument_matches_in_place(mesh8):
     np.testing.assert_array_equal(got, np.asarray(donated(put(mesh8, x, P("i")))))
     np.testing.assert_array_equal(np.asarray(xs), x)
     assert (got == got[:1]).all()  # every device the same bits
+
+
+def _vma_flags(address: int) -> list:
+    """The VmFlags of this process's mapping that holds `address` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_fresh_result_is_advised_as_huge_pages(mesh8):
+    """A kept argument's 64 MiB all-reduce writes XLA's fresh result, advised as huge
+    pages before its first write (common/huge_pages.cc: "hg" in its mapping's flags),
+    where the kernel has transparent huge pages."""
+    x = np.ones((8, 16 << 20), np.float32)
+    xs = put(mesh8, x, P("i"))
+    got = program(mesh8, lambda a: jax_accl.psum(a, "i"))(xs)
+    shard = got.addressable_shards[0].data
+    np.testing.assert_array_equal(np.asarray(shard)[0, :: 1 << 16], 8.0)
+    address = shard.unsafe_buffer_pointer() + (32 << 20)  # inside the aligned interior
+    thp = os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+    assert ("hg" in _vma_flags(address)) == thp
