@@ -136,8 +136,14 @@ def main(args) -> int:
         + [weight(size) * len(ONE_HOST_ALGORITHMS) for _ in shapes for size in ONE_HOST_SIZES],
     )
     progress.begin(f"{n} devices in one process")
-    rows, _, _, _, _ = sweep.measure(
-        4096, n, ["reduce_broadcast"], timing.chain_length(4096, 50, n), 5, baseline=False
+    rows, _, _, _, _, _ = sweep.measure(
+        4096,
+        n,
+        ["reduce_broadcast"],
+        timing.chain_length(4096, 50, n),
+        5,
+        baseline=False,
+        one_call=False,
     )
     values = in_process(dict(rows)["accl:reduce_broadcast"])
     print(
@@ -231,8 +237,14 @@ def calibration_points(n: int, reps: int, on_size=None) -> list[dict]:
         if on_size:
             on_size(size)
         algorithms = [a for a in ONE_HOST_ALGORITHMS if a != "direct" or size <= DIRECT_MAX_BYTES]
-        rows, _, ran, _, _ = sweep.measure(
-            size, n, algorithms, timing.chain_length(size, 0, n), reps, baseline=False
+        rows, _, _, ran, _, _ = sweep.measure(
+            size,
+            n,
+            algorithms,
+            timing.chain_length(size, 0, n),
+            reps,
+            baseline=False,
+            one_call=False,
         )
         points += [
             {"algorithm": name[5:], "bytes": size, "seconds": t, "ran": ran[name]}

@@ -31,8 +31,14 @@ def wire_points(reps: int, on_size=None) -> list[dict]:
     for size in WIRE_SIZES:
         if on_size:
             on_size(size)
-        rows, _, _, _, _ = sweep.measure(
-            size, 2, ["direct"], timing.chain_length(size, 0, 2), reps, baseline=False
+        rows, _, _, _, _, _ = sweep.measure(
+            size,
+            2,
+            ["direct"],
+            timing.chain_length(size, 0, 2),
+            reps,
+            baseline=False,
+            one_call=False,
         )
         points += [{"bytes": size, "seconds": t} for _, t in rows]
     return points

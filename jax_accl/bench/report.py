@@ -117,14 +117,18 @@ def plot(rows: list[dict], path: str, title: str) -> tuple[list[str], list[str]]
 
 
 def print_rows(rows: list[dict], limits, out) -> None:
-    """limits: [(column, seconds of row)], time / limit in each column. "CPU/op": the
+    """limits: [(column, seconds of row)], time / limit in each column. "1-call": one
+    launch holding one all-reduce of its argument; "in step": what one all-reduce adds to
+    a launch that computes its operand (sweep.one_call_interleaved). "CPU/op": the
     CPU seconds per op (user + system) of every process of the job, where rows carry it."""
     cpu = all("cpu_s_per_op" in r for r in rows)
+    step = any("in_step_s" in r for r in rows)  # not on mpi4jax's rows
     print(
         f"{'size':>8} {'variant':>24} {'time/op':>11} {'algbw GB/s':>10} "
         f"{'busbw GB/s':>10} {'vs base':>8} "
         + "".join(f"{name:>11} " for name, _ in limits)
         + f"{'1-call':>10}"
+        + (f" {'in step':>10}" if step else "")
         + (f" {'CPU/op':>11}" if cpu else "")
     )
     for r in rows:
@@ -134,10 +138,21 @@ def print_rows(rows: list[dict], limits, out) -> None:
             f"{r['algbw_gbs']:>10.3f} {r['busbw_gbs']:>10.3f} {r['speedup_vs_baseline']:>7.2f}x "
             + "".join(f"{t / limit(r):>10.2f}x " for _, limit in limits)
             + f"{r['single_call_s'] * 1e6:>8.0f}us"
+            + (
+                (f" {r['in_step_s'] * 1e6:>8.0f}us" if "in_step_s" in r else f"{'-':>11}")
+                if step
+                else ""
+            )
             + (f" {r['cpu_s_per_op'] * 1e6:>9.1f}us" if cpu else "")
         )
         if out:
             out.write(json.dumps(r) + "\n")
+    fresh = {r["size_bytes"]: r["fresh_result_s"] for r in rows if "fresh_result_s" in r}
+    for size, seconds in fresh.items():
+        print(
+            f"# {human(size)}: a launch that only writes a fresh result of that size "
+            f"(x * 0.5, what 1-call and in step pay besides the all-reduce): {seconds * 1e3:.2f} ms"
+        )
     for line in auto_vs_best(rows):
         print("#", line)
     if busy_note():

@@ -4,6 +4,8 @@ a gradient-like pytree fused and unfused."""
 
 from __future__ import annotations
 
+import statistics
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +14,12 @@ from jax.sharding import PartitionSpec as P
 
 import jax_accl
 from jax_accl.bench.report import nccl_row
-from jax_accl.bench.timing import chain_length, median_call_seconds, per_op_interleaved
+from jax_accl.bench.timing import (
+    chain_length,
+    interleaved_seconds_in_step,
+    median_call_seconds,
+    per_op_interleaved,
+)
 from jax_accl.units import human, parse_size
 
 
@@ -71,18 +78,27 @@ def _first_local_block(array) -> np.ndarray:
     return np.asarray(min(array.addressable_shards, key=lambda s: s.device.id).data)[0]
 
 
-def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline: bool = True):
-    """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant: the
-    algorithm it ran}, {variant: seconds per call in each phase of the hierarchy},
-    {variant: this process's CPU seconds per all-reduce}: per op is (time of 2K chained
-    ops - time of K) / K, with K = loop. The variants:
+def measure(
+    size_bytes: int,
+    n: int,
+    algorithms,
+    loop: int,
+    reps: int,
+    baseline: bool = True,
+    one_call: bool = True,
+):
+    """[(variant, seconds per all-reduce)], {variant: seconds of one call}, {variant:
+    seconds one call adds to a step} (both one_call_interleaved; empty unless
+    `one_call`), {variant: the algorithm it ran}, {variant: seconds per call in each
+    phase of the hierarchy}, {variant: this process's CPU seconds per all-reduce}: per op
+    is (time of 2K chained ops - time of K) / K, with K = loop. The variants:
     jax.lax.psum (unless not `baseline`), then jax_accl with each algorithm."""
     mesh = mesh_of(n)
     host = BenchRows(size_bytes, n)
     x = sharded_rows(mesh, host)
     want = host.sum()
 
-    single, ran, chains, phases = {}, {}, {}, {}
+    ran, chains, phases, launches = {}, {}, {}, {}
     variants = [("jax.lax.psum", lambda v: jax.lax.psum(v, "i"))][: int(baseline)] + [
         (f"accl:{alg}", accl_reduce(alg)) for alg in algorithms
     ]
@@ -97,14 +113,54 @@ def measure(size_bytes: int, n: int, algorithms, loop: int, reps: int, baseline:
         if not np.array_equal(got, want):
             raise AssertionError(f"{name} at {human(size_bytes)}: wrong result")
         phases_before = jax_accl.stats()["phase_seconds"]
-        single[name] = median_call_seconds(once, x, reps)
-        if name.startswith("accl:"):  # per call and device thread (reps + the warm-up)
+        jax.block_until_ready(once(x))
+        if name.startswith("accl:"):  # per call and device thread
             phases_after = jax_accl.stats()["phase_seconds"]
-            calls = (reps + 1) * jax.local_device_count()
+            calls = jax.local_device_count()
             phases[name] = {k: (phases_after[k] - phases_before[k]) / calls for k in phases_after}
+        if one_call:
+            launches[name] = (once, _in_step(mesh, reduce, x, want))
         chains[name] = (chained(mesh, reduce, loop), chained(mesh, reduce, 2 * loop))
+    single, in_step = one_call_interleaved(mesh, launches, x, reps) if one_call else ({}, {})
     per_op, cpu = per_op_interleaved(chains, x, loop, reps, size_bytes)
-    return list(per_op.items()), single, ran, phases, cpu
+    return list(per_op.items()), single, in_step, ran, phases, cpu
+
+
+def _in_step(mesh, reduce, x, want):
+    """A launch whose all-reduce's operand is computed in it, as a step's gradients are
+    (halved: exact on the rows' small integers, and not folded away), checked."""
+    step = jax.jit(
+        jax.shard_map(
+            lambda v: reduce(v * 0.5), mesh=mesh, in_specs=P("i"), out_specs=P("i"), check_vma=False
+        )
+    )
+    if not np.array_equal(_first_local_block(step(x)), want * 0.5):
+        raise AssertionError("the all-reduce of a halved operand: wrong result")
+    return step
+
+
+def one_call_interleaved(mesh, launches: dict, x, reps: int):
+    """({variant: seconds of one launch holding one all-reduce of the program's argument},
+    {variant: seconds one all-reduce adds to a launch that computes its operand}): what a
+    step sees, one call per launch and gradient bucket. The first: the launch's whole
+    time (dispatch, XLA's fresh result and its page faults included). The second: the
+    median launch of reduce(x * 0.5) less the median of x * 0.5 alone (the same fresh
+    buffer and the pass that makes the operand, without the all-reduce), which it also
+    holds as "fresh result". Every launch started by all processes together, the
+    variants in a new order each round."""
+    compute = jax.jit(
+        jax.shard_map(lambda v: v * 0.5, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    )
+    calls = {"compute": lambda: compute(x)}
+    for name, (once, step) in launches.items():
+        calls[name] = lambda once=once: once(x)
+        calls[name + " in step"] = lambda step=step: step(x)
+    times = interleaved_seconds_in_step(calls, reps, 1, "bench one call")
+    median = {k: statistics.median(v) for k, v in times.items()}
+    single = {name: median[name] for name in launches}
+    in_step = {name: max(0.0, median[name + " in step"] - median["compute"]) for name in launches}
+    in_step["fresh result"] = median["compute"]
+    return single, in_step
 
 
 def accl_reduce(variant: str):
@@ -186,7 +242,7 @@ def run_sweep(args, n: int, label: str, on_size=None) -> list[dict]:
     for size in (parse_size(s) for s in args.sizes.split(",")):
         if on_size:
             on_size(size)
-        timings, single, ran, phases, cpu = measure(
+        timings, single, in_step, ran, phases, cpu = measure(
             size, n, algorithms, chain_length(size, args.loop, n), args.reps
         )
         base = dict(timings)["jax.lax.psum"]
@@ -199,6 +255,8 @@ def run_sweep(args, n: int, label: str, on_size=None) -> list[dict]:
                     variant=name,
                     seconds_per_op=t,
                     single_call_s=single[name],
+                    in_step_s=in_step[name],
+                    fresh_result_s=in_step["fresh result"],
                     cpu_s_per_op=cpu[name],
                     **({"ran": ran[name]} if name in ran else {}),
                     **({"phase_s": phases[name]} if name in phases else {}),

@@ -239,10 +239,12 @@ def check_module(module, program: str) -> None:
 
 def _checked(lower):
     """JAX's module lowering, followed by check_module wherever jax_accl calls were
-    lowered in it (and, after jax_accl collectives were traced in a plain shard_map, the
+    lowered in it and operand_origin's pass (in place only where the operand may be
+    overwritten) (and, after jax_accl collectives were traced in a plain shard_map, the
     warning of XLA all-reduces beside them)."""
     from jax_accl import _compat as c
     from jax_accl import fallback_warning
+    from jax_accl.primitives import operand_origin
 
     def lower_checked(module_name, *args, **kwargs):
         before = calls_lowered()
@@ -253,6 +255,7 @@ def _checked(lower):
             _lowered.site = outer
         if calls_lowered() != before:
             check_module(c.lowered_module(result), module_name)
+            operand_origin.unalias_kept_arguments(c.lowered_module(result))
         fallback_warning.check_lowered(lambda: c.lowered_module(result))
         return result
 

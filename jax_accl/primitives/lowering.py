@@ -6,7 +6,9 @@ Each call gets the replica groups of its axes (as jax.lax.psum computes them), t
 global device id of every partition (the handler finds its own partition from the FFI
 context's device ordinal), a lane and its attributes; its name (what profilers show) is
 the schedule of the runtime's own plan for it (jax_accl.plan.runtime). Its operands and
-results are the data alone, every result aliasing its operand: XLA:CPU orders thunks by
+results are the data alone, every result aliasing its operand (an all-reduce's,
+broadcast's or reduce's, but where the operand is an argument of the program XLA must
+keep: operand_origin.py): XLA:CPU orders thunks by
 the buffers they touch, so a call XLA can overlap with the compute around it has no
 other operand or result (a 4-byte partition id or token would share a slice with later
 compute and make that compute wait for the call). Calls are matched natively by (group,
@@ -112,8 +114,10 @@ def _emit_call(
     """The all-reduce's custom call, in a fully manual context: in place (each result is
     its operand's buffer: XLA then allocates no output, and at 64 MiB per device fresh
     buffers cost more in page faults than the all-reduce; it copies an operand only where
-    it is still needed afterwards), named by the runtime's plan for it; `wire`: float32
-    travelling as bfloat16, narrowed and widened in place by its handler."""
+    it is still needed afterwards) but where the operand is an argument of the program
+    XLA must keep (operand_origin drops those aliases once the module is lowered), named
+    by the runtime's plan for it; `wire`: float32 travelling as bfloat16, narrowed into
+    its result and widened there by its handler."""
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     cost_model.ensure_loaded()  # this machine's constants, if `bench --calibrate` stored them

@@ -152,9 +152,10 @@ def test_in_place_with_operand_dead_or_still_needed(mesh8, algorithm, elements):
 
 
 def test_lowering_declares_in_place(mesh8):
+    # Intermediates (a kept argument reads where it lies: test_operand_aliasing.py).
     fn = jax.jit(
         jax.shard_map(
-            lambda a, b: jax_accl.psum((a, b), "i"),
+            lambda a, b: jax_accl.psum((a * 2, b * 2), "i"),
             mesh=mesh8,
             in_specs=(P("i"), P("i")),
             out_specs=P(),

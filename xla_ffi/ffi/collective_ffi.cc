@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/ragged_all_to_all.h"
+#include "common/huge_pages.h"
 #include "ffi/handlers.h"
 #include "reduce/wire.h"
 #include "runtime/collective.h"
@@ -148,8 +149,9 @@ ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal
 }
 
 // Operands: N buffers of one dtype (the fused leaves); results: N buffers, shaped like
-// the operands for an all-reduce (each aliasing its operand), 1/n or n times as large for
-// a reduce-scatter or all-gather over n devices. An error names the site.
+// the operands for an all-reduce (each aliasing its operand but where the operand is an
+// argument of the program XLA keeps: jax_accl/primitives/operand_origin.py), 1/n or n
+// times as large for a reduce-scatter or all-gather over n devices. An error names the site.
 std::optional<ffi::Error> decode_buffers(const CollectiveSite& site, const ffi::RemainingArgs& args,
                                          const ffi::RemainingRets& rets, CallBuffers* buffers) {
   if (args.size() != rets.size() || args.size() == 0) {
@@ -167,6 +169,10 @@ std::optional<ffi::Error> decode_buffers(const CollectiveSite& site, const ffi::
                                          site.name());
     }
     buffers->dtype = dtype;
+    // A result apart from its operand is XLA's fresh buffer: advised before any write.
+    if ((*y)->untyped_data() != x->untyped_data()) {
+      advise_huge_pages((*y)->untyped_data(), (*y)->size_bytes());
+    }
     buffers->in.push_back(x->untyped_data());
     buffers->out.push_back((*y)->untyped_data());
     buffers->counts.push_back(x->element_count());
@@ -198,7 +204,8 @@ ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::R
 }
 
 // accl_allreduce_bf16_wire: float32 sums whose bytes travel as bfloat16
-// (jax_accl/wire_dtype.py). Each result (aliasing its operand) is narrowed in place to
+// (jax_accl/wire_dtype.py). Each result (its operand's buffer, or a fresh one where the
+// operand is an argument XLA keeps) is narrowed from the operand to
 // bfloat16 (rounded once, to nearest even), all-reduced as jax_accl's bfloat16 sum (every
 // step adds in float32 and rounds), and widened in place once the call is done, so every
 // rank holds the same float32 bits.
@@ -224,8 +231,12 @@ ffi::Future execute_wire_bf16(SiteState* state, ffi::RunId run_id, int32_t ordin
   std::vector<std::pair<void*, size_t>> widen;
   for (size_t k = 0; k < buffers.out.size(); ++k) {
     void* data = buffers.out[k];
-    if (data != buffers.in[k]) std::memcpy(data, buffers.in[k], buffers.counts[k] * 4);
-    narrow_in_place(data, buffers.counts[k]);
+    if (data == buffers.in[k]) {
+      narrow_in_place(data, buffers.counts[k]);
+    } else {  // a kept argument (not aliased): narrowed straight into the result
+      narrow_f32_to_bf16(static_cast<uint16_t*>(data), static_cast<const float*>(buffers.in[k]),
+                         buffers.counts[k]);
+    }
     buffers.in[k] = data;
     widen.emplace_back(data, buffers.counts[k]);
   }
