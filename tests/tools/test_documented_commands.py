@@ -55,6 +55,7 @@ BENCHMARK_PARSERS = {
     "allreduce.py": bench_cli.parse_args,
     "fault_tolerance.py": lambda args: own_parser("benchmarks", "fault_tolerance.py")(args),
     "jit_step.py": lambda args: demo.parse_args(["--jit", *args]),
+    "one_call.py": lambda args: own_parser("benchmarks", "one_call.py")(args),
     "plan.py": plan.parse_args,
 }
 METAVARIABLES = {"H": "2", "P": "2", "D": "2"}
