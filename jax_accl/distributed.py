@@ -149,7 +149,9 @@ def restart_among(processes: list[int], name: str) -> None:
         try:
             _table = _start(_members)
         except BaseException:
-            _forget_keys(client, _members, index)  # this try's entry: the next has its own
+            # This try's entry only: the next try has its own; the held groups stay, the
+            # restart's (published once per restart, read again by its next try).
+            _forget_keys(client, _members, index, held=False)
             raise
         _stop_with_jax_distributed()
         before, _running = _running, _members
@@ -161,8 +163,11 @@ def restart_among(processes: list[int], name: str) -> None:
 _running: _Members | None = None
 
 
-def _forget_keys(client, members: _Members, index: int) -> None:
-    for key in (f"{members.prefix}/process/{index}", f"{members.base}/held/{index}"):
+def _forget_keys(client, members: _Members, index: int, held: bool = True) -> None:
+    keys = [f"{members.prefix}/process/{index}"]
+    if held:
+        keys.append(f"{members.base}/held/{index}")
+    for key in keys:
         try:
             client.key_value_delete(key)
         except Exception:  # none there, or the store gone with the job

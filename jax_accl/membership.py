@@ -63,7 +63,10 @@ def _on_live(live: dict[int, int]) -> None:
         sorted(live),
         name,
     )
-    stayed = distributed.started()
+    # It stayed if it knew the live processes before (a restart tried again after a
+    # failure, whose jax_accl is stopped, included): it publishes the groups XLA holds
+    # here, and a process that came back takes them.
+    stayed = previous is not None
     if stayed:
         _publish_held_groups(name)
     distributed.restart_among(sorted(live), name)

@@ -12,7 +12,7 @@ import time
 import jax
 import pytest
 
-from jax_accl import distributed, recovery, signing
+from jax_accl import distributed, membership, recovery, signing
 from jax_accl.errors import AcclError
 
 
@@ -243,11 +243,15 @@ def test_a_restart_tried_again_reads_nothing_of_the_last_try(monkeypatch):
 
     monkeypatch.setattr(distributed, "_join", join)
     base = distributed.generation_prefix("restart-x")
+    # The groups XLA holds here, published once per restart (jax_accl.membership), before
+    # its first try: the next try's process that came back reads them.
+    store.key_value_set(f"{base}/held/1", "[]")
     # The first try: process 0 failed to start, and says so.
     store.key_value_set(f"{base}/try/1/failed/0", "process 0's rails are gone")
     with pytest.raises(AcclError, match="process 0 failed to start: process 0's rails"):
         distributed.restart_among([0, 1], "restart-x")
     assert joined == []
+    assert store.values.get(f"{base}/held/1") == "[]"  # kept for the next try
 
     # Tried again: process 0 publishes this try's secret later than one look (0.5 s).
     def publish():
@@ -261,3 +265,18 @@ def test_a_restart_tried_again_reads_nothing_of_the_last_try(monkeypatch):
     late.join()
     assert joined == [("the second try's secret", f"{base}/try/2")]
     assert distributed._table == [{"process": 0}, {"process": 1}]
+
+
+def test_a_process_that_stayed_publishes_its_held_groups_at_every_try(monkeypatch):
+    """A process that knew the live processes before a restart stayed, even when the
+    restart's last try failed and left its jax_accl stopped: the next try publishes the
+    groups XLA holds here again (a process that came back takes them) and takes none."""
+    published, taken, restarts = [], [], []
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    monkeypatch.setattr(membership.distributed, "started", lambda: False)  # the try failed
+    monkeypatch.setattr(membership.distributed, "restart_among", lambda p, n: restarts.append(p))
+    monkeypatch.setattr(membership, "_publish_held_groups", published.append)
+    monkeypatch.setattr(membership, "_take_held_groups", lambda n, o: taken.append(n))
+    monkeypatch.setattr(membership, "_known", {0: 1, 1: 1})
+    membership._on_live({0: 1, 1: 2})  # process 1 came back (a new incarnation)
+    assert restarts == [[0, 1]] and len(published) == 1 and taken == []
