@@ -244,7 +244,6 @@ def _checked(lower):
     warning of XLA all-reduces beside them)."""
     from jax_accl import _compat as c
     from jax_accl import fallback_warning
-    from jax_accl.primitives import operand_origin
 
     def lower_checked(module_name, *args, **kwargs):
         before = calls_lowered()
@@ -255,11 +254,30 @@ def _checked(lower):
             _lowered.site = outer
         if calls_lowered() != before:
             check_module(c.lowered_module(result), module_name)
-            operand_origin.unalias_kept_arguments(c.lowered_module(result))
+            _unalias_kept_arguments(c.lowered_module(result))
         fallback_warning.check_lowered(lambda: c.lowered_module(result))
         return result
 
     return lower_checked
+
+
+def _unalias_kept_arguments(module) -> None:
+    """operand_origin's pass, a speed-up only (a kept alias makes XLA copy the argument,
+    which is as correct): where the MLIR bindings of a jax version it does not know make
+    it fail, the program keeps its aliases and lowers, with one warning."""
+    from jax_accl import log
+    from jax_accl.primitives import operand_origin
+
+    try:
+        operand_origin.unalias_kept_arguments(module)
+    except Exception as e:  # noqa: BLE001 - any failure of the pass leaves aliases kept
+        if not getattr(_unalias_kept_arguments, "warned", False):
+            _unalias_kept_arguments.warned = True
+            log.logger.warning(
+                "jax_accl: calls on a program's arguments keep their in-place alias (XLA "
+                "copies each argument first): reading the lowered module failed: %r",
+                e,
+            )
 
 
 def _take_pending_site():

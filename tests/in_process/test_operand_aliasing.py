@@ -156,3 +156,23 @@ def test_fresh_result_is_advised_as_huge_pages(mesh8):
     address = shard.unsafe_buffer_pointer() + (32 << 20)  # inside the aligned interior
     thp = os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
     assert ("hg" in _vma_flags(address)) == thp
+
+
+def test_a_pass_that_fails_keeps_the_aliases_and_the_program_lowers(mesh8, monkeypatch, caplog):
+    """The pass is a speed-up only: where it cannot read the module (MLIR bindings of a jax
+    it does not know), the call keeps its alias (XLA copies the argument), one warning."""
+    from jax_accl.primitives import lanes, operand_origin
+
+    def unreadable(module):
+        raise AttributeError("no such binding")
+
+    monkeypatch.setattr(operand_origin, "unalias_kept_arguments", unreadable)
+    monkeypatch.setattr(lanes._unalias_kept_arguments, "warned", False, raising=False)
+    x = values((8, 64), "int32", seed=5)
+    xs = put(mesh8, x, P("i"))
+    fn = program(mesh8, lambda a: jax_accl.psum(a, "i") + 1)
+    with caplog.at_level("WARNING", logger="jax_accl"):
+        assert ALIAS in fn.lower(xs).as_text()
+    assert "keep their in-place alias" in caplog.text
+    np.testing.assert_array_equal(np.asarray(fn(xs)), lax_psum(x) + 1)
+    np.testing.assert_array_equal(np.asarray(xs), x)
