@@ -76,20 +76,37 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and (a[1] is b[1] if a[0] == "held" else a[1] == b[1])
 
 
-def admit(executable, groups: list[list[int]], process_of: dict[int, int], ordered: bool, own):
+def admit(
+    executable,
+    groups: list[list[int]],
+    process_of: dict[int, int],
+    ordered: bool,
+    own,
+    collectives: dict | None = None,
+):
     """Checks a loaded program's `groups` (global device ids in rank order) against those
     loaded before it in this job; `own`: this process's index; raises AcclError for a
     place the library could not answer (see the module's docstring). Returns a function
     that records them, to call once the library has taken them."""
     global _count
     mine = sum(1 for p in process_of.values() if p == own)
-    found: dict[tuple[int, int, int], int] = {}
+    at_place: dict[tuple[int, int, int], list[list[int]]] = {}
+    for group in groups:
+        for place in range(1, len(group)):
+            where = (group[0], place, process_of.get(group[place], -1))
+            at_place.setdefault(where, []).append(group)
+    for where, here in at_place.items():
+        if len({g[where[1]] for g in here}) > 1:
+            why = _why_not_deferred(here, collectives or {})
+            if why is not None:
+                first = here[0][where[1]]
+                other = next(g for g in here if g[where[1]] != first)
+                detail = _firsts_text((here[0], other), collectives or {}) + why
+                raise AcclError(_message(where, first, other[where[1]], None, detail))
     for group in groups:
         for place in range(1, len(group)):
             device = group[place]
             where = (group[0], place, process_of.get(device, -1))
-            if found.get(where, device) != device:
-                raise AcclError(_message(where, found[where], device, None))
             for before, _, numbers in _places.get(where, ()):
                 if before == device:
                     continue
@@ -98,7 +115,6 @@ def admit(executable, groups: list[list[int]], process_of: dict[int, int], order
                     raise AcclError(_message(where, before, device, "it had not run"))
                 if mine < 2 or not any(ran):
                     raise AcclError(_message(where, before, device, _UNSETTLED))
-            found[where] = device
     number = _count = _count + 1
 
     def record() -> None:
@@ -123,11 +139,61 @@ _UNSETTLED = (
 )
 
 
-def _message(where, before: int, now: int, failed: str | None) -> str:
+def _why_not_deferred(here: list[list[int]], collectives: dict) -> str | None:
+    """Why the library could not tell apart the groups `here` of one program, which hold
+    two of a process's devices at one place of groups that start with the same device
+    (None: it can). It answers such a split with a provisional communicator (rank the
+    place, size the groups' common size) bound to the group whose collectives the first
+    call on it matches (xla_ffi/mpiabi/communicators.cc): certain only where the groups
+    have one size and no call one group's collectives make could be another's."""
+    from jax_accl.xla_subsets import signature
+
+    sets = []
+    for g in here:
+        calls = collectives.get(tuple(g))
+        if not calls:
+            return "; the collectives of one of them could not be read"
+        sets.append({signature(*c) for c in calls})
+    # XLA:CPU's MPI all-reduce and all-gather never read the communicator's size (its
+    # reduce-scatter, all-to-all and permute do): groups of several sizes are told apart
+    # only where all their collectives are such.
+    if len({len(g) for g in here}) > 1 and any(c[0] > 1 for s in sets for c in s):
+        return (
+            "; their sizes differ, which the split answers before any call, and one of "
+            "them has a collective other than an all-reduce or all-gather, which XLA runs "
+            "by that size"
+        )
+    for i, a in enumerate(sets):
+        for j in range(i + 1, len(sets)):
+            if here[i] != here[j] and any(_may_match(x, y) for x in a for y in sets[j]):
+                return (
+                    "; a collective of one makes the same MPI call (kind, element type, "
+                    "count) as one of the other, so the first call on the split cannot "
+                    "tell them apart"
+                )
+    return None
+
+
+def _may_match(x: tuple, y: tuple) -> bool:
+    """Whether one MPI call could fit both signatures (-1: not said by the call)."""
+    return x[0] == y[0] and all(a == b or a < 0 or b < 0 for a, b in zip(x[1:], y[1:]))
+
+
+def _firsts_text(pair, collectives: dict) -> str:
+    """The two groups and the first MPI call of each, for a refusal's text."""
+    parts = []
+    for group in pair:
+        calls = collectives.get(tuple(group))
+        what = f"first {calls[0][0]} {calls[0][1]} x{calls[0][2]}" if calls else "unread"
+        parts.append(f"[{' '.join(map(str, group))}]: {what}")
+    return f" (the groups {', '.join(parts)})"
+
+
+def _message(where, before: int, now: int, failed: str | None, detail: str = "") -> str:
     first, place, process = where
     if failed is None:
         which = "this program's"
-        why = "Both groups are this program's, whose device threads split at once"
+        why = f"Both groups are this program's, whose device threads split at once{detail}"
     else:
         which = "a program loaded before it in this job"
         why = (
