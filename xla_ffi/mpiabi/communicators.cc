@@ -688,7 +688,8 @@ void free_comm(MPIABI_Comm handle) {
   auto it = r.comms.find(handle);
   if (it == r.comms.end()) return;
   const std::pair<std::vector<int64_t>, int> held{it->second->devices, it->second->rank};
-  if (it->second->broken.ok() && it->second->provisional == nullptr && --r.live[held] <= 0) r.live.erase(held);
+  if (it->second->broken.ok() && it->second->provisional == nullptr && --r.live[held] <= 0)
+    r.live.erase(held);
   r.comms.erase(it);
 }
 
