@@ -34,13 +34,14 @@ from jax_accl.errors import AcclError
 # the programs that hold that group)]
 _places: dict[tuple[int, int, int], list[tuple[int, frozenset, set]]] = {}
 # Programs loaded and not yet run: id(XLA's executable) -> (program number, what tells
-# that executable from a later one that takes its id (_identity), whether it completes
-# every group it holds before the next launch: all its collectives in its printed order,
-# on several devices of this process). The executable is not kept alive by it: one that
+# that executable from a later one that takes its id (_identity), what says whether it
+# completes every group it holds with a process's devices before the next launch there:
+# whether all its collectives are in its printed order, and how many devices of each
+# process it runs on (two or more)). The executable is not kept alive by it: one that
 # is never run is freed with its program.
-_waiting: dict[int, tuple[int, tuple, bool]] = {}
-# Programs run at least once (dispatched): program number -> that same whether.
-_run: dict[int, bool] = {}
+_waiting: dict[int, tuple[int, tuple, tuple[bool, dict]]] = {}
+# Programs run at least once (dispatched): program number -> that same (ordered, counts).
+_run: dict[int, tuple[bool, dict]] = {}
 _count = 0
 
 
@@ -85,11 +86,16 @@ def admit(
     collectives: dict | None = None,
 ):
     """Checks a loaded program's `groups` (global device ids in rank order) against those
-    loaded before it in this job; `own`: this process's index; raises AcclError for a
+    loaded before it in this job; `own`: this process's index (unused: every process
+    judges a place by the devices of the place's process); raises AcclError for a
     place the library could not answer (see the module's docstring). Returns a function
     that records them, to call once the library has taken them."""
     global _count
-    mine = sum(1 for p in process_of.values() if p == own)
+    # A place is of one process's devices, judged by how many of that process's devices
+    # run the program (the same in every process, one that runs none of it included).
+    counts: dict[int, int] = {}
+    for p in process_of.values():
+        counts[p] = counts.get(p, 0) + 1
     at_place: dict[tuple[int, int, int], list[list[int]]] = {}
     for group in groups:
         for place in range(1, len(group)):
@@ -110,10 +116,10 @@ def admit(
             for before, _, numbers in _places.get(where, ()):
                 if before == device:
                     continue
-                ran = [_run[n] for n in numbers if n in _run]
+                ran = [_settles(_run[n], where[2]) for n in numbers if n in _run]
                 if not ran:
                     raise AcclError(_message(where, before, device, "it had not run"))
-                if mine < 2 or not any(ran):
+                if counts.get(where[2], 0) < 2 or not any(ran):
                     raise AcclError(_message(where, before, device, _UNSETTLED))
     number = _count = _count + 1
 
@@ -128,9 +134,17 @@ def admit(
                     same[0].add(number)  # the same group, of another program too
                 else:
                     held.append((group[place], members, {number}))
-        _waiting[id(executable)] = (number, _identity(executable), ordered and mine >= 2)
+        _waiting[id(executable)] = (number, _identity(executable), (ordered, counts))
 
     return record
+
+
+def _settles(run: tuple[bool, dict], process: int) -> bool:
+    """Whether a program dispatched has made its groups with `process`'s devices before
+    XLA launches the next program there: all its collectives in order, on two or more of
+    that process's devices."""
+    ordered, counts = run
+    return ordered and counts.get(process, 0) >= 2
 
 
 _UNSETTLED = (
