@@ -472,8 +472,7 @@ def test_each_groups_mpi_calls_are_read_from_the_result_shapes():
         "use_global_device_ids=true, to_apply=%sum",
         "%c = f32[2]{0} reduce-scatter(%r), channel_id=3, replica_groups={{0,1,2,3}}, "
         "dimensions={0}, use_global_device_ids=true, to_apply=%sum",
-        "%d = u8[4]{0} all-to-all(%t), channel_id=4, replica_groups={{0,2},{1,3}}, "
-        "dimensions={0}",
+        "%d = u8[4]{0} all-to-all(%t), channel_id=4, replica_groups={{0,2},{1,3}}, dimensions={0}",
     )
     calls = xla_subsets.collectives_by_group(text, [0, 1, 2, 3])
     assert calls[(0, 2)] == [("all-gather", "s32", 4), ("all-to-all", "?", -1)]
@@ -536,3 +535,29 @@ def test_one_programs_two_groups_at_one_place_are_admitted_where_their_calls_dif
         assert isinstance(error, str), text
         assert "of process 0 at place 1, where a group of this program's that starts" in error
         assert why.strip() in error and "(the groups [0 " in error, error
+
+
+def test_a_place_is_judged_by_its_processs_devices_in_a_process_that_runs_none(monkeypatch):
+    """jax's array_test test_jit_no_local_devices_named_sharding_collective: a program on
+    process 1's 4 devices only, loaded in process 0 too, after a program over both
+    processes that ran and whose group [10 12] puts device 12 where the later group
+    [10 11 12 13] has 11. Process 0 judges that place as process 1 does (by process 1's
+    devices in each program): admitted in both, not refused where none of it runs."""
+    both = [SimpleNamespace(id=i, process_index=int(i >= 10)) for i in (0, 1, 2, 3, 10, 11, 12, 13)]
+    earlier = module(
+        op(
+            "all-reduce",
+            "channel_id=1, replica_groups={{0,2},{1,3},{4,6},{5,7}}, use_global_device_ids=true",
+        ),
+        extra=", num_partitions=8",
+    )
+    fake_program(monkeypatch, earlier, [], local_devices=4)
+    executable = object()
+    xla_subsets.check(both, executable)
+    xla_split_places.first_run(executable)
+    later = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true")
+    )
+    _, told = fake_program(monkeypatch, later, [], local_devices=4)
+    xla_subsets.check(both[4:], object())  # process 0 (jax.process_index()) runs none of it
+    assert told[0][1] == [[10, 11, 12, 13]]
