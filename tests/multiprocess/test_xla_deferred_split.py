@@ -65,3 +65,26 @@ def test_two_groups_whose_calls_are_alike_are_refused_when_compiled(both):
         assert "makes the same MPI call (kind, element type, count)" in error, error
         assert "refuses this program now, when it is compiled or loaded" in error, error
     assert all(isinstance(r["same_calls"], dict) for r in gloo)
+
+
+def test_a_provisional_communicator_is_bound_by_its_first_call_or_names_the_groups():
+    """The library alone (scripts/provisional_split.py, one process of 4 devices): a
+    split that may be [0 1]'s or [0 2]'s answers rank 1, size 2; a first call that fits
+    neither group's calls fails naming both, never guessing; the next, an all-reduce of
+    8 int32, binds it to [0 1] and sums with device 0 (integers, exact); the other
+    device's split of the same color and key is then [0 2]'s, its all-gather right."""
+    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1", "JAX_ACCL_TIMEOUT_S": "60"}]
+    script = [str(Path(__file__).with_name("scripts") / "provisional_split.py")]
+    (r,) = launch.run_job(script, 1, 1, env=env, timeout=180)
+    one, zero = r["device1"], r["device0"]
+    assert (one["rank"], one["size"]) == (1, 2), r
+    assert "MPI_Allreduce (int32 x3)" in one["first"], r
+    assert "fits none of them" in one["first"] and "refuses it rather than guess" in one["first"]
+    assert "[0 1] (all-reduce int32 x8)" in one["first"], r
+    assert "[0 2] (all-gather int32 x4)" in one["first"], r
+    total = (np.arange(8) + np.arange(8) + 100).tolist()
+    assert one["code"] == 0 and zero["code"] == 0 and one["out"] == zero["out"] == total, r
+    two, gather = r["device2"], r["device0_gather"]
+    assert (two["rank"], two["size"]) == (1, 2), r
+    expected = np.arange(4).tolist() + (np.arange(4) + 100).tolist()
+    assert two["code"] == 0 and two["out"] == gather["out"] == expected, r
