@@ -747,7 +747,17 @@ Status note_groups(const int64_t* data, int64_t size) {
            k.unknown == proto.unknown;
   });
   if (same != r.known.end()) {
-    same->seen = proto.seen;  // the same program compiled again
+    same->seen = proto.seen;  // the same program compiled again, or one of the same groups:
+    // its groups' calls join those told before (a float32 and an int32 matmul of one
+    // sharding), so that a provisional communicator's first call fits either program's;
+    // a call that then fits two groups is refused at binding, never guessed.
+    same->calls.resize(std::max(same->calls.size(), proto.calls.size()));
+    for (size_t i = 0; i < proto.calls.size(); ++i) {
+      for (const std::array<int64_t, 3>& c : proto.calls[i]) {
+        std::vector<std::array<int64_t, 3>>& kept = same->calls[i];
+        if (std::find(kept.begin(), kept.end(), c) == kept.end()) kept.push_back(c);
+      }
+    }
   } else if (!proto.groups.empty() || proto.unknown) {
     r.known.push_back(std::move(proto));
   }
