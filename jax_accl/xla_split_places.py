@@ -15,11 +15,15 @@ a program on several of its devices only once the one launched before it has com
 on every one of them (xla/pjrt/cpu/cpu_client.cc, PjRtCpuLoadedExecutable::Execute: "Gang
 schedule collectives", its last collective launch event), and an earlier program that
 completed has made every group it holds with this process's devices. Every other such
-pair (the two groups in one program, whose threads split at once; an earlier program
+pair (the two groups in one program whose MPI calls are alike, whose threads split at
+once; an earlier program
 loaded but not yet run; a program on one device of this process, which XLA does not
 launch in that order; collectives inside a loop or a branch, which may not run) is
 refused here, when the later program is loaded: in Python's order of loading and
-dispatching, the same in every process, never by the timing of XLA's threads.
+dispatching, the same in every process, never by the timing of XLA's threads. The two
+groups in one program are admitted where their MPI calls tell them apart
+(_why_not_deferred): the library then answers the split with a provisional
+communicator, bound at its first call to the group whose calls it matches.
 
 The algorithm: every place of every group a program brings is recorded by (first
 device, place, process); a place already held by another device of that process is
