@@ -18,8 +18,9 @@ completed has made every group it holds with this process's devices. Every other
 pair (the two groups in one program whose MPI calls are alike, whose threads split at
 once; an earlier program loaded but not yet run; a program on one device of this
 process, which XLA does not launch in that order; collectives inside a loop or a
-branch, which may not run) is refused here, when the later program is loaded: in Python's order of loading and
-dispatching, the same in every process, never by the timing of XLA's threads. The two
+branch, which may not run) is refused here, when the later program is loaded: in
+Python's order of loading and dispatching, the same in every process, never by the
+timing of XLA's threads. The two
 groups in one program are admitted where their MPI calls tell them apart
 (_why_not_deferred): the library then answers the split with a provisional
 communicator, bound at its first call to the group whose calls it matches.
