@@ -15,11 +15,15 @@ a program on several of its devices only once the one launched before it has com
 on every one of them (xla/pjrt/cpu/cpu_client.cc, PjRtCpuLoadedExecutable::Execute: "Gang
 schedule collectives", its last collective launch event), and an earlier program that
 completed has made every group it holds with this process's devices. Every other such
-pair (the two groups in one program, whose threads split at once; an earlier program
-loaded but not yet run; a program on one device of this process, which XLA does not
-launch in that order; collectives inside a loop or a branch, which may not run) is
-refused here, when the later program is loaded: in Python's order of loading and
-dispatching, the same in every process, never by the timing of XLA's threads.
+pair (the two groups in one program whose MPI calls are alike, whose threads split at
+once; an earlier program loaded but not yet run; a program on one device of this
+process, which XLA does not launch in that order; collectives inside a loop or a
+branch, which may not run) is refused here, when the later program is loaded: in
+Python's order of loading and dispatching, the same in every process, never by the
+timing of XLA's threads. The two
+groups in one program are admitted where their MPI calls tell them apart
+(_why_not_deferred): the library then answers the split with a provisional
+communicator, bound at its first call to the group whose calls it matches.
 
 The algorithm: every place of every group a program brings is recorded by (first
 device, place, process); a place already held by another device of that process is
@@ -34,13 +38,14 @@ from jax_accl.errors import AcclError
 # the programs that hold that group)]
 _places: dict[tuple[int, int, int], list[tuple[int, frozenset, set]]] = {}
 # Programs loaded and not yet run: id(XLA's executable) -> (program number, what tells
-# that executable from a later one that takes its id (_identity), whether it completes
-# every group it holds before the next launch: all its collectives in its printed order,
-# on several devices of this process). The executable is not kept alive by it: one that
+# that executable from a later one that takes its id (_identity), what says whether it
+# completes every group it holds with a process's devices before the next launch there:
+# whether all its collectives are in its printed order, and how many devices of each
+# process it runs on (two or more)). The executable is not kept alive by it: one that
 # is never run is freed with its program.
-_waiting: dict[int, tuple[int, tuple, bool]] = {}
-# Programs run at least once (dispatched): program number -> that same whether.
-_run: dict[int, bool] = {}
+_waiting: dict[int, tuple[int, tuple, tuple[bool, dict]]] = {}
+# Programs run at least once (dispatched): program number -> that same (ordered, counts).
+_run: dict[int, tuple[bool, dict]] = {}
 _count = 0
 
 
@@ -76,29 +81,50 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and (a[1] is b[1] if a[0] == "held" else a[1] == b[1])
 
 
-def admit(executable, groups: list[list[int]], process_of: dict[int, int], ordered: bool, own):
+def admit(
+    executable,
+    groups: list[list[int]],
+    process_of: dict[int, int],
+    ordered: bool,
+    own,
+    collectives: dict | None = None,
+):
     """Checks a loaded program's `groups` (global device ids in rank order) against those
-    loaded before it in this job; `own`: this process's index; raises AcclError for a
+    loaded before it in this job; `own`: this process's index (unused: every process
+    judges a place by the devices of the place's process); raises AcclError for a
     place the library could not answer (see the module's docstring). Returns a function
     that records them, to call once the library has taken them."""
     global _count
-    mine = sum(1 for p in process_of.values() if p == own)
-    found: dict[tuple[int, int, int], int] = {}
+    # A place is of one process's devices, judged by how many of that process's devices
+    # run the program (the same in every process, one that runs none of it included).
+    counts: dict[int, int] = {}
+    for p in process_of.values():
+        counts[p] = counts.get(p, 0) + 1
+    at_place: dict[tuple[int, int, int], list[list[int]]] = {}
+    for group in groups:
+        for place in range(1, len(group)):
+            where = (group[0], place, process_of.get(group[place], -1))
+            at_place.setdefault(where, []).append(group)
+    for where, here in at_place.items():
+        if len({g[where[1]] for g in here}) > 1:
+            why = _why_not_deferred(here, collectives or {})
+            if why is not None:
+                first = here[0][where[1]]
+                other = next(g for g in here if g[where[1]] != first)
+                detail = _firsts_text((here[0], other), collectives or {}) + why
+                raise AcclError(_message(where, first, other[where[1]], None, detail))
     for group in groups:
         for place in range(1, len(group)):
             device = group[place]
             where = (group[0], place, process_of.get(device, -1))
-            if found.get(where, device) != device:
-                raise AcclError(_message(where, found[where], device, None))
             for before, _, numbers in _places.get(where, ()):
                 if before == device:
                     continue
-                ran = [_run[n] for n in numbers if n in _run]
+                ran = [_settles(_run[n], where[2]) for n in numbers if n in _run]
                 if not ran:
                     raise AcclError(_message(where, before, device, "it had not run"))
-                if mine < 2 or not any(ran):
+                if counts.get(where[2], 0) < 2 or not any(ran):
                     raise AcclError(_message(where, before, device, _UNSETTLED))
-            found[where] = device
     number = _count = _count + 1
 
     def record() -> None:
@@ -112,9 +138,17 @@ def admit(executable, groups: list[list[int]], process_of: dict[int, int], order
                     same[0].add(number)  # the same group, of another program too
                 else:
                     held.append((group[place], members, {number}))
-        _waiting[id(executable)] = (number, _identity(executable), ordered and mine >= 2)
+        _waiting[id(executable)] = (number, _identity(executable), (ordered, counts))
 
     return record
+
+
+def _settles(run: tuple[bool, dict], process: int) -> bool:
+    """Whether a program dispatched has made its groups with `process`'s devices before
+    XLA launches the next program there: all its collectives in order, on two or more of
+    that process's devices."""
+    ordered, counts = run
+    return ordered and counts.get(process, 0) >= 2
 
 
 _UNSETTLED = (
@@ -123,11 +157,61 @@ _UNSETTLED = (
 )
 
 
-def _message(where, before: int, now: int, failed: str | None) -> str:
+def _why_not_deferred(here: list[list[int]], collectives: dict) -> str | None:
+    """Why the library could not tell apart the groups `here` of one program, which hold
+    two of a process's devices at one place of groups that start with the same device
+    (None: it can). It answers such a split with a provisional communicator (rank the
+    place, size the groups' common size) bound to the group whose collectives the first
+    call on it matches (xla_ffi/mpiabi/communicators.cc): certain only where the groups
+    have one size and no call one group's collectives make could be another's."""
+    from jax_accl.xla_subsets import signature
+
+    sets = []
+    for g in here:
+        calls = collectives.get(tuple(g))
+        if not calls:
+            return "; the collectives of one of them could not be read"
+        sets.append({signature(*c) for c in calls})
+    # XLA:CPU's MPI all-reduce and all-gather never read the communicator's size (its
+    # reduce-scatter, all-to-all and permute do): groups of several sizes are told apart
+    # only where all their collectives are such.
+    if len({len(g) for g in here}) > 1 and any(c[0] > 1 for s in sets for c in s):
+        return (
+            "; their sizes differ, which the split answers before any call, and one of "
+            "them has a collective other than an all-reduce or all-gather, which XLA runs "
+            "by that size"
+        )
+    for i, a in enumerate(sets):
+        for j in range(i + 1, len(sets)):
+            if here[i] != here[j] and any(_may_match(x, y) for x in a for y in sets[j]):
+                return (
+                    "; a collective of one makes the same MPI call (kind, element type, "
+                    "count) as one of the other, so the first call on the split cannot "
+                    "tell them apart"
+                )
+    return None
+
+
+def _may_match(x: tuple, y: tuple) -> bool:
+    """Whether one MPI call could fit both signatures (-1: not said by the call)."""
+    return x[0] == y[0] and all(a == b or a < 0 or b < 0 for a, b in zip(x[1:], y[1:]))
+
+
+def _firsts_text(pair, collectives: dict) -> str:
+    """The two groups and the first MPI call of each, for a refusal's text."""
+    parts = []
+    for group in pair:
+        calls = collectives.get(tuple(group))
+        what = f"first {calls[0][0]} {calls[0][1]} x{calls[0][2]}" if calls else "unread"
+        parts.append(f"[{' '.join(map(str, group))}]: {what}")
+    return f" (the groups {', '.join(parts)})"
+
+
+def _message(where, before: int, now: int, failed: str | None, detail: str = "") -> str:
     first, place, process = where
     if failed is None:
         which = "this program's"
-        why = "Both groups are this program's, whose device threads split at once"
+        why = f"Both groups are this program's, whose device threads split at once{detail}"
     else:
         which = "a program loaded before it in this job"
         why = (

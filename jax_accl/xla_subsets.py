@@ -92,8 +92,11 @@ def check(devices, executable) -> None:
         )
     process_of = {d.id: d.process_index for d in flat}
     ordered = in_order(text)
-    record = xla_split_places.admit(executable, groups, process_of, ordered, jax.process_index())
-    note_groups(ids, groups, subset, ordered)
+    collectives = collectives_by_group(text, ids)
+    record = xla_split_places.admit(
+        executable, groups, process_of, ordered, jax.process_index(), collectives
+    )
+    note_groups(ids, groups, subset, ordered, collectives=collectives)
     record()
 
 
@@ -156,15 +159,22 @@ def note_groups(
     subset: bool,
     ordered: bool = True,
     unknown: bool = False,
+    collectives: dict | None = None,
 ) -> None:
     """Tells jax_accl's MPI library (loaded by jaxlib) a program's groups; `ordered`:
     they are in the order the program runs its collectives (see in_order); `unknown`:
-    its groups could not be read (any group of its devices may be one)."""
+    its groups could not be read (any group of its devices may be one); `collectives`:
+    collectives_by_group's, told as each group's signatures (flag 8), from which the
+    library binds a provisional communicator to its group at its first call."""
     library = _loaded()
     flags = int(subset) | (0 if ordered else 2) | (4 if unknown else 0)
+    flags |= 8 if collectives else 0
     data = [flags, len(program), *program, len(groups)]
     for g in groups:
         data += [len(g), *g]
+        if collectives:
+            calls = sorted({signature(*c) for c in collectives.get(tuple(g), [])})
+            data += [len(calls)] + [v for call in calls for v in call]
     array = (ctypes.c_int64 * len(data))(*data)
     if library.jax_accl_mpi_note_groups(array, len(data)) != 0:
         raise AcclError("jax_accl: the MPI library refused a program's groups (see stderr)")
@@ -195,6 +205,63 @@ def groups_in(text: str, devices: list[int]) -> list[list[int]] | None:
 
 
 _COLLECTIVE = rf"^\s*(?:ROOT )?\S+ = .* ({'|'.join(KINDS)})(?:-start)?\((.*)$"
+_WITH_SHAPE = rf"^\s*(?:ROOT )?\S+ = (.*?) ({'|'.join(KINDS)})(-start)?\((.*)$"
+
+
+def collectives_by_group(text: str, devices: list[int]) -> dict[tuple, list[tuple[str, str, int]]]:
+    """{group (global device ids in rank order): [(kind, element type, elements)...]} of
+    the MPI calls the collectives over each group make, in the module's printed order
+    (an all-reduce of several operands one per operand): the HLO element type ("s32")
+    and the elements per rank XLA passes (an all-reduce's operand, an all-gather's block,
+    a reduce-scatter's whole input), read from the result's shape; ("?", -1) where not
+    read (an all-to-all's or permute's, whose steps go as bytes). Only for groups_in's
+    groups; {} where those cannot be read."""
+    if groups_in(text, devices) is None:
+        return {}
+    header = re.search(r"^HloModule .*$", text, re.M)
+    replicas = _header_int(header, "replica_count")
+    partitions = _header_int(header, "num_partitions")
+    found: dict[tuple, list[tuple[str, str, int]]] = {}
+    for match in re.finditer(_WITH_SHAPE, text, re.M):
+        shape, kind, start, rest = match.group(1), match.group(2), match.group(3), match.group(4)
+        arrays = [
+            (t, int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64)))
+            for t, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape)
+        ]
+        for group in _logical_groups(kind, rest, replicas, partitions) or []:
+            n = len(group)
+            if kind == "all-reduce" and arrays:
+                calls = arrays if shape.startswith("(") and not start else arrays[:1]
+            elif kind == "all-gather" and len(arrays) == 1 and not start and arrays[0][1] % n == 0:
+                calls = [(arrays[0][0], arrays[0][1] // n)]
+            elif kind == "all-gather" and start and len(arrays) == 2:
+                calls = arrays[:1]  # (operand, result)
+            elif kind == "reduce-scatter" and len(arrays) == 1 and not start:
+                calls = [(arrays[0][0], arrays[0][1] * n)]
+            else:
+                calls = [("?", -1)]
+            found.setdefault(tuple(devices[i] for i in group), []).extend((kind, *c) for c in calls)
+    return found
+
+
+# The MPI call each kind makes first (xla_ffi/mpiabi/calls.cc) and the element types
+# XLA:CPU's MPI layer passes as the MPI datatype of jax_accl's DType (common/dtype.h's
+# order); another type's calls are told apart by kind alone.
+_KIND_CODES = {kind: i for i, kind in enumerate(KINDS)}
+_DTYPE_CODES = {
+    "pred": 5, "s8": 1, "s16": 2, "s32": 3, "s64": 4, "u8": 5, "u16": 6, "u32": 7,
+    "u64": 8, "f32": 11, "f64": 12, "c64": 13, "c128": 14,
+}  # fmt: skip
+
+
+def signature(kind: str, dtype: str, count: int) -> tuple[int, int, int]:
+    """What the library compares a first call on a provisional communicator with: (kind,
+    dtype code or -1, elements per rank or -1). Only an all-reduce's, all-gather's or
+    reduce-scatter's call says its element type and count as the HLO does; an
+    all-to-all's or permute's (point-to-point steps of bytes) says its kind alone."""
+    if kind in ("all-to-all", "collective-permute") or dtype not in _DTYPE_CODES or count < 0:
+        return (_KIND_CODES[kind], -1, -1)
+    return (_KIND_CODES[kind], _DTYPE_CODES[dtype], count)
 
 
 def in_order(text: str) -> bool:

@@ -140,15 +140,21 @@ def a_new_job():
     xla_split_places.new_job()
 
 
+TOLD_CALLS: list = []  # each program's collectives_by_group, as told to the library
+
+
 def fake_program(monkeypatch, text, processes, local_devices=1):
     monkeypatch.setattr(jax, "process_count", lambda: 4)
     monkeypatch.setattr(jax, "process_index", lambda: 0)
     monkeypatch.setattr(jax, "local_device_count", lambda: local_devices)
     monkeypatch.setattr(_compat, "compiled_text", lambda executable: text)
     told = []
-    monkeypatch.setattr(
-        xla_subsets, "note_groups", lambda *a, **kw: told.append(a + tuple(kw.items()))
-    )
+
+    def note(*a, collectives=None, **kw):
+        told.append(a + tuple(kw.items()))
+        TOLD_CALLS.append(collectives)
+
+    monkeypatch.setattr(xla_subsets, "note_groups", note)
     devices = [SimpleNamespace(id=DEVICES[p], process_index=p) for p in processes]
     return devices, told
 
@@ -452,3 +458,106 @@ def test_held_groups_read_one_whole_snapshot_while_xla_splits(monkeypatch):
     monkeypatch.setattr(xla_subsets, "_loaded", lambda: library)
     assert xla_subsets.held_groups() == [[7, 0, 4], [9, 1, 5]]
     assert library.calls == 3
+
+
+def test_each_groups_mpi_calls_are_read_from_the_result_shapes():
+    """The (kind, element type, elements per rank) of the MPI calls each group's
+    collectives make: an all-reduce's operand (one per operand of a tuple), an
+    all-gather's block (its result over the group's size), a reduce-scatter's whole
+    input; an all-to-all's not read (its steps go as bytes)."""
+    text = module(
+        "%a = s32[2,4]{1,0} all-gather(%p), channel_id=1, replica_groups={{0,2},{1,3}}, "
+        "dimensions={0}, use_global_device_ids=true",
+        "%b = (f32[3]{0}, s64[]) all-reduce(%q, %s), channel_id=2, replica_groups={{0,1},{2,3}}, "
+        "use_global_device_ids=true, to_apply=%sum",
+        "%c = f32[2]{0} reduce-scatter(%r), channel_id=3, replica_groups={{0,1,2,3}}, "
+        "dimensions={0}, use_global_device_ids=true, to_apply=%sum",
+        "%d = u8[4]{0} all-to-all(%t), channel_id=4, replica_groups={{0,2},{1,3}}, dimensions={0}",
+    )
+    calls = xla_subsets.collectives_by_group(text, [0, 1, 2, 3])
+    assert calls[(0, 2)] == [("all-gather", "s32", 4), ("all-to-all", "?", -1)]
+    assert calls[(0, 1)] == [("all-reduce", "f32", 3), ("all-reduce", "s64", 1)]
+    assert calls[(0, 1, 2, 3)] == [("reduce-scatter", "f32", 8)]
+    assert xla_subsets.signature("all-gather", "s32", 4) == (1, 3, 4)
+    assert xla_subsets.signature("all-to-all", "?", -1) == (3, -1, -1)
+    assert xla_subsets.signature("all-reduce", "pred", 2) == (0, 5, 2)  # as MPI_UINT8_T
+
+
+def ops(*pairs):
+    """A module of one collective per (kind and result shape, replica groups) pair."""
+    lines = []
+    for i, (what, groups) in enumerate(pairs):
+        kind, shape = what.split(" ")
+        extra = ", dimensions={0}" if kind != "all-reduce" else ", to_apply=%sum"
+        lines.append(
+            f"%c{i} = {shape} {kind}(%p), channel_id={i + 1}, replica_groups={groups}, "
+            f"use_global_device_ids=true{extra}"
+        )
+    return module(*lines)
+
+
+def test_one_programs_two_groups_at_one_place_are_admitted_where_their_calls_differ(
+    monkeypatch,
+):
+    """Groups over "a" and "b" of one process's (2, 2) mesh (devices 2 and 1 at place 1
+    of color 0) in one program: admitted where no MPI call of one group's collectives
+    could be one of the other's (an all-gather and an all-reduce, as jax's
+    test_sharded_mul; two all-gathers of different blocks; groups of two sizes whose
+    collectives are all all-reduces or all-gathers), their calls told to the library to
+    bind the split at its first call; refused, naming both groups and their first
+    calls, where the calls are alike, where one is not read (an all-to-all's: the
+    library could not tell it from another all-to-all), or where sizes differ and a
+    collective reads the size (a reduce-scatter)."""
+    admitted = [
+        ops(("all-gather s32[4]{0}", OVER_A), ("all-reduce s32[8]{0}", OVER_B)),
+        ops(("all-gather s32[4]{0}", OVER_A), ("all-gather s32[8]{0}", OVER_B)),
+        ops(("all-gather f32[8]{0}", EVERY), ("all-reduce f32[2]{0}", OVER_A)),
+    ]
+    for text in admitted:
+        xla_split_places.new_job()
+        TOLD_CALLS.clear()
+        assert not isinstance(load(monkeypatch, text), str), text
+        assert TOLD_CALLS and TOLD_CALLS[0], text  # each group's calls told
+    refused = {
+        "makes the same MPI call": ops(
+            ("all-reduce s32[4]{0}", OVER_A), ("all-reduce s32[4]{0}", OVER_B)
+        ),
+        "makes the same MPI call ": ops(
+            ("all-to-all s32[4]{0}", OVER_A), ("all-to-all s32[8]{0}", OVER_B)
+        ),
+        "their sizes differ": ops(
+            ("reduce-scatter s32[1]{0}", EVERY), ("all-reduce s32[8]{0}", OVER_A)
+        ),
+    }
+    for why, text in refused.items():
+        xla_split_places.new_job()
+        error = load(monkeypatch, text)
+        assert isinstance(error, str), text
+        assert "of process 0 at place 1, where a group of this program's that starts" in error
+        assert why.strip() in error and "(the groups [0 " in error, error
+
+
+def test_a_place_is_judged_by_its_processs_devices_in_a_process_that_runs_none(monkeypatch):
+    """jax's array_test test_jit_no_local_devices_named_sharding_collective: a program on
+    process 1's 4 devices only, loaded in process 0 too, after a program over both
+    processes that ran and whose group [10 12] puts device 12 where the later group
+    [10 11 12 13] has 11. Process 0 judges that place as process 1 does (by process 1's
+    devices in each program): admitted in both, not refused where none of it runs."""
+    both = [SimpleNamespace(id=i, process_index=int(i >= 10)) for i in (0, 1, 2, 3, 10, 11, 12, 13)]
+    earlier = module(
+        op(
+            "all-reduce",
+            "channel_id=1, replica_groups={{0,2},{1,3},{4,6},{5,7}}, use_global_device_ids=true",
+        ),
+        extra=", num_partitions=8",
+    )
+    fake_program(monkeypatch, earlier, [], local_devices=4)
+    executable = object()
+    xla_subsets.check(both, executable)
+    xla_split_places.first_run(executable)
+    later = module(
+        op("all-reduce", "channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true")
+    )
+    _, told = fake_program(monkeypatch, later, [], local_devices=4)
+    xla_subsets.check(both[4:], object())  # process 0 (jax.process_index()) runs none of it
+    assert told[0][1] == [[10, 11, 12, 13]]

@@ -133,6 +133,7 @@ Status allreduce(const void* in, void* out, int count, MPIABI_Datatype type, MPI
   DType dtype;
   ReduceOp reduce;
   ACCL_RETURN_IF_ERROR(begin("MPI_Allreduce", handle, type, count, &comm, &dtype));
+  ACCL_RETURN_IF_ERROR(bind_provisional(&comm, "MPI_Allreduce", 0, static_cast<int>(dtype), count));
   if (!op_of(op, &reduce)) {
     return error(Code::kInvalidArgument, "MPI_Allreduce on ", comm->label,
                  ": only MPI_SUM, MPI_PROD, MPI_MIN and MPI_MAX are supported");
@@ -150,6 +151,7 @@ Status allgather(const void* in, int count, MPIABI_Datatype type, void* out, int
   std::shared_ptr<Comm> comm;
   DType dtype;
   ACCL_RETURN_IF_ERROR(begin("MPI_Allgather", handle, type, count, &comm, &dtype));
+  ACCL_RETURN_IF_ERROR(bind_provisional(&comm, "MPI_Allgather", 1, static_cast<int>(dtype), count));
   if (in == MPIABI_IN_PLACE || out_type != type || out_count != count) {
     return error(Code::kInvalidArgument, "MPI_Allgather on ", comm->label,
                  ": jax_accl gathers blocks of one type and count, not in place");
@@ -164,6 +166,9 @@ Status reduce_scatter(const void* in, void* out, const int* counts, MPIABI_Datat
   DType dtype;
   ReduceOp reduce;
   ACCL_RETURN_IF_ERROR(begin("MPI_Reduce_scatter", handle, type, counts[0], &comm, &dtype));
+  ACCL_RETURN_IF_ERROR(
+      bind_provisional(&comm, "MPI_Reduce_scatter", 2, static_cast<int>(dtype),
+                       static_cast<int64_t>(counts[0]) * static_cast<int>(comm->devices.size())));
   const int n = static_cast<int>(comm->devices.size());
   if (!op_of(op, &reduce) || in == MPIABI_IN_PLACE ||
       !std::all_of(counts, counts + n, [&](int c) { return c == counts[0]; })) {
@@ -180,6 +185,7 @@ Status sendrecv(const void* in, int count, MPIABI_Datatype type, int dest, void*
   std::shared_ptr<Comm> comm;
   DType dtype, out_dtype;
   ACCL_RETURN_IF_ERROR(begin("MPI_Sendrecv", handle, type, count, &comm, &dtype));
+  ACCL_RETURN_IF_ERROR(bind_provisional(&comm, "MPI_Sendrecv", 3, -1, -1));
   if (!dtype_of(out_type, &out_dtype)) return bad_type("MPI_Sendrecv", out_type);
   uint64_t bytes = 0, out_bytes = 0;
   ACCL_RETURN_IF_ERROR(byte_size("MPI_Sendrecv", count, dtype, 1, &bytes));
@@ -206,6 +212,10 @@ Status post_point_to_point(bool send, const void* in, void* out, int count, MPIA
   if (!dtype_of(type, &dtype)) return bad_type(function, type);
   uint64_t bytes = 0;
   ACCL_RETURN_IF_ERROR(byte_size(function, count, dtype, 1, &bytes));
+  std::shared_ptr<Comm> comm;  // bound first where provisional: post finds what it made
+  if (find_comm(handle, function, &comm).ok()) {
+    ACCL_RETURN_IF_ERROR(bind_provisional(&comm, function, 4, -1, -1));
+  }
   return post(handle, send, in, out, bytes, peer, request);
 }
 

@@ -30,6 +30,8 @@ constexpr uint64_t kWorldLane = 0x6d7069ull << 40;
 // compiled again is kept once).
 struct KnownProgram {
   std::vector<std::vector<int64_t>> groups;
+  // Each group's MPI calls (Provisional's), where told (flag 8): empty otherwise.
+  std::vector<std::vector<std::array<int64_t, 3>>> calls;
   std::vector<int64_t> devices;
   bool subset = false;
   bool ordered = true;
@@ -192,6 +194,56 @@ std::shared_ptr<Comm> parent_of(Registry& r, const std::vector<int64_t>& devices
     parent->label = str_cat("MPI_COMM_WORLD's processes ", processes_of(devices));
   }
   return parent;
+}
+
+// Whether split (color, key) of MPI_COMM_WORLD from this process is one of several
+// groups of one program that put two of this process's devices at place `key` (groups
+// that start with `color`, none of which XLA holds here yet; the program the same
+// device_of_split would take): then *out lists them with their calls, and the split is
+// answered by a provisional communicator. Only where the loading hook admitted it
+// (jax_accl/xla_split_places.py: no call two of them could both make; one size unless
+// all their calls are all-reduces and all-gathers), which is checked again here but for
+// the calls' overlap (bind_provisional refuses a call that fits two).
+bool provisional_for(const Registry& r, int color, int key, Provisional* out) {
+  const std::shared_ptr<World> w = World::get();
+  if (w == nullptr || key < 0) return false;
+  const std::vector<int64_t>& own = w->process(w->process_index()).devices;
+  if (own.size() < 2) return false;
+  const auto fits = [&](const std::vector<int64_t>& g) {
+    return static_cast<size_t>(key) < g.size() && g[0] == color &&
+           std::find(own.begin(), own.end(), g[key]) != own.end() && r.live.count({g, key}) == 0;
+  };
+  for (const KnownProgram& p : r.known) {
+    Provisional found;
+    std::vector<int64_t> devices;
+    for (size_t i = 0; i < p.groups.size(); ++i) {
+      if (!fits(p.groups[i])) continue;
+      if (i >= p.calls.size() || p.calls[i].empty()) return false;
+      found.groups.push_back(p.groups[i]);
+      found.calls.push_back(p.calls[i]);
+      if (std::find(devices.begin(), devices.end(), p.groups[i][key]) == devices.end()) {
+        devices.push_back(p.groups[i][key]);
+      }
+    }
+    if (found.groups.empty()) continue;  // the earliest program with a fitting group decides
+    if (devices.size() < 2) return false;
+    // Several sizes only where every call is an all-reduce's or all-gather's: XLA's
+    // MpiCommunicator reads its size for a reduce-scatter, an all-to-all (and its rank
+    // for a permute, the key here), never for those.
+    for (size_t i = 0; i < found.groups.size(); ++i) {
+      if (found.groups[i].size() == found.groups[0].size()) continue;
+      for (const std::vector<std::array<int64_t, 3>>& calls : found.calls) {
+        for (const std::array<int64_t, 3>& c : calls) {
+          if (c[0] > 1) return false;
+        }
+      }
+    }
+    found.color = color;
+    found.key = key;
+    *out = std::move(found);
+    return true;
+  }
+  return false;
 }
 
 // The device of the thread making split (color, key) of MPI_COMM_WORLD (*mine): this
@@ -435,11 +487,14 @@ bool split_before_rejoin(const std::vector<int64_t>& devices, uint64_t* lane) {
 
 }  // namespace
 
-Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
-  *out = MPIABI_COMM_NULL;
-  std::vector<int64_t> expected;
-  std::shared_ptr<Comm> among;
-  ACCL_RETURN_IF_ERROR(parent_among(world, color, key, &expected, &among));
+namespace {
+
+// The communicator split (color, key) makes among `among` (MPI_COMM_WORLD where null),
+// `expected` the group it should make (empty: not known): *made (null for
+// MPI_UNDEFINED), broken where the agreement failed.
+Status make_split(Comm& world, const std::vector<int64_t>& expected, std::shared_ptr<Comm> among,
+                  int color, int key, std::shared_ptr<Comm>* made) {
+  *made = nullptr;
   uint64_t lane_before = 0;
   if (!expected.empty() && split_before_rejoin(expected, &lane_before)) {
     auto comm = std::make_shared<Comm>();
@@ -448,7 +503,7 @@ Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
     comm->rank = key;
     comm->label = label_of(comm->devices);
     comm->group = meeting_of_group(comm->devices, comm->lane);
-    register_comm(std::move(comm), out);
+    *made = std::move(comm);
     return Status::Ok();
   }
   Comm& parent = among != nullptr ? *among : world;
@@ -497,8 +552,117 @@ Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
               agreed.message());
     tell_once(comm->broken);
   }
-  register_comm(std::move(comm), out);
+  *made = std::move(comm);
   return agreed;
+}
+
+// "[0 1 2 3] (all-gather s32 x4, ...)" for a provisional communicator's errors.
+std::string calls_text(const std::vector<int64_t>& group,
+                       const std::vector<std::array<int64_t, 3>>& calls) {
+  static const char* const kinds[] = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                      "collective-permute"};
+  std::string text;
+  for (const std::array<int64_t, 3>& c : calls) {
+    const char* kind = c[0] >= 0 && c[0] < 5 ? kinds[c[0]] : "?";
+    text += str_cat(text.empty() ? "" : ", ", kind);
+    if (c[1] >= 0 && c[1] < kNumDTypes) text += str_cat(" ", dtype_name(static_cast<DType>(c[1])));
+    if (c[2] >= 0) text += str_cat(" x", c[2]);
+  }
+  return str_cat(label_of(group).substr(std::string("MPI communicator ").size()), " (", text, ")");
+}
+
+}  // namespace
+
+Status split(Comm& world, int color, int key, MPIABI_Comm* out) {
+  *out = MPIABI_COMM_NULL;
+  if (world.handle == MPIABI_COMM_WORLD && color != MPIABI_UNDEFINED) {
+    std::unique_lock<std::mutex> lock;
+    Registry& r = registry(&lock);
+    Provisional pending;
+    if (provisional_for(r, color, key, &pending)) {
+      auto comm = std::make_shared<Comm>();
+      comm->devices.assign(pending.groups[0].size(), -1);
+      comm->rank = key;
+      comm->label = str_cat("MPI communicator of color ", color, " and key ", key,
+                            " (not yet bound to one group)");
+      comm->provisional = std::make_shared<const Provisional>(std::move(pending));
+      comm->handle = r.next_handle++;
+      *out = comm->handle;
+      r.comms[comm->handle] = std::move(comm);  // not live: no group made yet
+      return Status::Ok();
+    }
+  }
+  std::vector<int64_t> expected;
+  std::shared_ptr<Comm> among;
+  ACCL_RETURN_IF_ERROR(parent_among(world, color, key, &expected, &among));
+  std::shared_ptr<Comm> comm;
+  Status agreed = make_split(world, expected, among, color, key, &comm);
+  if (comm != nullptr) register_comm(std::move(comm), out);
+  return agreed;
+}
+
+Status bind_provisional(std::shared_ptr<Comm>* comm, const char* function, int kind, int dtype,
+                        int64_t elements) {
+  const std::shared_ptr<const Provisional> p = (*comm)->provisional;
+  if (p == nullptr) return Status::Ok();
+  const uintptr_t handle = (*comm)->handle;
+  std::vector<size_t> matching;
+  std::string groups;
+  for (size_t i = 0; i < p->groups.size(); ++i) {
+    groups += str_cat(groups.empty() ? "" : "; ", calls_text(p->groups[i], p->calls[i]));
+    for (const std::array<int64_t, 3>& c : p->calls[i]) {
+      if (c[0] == kind && (c[1] < 0 || dtype < 0 || c[1] == dtype) &&
+          (c[2] < 0 || elements < 0 || c[2] == elements)) {
+        matching.push_back(i);
+        break;
+      }
+    }
+  }
+  const std::string call =
+      str_cat(function, " (", dtype >= 0 ? dtype_name(static_cast<DType>(dtype)) : "bytes",
+              elements >= 0 ? str_cat(" x", elements) : std::string(), ")");
+  const std::string which =
+      str_cat(" on the MPI communicator of MPI_Comm_split (color ", p->color, ", key ", p->key,
+              ") from one of this process's CPU devices, which may be one of the groups ", groups,
+              " of one program (two of this process's devices at that place: the split does not "
+              "say which device asks, and jax_accl binds it to the group whose collectives its "
+              "first call makes)");
+  if (matching.size() != 1) {
+    return error(Code::kInvalidArgument, call, which, ": the call fits ",
+                 matching.empty() ? "none of them" : "more than one of them",
+                 "; jax_accl refuses it rather than guess. Run the program without "
+                 "JAX_ACCL_XLA_COLLECTIVES (gloo), or with one CPU device per process");
+  }
+  const std::vector<int64_t>& group = p->groups[matching[0]];
+  std::shared_ptr<Comm> among;
+  {
+    std::unique_lock<std::mutex> lock;
+    Registry& r = registry(&lock);
+    auto it = r.comms.find(handle);
+    if (it != r.comms.end() && it->second->provisional == nullptr) {  // bound meanwhile
+      *comm = it->second;
+      return Status::Ok();
+    }
+    if (r.live.count({group, p->key}) > 0) {
+      return error(Code::kInvalidArgument, call, which, ": it fits ", label_of(group),
+                   ", whose rank ", p->key,
+                   " another of this process's devices holds already; jax_accl refuses it "
+                   "rather than guess");
+    }
+    ++r.live[{group, p->key}];  // taken now: another provisional one fitting it fails
+    among = parent_of(r, group, p->key);
+  }
+  std::shared_ptr<Comm> world;
+  ACCL_RETURN_IF_ERROR(find_comm(MPIABI_COMM_WORLD, function, &world));
+  std::shared_ptr<Comm> made;
+  Status agreed = make_split(*world, group, among, p->color, p->key, &made);
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  if (!made->broken.ok() && --r.live[{group, p->key}] <= 0) r.live.erase({group, p->key});
+  made->handle = handle;
+  r.comms[handle] = made;
+  *comm = std::move(made);
+  return agreed.ok() ? Status::Ok() : (*comm)->broken;
 }
 
 Status refused_split(std::string why, int color, int key, MPIABI_Comm* out) {
@@ -524,14 +688,15 @@ void free_comm(MPIABI_Comm handle) {
   auto it = r.comms.find(handle);
   if (it == r.comms.end()) return;
   const std::pair<std::vector<int64_t>, int> held{it->second->devices, it->second->rank};
-  if (it->second->broken.ok() && --r.live[held] <= 0) r.live.erase(held);
+  if (it->second->broken.ok() && it->second->provisional == nullptr && --r.live[held] <= 0)
+    r.live.erase(held);
   r.comms.erase(it);
 }
 
 Status note_groups(const int64_t* data, int64_t size) {
-  // [flags (1: subset, 2: not in order, 4: groups unknown), program size, program devices..., group
-  // count,
-  //  (group size, devices...)...]
+  // [flags (1: subset, 2: not in order, 4: groups unknown, 8: each group's calls follow
+  // it), program size, program devices..., group count,
+  //  (group size, devices..., [call count, (kind, dtype, elements)...])...]
   int64_t at = 0;
   auto next = [&](int64_t* v) {
     if (at >= size) return false;
@@ -561,6 +726,18 @@ Status note_groups(const int64_t* data, int64_t size) {
       if (!next(&d)) return error(Code::kInvalidArgument, "note_groups: short group");
       proto.groups.back().push_back(d);
     }
+    proto.calls.emplace_back();
+    int64_t calls = 0;
+    if ((subset & 8) != 0 && (!next(&calls) || calls < 0 || calls > size)) {
+      return error(Code::kInvalidArgument, "note_groups: malformed calls");
+    }
+    for (int64_t c = 0; c < calls; ++c) {
+      std::array<int64_t, 3> call{};
+      if (!next(&call[0]) || !next(&call[1]) || !next(&call[2])) {
+        return error(Code::kInvalidArgument, "note_groups: short calls");
+      }
+      proto.calls.back().push_back(call);
+    }
   }
   std::unique_lock<std::mutex> lock;
   Registry& r = registry(&lock);
@@ -570,7 +747,17 @@ Status note_groups(const int64_t* data, int64_t size) {
            k.unknown == proto.unknown;
   });
   if (same != r.known.end()) {
-    same->seen = proto.seen;  // the same program compiled again
+    same->seen = proto.seen;  // the same program compiled again, or one of the same groups:
+    // its groups' calls join those told before (a float32 and an int32 matmul of one
+    // sharding), so that a provisional communicator's first call fits either program's;
+    // a call that then fits two groups is refused at binding, never guessed.
+    same->calls.resize(std::max(same->calls.size(), proto.calls.size()));
+    for (size_t i = 0; i < proto.calls.size(); ++i) {
+      for (const std::array<int64_t, 3>& c : proto.calls[i]) {
+        std::vector<std::array<int64_t, 3>>& kept = same->calls[i];
+        if (std::find(kept.begin(), kept.end(), c) == kept.end()) kept.push_back(c);
+      }
+    }
   } else if (!proto.groups.empty() || proto.unknown) {
     r.known.push_back(std::move(proto));
   }

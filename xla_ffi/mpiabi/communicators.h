@@ -9,6 +9,7 @@
 // meet in memory (only the processes' rounds go on the wire).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -26,6 +27,17 @@
 
 namespace accl::mpiabi {
 
+// What a provisional communicator may be: the split's color and key, and the groups
+// it may be made of, each with the MPI calls (kind: 0 all-reduce, 1 all-gather, 2
+// reduce-scatter, 3 all-to-all, 4 collective-permute; DType code or -1; elements per
+// rank or -1) its collectives make (read from the program: jax_accl/xla_subsets.py).
+struct Provisional {
+  int color = 0;
+  int key = 0;
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<std::vector<std::array<int64_t, 3>>> calls;
+};
+
 // A communicator: a group as its calls name it (runtime/collective_call.h's CallGroup:
 // the members' global device ids in rank order, this rank, the lane,
 // the label "MPI communicator [0 2]"), and what MPI adds: its handle, its split state and
@@ -41,6 +53,11 @@ struct Comm : CallGroup {
   Status broken;
   std::atomic<uint64_t> calls{0};   // its collectives so far, the same count in every rank
   std::atomic<uint64_t> splits{0};  // its splits so far
+  // A provisional communicator (several devices per process): the split could be one
+  // of several groups of one program that put two of this process's devices at its
+  // place; its rank is the place and its size the groups' common size, and its first
+  // call binds it to the group whose collectives that call matches (bind_provisional).
+  std::shared_ptr<const Provisional> provisional;
   // Its point-to-point pairs (pair_of), made on first use.
   std::mutex pairs_mutex;
   std::map<std::pair<int, int>, std::shared_ptr<Comm>> pairs;
@@ -82,6 +99,14 @@ void free_comm(MPIABI_Comm handle);
 // both count alike whatever else either does (a rank outside a permutation makes no
 // call at all).
 Status pair_of(Comm& comm, int sender, int receiver, std::shared_ptr<Comm>* out);
+
+// Binds *comm, where it is provisional, to the one group whose collectives make a call
+// of `kind`, `dtype` (-1: not said) and `elements` (-1: not said), then makes the split
+// among that group (its agreement, within JAX_ACCL_TIMEOUT_S) and puts the communicator
+// made under the same handle (*comm becomes it). A call that matches no group, or more
+// than one, is an error naming the groups; so is a group another device here holds.
+Status bind_provisional(std::shared_ptr<Comm>* comm, const char* function, int kind, int dtype,
+                        int64_t elements);
 
 // One collective of `comm` (its next in every rank): `count` elements of `dtype` in
 // (an all-gather's block; a reduce-scatter's whole input), `args` its collective's
