@@ -33,6 +33,7 @@ devices, the process and the place, and which condition failed) where it does no
 from __future__ import annotations
 
 from jax_accl.errors import AcclError
+from jax_accl.xla_call_signature import signature
 
 # (first device, place, process) -> [(device there, its group's devices, the numbers of
 # the programs that hold that group)]
@@ -164,8 +165,6 @@ def _why_not_deferred(here: list[list[int]], collectives: dict) -> str | None:
     place, size the groups' common size) bound to the group whose collectives the first
     call on it matches (xla_ffi/mpiabi/communicators.cc): certain only where the groups
     have one size and no call one group's collectives make could be another's."""
-    from jax_accl.xla_subsets import signature
-
     sets = []
     for g in here:
         calls = collectives.get(tuple(g))
