@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "mpiabi/abi.h"
 #include "mpiabi/communicators.h"
 #include "mpiabi/errors.h"
@@ -139,6 +140,8 @@ Status allreduce(const void* in, void* out, int count, MPIABI_Datatype type, MPI
                  ": only MPI_SUM, MPI_PROD, MPI_MIN and MPI_MAX are supported");
   }
   if (in == MPIABI_IN_PLACE) in = out;
+  // XLA's result, fresh at every launch (common/huge_pages.h), faulted in huge pages.
+  if (out != in) advise_huge_pages(out, static_cast<size_t>(count) * dtype_size(dtype));
   if (dtype == DType::kF32 && reduce == ReduceOp::kSum && xla_wire_bf16_setting()) {
     return allreduce_as_bf16(*comm, in, out, count);
   }
@@ -156,6 +159,7 @@ Status allgather(const void* in, int count, MPIABI_Datatype type, void* out, int
     return error(Code::kInvalidArgument, "MPI_Allgather on ", comm->label,
                  ": jax_accl gathers blocks of one type and count, not in place");
   }
+  advise_huge_pages(out, static_cast<size_t>(count) * dtype_size(dtype) * comm->devices.size());
   return run_collective_on(*comm, "MPI_Allgather", Collective::kAllGather, dtype, ReduceOp::kSum,
                            in, out, count);
 }
