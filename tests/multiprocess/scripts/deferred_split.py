@@ -18,23 +18,16 @@ told from the first call: refused when compiled.
 Prints ``RESULT <json>``: each program's shards (or its error), the kinds and counts of
 XLA's collectives in its compiled HLO, and the MPI calls it made in this process."""
 
-import argparse
 import json
 
 import jax
 import jax.numpy as jnp
+import job_start  # scripts/job_start.py, beside this one
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--coordinator", required=True)
-parser.add_argument("--num-processes", type=int, required=True)
-parser.add_argument("--process-id", type=int, required=True)
-args, _ = parser.parse_known_args()
-
-jax.config.update("jax_num_cpu_devices", 4)
-jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+args = job_start.join(devices=4)
 
 from jax_accl.hlo_text import xla_collectives_in  # noqa: E402  (a leaf: imports no jax_accl)
 

@@ -11,22 +11,15 @@ device 0 runs.
 
 Prints ``RESULT <json>``."""
 
-import argparse
 import ctypes
 import json
 import threading
 
 import jax
+import job_start  # scripts/job_start.py, beside this one
 import numpy as np
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--coordinator", required=True)
-parser.add_argument("--num-processes", type=int, required=True)
-parser.add_argument("--process-id", type=int, required=True)
-args, _ = parser.parse_known_args()
-
-jax.config.update("jax_num_cpu_devices", 4)
-jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+args = job_start.join(devices=4)
 
 from jax_accl import xla_collectives, xla_subsets  # noqa: E402
 

@@ -23,22 +23,15 @@ psum over "a" (device 2 there) is refused when compiled: which would ask is not 
 Prints ``RESULT <json>``: each program's shards, or the error it raised, and the
 process's MPI calls after the first."""
 
-import argparse
 import json
 
 import jax
+import job_start  # scripts/job_start.py, beside this one
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--coordinator", required=True)
-parser.add_argument("--num-processes", type=int, required=True)
-parser.add_argument("--process-id", type=int, required=True)
-args, _ = parser.parse_known_args()
-
-jax.config.update("jax_num_cpu_devices", 4)
-jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+args = job_start.join(devices=4)
 
 
 def program(mesh, body, spec):
