@@ -87,14 +87,13 @@ def admit(
     groups: list[list[int]],
     process_of: dict[int, int],
     ordered: bool,
-    own,
     collectives: dict | None = None,
 ):
     """Checks a loaded program's `groups` (global device ids in rank order) against those
-    loaded before it in this job; `own`: this process's index (unused: every process
-    judges a place by the devices of the place's process); raises AcclError for a
-    place the library could not answer (see the module's docstring). Returns a function
-    that records them, to call once the library has taken them."""
+    loaded before it in this job (every process judges a place by the devices of the
+    place's process, so all judge alike); raises AcclError for a place the library could
+    not answer (see the module's docstring). Returns a function that records them, to
+    call once the library has taken them."""
     global _count
     # A place is of one process's devices, judged by how many of that process's devices
     # run the program (the same in every process, one that runs none of it included).

@@ -94,9 +94,7 @@ def check(devices, executable) -> None:
     process_of = {d.id: d.process_index for d in flat}
     ordered = in_order(text)
     collectives = collectives_by_group(text, ids)
-    record = xla_split_places.admit(
-        executable, groups, process_of, ordered, jax.process_index(), collectives
-    )
+    record = xla_split_places.admit(executable, groups, process_of, ordered, collectives)
     note_groups(ids, groups, subset, ordered, collectives=collectives)
     record()
 
