@@ -81,10 +81,6 @@ def ensure_started() -> list[dict]:
         return _table
 
 
-def started() -> bool:
-    return _table is not None
-
-
 # Where every process says it started jax_accl in this job (rejoining() reads it).
 STARTED_PREFIX = f"{_PREFIX}/started/"
 

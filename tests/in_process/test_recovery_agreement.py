@@ -273,7 +273,7 @@ def test_a_process_that_stayed_publishes_its_held_groups_at_every_try(monkeypatc
     groups XLA holds here again (a process that came back takes them) and takes none."""
     published, taken, restarts = [], [], []
     monkeypatch.setattr(jax, "process_index", lambda: 0)
-    monkeypatch.setattr(membership.distributed, "started", lambda: False)  # the try failed
+    monkeypatch.setattr(membership.distributed, "_table", None)  # the last try failed
     monkeypatch.setattr(membership.distributed, "restart_among", lambda p, n: restarts.append(p))
     monkeypatch.setattr(membership, "_publish_held_groups", published.append)
     monkeypatch.setattr(membership, "_take_held_groups", lambda n, o: taken.append(n))
