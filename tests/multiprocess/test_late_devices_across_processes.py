@@ -21,7 +21,10 @@ def test_a_device_at_a_prompt_is_waited_for_by_every_process():
     # jax.debug.breakpoint needs a terminal: a host callback waiting 9 s stands for it.
     for r in run("late_at_prompt", STALL_2_S):
         assert r["error"] is None, r["error"]
-        assert r["seconds"] >= 9, r  # every process waited for the late device
+        # Every process waited for the late device (9 s), far past the 2 s stall check; a
+        # process that began its second run after the late one had (the processes are not
+        # in step between runs) counts a little less than 9 s (8.996 s seen under load).
+        assert r["seconds"] >= 8, r
 
 
 def test_a_process_stopped_and_continued_is_not_taken_for_stalled():

@@ -30,7 +30,10 @@ def test_the_generic_kernels_alone_build_and_pass_the_self_test(tmp_path):
     ]
     subprocess.run(configure, check=True, capture_output=True, timeout=300)
     subprocess.run(
-        ["cmake", "--build", str(build), "-j", "2"], check=True, capture_output=True, timeout=900
+        ["cmake", "--build", str(build), "--target", "accl_selftest", "-j", "2"],
+        check=True,
+        capture_output=True,
+        timeout=900,
     )
     symbols = subprocess.run(
         ["nm", "-C", str(build / "libjax_accl_core.so")], capture_output=True, text=True
