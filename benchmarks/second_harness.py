@@ -20,7 +20,7 @@ directions of --bidir from one thread. A job is one layout (hosts x processes pe
 JAX_ACCL_TCP_CONGESTION says otherwise); the jobs go round layouts and both choices, in
 a new order each round. In a job, per size: K and 2K all-reduces chained in a jitted
 fori_loop, per op = median of (t(2K) - t(K)) / K, the variants in a new order each
-repetition; CPU seconds per op: getrusage of every process over a variant's timed calls
+repetition, after a warm-up (256 MiB of all-reduces per variant, or --warm-up-calls); CPU seconds per op: getrusage of every process over a variant's timed calls
 over the all-reduces they ran, summed over the job; the results of both variants
 compared bitwise. "x wire": time per op over S / (rate each way), S the bytes per
 device, the rate iperf3 --bidir's on the congestion control that variant's sockets use.
@@ -68,6 +68,12 @@ def parse_args(argv=None):
         "--offloads", choices=("default", "off"), default="default", help="ethtool -K tso/gso/gro"
     )
     parser.add_argument("--iperf-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--warm-up-calls",
+        type=int,
+        default=0,
+        help="all-reduces of each variant before timing (0: 256 MiB of them, at least 2 pairs)",
+    )
     parser.add_argument("--json", default="", help="append every row to this JSON-lines file")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -387,7 +393,8 @@ def worker(spec: dict) -> None:
         chains = {name: (chained(f, k), chained(f, 2 * k)) for name, f in variants.items()}
         results = {}
         for name, (short, long) in chains.items():
-            for _ in range(max(2, (256 << 20) // (size * 3 * k))):  # compile, warm up
+            ops = spec["warm_up_calls"] or (256 << 20) // size
+            for _ in range(max(2, -(-ops // (3 * k)))):  # compile, warm up
                 timed(short, x), timed(long, x)
             results[name] = np.asarray(long(x).addressable_shards[0].data)
         if not np.array_equal(results["jax_accl"], results["gloo"]):
@@ -412,11 +419,15 @@ def worker(spec: dict) -> None:
                 "cpu_per_op_s": {name: c / (3 * k * spec["reps"]) for name, c in cpu_total.items()},
             }
         )
-    print("RESULT " + json.dumps({"process_id": spec["process_id"], "rows": rows}), flush=True)
+    stats = jax_accl.stats()
+    done = {"process_id": spec["process_id"], "rows": rows}
+    done["stripes"] = stats.get("stripes_per_rail", {}).get("stripes", 1)
+    done["transports"] = sorted(stats.get("transports", {}))
+    print("RESULT " + json.dumps(done), flush=True)
     jax.distributed.shutdown()
 
 
-def run_job(hosts: Hosts, per_host: int, sizes: list[int], reps: int) -> list[dict]:
+def run_job(hosts: Hosts, per_host: int, sizes: list[int], reps: int, warm_up: int) -> list[dict]:
     """One job: per_host processes on each host; rows with times of process 0 and CPU summed."""
     port = 30000 + random.Random().randrange(20000)
     count = 2 * per_host
@@ -430,6 +441,7 @@ def run_job(hosts: Hosts, per_host: int, sizes: list[int], reps: int) -> list[di
             "process_id": pid,
             "sizes": sizes,
             "reps": reps,
+            "warm_up_calls": warm_up,
         }
         procs.append(
             spawn(
@@ -460,6 +472,8 @@ def run_job(hosts: Hosts, per_host: int, sizes: list[int], reps: int) -> list[di
             json.loads(next(ln[7:] for ln in stdout.splitlines() if ln.startswith("RESULT ")))
         )
     rows = outputs[0]["rows"]
+    for row in rows:  # what jax_accl ran on: its connections per rail, its transports
+        row["stripes"], row["transports"] = outputs[0]["stripes"], outputs[0]["transports"]
     for row_index, row in enumerate(rows):
         for name in row["cpu_per_op_s"]:
             row["cpu_per_op_s"][name] = sum(
@@ -488,7 +502,9 @@ def report(job: dict) -> list[str]:
         f"load {job['load']}",
         f"#   wire each way at once: iperf3 --bidir reno {wire['bidir_reno'] / 1e9:.2f} GB/s, "
         f"{job['system']} {wire['bidir_system'] / 1e9:.2f} GB/s; "
-        f"two iperf3 (one per way) reno {wire['two_reno'] / 1e9:.2f} GB/s",
+        f"two iperf3 (one per way) reno {wire['two_reno'] / 1e9:.2f} GB/s; jax_accl's "
+        f"transports {job['rows'][0].get('transports')}, "
+        f"{job['rows'][0].get('stripes')} connection(s) per rail and peer",
         "# size  jax_accl (x wire)     gloo (x wire)         ratio   CPU/op jax_accl / gloo",
     ]
     gloo_wire = wire["bidir_reno" if job["congestion"] == "reno" else "bidir_system"]
@@ -556,13 +572,14 @@ def main(args) -> int:
                     "bidir_system": iperf_bidir(hosts, system, args.iperf_seconds),
                     "two_reno": iperf_two_clients(hosts, "reno", args.iperf_seconds),
                 }
-                rows = run_job(hosts, per_host, sizes, args.reps)
+                rows = run_job(hosts, per_host, sizes, args.reps, args.warm_up_calls)
                 job = {
                     "round": rnd,
                     "layout": layout,
                     "congestion": congestion,
                     "system": system,
-                    "hosts": f"{args.link}, MTU {args.mtu}, offloads {args.offloads}",
+                    "hosts": f"{args.link}, MTU {args.mtu}, offloads {args.offloads}"
+                    + (f", {args.warm_up_calls} warm-up calls" if args.warm_up_calls else ""),
                     "load": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}",
                     "commit": commit,
                     "wire": wire,
