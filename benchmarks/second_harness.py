@@ -20,9 +20,10 @@ directions of --bidir from one thread. A job is one layout (hosts x processes pe
 JAX_ACCL_TCP_CONGESTION says otherwise); the jobs go round layouts and both choices, in
 a new order each round. In a job, per size: K and 2K all-reduces chained in a jitted
 fori_loop, per op = median of (t(2K) - t(K)) / K, the variants in a new order each
-repetition, after a warm-up (256 MiB of all-reduces per variant, or --warm-up-calls); CPU seconds per op: getrusage of every process over a variant's timed calls
-over the all-reduces they ran, summed over the job; the results of both variants
-compared bitwise. "x wire": time per op over S / (rate each way), S the bytes per
+repetition, after a warm-up (256 MiB of all-reduces per variant, or --warm-up-calls);
+CPU seconds per op: getrusage of every process over a variant's timed calls over the
+all-reduces they ran, summed over the job; the results of both variants compared
+bitwise. "x wire": time per op over S / (rate each way), S the bytes per
 device, the rate iperf3 --bidir's on the congestion control that variant's sockets use.
 Namespaces and processes are removed on exit, on an error and on Ctrl-C.
 """
