@@ -6,6 +6,7 @@ collectives), gloo on the system's congestion control and on reno, interleaved (
 
     python benchmarks/second_harness.py --layouts 2x1x1,2x2x1 --sizes 1,4,16,64 --rounds 2
     python benchmarks/second_harness.py --link veth --offloads off --mtu 9000 --rounds 1
+    python benchmarks/second_harness.py --compare-probes 2    # the wire by each probe, no job
 
 Each host is a network namespace with its own hostname (a UTS namespace) and an
 /etc/hosts naming both (`ip netns exec` mounts /etc/netns/<ns>/hosts), so jax_accl's
@@ -74,6 +75,16 @@ def parse_args(argv=None):
         type=int,
         default=0,
         help="all-reduces of each variant before timing (0: 256 MiB of them, at least 2 pairs)",
+    )
+    parser.add_argument(
+        "--chain", type=int, default=0, help="K, the all-reduces chained (0: by size, 4-16)"
+    )
+    parser.add_argument(
+        "--compare-probes",
+        type=int,
+        default=0,
+        help="only measure the wire, this many rounds: iperf3 --bidir, two iperf3 and the "
+        "bench's probe (jax_accl/bench/wire.py), each on reno and the system's",
     )
     parser.add_argument("--json", default="", help="append every row to this JSON-lines file")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
@@ -340,6 +351,55 @@ def iperf_two_clients(hosts: Hosts, congestion: str, seconds: float) -> float:
     return sum(ways) / 2 / 8
 
 
+def bench_probe(hosts: Hosts, congestion: str, seconds: float) -> float:
+    """Bytes/s each way at once by the bench's own probe (jax_accl/bench/wire.py, run as a
+    script at each end, as the bench runs it)."""
+    import jax_accl.bench.wire as wire
+
+    probe = [sys.executable, wire.__file__, "--seconds", f"{seconds:g}"]
+    probe += ["--congestion", congestion]
+    server = spawn(
+        ["ip", "netns", "exec", hosts.names[1], *probe, "--listen", hosts.ip(1)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    if server.stdout.readline().strip() != "READY":
+        raise RuntimeError("the bench's probe did not start on host 1")
+    client = spawn(
+        ["ip", "netns", "exec", hosts.names[0], *probe, "--connect", hosts.ip(1)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    ends = [p.communicate(timeout=seconds + 60)[0] for p in (client, server)]
+    ways = []
+    for text in ends:
+        (stream,) = json.loads(next(ln for ln in text.splitlines() if ln.startswith("{")))[
+            "streams"
+        ]
+        ways.append(stream["received"] / stream["seconds"])
+    return sum(ways) / 2
+
+
+def compare_probes(hosts: Hosts, rounds: int, seconds: float, system: str) -> None:
+    probes = {}
+    for congestion in ("reno", system):
+        probes[f"iperf3 --bidir, {congestion}"] = (iperf_bidir, congestion)
+        probes[f"two iperf3, {congestion}"] = (iperf_two_clients, congestion)
+        probes[f"the bench's probe, {congestion}"] = (bench_probe, congestion)
+    rates = {name: [] for name in probes}
+    for r in range(rounds):
+        order = list(probes)
+        random.Random(r).shuffle(order)
+        for name in order:
+            probe, congestion = probes[name]
+            rates[name].append(probe(hosts, congestion, seconds))
+    print(f"# the wire each way at once, GB/s, {rounds} rounds, load {os.getloadavg()[0]:.1f}")
+    for name, got in rates.items():
+        print(f"  {name:32s} " + " ".join(f"{r / 1e9:.2f}" for r in got))
+
+
 # ---------------------------------------------------------------- a job
 
 
@@ -385,7 +445,7 @@ def worker(spec: dict) -> None:
     rows = []
     for mib in spec["sizes"]:
         size = mib << 20
-        k = chain_length(size)
+        k = spec["chain"] or chain_length(size)
         x = jax.make_array_from_callback(
             (n, size // 4),
             sharding,
@@ -428,7 +488,9 @@ def worker(spec: dict) -> None:
     jax.distributed.shutdown()
 
 
-def run_job(hosts: Hosts, per_host: int, sizes: list[int], reps: int, warm_up: int) -> list[dict]:
+def run_job(
+    hosts: Hosts, per_host: int, sizes: list[int], reps: int, warm_up: int, chain: int
+) -> list[dict]:
     """One job: per_host processes on each host; rows with times of process 0 and CPU summed."""
     port = 30000 + random.Random().randrange(20000)
     count = 2 * per_host
@@ -443,6 +505,7 @@ def run_job(hosts: Hosts, per_host: int, sizes: list[int], reps: int, warm_up: i
             "sizes": sizes,
             "reps": reps,
             "warm_up_calls": warm_up,
+            "chain": chain,
         }
         procs.append(
             spawn(
@@ -562,6 +625,9 @@ def main(args) -> int:
     try:
         hosts = Hosts(args.link, args.mtu, args.offloads)
         print("# " + hosts.describe(), flush=True)
+        if args.compare_probes:
+            compare_probes(hosts, args.compare_probes, args.iperf_seconds, system)
+            return 0
         jobs = [(layout, per_host, c) for layout, per_host in layouts for c in choices]
         for rnd in range(args.rounds):
             order = jobs[:] if rnd % 2 == 0 else jobs[::-1]
@@ -573,14 +639,15 @@ def main(args) -> int:
                     "bidir_system": iperf_bidir(hosts, system, args.iperf_seconds),
                     "two_reno": iperf_two_clients(hosts, "reno", args.iperf_seconds),
                 }
-                rows = run_job(hosts, per_host, sizes, args.reps, args.warm_up_calls)
+                rows = run_job(hosts, per_host, sizes, args.reps, args.warm_up_calls, args.chain)
                 job = {
                     "round": rnd,
                     "layout": layout,
                     "congestion": congestion,
                     "system": system,
                     "hosts": f"{args.link}, MTU {args.mtu}, offloads {args.offloads}"
-                    + (f", {args.warm_up_calls} warm-up calls" if args.warm_up_calls else ""),
+                    + (f", {args.warm_up_calls} warm-up calls" if args.warm_up_calls else "")
+                    + (f", K={args.chain}" if args.chain else ""),
                     "load": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}",
                     "commit": commit,
                     "wire": wire,
