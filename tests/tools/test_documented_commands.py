@@ -57,6 +57,7 @@ BENCHMARK_PARSERS = {
     "jit_step.py": lambda args: demo.parse_args(["--jit", *args]),
     "one_call.py": lambda args: own_parser("benchmarks", "one_call.py")(args),
     "plan.py": plan.parse_args,
+    "second_harness.py": lambda args: own_parser("benchmarks", "second_harness.py")(args),
 }
 METAVARIABLES = {"H": "2", "P": "2", "D": "2"}
 EXAMPLES = "|".join(re.escape(p.name) for p in SCRIPTS if p.parent.name == "examples")
