@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 
 import jax_accl.bench as package
 from jax_accl import cost_model
@@ -141,6 +142,14 @@ def parse_args(argv):
         help="across processes (on one host or --hosts): also time mpi4jax over Open MPI "
         "(auto: where installed, see scripts/install_mpi.sh; on: an error before measuring "
         "where it is not; MPIRUN: the mpirun to use)",
+    )
+    parser.add_argument(
+        "--peer-congestion",
+        default="system",
+        help="with --hosts: the TCP congestion control of the baselines' connections (gloo's, "
+        "MPI's), set as each namespaced host's default (net.ipv4.tcp_congestion_control; "
+        "system: the kernel's own, e.g. bbr or cubic; reno: jax_accl's default, "
+        "JAX_ACCL_TCP_CONGESTION); jax_accl's connections set their own either way",
     )
     parser.add_argument(
         "--pytree",
@@ -335,6 +344,7 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
         flow_cap_mbit=args.flow_cap_mbit or None,
         flow_classes=args.flow_classes,
     ) as names:
+        peers = peer_congestion(names, args.peer_congestion)
         spaces = [name for name, count in zip(names, per_host) for _ in range(count)]
         knobs = {"JAX_ACCL_PIPELINE_CHUNKS": chunks} if chunks is not None else {}
         env = [{**knobs, **netns.stated_wire(args.rate_mbit, args.mtu)}] * len(spaces)
@@ -386,7 +396,7 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
         mpi_lines = mpi.add_mpi_rows(rows, args, label, hosts=ranks)
     limits = network_limits(rows, args, rails, rate, wire_rates)
     wire_note = f"; the wire each way at once: {wire.describe(wire_rates)}" if wire_rates else ""
-    print(f"# {label}; baseline: jax.lax.psum over gloo on rail0{wire_note}")
+    print(f"# {label}; baseline: jax.lax.psum over gloo on rail0, {peers}{wire_note}")
     report.print_rows(rows, limits, out)
     for line in mpi_lines:
         print("#", line)
@@ -400,6 +410,28 @@ def multi_host_job(args, per_host, rails, rate, chunks, out, progress):
     )
     print("# connections per rail and peer:", describe_stripes(results[0]["stats"]))
     return rows
+
+
+def peer_congestion(names: list[str], choice: str) -> str:
+    """Sets the congestion control the baselines' sockets get on every namespaced host
+    (each network namespace has its own default; "system" leaves the kernel's) and says
+    which it is."""
+
+    def sysctl(name: str, *setting: str) -> subprocess.CompletedProcess:
+        command = ["ip", "netns", "exec", name, "sysctl", *setting]
+        return subprocess.run(command, capture_output=True, text=True)
+
+    if choice != "system":
+        for name in names:
+            done = sysctl(name, "-qw", f"net.ipv4.tcp_congestion_control={choice}")
+            if done.returncode != 0:
+                raise SystemExit(
+                    f"--peer-congestion {choice}: the kernel refused it ({done.stderr.strip()}); "
+                    "see /proc/sys/net/ipv4/tcp_available_congestion_control"
+                )
+    shown = sysctl(names[0], "-n", "net.ipv4.tcp_congestion_control").stdout.strip()
+    source = "the system's" if choice == "system" else "set by --peer-congestion"
+    return f"the baselines' congestion control {shown or '?'} ({source})"
 
 
 def describe_stripes(stats: dict) -> str:

@@ -77,7 +77,7 @@ def test_hosts_table_has_each_tier_and_progress(tmp_path):
     own rate measured per rail and on both at once, every row's time against that wire
     limit and its CPU seconds per op (every process's), the MPI baseline on the same
     hosts (2 processes on each), the time per tier, the bytes per rail, the plot and the
-    progress of every size."""
+    progress of every size; the baselines on reno (--peer-congestion)."""
     rows_path = tmp_path / "rows.jsonl"
     done = bench(
         "--hosts",
@@ -103,6 +103,8 @@ def test_hosts_table_has_each_tier_and_progress(tmp_path):
         "1",
         "--mpi",
         "on",
+        "--peer-congestion",
+        "reno",
         "--plot",
         str(tmp_path / "hosts.png"),
         "--json",
@@ -110,7 +112,9 @@ def test_hosts_table_has_each_tier_and_progress(tmp_path):
         timeout=300,
     )
     label = "2 hosts x 1 processes x 2 devices, 2 of 2 rails unshaped"
-    header = f"# {label}; baseline: jax.lax.psum over gloo on rail0; the wire each way at once: "
+    # The baselines' sockets on the congestion control asked for (read back from a host).
+    peers = "the baselines' congestion control reno (set by --peer-congestion)"
+    header = f"# {label}; baseline: jax.lax.psum over gloo on rail0, {peers}; the wire each way at once: "
     wire = next(line for line in done.stdout.splitlines() if line.startswith(header))
     rates = re.findall(r"(rail\d|all rails) ([\d.]+) GB/s", wire[len(header) :])
     assert [name for name, _ in rates] == ["rail0", "rail1", "all rails"], wire
