@@ -114,7 +114,8 @@ def test_hosts_table_has_each_tier_and_progress(tmp_path):
     label = "2 hosts x 1 processes x 2 devices, 2 of 2 rails unshaped"
     # The baselines' sockets on the congestion control asked for (read back from a host).
     peers = "the baselines' congestion control reno (set by --peer-congestion)"
-    header = f"# {label}; baseline: jax.lax.psum over gloo on rail0, {peers}; the wire each way at once: "
+    baseline = f"baseline: jax.lax.psum over gloo on rail0, {peers}"
+    header = f"# {label}; {baseline}; the wire each way at once: "
     wire = next(line for line in done.stdout.splitlines() if line.startswith(header))
     rates = re.findall(r"(rail\d|all rails) ([\d.]+) GB/s", wire[len(header) :])
     assert [name for name, _ in rates] == ["rail0", "rail1", "all rails"], wire
