@@ -32,7 +32,7 @@ lint=0
 bash scripts/lint.sh || lint=1
 # The pytest launcher (not `python -m pytest`) keeps the source tree off sys.path, so
 # the tests import the installed package with its compiled module.
-"$VENV/bin/pytest" -q tests "$@"
+"$VENV/bin/pytest" -q --durations=15 tests "$@"  # the 15 slowest named: CI's hour
 # The native core alone, under AddressSanitizer and UBSan (ACCL_SANITIZE=0 leaves it out:
 # .ci/run runs it once, not once per Python, the native core being the same).
 if [ "${ACCL_SANITIZE:-1}" != 0 ]; then bash scripts/sanitize.sh address; fi
