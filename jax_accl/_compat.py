@@ -445,7 +445,7 @@ def hook_loading(check) -> None:
         freed = check(self.device_list, self.xla_executable)
         loaded = original(self)
         if callable(freed):
-            weakref.finalize(loaded, freed)
+            weakref.finalize(loaded, freed).atexit = False  # not at the interpreter's exit
         return loaded
 
     load._jax_accl_check = check
