@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jax_accl.errors import AcclError
 from jax_accl.xla_call_signature import signature
@@ -62,8 +62,8 @@ class _Loading:
     group it holds with a process's devices before the next launch there (all its
     collectives in its printed order, and how many devices of each process it runs on);
     `again`: admit's arguments, to admit it again; `tell`/`untell`: its groups told to
-    the library and forgotten there. Neither holds the executable: one never run is
-    freed with its program."""
+    the library and forgotten there. None holds XLA's executable (but a stand-in without
+    a fingerprint, _identity's): one never run is freed with its program."""
 
     key: int
     number: int | None
@@ -73,7 +73,6 @@ class _Loading:
     tell: Callable[[], None] | None
     untell: Callable[[], None] | None
     job: int
-    freed: bool = field(default=False)
 
 
 # Programs loaded and not yet run: id(XLA's executable) -> its loadings.
