@@ -56,3 +56,16 @@ def test_a_program_loaded_alive_and_unrun_still_makes_the_split_refused(results)
     assert "fits two groups XLA may be making now" in error, error
     assert "of two programs" in error and "refuses it rather than summing" in error, error
     assert one["kept_local"] == local_sums(), one  # its local group starts with its own device
+
+
+def test_a_refused_program_run_again_is_admitted_again_or_refused_then(results):
+    """The refused program, withdrawn, lets a conflicting one be loaded; run again, it is
+    judged against it, and refused (before any call, the same in every process)."""
+    for r in results:
+        assert "thread guard was set" in r["again_refused"], r
+        error = r["again"]
+        assert error == results[0]["again"], r
+        assert isinstance(error, str) and error.startswith("AcclError: jax_accl: "), error
+        assert "holds device 0 of process 0 at place 1" in error, error
+        assert "(it had not run)" in error, error
+        assert "refuses this program now, when it is run again" in error, error

@@ -17,6 +17,11 @@ kept: the same with the compiled global psum kept alive (still loaded, never run
 local psum's splits on process 0 are refused, as which of the two programs runs cannot
 be told (an error, never a sum over the wrong group), while process 1's local psum runs.
 
+again: a global psum refused by the thread guard, then another global psum compiled and
+kept unrun whose group puts another of process 0's devices at one of its places
+(admitted: the refused one holds none); the refused one run again is refused then, in
+every process, as that place's device cannot be told.
+
 Prints ``RESULT <json>``: each program's shards or its error, the MPI calls of each
 part, and whether the dropped executable was collected."""
 
@@ -111,4 +116,17 @@ everyone, mine = orders(2)
 f_global, x_global = psum_over(everyone)
 kept = f_global.lower(x_global).compile()
 result["kept_local"] = attempt(lambda: run_psum(mine))
+
+# again
+everyone, _ = orders(3)
+f_global, x_global = psum_over(everyone)
+with jax.thread_guard(True), concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    refused = pool.submit(f_global, x_global)
+result["again_refused"] = attempt(refused.result)
+# Process 0's devices at place 1 of color 3: 0 in f_global's group, 1 in this one's.
+other = [everyone[0], everyone[2], everyone[1], everyone[3]]
+other += [everyone[4], everyone[6], everyone[5], everyone[7]]
+g_global, y_global = psum_over(other)
+kept_too = g_global.lower(y_global).compile()
+result["again"] = attempt(lambda: f_global(x_global))
 print("RESULT " + json.dumps(result), flush=True)
