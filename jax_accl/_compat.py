@@ -5,6 +5,7 @@ tests/in_process/test_profiler_and_compat.py checks that each of them is still t
 
 import threading
 import time
+import weakref
 
 import jax.ffi as jax_ffi
 from jax._src import config as _config
@@ -429,8 +430,10 @@ def hook_loading(check) -> None:
     XLA's. Every program jax runs is loaded so (pxla.UnloadedMeshExecutable.load): one
     compiled by jax.jit or ahead of time (.lower().compile()), found in the persistent
     compilation cache, or deserialized (serialize_executable.deserialize_and_load, which
-    compiles nothing). An exception it raises is the loading's. Each check is hooked
-    once (a wrapper per check, around the one before it)."""
+    compiles nothing). An exception it raises is the loading's. A callable it returns is
+    called once the loaded program (jax's MeshExecutable, which holds XLA's executable
+    and what runs it) is freed: nothing else can run that load of it then. Each check is
+    hooked once (a wrapper per check, around the one before it)."""
     original = pxla.UnloadedMeshExecutable.load
     hooked = original
     while hooked is not None:
@@ -439,20 +442,24 @@ def hook_loading(check) -> None:
         hooked = getattr(hooked, "_jax_accl_inner", None)
 
     def load(self):
-        check(self.device_list, self.xla_executable)
-        return original(self)
+        freed = check(self.device_list, self.xla_executable)
+        loaded = original(self)
+        if callable(freed):
+            weakref.finalize(loaded, freed).atexit = False  # not at the interpreter's exit
+        return loaded
 
     load._jax_accl_check = check
     load._jax_accl_inner = original
     pxla.UnloadedMeshExecutable.load = load
 
 
-def hook_first_run(first_run) -> None:
+def hook_first_run(first_run, not_run=None) -> None:
     """first_run(XLA's executable) before each run of a loaded program that goes through
     jax's Python path (pxla.ExecuteReplicated), which every program's first run takes
     (a jitted function's first call, an AOT-compiled one's); later runs may take jax's
-    C++ fast path instead. Idempotent. Without ExecuteReplicated (another jax), never
-    called."""
+    C++ fast path instead. Where JAX then refuses that run before XLA launches anything
+    (refused_before_launch), not_run(what first_run returned). Idempotent. Without
+    ExecuteReplicated (another jax), never called."""
     runner = getattr(pxla, "ExecuteReplicated", None)
     if runner is None:
         return
@@ -461,11 +468,30 @@ def hook_first_run(first_run) -> None:
         return
 
     def hooked(self, *args):
-        first_run(self.xla_executable)
-        return call(self, *args)
+        token = first_run(self.xla_executable)
+        try:
+            return call(self, *args)
+        except Exception as e:
+            if not_run is not None and refused_before_launch(e):
+                not_run(token)
+            raise
 
     hooked._jax_accl_first_run, hooked.__wrapped__ = first_run, call
     runner.__call__ = hooked
+
+
+# JAX's thread guard (jax.thread_guard, jaxlib's guard_lib.cc): a multi-process program
+# run from a thread other than the guard's is refused by the executable's
+# ExecuteSharded (py_executable.cc) before it launches anything, with this text (jaxlib
+# 0.10.2 to 0.12.1: "A multi-process JAX operation was called from thread ...").
+_THREAD_GUARD_REFUSAL = "This is not allowed because the thread guard was set in thread"
+
+
+def refused_before_launch(error: BaseException) -> bool:
+    """Whether `error`, raised by a program's run, is JAX's refusal of that run before
+    XLA launched it on any device (so XLA made none of its communicators): its thread
+    guard's. Any other error may come after the launch and is not taken for one."""
+    return _THREAD_GUARD_REFUSAL in str(error)
 
 
 def hook_custom_partitioning(wrap_partition) -> None:

@@ -28,9 +28,23 @@ communicator, bound at its first call to the group whose calls it matches.
 The algorithm: every place of every group a program brings is recorded by (first
 device, place, process); a place already held by another device of that process is
 checked against the rule above, and the program is refused (AcclError naming both
-devices, the process and the place, and which condition failed) where it does not hold."""
+devices, the process and the place, and which condition failed) where it does not hold.
+
+A program loaded that never runs would hold its places (and, in the library, its groups,
+which make a split they fit with another program's ambiguous: communicators.cc,
+parent_among) for the job's life. Where it is known not to run, it is withdrawn: its
+places forgotten here and its groups in the library (`untell`, forget_groups), once JAX
+refused its first run before XLA launched it (its thread guard: not_run), or the loaded
+program was freed (the callback record() returns, for _compat.hook_loading). A program
+whose run was refused may be run again (from the guard's thread): first_run then admits
+and tells it again, before XLA runs it, as at a loading."""
 
 from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from jax_accl.errors import AcclError
 from jax_accl.xla_call_signature import signature
@@ -38,35 +52,131 @@ from jax_accl.xla_call_signature import signature
 # (first device, place, process) -> [(device there, its group's devices, the numbers of
 # the programs that hold that group)]
 _places: dict[tuple[int, int, int], list[tuple[int, frozenset, set]]] = {}
-# Programs loaded and not yet run: id(XLA's executable) -> (program number, what tells
-# that executable from a later one that takes its id (_identity), what says whether it
-# completes every group it holds with a process's devices before the next launch there:
-# whether all its collectives are in its printed order, and how many devices of each
-# process it runs on (two or more)). The executable is not kept alive by it: one that
-# is never run is freed with its program.
-_waiting: dict[int, tuple[int, tuple, tuple[bool, dict]]] = {}
+
+
+@dataclass(eq=False)
+class _Loading:
+    """A program loaded and not yet run. `number`: its program number, None while it is
+    withdrawn (its places and groups not held); `identity`: what tells its executable
+    from a later one that takes its id (_identity); `settles`: whether it completes every
+    group it holds with a process's devices before the next launch there (all its
+    collectives in its printed order, and how many devices of each process it runs on);
+    `again`: admit's arguments, to admit it again; `tell`/`untell`: its groups told to
+    the library and forgotten there. None holds XLA's executable (but a stand-in without
+    a fingerprint, _identity's): one never run is freed with its program."""
+
+    key: int
+    number: int | None
+    identity: tuple
+    settles: tuple[bool, dict]
+    again: tuple
+    tell: Callable[[], None] | None
+    untell: Callable[[], None] | None
+    job: int
+
+
+# Programs loaded and not yet run: id(XLA's executable) -> its loadings.
+_waiting: dict[int, list[_Loading]] = {}
+# Loadings whose program was freed, withdrawn at the next admit or first_run (a
+# finalizer may run anywhere, inside those too).
+_freed: list[_Loading] = []
 # Programs run at least once (dispatched): program number -> that same (ordered, counts).
 _run: dict[int, tuple[bool, dict]] = {}
 _count = 0
+_job = 0
+# Programs may be loaded and run from several Python threads at once.
+_lock = threading.RLock()
 
 
+def _locked(f):
+    @functools.wraps(f)
+    def under_lock(*args, **kwargs):
+        with _lock:
+            return f(*args, **kwargs)
+
+    return under_lock
+
+
+@_locked
 def new_job() -> None:
     """Forgets every program: jax.distributed started a new job (the library's registry
     forgets their groups too, following its World)."""
-    global _count
+    global _count, _job
     _places.clear()
     _waiting.clear()
+    _freed.clear()
     _run.clear()
     _count = 0
+    _job += 1
 
 
-def first_run(executable) -> None:
+@_locked
+def first_run(executable) -> list[_Loading]:
     """A loaded program is dispatched (jax's Python path runs every program's first call:
-    _compat.hook_first_run)."""
-    waiting = _waiting.get(id(executable))
-    if waiting is not None and _same(waiting[1], _identity(executable)):
-        del _waiting[id(executable)]
-        _run[waiting[0]] = waiting[2]
+    _compat.hook_first_run). One withdrawn since it was loaded (JAX refused a run of it)
+    is admitted and told to the library again first: AcclError where a program loaded
+    meanwhile makes it ambiguous. Returns its loadings marked run now, for not_run."""
+    _withdraw_freed()
+    now = []
+    for loading in list(_waiting.get(id(executable), ())):
+        if not _same(loading.identity, _identity(executable)):
+            continue
+        if loading.number is None:
+            _check(*loading.again, when=_AGAIN)
+            if loading.tell is not None:
+                loading.tell()
+            loading.number = _record(*loading.again[:2])
+        _waiting[loading.key].remove(loading)
+        if not _waiting[loading.key]:
+            del _waiting[loading.key]
+        _run[loading.number] = loading.settles
+        now.append(loading)
+    return now
+
+
+@_locked
+def not_run(loadings: list[_Loading]) -> None:
+    """JAX refused the run first_run announced before XLA launched it (its thread guard):
+    `loadings`, first_run's, never ran, and XLA made none of their groups. They are
+    withdrawn until first_run is called for them again."""
+    for loading in loadings or ():
+        if loading.job != _job or loading.number is None:
+            continue
+        _run.pop(loading.number, None)
+        _withdraw(loading)
+        _waiting.setdefault(loading.key, []).append(loading)
+
+
+def _withdraw(loading: _Loading) -> None:
+    """Forgets `loading`'s places here and its groups in the library."""
+    number, loading.number = loading.number, None
+    for where in list(_places):
+        held = _places[where]
+        for entry in list(held):
+            entry[2].discard(number)
+            if not entry[2]:
+                held.remove(entry)
+        if not held:
+            del _places[where]
+    if loading.untell is not None:
+        loading.untell()
+
+
+def _withdraw_freed() -> None:
+    """Withdraws the loadings whose program was freed before it ran."""
+    while _freed:
+        try:
+            loading = _freed.pop()
+        except IndexError:  # another thread took the last
+            return
+        waiting = _waiting.get(loading.key, [])
+        if loading.job != _job or loading not in waiting:
+            continue  # it ran, or is of an earlier job
+        waiting.remove(loading)
+        if not waiting:
+            del _waiting[loading.key]
+        if loading.number is not None:
+            _withdraw(loading)
 
 
 def _identity(executable) -> tuple:
@@ -82,24 +192,65 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and (a[1] is b[1] if a[0] == "held" else a[1] == b[1])
 
 
+@_locked
 def admit(
     executable,
     groups: list[list[int]],
     process_of: dict[int, int],
     ordered: bool,
     collectives: dict | None = None,
+    tell: Callable[[], None] | None = None,
+    untell: Callable[[], None] | None = None,
 ):
     """Checks a loaded program's `groups` (global device ids in rank order) against those
     loaded before it in this job (every process judges a place by the devices of the
     place's process, so all judge alike); raises AcclError for a place the library could
     not answer (see the module's docstring). Returns a function that records them, to
-    call once the library has taken them."""
-    global _count
-    # A place is of one process's devices, judged by how many of that process's devices
-    # run the program (the same in every process, one that runs none of it included).
+    call once the library has taken them (`tell` told it; `untell` forgets them there
+    where the program is withdrawn); that returns the function to call once the loaded
+    program is freed."""
+    _withdraw_freed()
+    again = (groups, process_of, ordered, collectives)
+    _check(*again)
+
+    @_locked
+    def record() -> Callable[[], None]:
+        loading = _Loading(
+            key=id(executable),
+            number=_record(groups, process_of),
+            identity=_identity(executable),
+            settles=(ordered, _counts(process_of)),
+            again=again,
+            tell=tell,
+            untell=untell,
+            job=_job,
+        )
+        _waiting.setdefault(loading.key, []).append(loading)
+        return lambda: _freed.append(loading)
+
+    return record
+
+
+def _counts(process_of: dict[int, int]) -> dict[int, int]:
+    """How many of each process's devices run the program."""
     counts: dict[int, int] = {}
     for p in process_of.values():
         counts[p] = counts.get(p, 0) + 1
+    return counts
+
+
+_LOADED = "when it is compiled or loaded"
+_AGAIN = (
+    "when it is run again, JAX having refused its earlier run (its groups were withdrawn "
+    "then, and a program loaded since holds the place)"
+)
+
+
+def _check(groups, process_of, ordered, collectives, when: str = _LOADED) -> None:
+    """admit's check (see there); `when` the refusal happens, for its message."""
+    # A place is of one process's devices, judged by how many of that process's devices
+    # run the program (the same in every process, one that runs none of it included).
+    counts = _counts(process_of)
     at_place: dict[tuple[int, int, int], list[list[int]]] = {}
     for group in groups:
         for place in range(1, len(group)):
@@ -112,7 +263,7 @@ def admit(
                 first = here[0][where[1]]
                 other = next(g for g in here if g[where[1]] != first)
                 detail = _firsts_text((here[0], other), collectives or {}) + why
-                raise AcclError(_message(where, first, other[where[1]], None, detail))
+                raise AcclError(_message(where, first, other[where[1]], None, detail, when))
     for group in groups:
         for place in range(1, len(group)):
             device = group[place]
@@ -122,25 +273,26 @@ def admit(
                     continue
                 ran = [_settles(_run[n], where[2]) for n in numbers if n in _run]
                 if not ran:
-                    raise AcclError(_message(where, before, device, "it had not run"))
+                    raise AcclError(_message(where, before, device, "it had not run", "", when))
                 if counts.get(where[2], 0) < 2 or not any(ran):
-                    raise AcclError(_message(where, before, device, _UNSETTLED))
+                    raise AcclError(_message(where, before, device, _UNSETTLED, "", when))
+
+
+def _record(groups, process_of) -> int:
+    """Records a program's places under a new program number, which it returns."""
+    global _count
     number = _count = _count + 1
-
-    def record() -> None:
-        for group in groups:
-            members = frozenset(group)
-            for place in range(1, len(group)):
-                where = (group[0], place, process_of.get(group[place], -1))
-                held = _places.setdefault(where, [])
-                same = [n for d, g, n in held if d == group[place] and g == members]
-                if same:
-                    same[0].add(number)  # the same group, of another program too
-                else:
-                    held.append((group[place], members, {number}))
-        _waiting[id(executable)] = (number, _identity(executable), (ordered, counts))
-
-    return record
+    for group in groups:
+        members = frozenset(group)
+        for place in range(1, len(group)):
+            where = (group[0], place, process_of.get(group[place], -1))
+            held = _places.setdefault(where, [])
+            same = [n for d, g, n in held if d == group[place] and g == members]
+            if same:
+                same[0].add(number)  # the same group, of another program too
+            else:
+                held.append((group[place], members, {number}))
+    return number
 
 
 def _settles(run: tuple[bool, dict], process: int) -> bool:
@@ -205,7 +357,9 @@ def _firsts_text(pair, collectives: dict) -> str:
     return f" (the groups {', '.join(parts)})"
 
 
-def _message(where, before: int, now: int, failed: str | None, detail: str = "") -> str:
+def _message(
+    where, before: int, now: int, failed: str | None, detail: str = "", when: str = _LOADED
+) -> str:
     first, place, process = where
     if failed is None:
         which = "this program's"
@@ -226,8 +380,8 @@ def _message(where, before: int, now: int, failed: str | None, detail: str = "")
         "process. With JAX_ACCL_XLA_COLLECTIVES=1 and several CPU devices per process, "
         "each device's thread makes its own MPI_Comm_split(MPI_COMM_WORLD, color = the "
         "group's first device, key = its place), which does not say which of those two "
-        f"devices asks. {why}. jax_accl refuses this program now, when it is compiled or "
-        "loaded (the same in every process), rather than give one device the other's "
+        f"devices asks. {why}. jax_accl refuses this program now, {when} (the same in "
+        "every process), rather than give one device the other's "
         "communicator; the programs loaded before it keep running. Run the earlier "
         "program once before compiling this one, give such collectives groups that do "
         "not start with the same device, run with one CPU device per process, use "

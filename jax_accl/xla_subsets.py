@@ -40,14 +40,15 @@ def install(library) -> None:
     global _library_path
     _library_path = str(library)
     _compat.hook_loading(check)
-    _compat.hook_first_run(xla_split_places.first_run)
+    _compat.hook_first_run(xla_split_places.first_run, xla_split_places.not_run)
 
 
-def check(devices, executable) -> None:
+def check(devices, executable):
     """Tells the MPI library the groups of a program whose devices span several
     processes and whose compiled HLO holds XLA collectives, as jax loads it (compiled or
     deserialized: _compat.hook_loading); raises AcclError for one on only some of the
-    processes whose groups cannot be read."""
+    processes whose groups cannot be read. Returns what to call once the loaded program
+    is freed (its groups forgotten where it never ran: xla_split_places), or None."""
     import jax
 
     count = jax.process_count()
@@ -94,9 +95,18 @@ def check(devices, executable) -> None:
     process_of = {d.id: d.process_index for d in flat}
     ordered = in_order(text)
     collectives = collectives_by_group(text, ids)
-    record = xla_split_places.admit(executable, groups, process_of, ordered, collectives)
-    note_groups(ids, groups, subset, ordered, collectives=collectives)
-    record()
+
+    def tell() -> None:
+        note_groups(ids, groups, subset, ordered, collectives=collectives)
+
+    def untell() -> None:
+        forget_groups(ids, groups, subset, ordered, collectives=collectives)
+
+    record = xla_split_places.admit(
+        executable, groups, process_of, ordered, collectives, tell=tell, untell=untell
+    )
+    tell()
+    return record()
 
 
 def _loaded():
@@ -105,6 +115,7 @@ def _loaded():
         _library = ctypes.CDLL(_library_path)
         values = ctypes.POINTER(ctypes.c_int64)
         _library.jax_accl_mpi_note_groups.argtypes = [values, ctypes.c_int64]
+        _library.jax_accl_mpi_forget_groups.argtypes = [values, ctypes.c_int64]
         _library.jax_accl_mpi_held_groups.argtypes = [values, ctypes.c_int64]
         _library.jax_accl_mpi_held_groups.restype = ctypes.c_int64
         _library.jax_accl_mpi_split_before_rejoin.argtypes = [values, ctypes.c_int64]
@@ -165,7 +176,32 @@ def note_groups(
     its groups could not be read (any group of its devices may be one); `collectives`:
     collectives_by_group's, told as each group's signatures (flag 8), from which the
     library binds a provisional communicator to its group at its first call."""
-    library = _loaded()
+    data = _program_data(program, groups, subset, ordered, unknown, collectives)
+    array = (ctypes.c_int64 * len(data))(*data)
+    if _loaded().jax_accl_mpi_note_groups(array, len(data)) != 0:
+        raise AcclError("jax_accl: the MPI library refused a program's groups (see stderr)")
+
+
+def forget_groups(
+    program: list[int],
+    groups: list[list[int]],
+    subset: bool,
+    ordered: bool = True,
+    unknown: bool = False,
+    collectives: dict | None = None,
+) -> None:
+    """Tells jax_accl's MPI library that a program whose groups note_groups told (the
+    same arguments) will not run (xla_split_places: never run, and refused by JAX's
+    thread guard, or freed): once no loaded program of those groups is left, a split
+    they fit is not refused for them."""
+    data = _program_data(program, groups, subset, ordered, unknown, collectives)
+    array = (ctypes.c_int64 * len(data))(*data)
+    if _loaded().jax_accl_mpi_forget_groups(array, len(data)) != 0:
+        raise AcclError("jax_accl: the MPI library refused to forget a program (see stderr)")
+
+
+def _program_data(program, groups, subset, ordered, unknown, collectives) -> list[int]:
+    """note_groups' arguments in the library's layout (communicators.h, note_groups)."""
     flags = int(subset) | (0 if ordered else 2) | (4 if unknown else 0)
     flags |= 8 if collectives else 0
     data = [flags, len(program), *program, len(groups)]
@@ -174,9 +210,7 @@ def note_groups(
         if collectives:
             calls = sorted({signature(*c) for c in collectives.get(tuple(g), [])})
             data += [len(calls)] + [v for call in calls for v in call]
-    array = (ctypes.c_int64 * len(data))(*data)
-    if library.jax_accl_mpi_note_groups(array, len(data)) != 0:
-        raise AcclError("jax_accl: the MPI library refused a program's groups (see stderr)")
+    return data
 
 
 def groups_in(text: str, devices: list[int]) -> list[list[int]] | None:

@@ -238,7 +238,8 @@ def test_two_programs_compiled_before_either_ran_whose_groups_fit_one_split_neve
 def test_a_deserialized_program_never_sums_over_another_programs_group():
     """Issue 59: B, a psum over 3 processes, serialized in one job and deserialized
     (deserialize_and_load, as an AOT or compile cache does) in the next, where A, a psum
-    over processes [0, 1], was compiled ahead of time and not run. jax_accl's library was
+    over processes [0, 1], was compiled ahead of time, kept and not run (one freed would
+    no longer count: test_xla_unrun_programs). jax_accl's library was
     told only of compiled programs, not of B: processes 0 and 1 split among A's group and
     summed over those two, every run, while process 2 failed by the deadline. Now every
     program jax loads is told: A's group and B's fit the split of processes 0 and 1, which

@@ -39,6 +39,10 @@ struct KnownProgram {
   // may be one, so no split among them is taken for another program's group.
   bool unknown = false;
   uint64_t seen = 0;
+  // How many loaded programs told these groups and have not been forgotten
+  // (forget_groups: never run, and now never will: refused by JAX before it ran, or
+  // freed). At none, the groups go: no later split is ambiguous for them.
+  int loads = 1;
 };
 
 struct Registry {
@@ -406,7 +410,9 @@ Status parent_among(const Comm& world, int color, int key, std::vector<int64_t>*
                  "compiled or loaded before either ran (ahead of time, or deserialized from "
                  "an AOT or compile cache), and the split does not say which one runs: "
                  "jax_accl refuses it rather than summing over the wrong processes. Run each "
-                 "program once right after compiling or loading it (as jax.jit does)");
+                 "program once right after compiling or loading it (as jax.jit does), or drop "
+                 "the one that will not run (a program never run stops counting once it is "
+                 "freed, or once JAX's thread guard refused its run)");
   }
   *expected = *best;
   *out = parent_of(r, *best, key);
@@ -693,17 +699,20 @@ void free_comm(MPIABI_Comm handle) {
   r.comms.erase(it);
 }
 
-Status note_groups(const int64_t* data, int64_t size) {
-  // [flags (1: subset, 2: not in order, 4: groups unknown, 8: each group's calls follow
-  // it), program size, program devices..., group count,
-  //  (group size, devices..., [call count, (kind, dtype, elements)...])...]
+namespace {
+
+// A program's groups as note_groups is given them:
+// [flags (1: subset, 2: not in order, 4: groups unknown, 8: each group's calls follow
+// it), program size, program devices..., group count,
+//  (group size, devices..., [call count, (kind, dtype, elements)...])...]
+Status parse_program(const int64_t* data, int64_t size, KnownProgram* out) {
   int64_t at = 0;
   auto next = [&](int64_t* v) {
     if (at >= size) return false;
     *v = data[at++];
     return true;
   };
-  KnownProgram proto;
+  KnownProgram& proto = *out;
   int64_t subset = 0, count = 0, groups = 0;
   if (!next(&subset) || !next(&count) || count < 0 || count > size) {
     return error(Code::kInvalidArgument, "note_groups: malformed header");
@@ -739,14 +748,28 @@ Status note_groups(const int64_t* data, int64_t size) {
       proto.calls.back().push_back(call);
     }
   }
-  std::unique_lock<std::mutex> lock;
-  Registry& r = registry(&lock);
-  proto.seen = ++r.programs;
-  auto same = std::find_if(r.known.begin(), r.known.end(), [&](const KnownProgram& k) {
+  return Status::Ok();
+}
+
+// The known program of the same groups, devices and kind as `proto` (r.known's end: none).
+std::vector<KnownProgram>::iterator same_program(Registry& r, const KnownProgram& proto) {
+  return std::find_if(r.known.begin(), r.known.end(), [&](const KnownProgram& k) {
     return k.groups == proto.groups && k.devices == proto.devices && k.subset == proto.subset &&
            k.unknown == proto.unknown;
   });
+}
+
+}  // namespace
+
+Status note_groups(const int64_t* data, int64_t size) {
+  KnownProgram proto;
+  ACCL_RETURN_IF_ERROR(parse_program(data, size, &proto));
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  proto.seen = ++r.programs;
+  auto same = same_program(r, proto);
   if (same != r.known.end()) {
+    ++same->loads;
     same->seen = proto.seen;  // the same program compiled again, or one of the same groups:
     // its groups' calls join those told before (a float32 and an int32 matmul of one
     // sharding), so that a provisional communicator's first call fits either program's;
@@ -761,6 +784,18 @@ Status note_groups(const int64_t* data, int64_t size) {
   } else if (!proto.groups.empty() || proto.unknown) {
     r.known.push_back(std::move(proto));
   }
+  return Status::Ok();
+}
+
+Status forget_groups(const int64_t* data, int64_t size) {
+  KnownProgram proto;
+  ACCL_RETURN_IF_ERROR(parse_program(data, size, &proto));
+  std::unique_lock<std::mutex> lock;
+  Registry& r = registry(&lock);
+  auto same = same_program(r, proto);
+  // None: a program of an earlier job (follow_job forgot it), or one never kept (no
+  // groups): nothing to forget.
+  if (same != r.known.end() && --same->loads <= 0) r.known.erase(same);
   return Status::Ok();
 }
 
@@ -859,6 +894,16 @@ Status set_split_before_rejoin(const int64_t* data, int64_t size) {
 extern "C" __attribute__((visibility("default"))) int jax_accl_mpi_note_groups(const int64_t* data,
                                                                                int64_t size) {
   const accl::Status s = accl::mpiabi::note_groups(data, size);
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "jax_accl: %s\n", s.message().c_str());
+  return -1;
+}
+
+// For jax_accl/xla_subsets.py (through ctypes): a program told by note_groups (the same
+// layout) that will not run: 0, or -1 with the reason on stderr.
+extern "C" __attribute__((visibility("default"))) int jax_accl_mpi_forget_groups(
+    const int64_t* data, int64_t size) {
+  const accl::Status s = accl::mpiabi::forget_groups(data, size);
   if (s.ok()) return 0;
   std::fprintf(stderr, "jax_accl: %s\n", s.message().c_str());
   return -1;

@@ -82,6 +82,11 @@ Status split(Comm& parent, int color, int key, MPIABI_Comm* out);
 // collectives are inside a loop or a branch, its order not theirs), program size, its
 // devices..., group count, (group size, its devices in rank order...)...].
 Status note_groups(const int64_t* data, int64_t size);
+// A program told by note_groups (the same `data`) that will not run: one loaded never
+// ran and now never will (JAX refused its run, or its executable was freed). Once no
+// loaded program of those groups is left, they are forgotten: a later split they would
+// have made ambiguous is made for the program that runs.
+Status forget_groups(const int64_t* data, int64_t size);
 // A rejoin (jax_accl/membership.py), on the XLA path: held_groups() gives the groups of
 // the communicators across processes XLA holds in this process ([count, (size, lane,
 // devices...)...]); a process started again is given, by set_split_before_rejoin, those

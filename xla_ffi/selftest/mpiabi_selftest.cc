@@ -5,7 +5,8 @@
 // Comm_split (keys reversed, and a color MPI_UNDEFINED), Allreduce, Allgather,
 // Reduce_scatter, Sendrecv, Isend/Irecv/Wait, the errors of bad arguments and of a
 // function XLA never calls, Comm_free, then splits that fail (failed_splits), splits of
-// the groups read from compiled programs (known_groups), and what
+// the groups read from compiled programs (known_groups; then, in a World of one process
+// of 4 devices, a provisional communicator bound by its first call: provisional_binding), and what
 // must be an error rather than an abort (calls_that_must_not_abort): a negative count, a
 // failed allocation, a thread that cannot start, a process marked unusable. In-process:
 // MPI_COMM_SELF. Process 1 sets its process table late, so process 0 connects to a peer
@@ -296,6 +297,27 @@ void known_groups(Checks& c, int me) {
   const int call = MPIABI_Allreduce(z.data(), w.data(), 1, MPIABI_INT64_T, MPIABI_SUM, ambiguous);
   c.expect(call != 0 && message(call).find(groups) != std::string::npos,
            "and every call on what XLA got fails with the reason: " + message(call));
+  // A program loaded that will never run (JAX refused its run, or it was freed) is
+  // forgotten, once per loading (forget_groups): process 0's split (0, 0) is then [0]'s,
+  // made by it alone. [0 4096]'s program is loaded once more first: one forgetting
+  // leaves the other loading, and the split still refused.
+  if (me == 0) {
+    MPIABI_Comm still = MPIABI_COMM_NULL, made = MPIABI_COMM_NULL;
+    c.expect(mpiabi::note_groups(pair.data(), pair.size()).ok() &&
+                 mpiabi::forget_groups(pair.data(), pair.size()).ok() &&
+                 !mpiabi::forget_groups(pair.data(), 5).ok(),
+             "forget_groups takes a loading's groups and refuses a short one");
+    const int kept = MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, 0, &still);
+    c.expect(kept != 0 && message(kept).find(groups) != std::string::npos,
+             "one loading of the two forgotten: the split is still refused: " + message(kept));
+    c.expect(mpiabi::forget_groups(pair.data(), pair.size()).ok() &&
+                 mpiabi::forget_groups(pair.data(), pair.size()).ok(),
+             "the other forgotten (once more: nothing left to forget)");
+    const int rc6 = MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, 0, &made);
+    c.expect(rc6 == 0 && MPIABI_Comm_size(made, &size) == 0 && size == 1,
+             "both forgotten: the split is [0]'s, by process 0 alone: " + message(rc6));
+    MPIABI_Comm_free(&made);
+  }
   // A program some of whose collectives are inside a loop or a branch (flag 2), two of
   // whose groups fit each process's split: its order is not the one they run in.
   const std::vector<int64_t> unordered = {2, 2, 0, 2048, 4, 1, 0, 2, 0, 4096, 1, 2048, 2, 2048, 0};
@@ -320,6 +342,108 @@ void known_groups(Checks& c, int me) {
           message(rc5).find("could not read") != std::string::npos &&
           message(rc5).find("6144") != std::string::npos,
       "a split a known group and a program of unknown groups both fit: refused: " + message(rc5));
+}
+
+// A provisional communicator (several devices per process: each device's thread splits
+// for itself, XLA's arguments the group's first device and the device's place), in a
+// World of one process of 4 devices. A program's groups [0 1] (an all-reduce of 8 int32)
+// and [0 2] (an all-gather of 4 int32) put devices 1 and 2 at place 1 of color 0: device
+// 1's split (0, 1) cannot say which it is, and gets a provisional communicator, rank 1,
+// size 2. Its first call, an all-reduce of 3 int32, fits neither group's calls: refused,
+// naming both. Its next, an all-reduce of 8 int32, binds it to [0 1], made with device
+// 0's thread (whose split (0, 0) is [0 1]'s, the program's first), and sums exactly.
+// Then device 2's split (0, 1) is [0 2]'s at once ([0 1]'s place 1 is held), and its
+// all-gather with device 0 is exact.
+void provisional_binding(Checks& c) {
+  std::vector<Rail> rails = {Rail{"lo", "127.0.0.1", 0, 1.0}};
+  if (!World::start(0, 1, std::string(32, 'p'), "h0", &rails, 1, false).ok()) {
+    c.expect(false, "a World of one process starts");
+    return;
+  }
+  std::vector<ProcessEntry> table(1);
+  table[0].index = 0;
+  table[0].host = "h0";
+  table[0].rails = rails;
+  table[0].devices = {0, 1, 2, 3};
+  World::announce_job(World::Job{0, 1, 20.0});
+  c.expect(World::get()->set_processes(std::move(table)).ok(), "its table of 4 devices");
+  const int64_t i32 = static_cast<int64_t>(DType::kI32);
+  const std::vector<int64_t> program = {8, 4,   0, 1, 2, 3, 2, 2, 0,   1, 1,
+                                        0, i32, 8, 2, 0, 2, 1, 1, i32, 4};
+  c.expect(mpiabi::note_groups(program.data(), program.size()).ok(), "the program's groups");
+  auto split = [](int key, MPIABI_Comm* comm, int* rank, int* size) {
+    const int rc = MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, key, comm);
+    MPIABI_Comm_rank(*comm, rank);
+    MPIABI_Comm_size(*comm, size);
+    return rc;
+  };
+  std::vector<int32_t> sum0(8), sum1(8);
+  std::string refused;
+  int rank1 = -1, size1 = -1, rc0 = -1, rc1 = -1, bad = 0;
+  MPIABI_Comm zero = MPIABI_COMM_NULL, one = MPIABI_COMM_NULL;
+  std::thread device1([&] {
+    int split_rc = split(1, &one, &rank1, &size1);
+    std::vector<int32_t> in(8);
+    std::iota(in.begin(), in.end(), 100);
+    bad = MPIABI_Allreduce(in.data(), sum1.data(), 3, MPIABI_INT32_T, MPIABI_SUM, one);
+    refused = message(bad);
+    rc1 = split_rc != 0
+              ? split_rc
+              : MPIABI_Allreduce(in.data(), sum1.data(), 8, MPIABI_INT32_T, MPIABI_SUM, one);
+  });
+  std::thread device0([&] {
+    int rank = -1, size = -1;
+    std::vector<int32_t> in(8);
+    std::iota(in.begin(), in.end(), 0);
+    rc0 = split(0, &zero, &rank, &size);
+    if (rc0 == 0)
+      rc0 = MPIABI_Allreduce(in.data(), sum0.data(), 8, MPIABI_INT32_T, MPIABI_SUM, zero);
+  });
+  device1.join();
+  device0.join();
+  c.expect(rank1 == 1 && size1 == 2,
+           str_cat("a provisional communicator: rank 1, size 2 (", rank1, ", ", size1, ")"));
+  c.expect(bad != 0 && refused.find("MPI_Allreduce (int32 x3)") != std::string::npos &&
+               refused.find("fits none of them") != std::string::npos &&
+               refused.find("[0 1] (all-reduce int32 x8)") != std::string::npos &&
+               refused.find("[0 2] (all-gather int32 x4)") != std::string::npos,
+           "a first call that fits no group's calls is refused, naming both: " + refused);
+  std::vector<int32_t> expected(8);
+  for (int i = 0; i < 8; ++i) expected[i] = 2 * i + 100;
+  c.expect(rc0 == 0 && rc1 == 0 && sum0 == expected && sum1 == expected,
+           "the next call binds it to [0 1]: its sum with device 0 exact: " + message(rc1) + " / " +
+               message(rc0));
+  std::vector<int32_t> gathered0(8), gathered2(8);
+  int rank2 = -1, size2 = -1, rc2 = -1, rc3 = -1;
+  MPIABI_Comm two = MPIABI_COMM_NULL, zero_two = MPIABI_COMM_NULL;
+  std::thread device2([&] {
+    const std::vector<int32_t> block = {20, 21, 22, 23};
+    rc2 = split(1, &two, &rank2, &size2);
+    if (rc2 == 0) {
+      rc2 = MPIABI_Allgather(block.data(), 4, MPIABI_INT32_T, gathered2.data(), 4, MPIABI_INT32_T,
+                             two);
+    }
+  });
+  std::thread device0_again([&] {
+    const std::vector<int32_t> block = {0, 1, 2, 3};
+    int rank = -1, size = -1;
+    rc3 = split(0, &zero_two, &rank, &size);
+    if (rc3 == 0) {
+      rc3 = MPIABI_Allgather(block.data(), 4, MPIABI_INT32_T, gathered0.data(), 4, MPIABI_INT32_T,
+                             zero_two);
+    }
+  });
+  device2.join();
+  device0_again.join();
+  const std::vector<int32_t> both = {0, 1, 2, 3, 20, 21, 22, 23};
+  c.expect(
+      rc2 == 0 && rc3 == 0 && rank2 == 1 && size2 == 2 && gathered2 == both && gathered0 == both,
+      "device 2's split is then [0 2]'s, its all-gather exact: " + message(rc2) + " / " +
+          message(rc3));
+  for (MPIABI_Comm* comm : {&zero, &one, &two, &zero_two}) {
+    if (*comm != MPIABI_COMM_NULL) MPIABI_Comm_free(comm);
+  }
+  World::stop(5.0);
 }
 
 // What would end the process if it escaped the library, an error instead, on `comm`
@@ -432,6 +556,7 @@ void run_mpiabi_selftest(int* checks, int* failures) {
   failed_splits(parent, 0, to_child[1], -1);
   known_groups(parent, 0);
   World::stop(5.0);
+  provisional_binding(parent);  // a World of its own, with 4 devices
   int wstatus = 0;
   for (int waited_ms = 0; waitpid(child, &wstatus, WNOHANG) == 0; waited_ms += 10) {
     if (waited_ms > 60000) {  // a child stuck past every deadline of its own

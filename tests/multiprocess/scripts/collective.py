@@ -22,7 +22,8 @@ process 0 and B's both start with process 0's device.
 again: a new job, none of whose programs jax_accl's library knows, as in a process that
 loads B from an AOT or compile cache. Then A (a psum over processes 0 and 1) compiled
 ahead of time and not run, and B deserialized (deserialize_and_load, which compiles
-nothing) and run. A's group [0, 1] and B's both start with process 0's device.
+nothing) and run, A kept alive meanwhile. A's group [0, 1] and B's both start with
+process 0's device.
 
 --workaround: a float16 collective written as the XLA-backend docs' workaround (a psum
 summed as float32 and cast back; an all-gather of the bits as uint16). Prints
@@ -109,13 +110,17 @@ def deserialized_run():
     jax.extend.backend.clear_backends()
     jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
     devices = {d.process_index: d for d in jax.devices()}
-    psum_program(jax.sharding.Mesh(np.array([devices[0], devices[1]]), ("x",)))  # A
+    # A, kept alive (a program freed unrun no longer counts: docs/xla_collectives.md, "A
+    # program that never runs") until B's result is ready.
+    a = psum_program(jax.sharding.Mesh(np.array([devices[0], devices[1]]), ("x",)))
     b = serialize_executable.deserialize_and_load(*payload)
     again = jax.sharding.Mesh(np.array([devices[p] for p in sorted(devices)]), ("x",))
     fresh = jax.make_array_from_callback(
         x_np.shape, NamedSharding(again, spec), lambda i: x_np[i], dtype=dtype
     )
-    return b(fresh)
+    y = jax.block_until_ready(b(fresh))
+    del a
+    return y
 
 
 result = {"process_id": args.process_id, "shards": None, "error": None, "calls": None}
