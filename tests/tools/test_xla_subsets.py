@@ -405,7 +405,10 @@ class Executable:
 
 def test_a_loaded_program_is_not_kept_alive_until_it_runs(monkeypatch):
     """A program loaded and never run is freed with its owner (jax_accl keeps only its
-    fingerprint); one that runs still counts as run."""
+    fingerprint, so holding its places does not hold the program); one that runs still
+    counts as run. The stand-in freed here is not what jax_accl watches: a program is
+    withdrawn only when JAX's own loaded program is freed or its run refused by the
+    thread guard (tests/multiprocess/test_xla_unrun_programs.py)."""
     import gc
     import weakref
 
@@ -418,7 +421,7 @@ def test_a_loaded_program_is_not_kept_alive_until_it_runs(monkeypatch):
     del never_run
     gc.collect()
     assert gone() is None
-    # Not run: a later program at a place it holds is refused.
+    # Not run and not withdrawn: a later program at a place it holds is refused.
     assert "(it had not run)" in load(monkeypatch, all_reduces(OVER_A))
     xla_split_places.new_job()
     fake_program(monkeypatch, all_reduces(EVERY), [], local_devices=4)
