@@ -131,3 +131,19 @@ def test_compat_names_exist():
 
     assert callable(_jax.register_custom_type)
     assert callable(xla_client.register_custom_type_handler)
+
+
+def test_the_thread_guard_refusal_text_is_still_jaxlibs():
+    """_compat.refused_before_launch knows JAX's thread-guard refusal by its text: the
+    installed jaxlib must still carry it (else a refused program would count as run and
+    make later splits ambiguous; tests/multiprocess/test_xla_unrun_programs.py runs it)."""
+    import jaxlib
+
+    text = _compat._THREAD_GUARD_REFUSAL.encode()
+    libraries = glob.glob(os.path.join(os.path.dirname(jaxlib.__file__), "**", "*.so*"))
+    libraries += glob.glob(os.path.join(os.path.dirname(jaxlib.__file__), "*.so*"))
+    assert libraries, "no jaxlib library found"
+    carrying = [path for path in set(libraries) if text in open(path, "rb").read()]
+    assert carrying, f"no jaxlib library holds the thread guard's text {text!r}"
+    assert _compat.refused_before_launch(RuntimeError("x: " + text.decode() + " 3"))
+    assert not _compat.refused_before_launch(RuntimeError("INTERNAL: a device failed"))
