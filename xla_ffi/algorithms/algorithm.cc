@@ -57,8 +57,7 @@ Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>
                      const Reduction& reduction) {
   if (link.size() == 1) {
     for (const Buffers& buf : segments) {
-      if (buf.count > 0 && buf.out != buf.in)
-        std::memcpy(buf.out, buf.in, buf.count * buf.elem_size);
+      reduction.copy_alone(buf.out, buf.in, buf.count, buf.elem_size);
     }
     return Status::Ok();
   }

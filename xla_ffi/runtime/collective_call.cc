@@ -13,12 +13,23 @@
 #include "runtime/collective.h"
 #include "runtime/one_shot.h"
 #include "runtime/stats.h"
+#include "transport/wire_link.h"
 
 namespace accl {
 
 Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   const Signature& sig = spec.signature;
   reduction->elem_size = dtype_size(sig.dtype);
+  if (sig.wire_bf16) {
+    if (sig.dtype != DType::kF32 || sig.op != ReduceOp::kSum ||
+        sig.collective != Collective::kAllReduce) {
+      return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label,
+                   ": bfloat16 on the wire carries float32 sum all-reduces, not a ",
+                   describe(sig));
+    }
+    *reduction = wire_sum_reduction();
+    return Status::Ok();
+  }
   // An all-gather or a permutation moves data and never reduces it.
   if (!collective_row(sig.collective).reduces) return Status::Ok();
   reduction->fn = reduce_kernel(sig.dtype, sig.op);
@@ -80,11 +91,12 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   Status s = meeting.join(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments,
                           &exchange, &spec.devices);
   if (s.ok()) {
+    std::unique_ptr<WireLink> wire;  // outlives link->fail: peers may read its staged sends
     std::unique_ptr<LocalLink> link;
     try {
       link = std::make_unique<LocalLink>(exchange, spec.rank, deadline);
-      s = run_collective(sig.collective, algorithm, *link, segments, spec.size, reduction,
-                         spec.args);
+      s = run_collective(sig.collective, algorithm, *wire_view(link.get(), sig.wire_bf16, &wire),
+                         segments, spec.size, reduction, spec.args);
     } catch (const std::exception& e) {
       s = error(Code::kInternal, spec.label, ": ", e.what());
     }
@@ -123,6 +135,7 @@ CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSetting
   spec.args = group.args;
   spec.signature = settings.signature;
   spec.signature.dtype = dtype;
+  spec.signature.wire_bf16 |= group.args.wire_bf16;
   spec.timeout_s = settings.timeout_s;
   spec.pipeline_chunks = settings.pipeline_chunks;
   spec.issued = issued;
@@ -186,6 +199,7 @@ Status run_call(CallSpec spec, CallBuffers buffers) {
 
 void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done,
                 RunOn run_on) {
+  spec.signature.wire_bf16 |= buffers.wire_bf16;
   const Route route = route_of(spec, buffers, /*one_shot=*/run_on == RunOn::kCallThread);
   if (run_on == RunOn::kCallerThread) return done(run_route(spec, buffers, route));
   // Made before the call counts as begun: what throws here ends nothing begun.
