@@ -51,6 +51,11 @@ struct Signature {
                     o.wire_bf16);
   }
 };
+// Bytes per element on the wire, the unit of the call's plan and stats: bfloat16's for
+// a float32 sum sent as bfloat16 (planned as the bfloat16 sum it is), else the dtype's.
+inline size_t wire_elem_size(const Signature& s) {
+  return s.wire_bf16 ? dtype_size(DType::kBF16) : dtype_size(s.dtype);
+}
 // Fills count, segments and layout_hash from the segments' lengths.
 void describe_layout(const std::vector<uint64_t>& counts, Signature* signature);
 std::string describe(const Signature& signature);

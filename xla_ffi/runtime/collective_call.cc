@@ -44,7 +44,7 @@ Status reduction_for(const CallSpec& spec, Reduction* reduction) {
 CallPlan plan_in_process_call(const CallSpec& spec, const std::vector<uint64_t>& counts,
                               bool one_shot) {
   PlanRequest request;
-  for (uint64_t count : counts) request.bytes += count * dtype_size(spec.signature.dtype);
+  for (uint64_t count : counts) request.bytes += count * wire_elem_size(spec.signature);
   request.forced = spec.signature.algorithm;
   request.one_shot = one_shot;
   request.collective = spec.signature.collective;
@@ -112,7 +112,7 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
     record_error(algorithm, sig.collective);
     return s;
   }
-  record_call(algorithm, spec, start, Clock::now(), sig.count * elem);
+  record_call(algorithm, spec, start, Clock::now(), sig.count * wire_elem_size(sig));
   return Status::Ok();
 }
 

@@ -356,7 +356,7 @@ class ProcessesCall {
         reduction_(reduction),
         deadline_(deadline),
         start_(spec.start()),
-        bytes_(sig_.count * reduction.elem_size),
+        bytes_(sig_.count * wire_elem_size(sig_)),
         where_(str_cat(spec.label, ", rank ", spec.rank, " (device ", spec.device, ", process ",
                        world_->process_index(), ")")) {}
   ProcessesCall(const ProcessesCall&) = delete;
