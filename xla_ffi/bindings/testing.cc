@@ -457,10 +457,12 @@ void wire_kernel(const std::string& kernel, const std::string& isa, uintptr_t ds
     k = &kernels_avx2::wire();
   }
 #endif
-  if (k == nullptr) throw nb::value_error(str_cat("wire_kernel: no ", isa, " kernels in this build").c_str());
+  if (k == nullptr)
+    throw nb::value_error(str_cat("wire_kernel: no ", isa, " kernels in this build").c_str());
   auto* out = reinterpret_cast<void*>(dst);
   auto in = [&](size_t i) {
-    if (i >= srcs.size()) throw nb::value_error(str_cat("wire_kernel: ", kernel, " needs more inputs").c_str());
+    if (i >= srcs.size())
+      throw nb::value_error(str_cat("wire_kernel: ", kernel, " needs more inputs").c_str());
     return reinterpret_cast<const void*>(srcs[i]);
   };
   if (kernel == "narrow") {

@@ -121,9 +121,9 @@ Status begin(const char* function, MPIABI_Comm handle, MPIABI_Datatype type, int
 Status allreduce_as_bf16(Comm& comm, const void* in, void* out, int count) {
   CollectiveArgs args;
   args.wire_bf16 = true;
-  ACCL_RETURN_IF_ERROR(run_collective_on(comm, "MPI_Allreduce", Collective::kAllReduce,
-                                         DType::kF32, ReduceOp::kSum, in, out,
-                                         static_cast<uint64_t>(count), args));
+  ACCL_RETURN_IF_ERROR(run_collective_on(comm, "MPI_Allreduce", Collective::kAllReduce, DType::kF32,
+                                         ReduceOp::kSum, in, out, static_cast<uint64_t>(count),
+                                         args));
   if (comm.devices.size() == 1) wire_kernels().round(out, out, static_cast<size_t>(count));
   return Status::Ok();
 }

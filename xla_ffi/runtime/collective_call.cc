@@ -24,8 +24,7 @@ Status reduction_for(const CallSpec& spec, Reduction* reduction) {
     if (sig.dtype != DType::kF32 || sig.op != ReduceOp::kSum ||
         sig.collective != Collective::kAllReduce) {
       return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label,
-                   ": bfloat16 on the wire carries float32 sum all-reduces, not a ",
-                   describe(sig));
+                   ": bfloat16 on the wire carries float32 sum all-reduces, not a ", describe(sig));
     }
     *reduction = wire_sum_reduction();
     return Status::Ok();

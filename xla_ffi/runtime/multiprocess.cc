@@ -509,10 +509,9 @@ Status ProcessesCall::run_by_host() {
 
 Status ProcessesCall::run_flat() {
   std::map<std::string, uint64_t> sent;
-  Status s =
-      run_over_link(*space_, devices_, spec_.rank, tag_, *world_, where_, deadline_,
-                    sig_.collective, plan_.schedule, segments_, reduction_, spec_.args,
-                    sig_.wire_bf16, &sent);
+  Status s = run_over_link(*space_, devices_, spec_.rank, tag_, *world_, where_, deadline_,
+                           sig_.collective, plan_.schedule, segments_, reduction_, spec_.args,
+                           sig_.wire_bf16, &sent);
   trace_rails(
       str_cat(collective_row(sig_.collective).flat_phase, " ", algorithm_name(plan_.schedule))
           .c_str(),
