@@ -126,6 +126,10 @@ class Link {
   // True where post_send only queues (any number of sends in flight per peer, driven
   // by every later wait), so a schedule may post ahead of what it receives.
   virtual bool queues_sends() const { return false; }
+  // The bytes a message of `bytes` of the caller's buffers takes on the wire (bfloat16 on
+  // the wire: half, transport/wire_link.h): what schedules cut and choose by, so that a
+  // call plans its messages as the bfloat16 sum it is.
+  virtual size_t wire_bytes(size_t bytes) const { return bytes; }
   // A label for error messages, e.g. "rank 3 of group [0 1 2 3], op 17 seq 2".
   virtual std::string where() const = 0;
 };

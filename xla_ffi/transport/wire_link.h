@@ -38,6 +38,7 @@ class WireLink : public ForwardingLink {
   // Always the bfloat16 sum (the only reduction that travels as bfloat16).
   Status recv_reduce(int peer, const void* local, void* dst, size_t bytes,
                      const Reduction& reduction) override;
+  size_t wire_bytes(size_t bytes) const override { return inner_.wire_bytes(bytes / 2); }
 
  private:
   // Room for `count` bfloat16 values, valid until the next wait_sends that succeeds.
