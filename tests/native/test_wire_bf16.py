@@ -2,8 +2,9 @@
 kernels of the AVX2 build against the generic build and NumPy, bit for bit; and the
 all-reduce on float32 buffers with bfloat16 messages against jax_accl's bfloat16 sum of
 the operands rounded once (the definition, docs/api.md), for every algorithm, over the
-in-process transport (threads of one process) and over message channels (the framing and
-progress engine of shared memory and TCP between processes and hosts)."""
+in-process transport (threads of one process: float32 messages of rounded values) and
+over message channels through the WireLink the runtime puts between hosts (bfloat16
+messages; the framing and progress engine of TCP, here over memory rings)."""
 
 import ml_dtypes
 import numpy as np
@@ -216,7 +217,7 @@ def test_threads_of_one_process(algorithm, n, count):
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("count,stripes", [(COUNT, 1), ((1 << 20) + 3, 1), ((1 << 20) + 3, 2)])
 def test_message_channels(algorithm, n, count, stripes):
-    """Over message channels: every message bfloat16 (narrowed as it is sent, widened or
+    """Through a WireLink: every message bfloat16 (narrowed as it is sent, widened or
     reduced as it arrives), the streamed schedules at 4 MiB (the pair exchange of two
     ranks, the ring's pieces), two stripes per peer; the same bits as the bfloat16 sum."""
     table = rows(n, count)

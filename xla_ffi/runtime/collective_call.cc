@@ -13,7 +13,7 @@
 #include "runtime/collective.h"
 #include "runtime/one_shot.h"
 #include "runtime/stats.h"
-#include "transport/wire_link.h"
+#include "transport/wire_link.h"  // wire_sum_reduction
 
 namespace accl {
 
@@ -90,12 +90,13 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   Status s = meeting.join(spec.key, spec.rank, spec.size, sig, spec.label, deadline, segments,
                           &exchange, &spec.devices);
   if (s.ok()) {
-    std::unique_ptr<WireLink> wire;  // outlives link->fail: peers may read its staged sends
     std::unique_ptr<LocalLink> link;
     try {
+      // bfloat16 on the wire: float32 messages of rounded values within a process (memory,
+      // not a network: transport/wire_link.h), the reduction's kernels rounding.
       link = std::make_unique<LocalLink>(exchange, spec.rank, deadline);
-      s = run_collective(sig.collective, algorithm, *wire_view(link.get(), sig.wire_bf16, &wire),
-                         segments, spec.size, reduction, spec.args);
+      s = run_collective(sig.collective, algorithm, *link, segments, spec.size, reduction,
+                         spec.args);
     } catch (const std::exception& e) {
       s = error(Code::kInternal, spec.label, ": ", e.what());
     }

@@ -79,11 +79,10 @@ Status run_rank(RankCall& rc, const std::vector<Buffers>& segments, const Reduct
     if (rc.processes) rc.processes->also_fail_when(sibling_failed);
     if (rc.between) rc.between->also_fail_when(sibling_failed);
   }
-  // bfloat16 on the wire: every tier's messages and the step between hosts.
-  std::unique_ptr<WireLink> wire[3];
-  const bool bf16 = call.signature.wire_bf16;
-  for (int l = 0; l < 2; ++l) tiers[l].link = wire_view(tiers[l].link, bf16, &wire[l]);
-  Link* between = wire_view(rc.between.get(), bf16, &wire[2]);
+  // bfloat16 on the wire: the step between hosts sends bfloat16; the tiers within a host
+  // (memory, not a network) send float32 of rounded values (transport/wire_link.h).
+  std::unique_ptr<WireLink> wire;
+  Link* between = wire_view(rc.between.get(), call.signature.wire_bf16, &wire);
   Status s = allreduce_hierarchical(tiers, between, call.between, segments, reduction, call.chunks,
                                     call.deadline, &result->times);
   if (rc.between) result->sent_by_rail = rc.between->bytes_sent_by_rail();

@@ -222,7 +222,9 @@ Status check_plans_agree(ChannelSpace& space, const GroupLayout& layout,
 }
 
 // Runs `collective` by `algorithm` over channels to `members` (its messages bfloat16
-// where `wire_bf16`); *sent_by_rail receives the bytes sent per rail.
+// where `wire_bf16`: a sum sent as bfloat16 over a group that spans hosts; within one
+// host its messages stay float32, of rounded values); *sent_by_rail receives the bytes
+// sent per rail.
 Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, int rank,
                      uint64_t tag, const World& world, const std::string& where,
                      const Deadline& deadline, Collective collective, Algorithm algorithm,
@@ -511,7 +513,7 @@ Status ProcessesCall::run_flat() {
   std::map<std::string, uint64_t> sent;
   Status s = run_over_link(*space_, devices_, spec_.rank, tag_, *world_, where_, deadline_,
                            sig_.collective, plan_.schedule, segments_, reduction_, spec_.args,
-                           sig_.wire_bf16, &sent);
+                           sig_.wire_bf16 && layout_.host_count() > 1, &sent);
   trace_rails(
       str_cat(collective_row(sig_.collective).flat_phase, " ", algorithm_name(plan_.schedule))
           .c_str(),

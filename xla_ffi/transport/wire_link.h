@@ -11,9 +11,11 @@
 //     pass.
 // So no pass over the whole buffer happens before or after the call, every rank rounds
 // the same values the same way (reduce/reduce.h's WireKernels, AVX2 where the reduce
-// kernels are), and the bytes between devices, processes and hosts are bfloat16 ones.
-// Peer-memory algorithms (threads of a process, cross-memory attach) read the float32
-// buffers and fold them with the same kernels.
+// kernels are), and the bytes between hosts are bfloat16 ones. Within a host (threads of
+// a process, shared memory and cross-memory attach between its processes) the runtime
+// uses no WireLink: the messages and peer reads carry the float32 of rounded values
+// (the kernels round every input, so the sum is the same bits), since there a memory
+// copy of twice the bytes costs less than narrowing and widening them.
 #pragma once
 
 #include <cstddef>
