@@ -3,13 +3,12 @@
 on ``psum``/``pmean``/``allreduce`` or by ``JAX_ACCL_WIRE_DTYPE=bfloat16``.
 
 Where the values are rounded (every algorithm and tier; docs/api.md, "bfloat16 on the
-wire"): the float32 bucket's call (``accl_allreduce_bf16_wire``) rounds each rank's
-operand once to bfloat16 in place (round to nearest even, xla_ffi/reduce/wire.cc), then
-runs jax_accl's bfloat16 sum, whose every reduction step widens both operands to float32,
-adds, and rounds the sum to bfloat16 (the partial sums that travel between ranks are
-bfloat16); every algorithm ends with the one bfloat16 result copied to every rank, which
-the call widens to float32 in place, exactly. So every rank holds the same bits, as with
-any jax_accl all-reduce.
+wire"): the float32 bucket's call (``accl_allreduce_bf16_wire``) runs on the float32
+buffers, and the algorithm's own passes do the rounding (xla_ffi/transport/wire_link.h):
+each rank's operand is rounded once to bfloat16 (to nearest even) where it is first read,
+every message carries bfloat16, every reduction step adds in float32 and rounds the sum
+to bfloat16, and the one bfloat16 result reaches every rank widened to float32, exactly,
+as it is written. So every rank holds the same bits, as with any jax_accl all-reduce.
 """
 
 from __future__ import annotations

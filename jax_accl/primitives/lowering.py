@@ -116,8 +116,8 @@ def _emit_call(
     buffers cost more in page faults than the all-reduce; it copies an operand only where
     it is still needed afterwards) but where the operand is an argument of the program
     XLA must keep (operand_origin drops those aliases once the module is lowered), named
-    by the runtime's plan for it; `wire`: float32 travelling as bfloat16, narrowed into
-    its result and widened there by its handler."""
+    by the runtime's plan for it; `wire`: float32 travelling as bfloat16 (its handler's
+    messages bfloat16, its buffers float32)."""
     del invariant  # a type-level property; the call is the same
     groups = c.replica_groups(ctx.module_context.axis_context, axes, axis_index_groups)
     cost_model.ensure_loaded()  # this machine's constants, if `bench --calibrate` stored them

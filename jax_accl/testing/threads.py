@@ -19,11 +19,13 @@ def allreduce_threads(
     present: Sequence[int] | None = None,
     ops: Sequence[str] | None = None,
     algorithms: Sequence[str] | None = None,
+    wire_bf16: bool = False,
 ) -> list[np.ndarray]:
     """All-reduce ``inputs[r]`` (rank r's buffer) with one native thread per rank.
 
     ``ops``/``algorithms`` give per-rank values (to test disagreement); ranks not in
-    ``present`` never arrive (to test timeouts). Raises AcclError naming every rank
+    ``present`` never arrive (to test timeouts); ``wire_bf16``: a float32 sum sent as
+    bfloat16 (docs/api.md, "bfloat16 on the wire"). Raises AcclError naming every rank
     that failed.
     """
     inputs = [np.ascontiguousarray(x) for x in inputs]
@@ -38,6 +40,7 @@ def allreduce_threads(
         list(algorithms) if algorithms is not None else [algorithm] * n,
         list(range(n)) if present is None else list(present),
         timeout_s,
+        wire_bf16,
     )
     failed = {r: e for r, e in enumerate(errors) if e}
     if failed:

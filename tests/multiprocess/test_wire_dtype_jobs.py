@@ -3,8 +3,11 @@ every device of every process ends with the same bits, equal to jax_accl's bfloa
 sum of the operands rounded once, and to the NumPy model of the rounding where the order
 of the additions is fixed; two processes of one host (shared memory, cross-memory
 attach), two namespaced hosts (TCP over both rails, the hierarchy), routed jax.lax.psum
-with the knob, and XLA's own all-reduce (JAX_ACCL_XLA_COLLECTIVES=1) with the knob."""
+with the knob, and XLA's own all-reduce (JAX_ACCL_XLA_COLLECTIVES=1) with the knob; and
+at 4 MiB per device, where the schedules stream (the pair exchange, the hierarchy's
+pipeline) and cross-memory attach runs, compared by digest (SHA-256 of the bytes)."""
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,7 @@ from jax_accl.testing.wire_rows import rank_order_sum, rows
 JOB = [str(Path(__file__).parent / "scripts" / "wire_dtype_job.py")]
 KNOB = {"JAX_ACCL_WIRE_DTYPE": "bfloat16", "JAX_ACCL_TIMEOUT_S": "60"}
 COUNT = 4099
+LARGE = (1 << 20) + 3  # 4 MiB of float32 and a tail
 
 
 def devices_bits(results, variant) -> np.ndarray:
@@ -79,3 +83,70 @@ def test_xla_all_reduce_with_the_knob():
     for r in results:
         assert r["xla_int_sum"] == (np.arange(16).reshape(2, 8) * 7).sum(0).tolist()
         assert r["calls"] >= 2
+
+
+def digest_of(values: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(values, np.float32).tobytes()).hexdigest()
+
+
+def assert_one_digest(results, variant, n) -> str:
+    got = [d for r in results for d in r[variant]]
+    assert len(got) == n and len(set(got)) == 1, (variant, got)
+    return got[0]
+
+
+def check_large(results, algorithms, n, rank_order=()):
+    """Every device the same bytes, those of jax_accl's bfloat16 sum of the rounded
+    operands (and of the NumPy model where the additions run in rank order)."""
+    table = rows(n, LARGE)
+    for algorithm in algorithms:
+        got = assert_one_digest(results, algorithm, n)
+        assert got == assert_one_digest(results, algorithm + " of rounded operands", n), algorithm
+        if algorithm in rank_order:
+            assert got == digest_of(rank_order_sum(table)), algorithm
+        assert got != digest_of(table.sum(0))
+    assert assert_one_digest(results, "routed", n) == assert_one_digest(
+        results, "auto of rounded operands", n
+    )
+
+
+def run_large(processes, devices, algorithms, **kw):
+    extra = ["--algorithms", ",".join(algorithms), "--count", str(LARGE), "--digest"]
+    return launch.run_job(JOB, processes, devices, extra=extra, timeout=300, **kw)
+
+
+def test_large_two_processes_of_two_devices():
+    """The hierarchy's tiers (threads' peer memory, shared memory between the processes)
+    pipelined, cross-memory attach (reduce_broadcast), the streamed ring."""
+    algorithms = ["auto", "direct", "ring", "halving_doubling", "reduce_broadcast", "hierarchical"]
+    results = run_large(2, 2, algorithms, env=[KNOB, KNOB])
+    check_large(results, algorithms, 4, rank_order=("direct", "reduce_broadcast"))
+
+
+def test_large_two_processes_of_one_device():
+    """Two ranks: the pair exchange streamed over shared memory, cross-memory attach."""
+    algorithms = ["auto", "ring", "halving_doubling", "reduce_broadcast"]
+    results = run_large(2, 1, algorithms, env=[KNOB, KNOB])
+    check_large(results, algorithms, 2, rank_order=algorithms)
+
+
+def test_large_two_namespaced_hosts_of_two_processes(root_required):
+    """Every tier at once: shared memory between the processes of a host, TCP between
+    the hosts (the pipelined hierarchy, the pair exchange between hosts)."""
+    algorithms = ["auto", "hierarchical", "ring"]
+    with netns.virtual_hosts(2, 1) as names:
+        first, second = list(names)
+        hosts = [first, first, second, second]
+        extra = ["--algorithms", ",".join(algorithms), "--count", str(LARGE), "--digest"]
+        results = launch.run_on_namespaced_hosts(
+            JOB, hosts, 1, "rail0", extra=extra, env=[KNOB] * 4, timeout=300
+        )
+    check_large(results, algorithms, 4)
+
+
+def test_large_xla_all_reduce_with_the_knob():
+    env = {**KNOB, "JAX_ACCL_XLA_COLLECTIVES": "1"}
+    extra = ["--xla", "--count", str(LARGE), "--digest"]
+    results = launch.run_job(JOB, 2, 1, extra=extra, env=[env, env], timeout=300)
+    got = assert_one_digest(results, "xla_sum", 2)
+    assert got == digest_of(rank_order_sum(rows(2, LARGE)))

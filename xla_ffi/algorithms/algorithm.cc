@@ -33,14 +33,14 @@ Status run_segment(Algorithm algorithm, Link& link, const Buffers& buf,
     case Algorithm::kRing:
     case Algorithm::kHalvingDoubling:
       // For two ranks both are one exchange of halves: streamed where the link allows.
-      if (pair_streams(link, buf.count * buf.elem_size)) {
+      if (pair_streams(link, link.wire_bytes(buf.count * buf.elem_size))) {
         streamed_segments().pair.fetch_add(1, std::memory_order_relaxed);
         return allreduce_pair_streamed(link, buf, reduction);
       }
       if (algorithm == Algorithm::kHalvingDoubling) {
         return allreduce_halving_doubling(link, buf, reduction);
       }
-      if (ring_streams(link, buf.count * buf.elem_size)) {
+      if (ring_streams(link, link.wire_bytes(buf.count * buf.elem_size))) {
         streamed_segments().ring.fetch_add(1, std::memory_order_relaxed);
         return allreduce_ring_streamed(link, buf, reduction);
       }
@@ -57,8 +57,7 @@ Status run_allreduce(Algorithm algorithm, Link& link, const std::vector<Buffers>
                      const Reduction& reduction) {
   if (link.size() == 1) {
     for (const Buffers& buf : segments) {
-      if (buf.count > 0 && buf.out != buf.in)
-        std::memcpy(buf.out, buf.in, buf.count * buf.elem_size);
+      reduction.copy_alone(buf.out, buf.in, buf.count, buf.elem_size);
     }
     return Status::Ok();
   }

@@ -66,6 +66,9 @@ struct CollectiveArgs {
   int send_to = -1;
   int recv_from = -1;
   int root = -1;
+  // An all-reduce's float32 sum sent as bfloat16 (the MPI library's calls under
+  // JAX_ACCL_WIRE_DTYPE=bfloat16: runtime/call.h's Signature::wire_bf16).
+  bool wire_bf16 = false;
 };
 
 // `count` elements cut into `parts` contiguous blocks whose sizes differ by at most one.

@@ -29,7 +29,7 @@ bool pair_streams(const Link& link, size_t bytes) {
 
 Status allreduce_pair_streamed(Link& link, const Buffers& buf, const Reduction& reduction) {
   const int me = link.rank(), peer = 1 - me;
-  const size_t bytes = buf.count * buf.elem_size;
+  const size_t bytes = link.wire_bytes(buf.count * buf.elem_size);
   const int chunks =
       static_cast<int>(std::clamp<size_t>(bytes / kPairChunkBytes, 2, kPairMaxChunks));
   const Blocks blocks{buf.count, chunks};

@@ -37,7 +37,7 @@ bool ring_streams(const Link& link, size_t bytes) {
 Status allreduce_ring_streamed(Link& link, const Buffers& buf, const Reduction& reduction) {
   const int n = link.size(), me = link.rank();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
-  const int pieces = ring_stream_pieces(buf.count * buf.elem_size, n);
+  const int pieces = ring_stream_pieces(link.wire_bytes(buf.count * buf.elem_size), n);
   const int steps = 2 * (n - 1);
   const Blocks blocks{buf.count, n};
   auto mod = [n](int v) { return ((v % n) + n) % n; };

@@ -66,7 +66,7 @@ nb::dict registrations() {
         stages(row.layout_table ? AcclRaggedAllToAllHandler : AcclCollectiveHandler);
   }
   // The all-reduce's float32 sums whose bytes travel as bfloat16: its site, an execute
-  // handler of their own (narrow, run, widen: ffi/collective_ffi.cc).
+  // handler of their own (ffi/collective_ffi.cc).
   targets[kAllreduceBf16WireTarget] = stages(AcclWireBf16Handler);
   return targets;
 }

@@ -39,6 +39,7 @@
 #include "transport/handshake.h"
 #include "transport/ring_channel.h"
 #include "transport/tcp.h"
+#include "transport/wire_link.h"
 
 namespace nb = nanobind;
 
@@ -60,7 +61,8 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
                                            std::vector<std::string> dtypes,
                                            std::vector<std::string> ops,
                                            std::vector<std::string> algorithms,
-                                           std::vector<int> present, double timeout_s) {
+                                           std::vector<int> present, double timeout_s,
+                                           bool wire_bf16) {
   const int n = static_cast<int>(ins.size());
   if (outs.size() != ins.size() || counts.size() != ins.size() || dtypes.size() != ins.size() ||
       ops.size() != ins.size() || algorithms.size() != ins.size()) {
@@ -93,7 +95,8 @@ std::vector<std::string> allreduce_threads(std::vector<uintptr_t> ins, std::vect
                                                   {reinterpret_cast<const void*>(ins[r])},
                                                   {reinterpret_cast<void*>(outs[r])},
                                                   {counts[r]},
-                                                  {counts[r]}});
+                                                  {counts[r]},
+                                                  wire_bf16});
         if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
       });
     }
@@ -110,7 +113,7 @@ std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
                                                     std::vector<uint64_t> counts,
                                                     const std::string& dtype, const std::string& op,
                                                     const std::string& algorithm, int stripes,
-                                                    double timeout_s) {
+                                                    double timeout_s, bool wire_bf16) {
   const int n = static_cast<int>(ins.size());
   if (outs.size() != ins.size() || counts.size() != ins.size()) {
     throw nb::value_error("allreduce_threads_channels: one in, out and count per rank");
@@ -134,10 +137,13 @@ std::vector<std::string> allreduce_threads_channels(std::vector<uintptr_t> ins,
         const Deadline deadline = Deadline::after_seconds(timeout_s);
         ChannelLink link(r, std::move(channels), 42, str_cat("channel test rank ", r), deadline);
         const size_t elem = dtype_size(dt);
-        Status s = run_allreduce(alg, link,
+        // bfloat16 on the wire: float32 buffers, bfloat16 messages (transport/wire_link.h).
+        std::unique_ptr<WireLink> wire;
+        Link* used = wire_view(&link, wire_bf16, &wire);
+        Status s = run_allreduce(alg, *used,
                                  {Buffers{reinterpret_cast<const void*>(ins[r]),
                                           reinterpret_cast<void*>(outs[r]), counts[r], elem, 0}},
-                                 Reduction{fn, elem});
+                                 wire_bf16 ? wire_sum_reduction() : Reduction{fn, elem});
         if (!s.ok()) errors[r] = str_cat(code_name(s.code()), ": ", s.message());
       });
     }
@@ -437,6 +443,50 @@ nb::dict cma_lanes(int ranks, uint64_t count, double timeout_s) {
 }
 
 }  // namespace
+// One kernel of bfloat16 on the wire (reduce/reduce.h's WireKernels) from the AVX2 or the
+// generic build, on raw buffers: `srcs` its inputs (float32, or bfloat16 where the
+// kernel takes a message: widen, sum_message's second, widen_message's second), `dst`
+// its output, `count` elements; the tests compare the two builds bit for bit.
+void wire_kernel(const std::string& kernel, const std::string& isa, uintptr_t dst,
+                 std::vector<uintptr_t> srcs, uint64_t count) {
+  const WireKernels* k = nullptr;
+  if (isa == "generic") k = &kernels_generic::wire();
+#ifdef ACCL_AVX2_KERNELS
+  if (isa == "avx2") {
+    if (std::string(reduce_isa()) != "avx2") throw nb::value_error("this CPU runs no AVX2 kernels");
+    k = &kernels_avx2::wire();
+  }
+#endif
+  if (k == nullptr)
+    throw nb::value_error(str_cat("wire_kernel: no ", isa, " kernels in this build").c_str());
+  auto* out = reinterpret_cast<void*>(dst);
+  auto in = [&](size_t i) {
+    if (i >= srcs.size())
+      throw nb::value_error(str_cat("wire_kernel: ", kernel, " needs more inputs").c_str());
+    return reinterpret_cast<const void*>(srcs[i]);
+  };
+  if (kernel == "narrow") {
+    k->narrow(static_cast<uint16_t*>(out), static_cast<const float*>(in(0)), count);
+  } else if (kernel == "widen") {
+    k->widen(static_cast<float*>(out), static_cast<const uint16_t*>(in(0)), count);
+  } else if (kernel == "round") {
+    k->round(out, in(0), count);
+  } else if (kernel == "sum") {
+    k->sum(out, in(0), in(1), count);
+  } else if (kernel == "sum_message") {
+    k->sum_message(out, in(0), in(1), count);
+  } else if (kernel == "widen_message") {
+    k->widen_message(out, in(0), in(1), count);
+  } else if (kernel == "sum_many") {
+    std::vector<const void*> all;
+    for (size_t i = 0; i < srcs.size(); ++i) all.push_back(in(i));
+    if (all.size() < 2) throw nb::value_error("wire_kernel: sum_many folds two inputs or more");
+    k->sum_many(out, all.data(), static_cast<int>(all.size()), count);
+  } else {
+    throw nb::value_error(str_cat("wire_kernel: no kernel ", kernel).c_str());
+  }
+}
+
 }  // namespace accl
 
 NB_MODULE(_accl_testing, m) {
@@ -444,10 +494,12 @@ NB_MODULE(_accl_testing, m) {
   m.doc() = "jax_accl's test harness: the native core without XLA (jax_accl never imports it)";
   m.def("allreduce_threads", &allreduce_threads, nb::arg("ins"), nb::arg("outs"), nb::arg("counts"),
         nb::arg("dtypes"), nb::arg("ops"), nb::arg("algorithms"), nb::arg("present"),
-        nb::arg("timeout_s"));
+        nb::arg("timeout_s"), nb::arg("wire_bf16") = false);
   m.def("allreduce_threads_channels", &allreduce_threads_channels, nb::arg("ins"), nb::arg("outs"),
         nb::arg("counts"), nb::arg("dtype"), nb::arg("op"), nb::arg("algorithm"),
-        nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0);
+        nb::arg("stripes") = 1, nb::arg("timeout_s") = 30.0, nb::arg("wire_bf16") = false);
+  m.def("wire_kernel", &wire_kernel, nb::arg("kernel"), nb::arg("isa"), nb::arg("dst"),
+        nb::arg("srcs"), nb::arg("count"));
   m.def("hierarchical_threads", &hierarchical_threads, nb::arg("places"), nb::arg("ins"),
         nb::arg("outs"), nb::arg("counts"), nb::arg("segment_counts"), nb::arg("dtype"),
         nb::arg("op"), nb::arg("between_algorithm") = "auto", nb::arg("chunks") = 0,

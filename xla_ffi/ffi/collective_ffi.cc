@@ -17,7 +17,6 @@
 #include "algorithms/ragged_all_to_all.h"
 #include "common/huge_pages.h"
 #include "ffi/handlers.h"
-#include "reduce/wire.h"
 #include "runtime/collective.h"
 #include "runtime/collective_site.h"
 #include "xla/ffi/api/ffi.h"
@@ -128,23 +127,13 @@ void complete(ffi::Promise& promise, const Status& s) {
   }
 }
 
-// Hands a device's call to the site; the future completes with it, after `done` (run
-// where the call succeeded, before XLA may touch the buffers again).
+// Hands a device's call to the site; the future completes with it.
 ffi::Future run_on_site(CollectiveSite& site, ffi::RunId run_id, int32_t ordinal,
-                        CallBuffers buffers, Clock::time_point issued,
-                        std::function<void()> done = nullptr) {
+                        CallBuffers buffers, Clock::time_point issued) {
   ffi::Promise promise;
   ffi::Future future(promise);
-  if (!done) {  // the common case: a capture small enough for std::function's own buffer
-    site.run(ordinal, run_id.run_id, std::move(buffers), issued,
-             [promise](const Status& s) mutable { complete(promise, s); });
-    return future;
-  }
   site.run(ordinal, run_id.run_id, std::move(buffers), issued,
-           [promise, done = std::move(done)](const Status& s) mutable {
-             if (s.ok()) done();
-             complete(promise, s);
-           });
+           [promise](const Status& s) mutable { complete(promise, s); });
   return future;
 }
 
@@ -204,11 +193,11 @@ ffi::Future execute(SiteState* state, ffi::RunId run_id, int32_t ordinal, ffi::R
 }
 
 // accl_allreduce_bf16_wire: float32 sums whose bytes travel as bfloat16
-// (jax_accl/wire_dtype.py). Each result (its operand's buffer, or a fresh one where the
-// operand is an argument XLA keeps) is narrowed from the operand to
-// bfloat16 (rounded once, to nearest even), all-reduced as jax_accl's bfloat16 sum (every
-// step adds in float32 and rounds), and widened in place once the call is done, so every
-// rank holds the same float32 bits.
+// (jax_accl/wire_dtype.py). The call runs on the float32 operands and results as they
+// are; the algorithms' own passes round each operand to bfloat16 where they first read
+// it, send bfloat16 messages, add in float32 and round every sum, and widen what they
+// receive as they write it (transport/wire_link.h), so every rank holds the same float32
+// bits, each a bfloat16 value.
 ffi::Future execute_wire_bf16(SiteState* state, ffi::RunId run_id, int32_t ordinal,
                               ffi::RemainingArgs args, ffi::RemainingRets rets) {
   const auto issued = Clock::now();
@@ -228,22 +217,8 @@ ffi::Future execute_wire_bf16(SiteState* state, ffi::RunId run_id, int32_t ordin
         "jax_accl: bfloat16 on the wire takes float32 operands and results alike, in " +
         state->site->name()));
   }
-  std::vector<std::pair<void*, size_t>> widen;
-  for (size_t k = 0; k < buffers.out.size(); ++k) {
-    void* data = buffers.out[k];
-    if (data == buffers.in[k]) {
-      narrow_in_place(data, buffers.counts[k]);
-    } else {  // a kept argument (not aliased): narrowed straight into the result
-      narrow_f32_to_bf16(static_cast<uint16_t*>(data), static_cast<const float*>(buffers.in[k]),
-                         buffers.counts[k]);
-    }
-    buffers.in[k] = data;
-    widen.emplace_back(data, buffers.counts[k]);
-  }
-  buffers.dtype = DType::kBF16;
-  return run_on_site(*state->site, run_id, ordinal, std::move(buffers), issued, [widen] {
-    for (const auto& [data, count] : widen) widen_in_place(data, count);
-  });
+  buffers.wire_bf16 = true;
+  return run_on_site(*state->site, run_id, ordinal, std::move(buffers), issued);
 }
 
 // A ragged all-to-all: the operand, the output (the result aliases it) and the layout

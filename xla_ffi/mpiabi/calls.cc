@@ -113,18 +113,18 @@ Status begin(const char* function, MPIABI_Comm handle, MPIABI_Datatype type, int
   return byte_size(function, count, *dtype, (*comm)->devices.size(), &bytes);
 }
 
-// A float32 sum whose bytes travel as bfloat16 (JAX_ACCL_WIRE_DTYPE=bfloat16): this
-// rank's operand rounded once to bfloat16, jax_accl's bfloat16 sum (each step adds in
-// float32 and rounds; every rank ends with the same bfloat16 result), widened back.
-// The bfloat16 copy is this thread's, kept across calls (no page faults per call).
+// A float32 sum whose bytes travel as bfloat16 (JAX_ACCL_WIRE_DTYPE=bfloat16): run on
+// the float32 buffers, the algorithms' own passes rounding the operand where they first
+// read it, sending bfloat16 and widening what they receive (transport/wire_link.h);
+// every rank ends with the same float32 bits, each a bfloat16 value. A group of one
+// (copied, not run) rounds its result in place.
 Status allreduce_as_bf16(Comm& comm, const void* in, void* out, int count) {
-  thread_local std::vector<uint16_t> wire;
-  wire.resize(static_cast<size_t>(count));
-  narrow_f32_to_bf16(wire.data(), static_cast<const float*>(in), wire.size());
-  ACCL_RETURN_IF_ERROR(run_collective_on(comm, "MPI_Allreduce", Collective::kAllReduce,
-                                         DType::kBF16, ReduceOp::kSum, wire.data(), wire.data(),
-                                         wire.size()));
-  widen_bf16_to_f32(static_cast<float*>(out), wire.data(), wire.size());
+  CollectiveArgs args;
+  args.wire_bf16 = true;
+  ACCL_RETURN_IF_ERROR(run_collective_on(comm, "MPI_Allreduce", Collective::kAllReduce, DType::kF32,
+                                         ReduceOp::kSum, in, out, static_cast<uint64_t>(count),
+                                         args));
+  if (comm.devices.size() == 1) wire_kernels().round(out, out, static_cast<size_t>(count));
   return Status::Ok();
 }
 

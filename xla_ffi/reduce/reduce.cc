@@ -16,6 +16,7 @@ struct Kernels {
   ReduceFn (*lookup)(DType, ReduceOp);
   ReduceManyFn (*lookup_many)(DType, ReduceOp);
   void (*stream_copy)(void*, const void*, size_t);
+  const WireKernels& (*wire)();
   const char* isa;
 };
 
@@ -40,11 +41,12 @@ bool cpu_runs_avx2_kernels() {
 Kernels pick() {
 #ifdef ACCL_AVX2_KERNELS
   if (cpu_runs_avx2_kernels()) {
-    return {kernels_avx2::lookup, kernels_avx2::lookup_many, kernels_avx2::stream_copy, "avx2"};
+    return {kernels_avx2::lookup, kernels_avx2::lookup_many, kernels_avx2::stream_copy,
+            kernels_avx2::wire, "avx2"};
   }
 #endif
   return {kernels_generic::lookup, kernels_generic::lookup_many, kernels_generic::stream_copy,
-          "generic"};
+          kernels_generic::wire, "generic"};
 }
 
 const Kernels kKernels = pick();
@@ -68,6 +70,8 @@ void stream_fence() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
 }
+
+const WireKernels& wire_kernels() { return kKernels.wire(); }
 
 const char* reduce_isa() { return kKernels.isa; }
 

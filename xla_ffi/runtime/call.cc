@@ -15,10 +15,10 @@ size_t CallKeyHash::operator()(const CallKey& k) const {
 }
 
 std::string describe(const Signature& s) {
-  return str_cat(collective_row(s.collective).what(s.op), " of ", s.count, " x ",
-                 dtype_name(s.dtype),
-                 s.segments == 1 ? "" : str_cat(" in ", s.segments, " buffers"), " (",
-                 algorithm_name(s.algorithm), ")");
+  return str_cat(
+      collective_row(s.collective).what(s.op), " of ", s.count, " x ", dtype_name(s.dtype),
+      s.segments == 1 ? "" : str_cat(" in ", s.segments, " buffers"),
+      s.wire_bf16 ? " as bfloat16 on the wire" : "", " (", algorithm_name(s.algorithm), ")");
 }
 
 void describe_layout(const std::vector<uint64_t>& counts, Signature* s) {

@@ -42,11 +42,20 @@ struct Signature {
   uint64_t layout_hash = 0;  // hash of the segments' lengths
   Algorithm algorithm = Algorithm::kAuto;
   Collective collective = Collective::kAllReduce;
+  // bfloat16 on the wire: a float32 sum all-reduce whose messages carry bfloat16
+  // (transport/wire_link.h), its buffers float32 throughout.
+  bool wire_bf16 = false;
   bool operator==(const Signature& o) const {
-    return std::tie(dtype, op, count, segments, layout_hash, algorithm, collective) ==
-           std::tie(o.dtype, o.op, o.count, o.segments, o.layout_hash, o.algorithm, o.collective);
+    return std::tie(dtype, op, count, segments, layout_hash, algorithm, collective, wire_bf16) ==
+           std::tie(o.dtype, o.op, o.count, o.segments, o.layout_hash, o.algorithm, o.collective,
+                    o.wire_bf16);
   }
 };
+// Bytes per element on the wire, the unit of the call's plan and stats: bfloat16's for
+// a float32 sum sent as bfloat16 (planned as the bfloat16 sum it is), else the dtype's.
+inline size_t wire_elem_size(const Signature& s) {
+  return s.wire_bf16 ? dtype_size(DType::kBF16) : dtype_size(s.dtype);
+}
 // Fills count, segments and layout_hash from the segments' lengths.
 void describe_layout(const std::vector<uint64_t>& counts, Signature* signature);
 std::string describe(const Signature& signature);
@@ -106,6 +115,7 @@ struct CallBuffers {
   std::vector<void*> out;
   std::vector<uint64_t> counts;
   std::vector<uint64_t> out_counts;
+  bool wire_bf16 = false;  // float32 sums sent as bfloat16 (Signature::wire_bf16)
 };
 
 }  // namespace accl

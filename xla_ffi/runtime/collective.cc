@@ -28,7 +28,7 @@ std::string reduce_what(ReduceOp op) { return str_cat("reduce (", reduce_op_name
 void allreduce_one_shot(const OneShotSegment& s) {
   const size_t bytes = s.count * s.reduction->elem_size;
   if (s.size == 1) {
-    std::memcpy(s.outputs[0], s.staged[0], bytes);
+    s.reduction->copy_alone(s.outputs[0], s.staged[0], s.count, s.reduction->elem_size);
     return;
   }
   s.reduction->fold(s.outputs[0], s.staged.data(), s.size, s.count);

@@ -13,12 +13,22 @@
 #include "runtime/collective.h"
 #include "runtime/one_shot.h"
 #include "runtime/stats.h"
+#include "transport/wire_link.h"  // wire_sum_reduction
 
 namespace accl {
 
 Status reduction_for(const CallSpec& spec, Reduction* reduction) {
   const Signature& sig = spec.signature;
   reduction->elem_size = dtype_size(sig.dtype);
+  if (sig.wire_bf16) {
+    if (sig.dtype != DType::kF32 || sig.op != ReduceOp::kSum ||
+        sig.collective != Collective::kAllReduce) {
+      return error(Code::kInvalidArgument, "rank ", spec.rank, " of ", spec.label,
+                   ": bfloat16 on the wire carries float32 sum all-reduces, not a ", describe(sig));
+    }
+    *reduction = wire_sum_reduction();
+    return Status::Ok();
+  }
   // An all-gather or a permutation moves data and never reduces it.
   if (!collective_row(sig.collective).reduces) return Status::Ok();
   reduction->fn = reduce_kernel(sig.dtype, sig.op);
@@ -33,7 +43,7 @@ Status reduction_for(const CallSpec& spec, Reduction* reduction) {
 CallPlan plan_in_process_call(const CallSpec& spec, const std::vector<uint64_t>& counts,
                               bool one_shot) {
   PlanRequest request;
-  for (uint64_t count : counts) request.bytes += count * dtype_size(spec.signature.dtype);
+  for (uint64_t count : counts) request.bytes += count * wire_elem_size(spec.signature);
   request.forced = spec.signature.algorithm;
   request.one_shot = one_shot;
   request.collective = spec.signature.collective;
@@ -82,6 +92,8 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
   if (s.ok()) {
     std::unique_ptr<LocalLink> link;
     try {
+      // bfloat16 on the wire: float32 messages of rounded values within a process (memory,
+      // not a network: transport/wire_link.h), the reduction's kernels rounding.
       link = std::make_unique<LocalLink>(exchange, spec.rank, deadline);
       s = run_collective(sig.collective, algorithm, *link, segments, spec.size, reduction,
                          spec.args);
@@ -100,7 +112,7 @@ Status run_in_process(CallSpec spec, const std::vector<const void*>& in,
     record_error(algorithm, sig.collective);
     return s;
   }
-  record_call(algorithm, spec, start, Clock::now(), sig.count * elem);
+  record_call(algorithm, spec, start, Clock::now(), sig.count * wire_elem_size(sig));
   return Status::Ok();
 }
 
@@ -123,6 +135,7 @@ CallSpec make_call(const CallGroup& group, const CallKey& key, const CallSetting
   spec.args = group.args;
   spec.signature = settings.signature;
   spec.signature.dtype = dtype;
+  spec.signature.wire_bf16 |= group.args.wire_bf16;
   spec.timeout_s = settings.timeout_s;
   spec.pipeline_chunks = settings.pipeline_chunks;
   spec.issued = issued;
@@ -186,6 +199,7 @@ Status run_call(CallSpec spec, CallBuffers buffers) {
 
 void start_call(CallSpec spec, CallBuffers buffers, std::function<void(const Status&)> done,
                 RunOn run_on) {
+  spec.signature.wire_bf16 |= buffers.wire_bf16;
   const Route route = route_of(spec, buffers, /*one_shot=*/run_on == RunOn::kCallThread);
   if (run_on == RunOn::kCallerThread) return done(run_route(spec, buffers, route));
   // Made before the call counts as begun: what throws here ends nothing begun.

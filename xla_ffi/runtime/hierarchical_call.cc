@@ -1,6 +1,7 @@
 #include "runtime/hierarchical_call.h"
 
 #include "transport/local.h"
+#include "transport/wire_link.h"
 
 namespace accl {
 namespace {
@@ -78,8 +79,12 @@ Status run_rank(RankCall& rc, const std::vector<Buffers>& segments, const Reduct
     if (rc.processes) rc.processes->also_fail_when(sibling_failed);
     if (rc.between) rc.between->also_fail_when(sibling_failed);
   }
-  Status s = allreduce_hierarchical(tiers, rc.between.get(), call.between, segments, reduction,
-                                    call.chunks, call.deadline, &result->times);
+  // bfloat16 on the wire: the step between hosts sends bfloat16; the tiers within a host
+  // (memory, not a network) send float32 of rounded values (transport/wire_link.h).
+  std::unique_ptr<WireLink> wire;
+  Link* between = wire_view(rc.between.get(), call.signature.wire_bf16, &wire);
+  Status s = allreduce_hierarchical(tiers, between, call.between, segments, reduction, call.chunks,
+                                    call.deadline, &result->times);
   if (rc.between) result->sent_by_rail = rc.between->bytes_sent_by_rail();
   return s.ok() ? s : rc.fail(s);
 }

@@ -52,6 +52,7 @@
 #include "topology/group_layout.h"
 #include "transport/channel_link.h"
 #include "transport/cma.h"
+#include "transport/wire_link.h"
 
 namespace accl {
 namespace {
@@ -70,6 +71,7 @@ uint64_t call_tag(const Signature& sig, int group_size, uint64_t call_index) {
       .mix(sig.layout_hash)
       .mix(static_cast<uint64_t>(sig.algorithm))
       .mix(static_cast<uint64_t>(sig.collective))
+      .mix(static_cast<uint64_t>(sig.wire_bf16))
       .mix(static_cast<uint64_t>(group_size))
       .mix(call_index)
       .value();
@@ -219,18 +221,22 @@ Status check_plans_agree(ChannelSpace& space, const GroupLayout& layout,
   return s;
 }
 
-// Runs `collective` by `algorithm` over channels to `members`; *sent_by_rail receives
-// the bytes sent per rail.
+// Runs `collective` by `algorithm` over channels to `members` (its messages bfloat16
+// where `wire_bf16`: a sum sent as bfloat16 over a group that spans hosts; within one
+// host its messages stay float32, of rounded values); *sent_by_rail receives the bytes
+// sent per rail.
 Status run_over_link(ChannelSpace& space, const std::vector<int64_t>& members, int rank,
                      uint64_t tag, const World& world, const std::string& where,
                      const Deadline& deadline, Collective collective, Algorithm algorithm,
                      const std::vector<Buffers>& segments, const Reduction& reduction,
-                     const CollectiveArgs& args, std::map<std::string, uint64_t>* sent_by_rail) {
+                     const CollectiveArgs& args, bool wire_bf16,
+                     std::map<std::string, uint64_t>* sent_by_rail) {
   std::unique_ptr<ChannelLink> link;
   const PlanOnWire wire{WirePlan{algorithm}, &world};
   ACCL_RETURN_IF_ERROR(open_link(space, members, rank, tag, wire, where, deadline, &link));
-  Status s = run_collective(collective, algorithm, *link, segments,
-                            static_cast<int>(members.size()), reduction, args);
+  std::unique_ptr<WireLink> as_bf16;
+  Status s = run_collective(collective, algorithm, *wire_view(link.get(), wire_bf16, &as_bf16),
+                            segments, static_cast<int>(members.size()), reduction, args);
   if (!s.ok()) link->fail(s.code());
   *sent_by_rail = link->bytes_sent_by_rail();
   return s;
@@ -352,7 +358,7 @@ class ProcessesCall {
         reduction_(reduction),
         deadline_(deadline),
         start_(spec.start()),
-        bytes_(sig_.count * reduction.elem_size),
+        bytes_(sig_.count * wire_elem_size(sig_)),
         where_(str_cat(spec.label, ", rank ", spec.rank, " (device ", spec.device, ", process ",
                        world_->process_index(), ")")) {}
   ProcessesCall(const ProcessesCall&) = delete;
@@ -505,9 +511,9 @@ Status ProcessesCall::run_by_host() {
 
 Status ProcessesCall::run_flat() {
   std::map<std::string, uint64_t> sent;
-  Status s =
-      run_over_link(*space_, devices_, spec_.rank, tag_, *world_, where_, deadline_,
-                    sig_.collective, plan_.schedule, segments_, reduction_, spec_.args, &sent);
+  Status s = run_over_link(*space_, devices_, spec_.rank, tag_, *world_, where_, deadline_,
+                           sig_.collective, plan_.schedule, segments_, reduction_, spec_.args,
+                           sig_.wire_bf16 && layout_.host_count() > 1, &sent);
   trace_rails(
       str_cat(collective_row(sig_.collective).flat_phase, " ", algorithm_name(plan_.schedule))
           .c_str(),

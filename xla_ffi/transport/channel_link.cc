@@ -441,7 +441,7 @@ Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t b
   // Reduce what has arrived while the rest is on its way: each stripe's received prefix,
   // whole elements, half a window at a time (and the tail at the end), at most up to the
   // window's end at once.
-  const size_t elem = reduction.elem_size;
+  const size_t elem = reduction.elem_size, out_elem = reduction.out_elem();
   auto reduce_arrived = [&](bool all) {
     for (size_t i = 0; i < recvs.size(); ++i) {
       Transfer& t = recvs[i];
@@ -450,7 +450,7 @@ Status ChannelLink::recv_reduce(int peer, const void* local, void* dst, size_t b
       while (t.consumed < ready) {
         const size_t in_window = t.consumed % t.window;
         const size_t n = std::min(ready - t.consumed, t.window - in_window);
-        const size_t at = t.offset + t.consumed;
+        const size_t at = (t.offset + t.consumed) / elem * out_elem;
         reduction.fn(static_cast<char*>(dst) + at, static_cast<const char*>(local) + at,
                      t.data + in_window, n / elem);
         t.consumed += n;

@@ -28,6 +28,7 @@ class ForwardingLink : public Link {
   Status check_peer_access() override { return inner_.check_peer_access(); }
   void end_peer_access() override { inner_.end_peer_access(); }
   bool queues_sends() const override { return inner_.queues_sends(); }
+  size_t wire_bytes(size_t bytes) const override { return inner_.wire_bytes(bytes); }
   std::string where() const override { return inner_.where(); }
 
  protected:

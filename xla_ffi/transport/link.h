@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 #include "common/dtype.h"
@@ -38,6 +39,23 @@ struct Reduction {
   ReduceFn fn = nullptr;
   size_t elem_size = 0;
   ReduceManyFn many = nullptr;  // optional one-pass form of folding fn over k inputs
+  // Where `local` and `dst` of a receive hold elements of another size than the message
+  // (bfloat16 on the wire: float32 buffers, bfloat16 messages; transport/wire_link.h):
+  // their element size; 0: elem_size. Element i of the message meets element i of both.
+  size_t out_elem_size = 0;
+  // How a rank's input becomes its result where no other rank adds to it (a group of
+  // one): nullptr a copy; bfloat16 on the wire rounds it (dst may equal src).
+  void (*copy)(void* dst, const void* src, size_t count) = nullptr;
+
+  size_t out_elem() const { return out_elem_size ? out_elem_size : elem_size; }
+  // dst = src, `count` elements of `elem` bytes, as a group of one returns it.
+  void copy_alone(void* dst, const void* src, size_t count, size_t elem) const {
+    if (copy != nullptr) {
+      copy(dst, src, count);
+    } else if (dst != src && count > 0) {
+      std::memcpy(dst, src, count * elem);
+    }
+  }
 
   // dst = srcs[0] op srcs[1] op ... op srcs[k-1], left to right (k >= 2); dst may be srcs[0].
   void fold(void* dst, const void* const* srcs, int k, size_t count) const {
@@ -108,6 +126,10 @@ class Link {
   // True where post_send only queues (any number of sends in flight per peer, driven
   // by every later wait), so a schedule may post ahead of what it receives.
   virtual bool queues_sends() const { return false; }
+  // The bytes a message of `bytes` of the caller's buffers takes on the wire (bfloat16 on
+  // the wire: half, transport/wire_link.h): what schedules cut and choose by, so that a
+  // call plans its messages as the bfloat16 sum it is.
+  virtual size_t wire_bytes(size_t bytes) const { return bytes; }
   // A label for error messages, e.g. "rank 3 of group [0 1 2 3], op 17 seq 2".
   virtual std::string where() const = 0;
 };

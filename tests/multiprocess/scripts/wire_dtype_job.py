@@ -8,10 +8,12 @@ and an int32 one. Each device's row of the input is float32 noise made from its 
 (every process makes all of them), with exact bfloat16 ties at its start.
 
 Prints ``RESULT <json>``: per variant, each local device's result as uint32 bit
-patterns (the test compares them across ranks and with its NumPy model).
+patterns (the test compares them across ranks and with its NumPy model), or with
+--digest (large counts) as the SHA-256 of its bytes.
 """
 
 import argparse
+import hashlib
 import json
 
 import jax
@@ -28,6 +30,7 @@ parser.add_argument("--devices", type=int, default=1)
 parser.add_argument("--algorithms", default="auto")
 parser.add_argument("--count", type=int, default=4099)
 parser.add_argument("--xla", action="store_true")
+parser.add_argument("--digest", action="store_true")
 args, _ = parser.parse_known_args()
 
 jax.config.update("jax_num_cpu_devices", args.devices)
@@ -44,6 +47,8 @@ x = jax.make_array_from_callback(table.shape, NamedSharding(mesh, P("i")), lambd
 
 def local_bits(array) -> list:
     shards = sorted(array.addressable_shards, key=lambda s: s.device.id)
+    if args.digest:
+        return [hashlib.sha256(np.asarray(s.data).tobytes()).hexdigest() for s in shards]
     return [np.asarray(s.data).reshape(-1).view(np.uint32).tolist() for s in shards]
 
 
