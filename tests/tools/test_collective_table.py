@@ -11,9 +11,13 @@ TABLE = NATIVE / "runtime" / "collective.cc"
 SWITCH = re.compile(r"collective\s*[!=]=|case\s+Collective::")
 
 
-# The one place besides the table that names a kind: the bfloat16 wire's handler, which
-# carries the all-reduce's sums alone, refusing a site of another collective.
-ALLOWED = {("ffi/collective_ffi.cc", "if (collective != Collective::kAllReduce ||")}
+# The places besides the table that name a kind: the bfloat16 wire's handler and the
+# call's reduction (runtime/collective_call.cc), which carry the all-reduce's sums alone,
+# refusing a site or a signature of another collective.
+ALLOWED = {
+    ("ffi/collective_ffi.cc", "if (collective != Collective::kAllReduce ||"),
+    ("runtime/collective_call.cc", "sig.collective != Collective::kAllReduce) {"),
+}
 
 
 @pytest.mark.fast

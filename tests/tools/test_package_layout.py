@@ -130,6 +130,7 @@ HARNESS = {
     "tcp_peer_end",
     "receive_frames",
     "arm_fault",  # test-only faults of the native core (common/faults.h)
+    "wire_kernel",  # the bfloat16 wire's kernels alone (tests/native/test_wire_bf16.py)
     "calls_in_progress",
     "mark_process_unusable",
     "cma_lanes",
