@@ -18,6 +18,7 @@ SCRIPT = [str(Path(__file__).with_name("scripts") / "half_collectives.py")]
 # Each op: its HLO collective and element type, and the MPI calls that carry it.
 EXPECTED = {
     "psum": ("all-reduce f32", ("MPI_Allreduce",)),
+    "pmap_psum": ("all-reduce f32", ("MPI_Allreduce",)),
     "pmean": ("all-reduce f32", ("MPI_Allreduce",)),
     "pmax": ("all-reduce f32", ("MPI_Allreduce",)),
     "pmin": ("all-reduce f32", ("MPI_Allreduce",)),
@@ -52,7 +53,7 @@ def reference(op: str, n: int) -> np.ndarray:
     """Every device's result, numpy's: sums in float32 rounded once to float16."""
     b = blocks(n)
     total = b.astype(np.float32).sum(axis=0).astype(np.float16)
-    if op == "psum":
+    if op in ("psum", "pmap_psum"):
         return np.stack([total] * n)
     if op == "pmean":
         return np.stack([total / np.float16(n)] * n)
@@ -93,7 +94,7 @@ def check(op: str, n: int, devices: int):
 
 @pytest.mark.parametrize("op", sorted(EXPECTED))
 def test_a_float16_shard_map_collective_runs_on_jax_accl_bitwise_as_gloo(op):
-    """2 processes x 1 device: every kind, bitwise gloo's float16 collective (a sum of
+    """2 processes x 1 device: every kind (and a psum in a jax.pmap), bitwise gloo's float16 collective (a sum of
     two float16 rounds once either way)."""
     ours, gloos = check(op, 2, 1)
     np.testing.assert_array_equal(ours, gloos)

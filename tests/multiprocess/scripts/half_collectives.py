@@ -1,5 +1,6 @@
 """One float16 jax.lax collective in a jit of a shard_map over every device of the job
-(a 1-D mesh "x"), or (--op jit_max) a plain jit max over rows sharded on "x", whose
+(a 1-D mesh "x"), or (--op pmap_psum) a psum in a jax.pmap over every device, or
+(--op jit_max) a plain jit max over rows sharded on "x", whose
 all-reduce XLA's partitioner inserts (a float16 max; a sum JAX takes in float32). Never
 names jax_accl; gloo unless JAX_ACCL_XLA_COLLECTIVES=1.
 
@@ -32,6 +33,7 @@ OPS = [
     "psum_scatter",
     "all_to_all",
     "ppermute",
+    "pmap_psum",
     "jit_max",
 ]
 parser = argparse.ArgumentParser()
@@ -76,7 +78,11 @@ def body(a):
     return jax.lax.ppermute(a, "x", [(i, (i + 1) % n) for i in range(n)])
 
 
-if args.op == "jit_max":
+if args.op == "pmap_psum":  # this process's devices' blocks, a psum over every device
+    f = jax.pmap(lambda a: jax.lax.psum(a, "i"), axis_name="i", devices=devices)
+    mine = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
+    x = x_np.reshape(n, 2 * n, 8)[mine]
+elif args.op == "jit_max":
     if args.workaround:
         f = jax.jit(lambda v: v.astype(jnp.float32).max(axis=0).astype(v.dtype))
     else:
