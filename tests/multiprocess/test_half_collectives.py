@@ -94,8 +94,8 @@ def check(op: str, n: int, devices: int):
 
 @pytest.mark.parametrize("op", sorted(EXPECTED))
 def test_a_float16_shard_map_collective_runs_on_jax_accl_bitwise_as_gloo(op):
-    """2 processes x 1 device: every kind (and a psum in a jax.pmap), bitwise gloo's float16 collective (a sum of
-    two float16 rounds once either way)."""
+    """2 processes x 1 device: every kind (and a psum in a jax.pmap), bitwise gloo's
+    float16 collective (a sum of two float16 rounds once either way)."""
     ours, gloos = check(op, 2, 1)
     np.testing.assert_array_equal(ours, gloos)
 
