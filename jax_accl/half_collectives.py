@@ -24,6 +24,8 @@ rules call JAX's unchanged.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 # JAX's primitives (jax._src.lax.parallel), by what their collective does to the data.
@@ -39,7 +41,7 @@ REDUCES = (
     "pmin_scatter",
 )
 
-_installed: dict = {}  # primitive -> JAX's rule it wraps
+_installed: dict = {}  # primitive -> its name
 
 
 def installed() -> dict:
@@ -56,36 +58,34 @@ def active() -> bool:
 
 def install() -> None:
     """Registers the wrapping CPU rules once (after jax's import; idempotent)."""
-    from jax._src.interpreters import mlir
-    from jax._src.lax import parallel
+    from jax_accl import _compat
 
     for names, carrier in ((MOVES, np.uint16), (REDUCES, np.float32)):
         for name in names:
-            prim = getattr(parallel, f"{name}_p", None)
+            prim = _compat.parallel_primitive(name)
             if prim is None or prim in _installed:
                 continue
-            entry = mlir._platform_specific_lowerings["cpu"].get(prim) or mlir._lowerings.get(prim)
-            if entry is None:
-                continue
-            _installed[prim] = entry.rule
-            mlir.register_lowering(
-                prim, _wrapping(entry.rule, np.dtype(carrier)), platform="cpu", inline=entry.inline
-            )
+            if _compat.wrap_cpu_lowering(prim, partial(_wrapping, carrier=np.dtype(carrier))):
+                _installed[prim] = name
 
 
 def _wrapping(rule, carrier: np.dtype):
+    from jax_accl import _compat
+
+    bitcast = carrier == np.uint16
+
     def lower(ctx, *args, **params):
         if not any(_is_half(a) for a in ctx.avals_in) or not active():
             return rule(ctx, *args, **params)
         avals_in = [_carried(a, carrier) for a in ctx.avals_in]
         avals_out = [_carried(a, carrier) for a in ctx.avals_out]
         args = [
-            _convert(ctx, x, new, carrier) if _is_half(old) else x
+            _compat.convert_hlo(ctx, x, new, bitcast) if _is_half(old) else x
             for x, old, new in zip(args, ctx.avals_in, avals_in)
         ]
         outs = rule(ctx.replace(avals_in=avals_in, avals_out=avals_out), *args, **params)
         return [
-            _convert(ctx, y, old, carrier) if _is_half(old) else y
+            _compat.convert_hlo(ctx, y, old, bitcast) if _is_half(old) else y
             for y, old in zip(outs, ctx.avals_out)
         ]
 
@@ -98,14 +98,3 @@ def _is_half(aval) -> bool:
 
 def _carried(aval, carrier: np.dtype):
     return aval.update(dtype=carrier) if _is_half(aval) else aval
-
-
-def _convert(ctx, x, to_aval, carrier: np.dtype):
-    """float16 <-> the carrier: a bitcast for uint16, a conversion for float32."""
-    from jax._src.interpreters import mlir
-    from jax._src.lib.mlir.dialects import hlo
-
-    target = mlir.aval_to_ir_type(ctx.module_context, to_aval)
-    if carrier == np.uint16:
-        return hlo.bitcast_convert(target, x)
-    return hlo.convert(target, x)
