@@ -604,6 +604,30 @@ def lowering_rule(primitive):
     return getattr(entry, "rule", entry)
 
 
+def parallel_primitive(name: str):
+    """jax.lax's collective primitive `name`_p (jax._src.lax.parallel), or None."""
+    return getattr(_parallel, f"{name}_p", None)
+
+
+def wrap_cpu_lowering(primitive, wrap) -> bool:
+    """Registers wrap(rule) as `primitive`'s CPU lowering, `rule` being the one JAX
+    lowers it with on CPU now (CPU's own or the common one), inlined alike. False where
+    it has none."""
+    entry = mlir._platform_specific_lowerings["cpu"].get(primitive) or mlir._lowerings.get(
+        primitive
+    )
+    if entry is None:
+        return False
+    mlir.register_lowering(primitive, wrap(entry.rule), platform="cpu", inline=entry.inline)
+    return True
+
+
+def convert_hlo(ctx, x, aval, bitcast: bool):
+    """x converted (or, with `bitcast`, reinterpreted) to `aval`'s element type."""
+    target = mlir.aval_to_ir_type(ctx.module_context, aval)
+    return hlo.bitcast_convert(target, x) if bitcast else hlo.convert(target, x)
+
+
 def cpu_collectives_implementation() -> str | None:
     """JAX's jax_cpu_collectives_implementation ("gloo", "mpi" or None)."""
     from jax._src import config as jax_config

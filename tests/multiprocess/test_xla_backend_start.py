@@ -9,8 +9,8 @@ jax.distributed.initialize after a shutdown, in the same processes, runs on jax_
 again; with 4 CPU devices per process, a program on one process's devices runs on
 jax_accl and one whose splits cannot name their device is refused at once; a
 collective over only some of the processes runs on jax_accl, split among those only;
-float16, which XLA refuses before any MPI call, fails with XLA's exact error and its
-workaround runs (scripts/collective.py)."""
+a float16 collective XLA's partitioner inserts, which XLA refuses before any MPI call,
+fails with XLA's exact error and its workaround runs (scripts/half_collectives.py)."""
 
 import json
 import subprocess
@@ -264,24 +264,30 @@ def test_a_deserialized_program_never_sums_over_another_programs_group():
             assert said in r["error"], r
 
 
-@pytest.mark.parametrize("op", ["psum", "all_gather"])
-def test_float16_is_refused_by_xla_before_any_mpi_call_and_the_workaround_runs(op):
-    """XLA:CPU's MPI collectives have no MPI datatype for float16 (its error says
-    'reduction' for an all-gather too): the exact error, with no call made but the
-    split; the documented workaround (a psum summed as float32, an all-gather of the
-    bits as uint16) runs on jax_accl and equals gloo's float16 collective."""
-    refused = collective(True, 2, "--dtype", "float16", "--op", op)
+def test_float16_is_refused_by_xla_before_any_mpi_call_and_the_workaround_runs():
+    """XLA:CPU's MPI collectives have no MPI datatype for float16. JAX's own float16
+    collectives (shard_map, pmap) run, carried as uint16/float32 by jax_accl's lowering
+    rules (test_half_collectives.py); one XLA's partitioner inserts into a plain jit
+    program (here a max's all-reduce) comes after lowering and stays refused: XLA's
+    exact error, no call made but the split. The documented workaround (the max taken
+    as float32 and cast back) runs on jax_accl and equals gloo's float16 max bitwise."""
+    half = [str(SCRIPTS / "half_collectives.py")]
+    env = [{"JAX_ACCL_XLA_COLLECTIVES": "1", "JAX_ACCL_TIMEOUT_S": "60"}] * 2
+    refused = launch.run_job(half, 2, 1, extra=["--op", "jit_max"], env=env, timeout=180)
     for r in refused:
+        assert r["hlo"] == ["all-reduce f16"], r
         assert r["error"] == (
             "JaxRuntimeError: INVALID_ARGUMENT: Unsupported primitive type for reduction: f16"
         ), r
         assert r["calls"] == {"MPI_Comm_split": 1}, r
-    ours = collective(True, 2, "--dtype", "float16", "--op", op, "--workaround")
-    theirs = collective(False, 2, "--dtype", "float16", "--op", op)
-    call = {"psum": "MPI_Allreduce", "all_gather": "MPI_Allgather"}[op]
+    extra = ["--op", "jit_max", "--workaround"]
+    ours = launch.run_job(half, 2, 1, extra=extra, env=env, timeout=180)
+    gloo_env = [{"JAX_ACCL_XLA_COLLECTIVES": "0"}] * 2
+    theirs = launch.run_job(half, 2, 1, extra=["--op", "jit_max"], env=gloo_env, timeout=180)
     for mine, gloos in zip(sorted(ours, key=pid), sorted(theirs, key=pid)):
-        assert mine["calls"][call] == 1, mine
-        assert mine["shards"] == gloos["shards"]  # float16 values, exactly
+        assert mine["error"] is None and mine["calls"]["MPI_Allreduce"] == 1, mine
+        assert gloos["error"] is None and gloos["hlo"] == ["all-reduce f16"], gloos
+        assert mine["shards"] == gloos["shards"]  # float16 bits, exactly
 
 
 def pid(r):
