@@ -130,46 +130,24 @@ class Hosts:
             run("ip", "-n", self.switch, "link", "set", "br0", "up")
             for h, ns in enumerate(self.names):
                 port = f"port{h}"
-                run(
-                    "ip",
-                    "-n",
-                    self.switch,
-                    "link",
-                    "add",
-                    port,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    "eth0",
-                    "netns",
-                    ns,
-                )
+                self._veth(self.switch, port, ns)
                 run("ip", "-n", self.switch, "link", "set", port, "master", "br0")
                 run("ip", "-n", self.switch, "link", "set", port, "mtu", str(mtu), "up")
                 self._offloads(self.switch, port, offloads)
         else:
             a, b = self.names
-            run(
-                "ip",
-                "-n",
-                a,
-                "link",
-                "add",
-                "eth0",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                b,
-            )
+            self._veth(a, "eth0", b)
         for h, ns in enumerate(self.names):
             run("ip", "-n", ns, "link", "set", "eth0", "mtu", str(mtu))
             run("ip", "-n", ns, "addr", "add", f"{self.ip(h)}/24", "dev", "eth0")
             run("ip", "-n", ns, "link", "set", "eth0", "up")
             self._offloads(ns, "eth0", offloads)
+
+    @staticmethod
+    def _veth(ns: str, dev: str, peer_ns: str) -> None:
+        """A veth pair: `dev` in namespace `ns`, its peer eth0 in `peer_ns`."""
+        run("ip", "-n", ns, "link", "add", dev, "type", "veth", "peer", "name", "eth0",
+            "netns", peer_ns)  # fmt: skip
 
     @staticmethod
     def _offloads(ns: str, dev: str, offloads: str) -> None:

@@ -158,9 +158,7 @@ def split_before_rejoin(groups: list[list[int]]) -> None:
     data = [len(groups)]
     for lane, *devices in groups:
         data += [len(devices), lane, *devices]
-    array = (ctypes.c_int64 * len(data))(*data)
-    if _loaded().jax_accl_mpi_split_before_rejoin(array, len(data)) != 0:
-        raise AcclError("jax_accl: the MPI library refused the groups split before (see stderr)")
+    _tell(_loaded().jax_accl_mpi_split_before_rejoin, data, "refused the groups split before")
 
 
 def note_groups(
@@ -177,9 +175,7 @@ def note_groups(
     collectives_by_group's, told as each group's signatures (flag 8), from which the
     library binds a provisional communicator to its group at its first call."""
     data = _program_data(program, groups, subset, ordered, unknown, collectives)
-    array = (ctypes.c_int64 * len(data))(*data)
-    if _loaded().jax_accl_mpi_note_groups(array, len(data)) != 0:
-        raise AcclError("jax_accl: the MPI library refused a program's groups (see stderr)")
+    _tell(_loaded().jax_accl_mpi_note_groups, data, "refused a program's groups")
 
 
 def forget_groups(
@@ -195,9 +191,14 @@ def forget_groups(
     thread guard, or freed): once no loaded program of those groups is left, a split
     they fit is not refused for them."""
     data = _program_data(program, groups, subset, ordered, unknown, collectives)
+    _tell(_loaded().jax_accl_mpi_forget_groups, data, "refused to forget a program")
+
+
+def _tell(entry, data: list[int], refusal: str) -> None:
+    """Calls one of the MPI library's entries with `data` as its int64 array."""
     array = (ctypes.c_int64 * len(data))(*data)
-    if _loaded().jax_accl_mpi_forget_groups(array, len(data)) != 0:
-        raise AcclError("jax_accl: the MPI library refused to forget a program (see stderr)")
+    if entry(array, len(data)) != 0:
+        raise AcclError(f"jax_accl: the MPI library {refusal} (see stderr)")
 
 
 def _program_data(program, groups, subset, ordered, unknown, collectives) -> list[int]:

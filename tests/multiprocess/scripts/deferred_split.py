@@ -39,13 +39,7 @@ rows = np.array(ids).reshape(-1, 2, 2)[:, ::-1, ::-1].reshape(-1, 2)
 swapped = jax.sharding.Mesh(rows, ("x", "y"))
 
 
-def calls() -> dict:
-    try:
-        import jax_accl
-    except ImportError:
-        return {}
-    stats = jax_accl.stats().get("xla_collectives", {})
-    return {k: v["calls"] for k, v in stats.items() if v["calls"]}
+calls = job_start.xla_calls
 
 
 def run(name, f, x):

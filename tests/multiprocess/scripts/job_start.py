@@ -17,3 +17,15 @@ def join(devices: int) -> argparse.Namespace:
     jax.config.update("jax_num_cpu_devices", devices)
     jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
     return args
+
+
+def xla_calls() -> dict:
+    """The MPI calls jax_accl's library carried for XLA in this process so far, by name
+    ({} where jax_accl is not installed). jax_accl's start-up hook has imported it
+    already where it is XLA's backend; importing it here only reads its counters."""
+    try:
+        import jax_accl
+    except ImportError:
+        return {}
+    stats = jax_accl.stats().get("xla_collectives", {})
+    return {k: v["calls"] for k, v in stats.items() if v["calls"]}
