@@ -443,7 +443,12 @@ def hook_loading(check) -> None:
 
     def load(self):
         freed = check(self.device_list, self.xla_executable)
-        loaded = original(self)
+        try:
+            loaded = original(self)
+        except BaseException:
+            if callable(freed):
+                freed()  # never loaded, so never run: as good as freed
+            raise
         if callable(freed):
             weakref.finalize(loaded, freed).atexit = False  # not at the interpreter's exit
         return loaded

@@ -82,6 +82,9 @@ _waiting: dict[int, list[_Loading]] = {}
 _freed: list[_Loading] = []
 # Programs run at least once (dispatched): program number -> that same (ordered, counts).
 _run: dict[int, tuple[bool, dict]] = {}
+# Runs begun per loaded program (id of XLA's executable): a refused run withdraws its
+# program only where no other run of it (another thread's) began after it.
+_dispatches: dict[int, int] = {}
 _count = 0
 _job = 0
 # Programs may be loaded and run from several Python threads at once.
@@ -106,17 +109,21 @@ def new_job() -> None:
     _waiting.clear()
     _freed.clear()
     _run.clear()
+    _dispatches.clear()
     _count = 0
     _job += 1
 
 
 @_locked
-def first_run(executable) -> list[_Loading]:
+def first_run(executable) -> tuple[int, int, list[_Loading]]:
     """A loaded program is dispatched (jax's Python path runs every program's first call:
     _compat.hook_first_run). One withdrawn since it was loaded (JAX refused a run of it)
     is admitted and told to the library again first: AcclError where a program loaded
-    meanwhile makes it ambiguous. Returns its loadings marked run now, for not_run."""
+    meanwhile makes it ambiguous. Returns, for not_run, which run of it this is and its
+    loadings marked run now."""
     _withdraw_freed()
+    key = id(executable)
+    _dispatches[key] = _dispatches.get(key, 0) + 1
     now = []
     for loading in list(_waiting.get(id(executable), ())):
         if not _same(loading.identity, _identity(executable)):
@@ -131,15 +138,19 @@ def first_run(executable) -> list[_Loading]:
             del _waiting[loading.key]
         _run[loading.number] = loading.settles
         now.append(loading)
-    return now
+    return key, _dispatches[key], now
 
 
 @_locked
-def not_run(loadings: list[_Loading]) -> None:
-    """JAX refused the run first_run announced before XLA launched it (its thread guard):
-    `loadings`, first_run's, never ran, and XLA made none of their groups. They are
-    withdrawn until first_run is called for them again."""
-    for loading in loadings or ():
+def not_run(run: tuple[int, int, list[_Loading]]) -> None:
+    """JAX refused the run first_run announced (`run`, what it returned) before XLA
+    launched it (its thread guard): its loadings never ran, and XLA made none of their
+    groups. They are withdrawn until first_run is called for them again, unless another
+    run of the program began since (another thread's, which XLA may be running)."""
+    key, number, loadings = run
+    if _dispatches.get(key) != number:
+        return
+    for loading in loadings:
         if loading.job != _job or loading.number is None:
             continue
         _run.pop(loading.number, None)
@@ -205,30 +216,28 @@ def admit(
     """Checks a loaded program's `groups` (global device ids in rank order) against those
     loaded before it in this job (every process judges a place by the devices of the
     place's process, so all judge alike); raises AcclError for a place the library could
-    not answer (see the module's docstring). Returns a function that records them, to
-    call once the library has taken them (`tell` told it; `untell` forgets them there
-    where the program is withdrawn); that returns the function to call once the loaded
-    program is freed."""
+    not answer (see the module's docstring). Then tells the library (`tell`; `untell`
+    forgets them there where the program is withdrawn) and records them, all under one
+    lock, so that two threads loading conflicting programs cannot both pass the check.
+    Returns the function to call once the loaded program is freed, or if its loading
+    fails."""
     _withdraw_freed()
     again = (groups, process_of, ordered, collectives)
     _check(*again)
-
-    @_locked
-    def record() -> Callable[[], None]:
-        loading = _Loading(
-            key=id(executable),
-            number=_record(groups, process_of),
-            identity=_identity(executable),
-            settles=(ordered, _counts(process_of)),
-            again=again,
-            tell=tell,
-            untell=untell,
-            job=_job,
-        )
-        _waiting.setdefault(loading.key, []).append(loading)
-        return lambda: _freed.append(loading)
-
-    return record
+    if tell is not None:
+        tell()
+    loading = _Loading(
+        key=id(executable),
+        number=_record(groups, process_of),
+        identity=_identity(executable),
+        settles=(ordered, _counts(process_of)),
+        again=again,
+        tell=tell,
+        untell=untell,
+        job=_job,
+    )
+    _waiting.setdefault(loading.key, []).append(loading)
+    return lambda: _freed.append(loading)
 
 
 def _counts(process_of: dict[int, int]) -> dict[int, int]:

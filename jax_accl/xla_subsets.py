@@ -102,11 +102,9 @@ def check(devices, executable):
     def untell() -> None:
         forget_groups(ids, groups, subset, ordered, collectives=collectives)
 
-    record = xla_split_places.admit(
+    return xla_split_places.admit(
         executable, groups, process_of, ordered, collectives, tell=tell, untell=untell
     )
-    tell()
-    return record()
 
 
 def _loaded():

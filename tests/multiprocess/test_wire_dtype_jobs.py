@@ -47,6 +47,19 @@ def check_jax_accl_variants(results, algorithms, n, rank_order=()):
     np.testing.assert_array_equal(routed, devices_bits(results, "auto of rounded operands")[0])
 
 
+def assert_bfloat16_between_hosts(results, algorithms):
+    """Each algorithm's float32 sum sent as many bytes between hosts as the bfloat16
+    all-reduce of the rounded operands (float32 on the wire would send twice as many)."""
+    for algorithm in algorithms:
+        sent = [
+            (r[algorithm + " tcp bytes"], r[algorithm + " of rounded operands tcp bytes"])
+            for r in results
+        ]
+        assert any(bf16 > 0 for _, bf16 in sent), (algorithm, sent)  # some process sent
+        for wire, bf16 in sent:  # a process that sends nothing between hosts: 0 and 0
+            assert 0.9 * bf16 <= wire <= 1.1 * bf16, (algorithm, sent)
+
+
 def run(processes, devices, algorithms, **kw):
     extra = ["--algorithms", ",".join(algorithms), "--count", str(COUNT)]
     return launch.run_job(JOB, processes, devices, extra=extra, timeout=240, **kw)
@@ -66,6 +79,7 @@ def test_two_namespaced_hosts_over_both_rails(root_required):
             JOB, list(names), 2, "rail0,rail1", extra=extra, env=[KNOB, KNOB], timeout=240
         )
     check_jax_accl_variants(results, algorithms, 4)
+    assert_bfloat16_between_hosts(results, algorithms)
 
 
 def test_xla_all_reduce_with_the_knob():
@@ -142,6 +156,7 @@ def test_large_two_namespaced_hosts_of_two_processes(root_required):
             JOB, hosts, 1, "rail0", extra=extra, env=[KNOB] * 4, timeout=300
         )
     check_large(results, algorithms, 4)
+    assert_bfloat16_between_hosts(results, algorithms)
 
 
 def test_large_xla_all_reduce_with_the_knob():

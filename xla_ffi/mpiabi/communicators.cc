@@ -43,6 +43,9 @@ struct KnownProgram {
   // (forget_groups: never run, and now never will: refused by JAX before it ran, or
   // freed). At none, the groups go: no later split is ambiguous for them.
   int loads = 1;
+  // How many of those loadings told each call of each group ((group, call) -> count): a
+  // call goes from `calls` with the last loading that told it.
+  std::map<std::pair<size_t, std::array<int64_t, 3>>, int> call_loads;
 };
 
 struct Registry {
@@ -759,6 +762,29 @@ std::vector<KnownProgram>::iterator same_program(Registry& r, const KnownProgram
   });
 }
 
+// Adds a loading's calls (`told`'s) to `kept`'s, each counted once per loading.
+void join_calls(KnownProgram& kept, const KnownProgram& told) {
+  kept.calls.resize(std::max(kept.calls.size(), told.calls.size()));
+  for (size_t i = 0; i < told.calls.size(); ++i) {
+    for (const std::array<int64_t, 3>& c : told.calls[i]) {
+      if (kept.call_loads[{i, c}]++ == 0) kept.calls[i].push_back(c);
+    }
+  }
+}
+
+// Takes a forgotten loading's calls (`told`'s) from `kept`'s: those no other loading told go.
+void drop_calls(KnownProgram& kept, const KnownProgram& told) {
+  for (size_t i = 0; i < told.calls.size() && i < kept.calls.size(); ++i) {
+    for (const std::array<int64_t, 3>& c : told.calls[i]) {
+      auto count = kept.call_loads.find({i, c});
+      if (count == kept.call_loads.end() || --count->second > 0) continue;
+      kept.call_loads.erase(count);
+      std::vector<std::array<int64_t, 3>>& calls = kept.calls[i];
+      calls.erase(std::remove(calls.begin(), calls.end(), c), calls.end());
+    }
+  }
+}
+
 }  // namespace
 
 Status note_groups(const int64_t* data, int64_t size) {
@@ -774,15 +800,12 @@ Status note_groups(const int64_t* data, int64_t size) {
     // its groups' calls join those told before (a float32 and an int32 matmul of one
     // sharding), so that a provisional communicator's first call fits either program's;
     // a call that then fits two groups is refused at binding, never guessed.
-    same->calls.resize(std::max(same->calls.size(), proto.calls.size()));
-    for (size_t i = 0; i < proto.calls.size(); ++i) {
-      for (const std::array<int64_t, 3>& c : proto.calls[i]) {
-        std::vector<std::array<int64_t, 3>>& kept = same->calls[i];
-        if (std::find(kept.begin(), kept.end(), c) == kept.end()) kept.push_back(c);
-      }
-    }
+    join_calls(*same, proto);
   } else if (!proto.groups.empty() || proto.unknown) {
-    r.known.push_back(std::move(proto));
+    KnownProgram kept = proto;
+    kept.calls.clear();
+    join_calls(kept, proto);
+    r.known.push_back(std::move(kept));
   }
   return Status::Ok();
 }
@@ -794,8 +817,14 @@ Status forget_groups(const int64_t* data, int64_t size) {
   Registry& r = registry(&lock);
   auto same = same_program(r, proto);
   // None: a program of an earlier job (follow_job forgot it), or one never kept (no
-  // groups): nothing to forget.
-  if (same != r.known.end() && --same->loads <= 0) r.known.erase(same);
+  // groups): nothing to forget. Else its loading's calls go with it (those no other
+  // loading of the same groups told), and the groups with the last loading.
+  if (same == r.known.end()) return Status::Ok();
+  if (--same->loads <= 0) {
+    r.known.erase(same);
+  } else {
+    drop_calls(*same, proto);
+  }
   return Status::Ok();
 }
 

@@ -371,6 +371,13 @@ void provisional_binding(Checks& c) {
   const std::vector<int64_t> program = {8, 4,   0, 1, 2, 3, 2, 2, 0,   1, 1,
                                         0, i32, 8, 2, 0, 2, 1, 1, i32, 4};
   c.expect(mpiabi::note_groups(program.data(), program.size()).ok(), "the program's groups");
+  // A second program of the same groups whose [0 1] makes the call refused below (int32
+  // x3), loaded and then forgotten (it never runs): its calls go with it.
+  const std::vector<int64_t> ghost = {8, 4,   0, 1, 2, 3, 2, 2, 0,   1, 1,
+                                      0, i32, 3, 2, 0, 2, 1, 1, i32, 4};
+  c.expect(mpiabi::note_groups(ghost.data(), ghost.size()).ok() &&
+               mpiabi::forget_groups(ghost.data(), ghost.size()).ok(),
+           "a program of the same groups loaded and forgotten");
   auto split = [](int key, MPIABI_Comm* comm, int* rank, int* size) {
     const int rc = MPIABI_Comm_split(MPIABI_COMM_WORLD, 0, key, comm);
     MPIABI_Comm_rank(*comm, rank);
@@ -407,7 +414,9 @@ void provisional_binding(Checks& c) {
                refused.find("fits none of them") != std::string::npos &&
                refused.find("[0 1] (all-reduce int32 x8)") != std::string::npos &&
                refused.find("[0 2] (all-gather int32 x4)") != std::string::npos,
-           "a first call that fits no group's calls is refused, naming both: " + refused);
+           "a first call that fits no group's calls (the forgotten program's among them) is "
+           "refused, naming both: " +
+               refused);
   std::vector<int32_t> expected(8);
   for (int i = 0; i < 8; ++i) expected[i] = 2 * i + 100;
   c.expect(rc0 == 0 && rc1 == 0 && sum0 == expected && sum1 == expected,

@@ -9,7 +9,9 @@ and an int32 one. Each device's row of the input is float32 noise made from its 
 
 Prints ``RESULT <json>``: per variant, each local device's result as uint32 bit
 patterns (the test compares them across ranks and with its NumPy model), or with
---digest (large counts) as the SHA-256 of its bytes.
+--digest (large counts) as the SHA-256 of its bytes; and per jax_accl variant the bytes
+its second call sent between hosts (that the wire carried bfloat16: as many as the
+bfloat16 all-reduce of the rounded operands).
 """
 
 import argparse
@@ -45,6 +47,21 @@ table = rows(n, args.count)
 x = jax.make_array_from_callback(table.shape, NamedSharding(mesh, P("i")), lambda i: table[i])
 
 
+def tcp_bytes() -> int:
+    """Bytes this process has sent between hosts (every TCP rail) so far."""
+    transports = jax_accl.stats()["transports"]
+    return sum(v["bytes_sent"] for k, v in transports.items() if k.startswith("tcp:"))
+
+
+def timed_bytes(program, operand) -> tuple:
+    """`program(operand)` run twice (the first connects and plans): the second's result
+    and the bytes it sent between hosts."""
+    jax.block_until_ready(program(operand))
+    before = tcp_bytes()
+    out = jax.block_until_ready(program(operand))
+    return out, tcp_bytes() - before
+
+
 def local_bits(array) -> list:
     shards = sorted(array.addressable_shards, key=lambda s: s.device.id)
     if args.digest:
@@ -75,12 +92,14 @@ else:
         wire = each(
             lambda v, a=algorithm: jax_accl.allreduce(v, "i", algorithm=a, wire_dtype=jnp.bfloat16)
         )
-        result[algorithm] = local_bits(wire(x))
+        out, result[algorithm + " tcp bytes"] = timed_bytes(wire, x)
+        result[algorithm] = local_bits(out)
         # The definition: jax_accl's bfloat16 sum of the operands rounded once, widened.
         by_hand = each(
             lambda v, a=algorithm: jax_accl.allreduce(v, "i", algorithm=a).astype(jnp.float32)
         )
-        result[algorithm + " of rounded operands"] = local_bits(by_hand(rounded))
+        out, result[algorithm + " of rounded operands tcp bytes"] = timed_bytes(by_hand, rounded)
+        result[algorithm + " of rounded operands"] = local_bits(out)
     routed = jax.jit(
         jax_accl.shard_map(
             lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_specs=P("i"), out_specs=P()
