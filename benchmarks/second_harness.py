@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import statistics
@@ -342,8 +343,10 @@ def bench_probe(hosts: Hosts, congestion: str, seconds: float) -> float:
         text=True,
         cwd="/",
     )
-    if server.stdout.readline().strip() != "READY":
-        raise RuntimeError("the bench's probe did not start on host 1")
+    ready = select.select([server.stdout], [], [], 60)[0]  # a probe that hangs: an error
+    if not ready or server.stdout.readline().strip() != "READY":
+        server.kill()
+        raise RuntimeError("the bench's probe did not start on host 1 within 60 s")
     client = spawn(
         ["ip", "netns", "exec", hosts.names[0], *probe, "--connect", hosts.ip(1)],
         stdout=subprocess.PIPE,

@@ -623,7 +623,8 @@ def wrap_cpu_lowering(primitive, wrap) -> bool:
     )
     if entry is None:
         return False
-    mlir.register_lowering(primitive, wrap(entry.rule), platform="cpu", inline=entry.inline)
+    rule, inline = getattr(entry, "rule", entry), getattr(entry, "inline", True)
+    mlir.register_lowering(primitive, wrap(rule), platform="cpu", inline=inline)
     return True
 
 

@@ -174,6 +174,8 @@ def parse_args(argv):
     if len(args.host_counts) > 1 and ("," in args.processes_per_host or min(args.host_counts) < 2):
         parser.error("--hosts with several counts: each >= 2, one --processes-per-host for all")
     args.hosts = args.host_counts[0]
+    if args.peer_congestion != "system" and args.hosts < 2:
+        parser.error("--peer-congestion: with --hosts 2 or more (namespaced hosts) only")
     return args
 
 
@@ -419,7 +421,7 @@ def peer_congestion(names: list[str], choice: str) -> str:
 
     def sysctl(name: str, *setting: str) -> subprocess.CompletedProcess:
         command = ["ip", "netns", "exec", name, "sysctl", *setting]
-        return subprocess.run(command, capture_output=True, text=True)
+        return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
     if choice != "system":
         for name in names:

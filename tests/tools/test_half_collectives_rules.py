@@ -24,6 +24,17 @@ def lowered(body, dtype) -> str:
     return f.lower(jax.ShapeDtypeStruct((4, 8), dtype)).as_text()
 
 
+def collective_ops(text: str) -> list[str]:
+    """Each all-reduce's or all-gather's text in a lowered module, from its line to its
+    type signature (`) -> tensor<...>`, after an all-reduce's reducer region)."""
+    lines, found = text.splitlines(), []
+    for i, line in enumerate(lines):
+        if "stablehlo.all_reduce" in line or "stablehlo.all_gather" in line:
+            end = next(j for j in range(i, len(lines)) if ") -> tensor<" in lines[j])
+            found.append("\n".join(lines[i : end + 1]))
+    return found
+
+
 @pytest.mark.parametrize("op", sorted(BODIES))
 def test_float16_is_carried_only_while_jax_accl_runs_xlas_collectives(op, monkeypatch):
     body, carrier = BODIES[op]
@@ -39,5 +50,9 @@ def test_float16_is_carried_only_while_jax_accl_runs_xlas_collectives(op, monkey
     monkeypatch.setattr(half_collectives, "active", lambda: True)
     ours = lowered(body, jnp.float16)
     assert f"tensor<4x8x{carrier}>" in ours  # the collective's operand, widened or bitcast
+    ops = collective_ops(ours)
+    assert len(ops) == 1, ours
+    assert carrier in ops[0] and "f16" not in ops[0], ops[0]  # the collective itself
+    assert "f16" in collective_ops(plain)[0]  # JAX's: the collective on float16
     assert ("bitcast_convert" if carrier == "ui16" else "stablehlo.convert") in ours
     assert lowered(body, jnp.float32) == plain_f32  # another dtype: JAX's rule as it is

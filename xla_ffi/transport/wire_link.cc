@@ -57,7 +57,7 @@ WireLink::~WireLink() {
 }
 
 uint16_t* WireLink::stage(size_t count) {
-  count = (count + 31) & ~size_t{31};  // 64-byte aligned pieces
+  count = (count + 31) & ~size_t{31};  // pieces of whole 64 bytes (16-byte aligned blocks)
   while (block_ < blocks_.size() && used_ + count > blocks_[block_].capacity) {
     ++block_;
     used_ = 0;
