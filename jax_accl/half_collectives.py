@@ -44,6 +44,15 @@ REDUCES = (
 _installed: dict = {}  # primitive -> its name
 
 
+def _not_told() -> bool:
+    return False
+
+
+# Whether XLA's collectives are jax_accl's in this process: xla_collectives.enabled, given
+# by install (this module imports nothing of jax_accl's but _compat: no import circle).
+_enabled = _not_told
+
+
 def installed() -> dict:
     """The primitives whose CPU lowering jax_accl wraps, by name."""
     return {p.name: p for p in _installed}
@@ -51,15 +60,19 @@ def installed() -> dict:
 
 def active() -> bool:
     """Whether XLA's CPU collectives run on jax_accl's MPI library in this process."""
-    from jax_accl import _compat, xla_collectives
-
-    return xla_collectives.enabled() and _compat.cpu_collectives_implementation() == "mpi"
-
-
-def install() -> None:
-    """Registers the wrapping CPU rules once (after jax's import; idempotent)."""
     from jax_accl import _compat
 
+    return _enabled() and _compat.cpu_collectives_implementation() == "mpi"
+
+
+def install(enabled=None) -> None:
+    """Registers the wrapping CPU rules once (after jax's import; idempotent); `enabled`:
+    whether XLA's collectives are jax_accl's (xla_collectives.enabled; kept)."""
+    global _enabled
+    from jax_accl import _compat
+
+    if enabled is not None:
+        _enabled = enabled
     for names, carrier in ((MOVES, np.uint16), (REDUCES, np.float32)):
         for name in names:
             prim = _compat.parallel_primitive(name)

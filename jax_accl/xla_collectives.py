@@ -83,7 +83,7 @@ def finish() -> None:
     from jax_accl import _compat, half_collectives, xla_subsets
 
     jax.config.update("jax_cpu_collectives_implementation", "mpi")
-    half_collectives.install()  # float16 shard_map/pmap collectives as uint16/float32
+    half_collectives.install(enabled)  # float16 shard_map/pmap collectives as uint16/float32
     _compat.hook_distributed_state(after_initialize=start_our_side)
     xla_subsets.install(LIBRARY)
     if _compat.distributed_client() is not None:  # initialized before jax_accl's import
