@@ -116,15 +116,14 @@ Status begin(const char* function, MPIABI_Comm handle, MPIABI_Datatype type, int
 // A float32 sum whose bytes travel as bfloat16 (JAX_ACCL_WIRE_DTYPE=bfloat16): run on
 // the float32 buffers, the algorithms' own passes rounding the operand where they first
 // read it, sending bfloat16 and widening what they receive (transport/wire_link.h);
-// every rank ends with the same float32 bits, each a bfloat16 value. A group of one
-// (copied, not run) rounds its result in place.
+// every rank ends with the same float32 bits, each a bfloat16 value (a group of one: its
+// input rounded, run_collective_on).
 Status allreduce_as_bf16(Comm& comm, const void* in, void* out, int count) {
   CollectiveArgs args;
   args.wire_bf16 = true;
   ACCL_RETURN_IF_ERROR(run_collective_on(comm, "MPI_Allreduce", Collective::kAllReduce, DType::kF32,
                                          ReduceOp::kSum, in, out, static_cast<uint64_t>(count),
                                          args));
-  if (comm.devices.size() == 1) wire_kernels().round(out, out, static_cast<size_t>(count));
   return Status::Ok();
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/faults.h"
 #include "common/hash.h"
+#include "reduce/reduce.h"
 #include "runtime/call_plan.h"
 #include "runtime/collective_call.h"
 #include "runtime/group.h"
@@ -855,6 +856,8 @@ Status run_collective_on(Comm& comm, const char* function, Collective collective
   Status s;
   if (!comm.broken.ok()) {
     s = error(comm.broken.code(), function, " on ", comm.label, ": ", comm.broken.message());
+  } else if (comm.devices.size() == 1 && args.wire_bf16) {
+    wire_kernels().round(out, in, count);  // a group of one: its input rounded, in one pass
   } else if (comm.devices.size() == 1) {
     copy_block(out, in, bytes);
   } else {

@@ -31,6 +31,7 @@
 #include "common/health.h"
 #include "mpiabi/abi.h"
 #include "mpiabi/communicators.h"
+#include "reduce/wire.h"
 #include "runtime/stats.h"
 #include "runtime/world.h"
 #include "selftest/checks.h"
@@ -74,6 +75,16 @@ void on_comm_self(Checks& c) {
       MPIABI_Allreduce(x.data(), y.data(), 3, MPIABI_DOUBLE, MPIABI_SUM, MPIABI_COMM_SELF) == 0 &&
           y == x,
       "MPI_COMM_SELF all-reduce copies");
+  // bfloat16 on the wire (JAX_ACCL_WIRE_DTYPE=bfloat16): a group of one returns its
+  // float32 sum operand rounded to bfloat16 (1 + 2^-9 is a tie, to even: 1; 1 + 3 * 2^-9
+  // rounds up to 1 + 2^-7), as every rank of a larger group would.
+  std::vector<float> f = {1.0f + 0x1p-9f, 1.0f + 3 * 0x1p-9f, 2.0f}, g(3);
+  xla_wire_bf16_setting() = true;
+  const int rounded =
+      MPIABI_Allreduce(f.data(), g.data(), 3, MPIABI_FLOAT, MPIABI_SUM, MPIABI_COMM_SELF);
+  xla_wire_bf16_setting() = false;
+  c.expect(rounded == 0 && g == std::vector<float>{1.0f, 1.0f + 0x1p-7f, 2.0f},
+           "MPI_COMM_SELF float32 sum as bfloat16 on the wire: its operand rounded");
   MPIABI_Comm split = 0;
   c.expect(MPIABI_Comm_split(MPIABI_COMM_SELF, 3, 0, &split) == 0, "split MPI_COMM_SELF");
   int size = 0;
