@@ -28,10 +28,12 @@ def _start(i, coordinator, env):
     return proc, lines
 
 
-def _until(condition, what, timeout=240):
+def _until(condition, what, outputs, timeout=240):
     end = time.monotonic() + timeout  # a guard against a hang, not a measurement
     while not condition():
-        assert time.monotonic() < end, f"{what}: not within {timeout} s"
+        if time.monotonic() >= end:
+            tails = "\n".join(f"--- {name}:\n{''.join(lines[-30:])}" for name, lines in outputs)
+            pytest.fail(f"{what}: not within {timeout} s; what each process said last:\n{tails}")
         time.sleep(0.05)
 
 
@@ -42,14 +44,21 @@ def test_the_readme_loop_raises_with_jax_accls_message_when_a_peer_goes(how):
     # JAX_ACCL_DEBUG=DEBUG: a line per call, so that the peer goes mid-training.
     env = launch.worker_env({"JAX_ACCL_DEBUG": "DEBUG"})
     coordinator = f"127.0.0.1:{launch.free_port()}"
-    (survivor, said), (leaver, _) = [_start(i, coordinator, env) for i in range(2)]
+    (survivor, said), (leaver, left) = [_start(i, coordinator, env) for i in range(2)]
+    outputs = [("process 0 (stays)", said), ("process 1 (goes)", left)]
     try:
-        _until(lambda: sum("psum" in x for x in said) >= 20, "training")
+        _until(lambda: sum("psum" in x for x in said) >= 20, "training", outputs)
         leaver.send_signal(getattr(signal, how))
         want = "died: restart the job" if how == "SIGKILL" else "left the job"
-        _until(lambda: any("JaxRuntimeError" in x and want in x for x in said), "the error")
+        _until(
+            lambda: any("JaxRuntimeError" in x and want in x for x in said), "the error", outputs
+        )
         if how == "SIGINT":  # both end: neither waits for the other
-            _until(lambda: survivor.poll() is not None and leaver.poll() is not None, "the end")
+            _until(
+                lambda: survivor.poll() is not None and leaver.poll() is not None,
+                "the end",
+                outputs,
+            )
             assert survivor.returncode == 1 and leaver.returncode != 0
     finally:
         for p in (survivor, leaver):

@@ -115,4 +115,7 @@ def test_exit_with_a_call_in_flight_ends_it_and_exits_cleanly(how):
         # ("jax_accl stopped ..."), or on a device that saw its sibling's end first.
         assert "ABORTED: jax_accl" in (leaving["pending_error"] or ""), leaving
     assert late["error"] is not None and "jax_accl" in late["error"], late
+    # Its error names the departure and says to restart (the README's loop then raises,
+    # where an abort would send it into a recovery that waits for a peer that left).
+    assert "left the job" in late["error"] and "restart the job" in late["error"], late
     assert late["seconds_to_error"] < 10, late

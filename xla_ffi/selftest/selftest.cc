@@ -36,6 +36,7 @@
 #include "algorithms/permute.h"
 #include "algorithms/ragged_all_to_all.h"
 #include "algorithms/scatter_gather.h"
+#include "common/wait.h"
 #include "runtime/call_sequences.h"
 #include "runtime/collective_call.h"
 #include "runtime/collective_site.h"
@@ -659,6 +660,35 @@ void test_sha256() {
          "digest comparison");
 }
 
+// A process whose jax_accl stops aborts its calls in flight, poisoning their streams:
+// its peer's error names the departure (left the job: restart it), not an abort that a
+// recovery could mend. A live peer's abort or mismatch keeps its own reason.
+void test_shm_poison_of_a_leaving_peer() {
+  std::unique_ptr<Channel> stays, goes;
+  shm_pair(0, 1, &stays, &goes);
+  char byte = 0;
+  size_t done = 0;
+  goes->poison(Code::kAborted);  // a live peer's abort
+  Status s = stays->read_some(&byte, 1, &done);
+  expect(s.code() == Code::kAborted && s.message().find("aborted this stream") != std::string::npos,
+         "a live peer's abort is named as one: " + s.message());
+  shm_pair(0, 1, &stays, &goes);
+  goes->poison(Code::kMismatch);
+  s = stays->read_some(&byte, 1, &done);
+  expect(s.code() == Code::kMismatch, "a live peer's mismatch is named as one: " + s.message());
+  shm_pair(0, 1, &stays, &goes);
+  g_stopping.store(true);  // as World::stop() does before it aborts the calls in flight
+  goes->poison(Code::kAborted);
+  g_stopping.store(false);
+  s = stays->read_some(&byte, 1, &done);
+  expect(s.code() == Code::kAborted && s.message().find("left the job") != std::string::npos &&
+             s.message().find("restart the job") != std::string::npos,
+         "an abort from a peer whose jax_accl stops names its departure: " + s.message());
+  s = stays->write_some(&byte, 1, &done);
+  expect(s.message().find("left the job") != std::string::npos,
+         "and so does a write: " + s.message());
+}
+
 // A segment that exists before side 0 creates it is refused; so is one that side 1
 // finds open to others; side 1 gives up at its deadline when nobody creates it.
 void test_shm_refusals() {
@@ -1006,6 +1036,7 @@ int main(int argc, char** argv) {
   test_killed_peer(/*cma=*/false);
   test_sha256();
   test_shm_refusals();
+  test_shm_poison_of_a_leaving_peer();
   run_by_host_selftest(&g_checks.checks, &g_checks.failures);
   run_mpiabi_selftest(&g_checks.checks, &g_checks.failures);
   std::printf("%d checks, %d failures\n", g_checks.checks, g_checks.failures);

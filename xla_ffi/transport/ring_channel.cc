@@ -30,7 +30,9 @@ RingChannel::RingChannel(void* region, int side, std::shared_ptr<void> keepalive
   in_ = &header_->control[1 - side];
 }
 
-RingChannel::~RingChannel() {
+RingChannel::~RingChannel() { mark_left_if_stopping(); }
+
+void RingChannel::mark_left_if_stopping() {
   if (!check_pid_ || !g_stopping.load(std::memory_order_acquire)) return;
   const int pid = header_->pid[side_].load(std::memory_order_acquire);
   if (pid > 0) header_->pid[side_].store(-pid, std::memory_order_release);
@@ -86,7 +88,9 @@ bool process_dead(int pid) {
 
 Status RingChannel::check_peer() { return peer_process_ended(); }
 
-Status RingChannel::peer_process_ended() {
+Status RingChannel::peer_process_ended() { return peer_ended_status(); }
+
+Status RingChannel::peer_ended_status() const {
   if (!check_pid_) return Status::Ok();
   const int pid = header_->pid[1 - side_].load(std::memory_order_acquire);
   // Either way, jax.distributed's job lost a process: without jax_enable_recoverability
@@ -107,6 +111,9 @@ Status RingChannel::peer_process_ended() {
 }
 
 void RingChannel::poison(Code reason) {
+  // A call ended because this process's jax_accl stops: the side is marked as left
+  // before the poison, so the peer that sees the poison names the departure.
+  mark_left_if_stopping();
   uint32_t expected = 0;  // the first failure is the one worth reporting
   header_->poisoned.compare_exchange_strong(expected, 1 + static_cast<uint32_t>(reason),
                                             std::memory_order_seq_cst);
@@ -122,6 +129,11 @@ Status RingChannel::corrupted_error(uint64_t head, uint64_t tail) const {
 
 Status RingChannel::poisoned_error() const {
   const Code reason = static_cast<Code>(header_->poisoned.load(std::memory_order_acquire) - 1);
+  // An abort from a peer that left the job or died: its departure is the reason (a
+  // process whose jax_accl stops aborts its calls in flight).
+  if (reason == Code::kAborted) {
+    if (Status ended = peer_ended_status(); !ended.ok()) return ended;
+  }
   if (reason == Code::kMismatch) {
     return error(Code::kMismatch, label_,
                  ": the peer found a mismatch: the ranks are in different calls (shapes, "

@@ -44,11 +44,14 @@ Status make_address(const std::string& ip, uint16_t port, sockaddr_in* addr) {
   return Status::Ok();
 }
 
-// What a failed send or recv on an established connection most likely means.
+// What a failed send or recv on an established connection most likely means. A peer
+// that fails a call resets its connections (TcpChannel::poison), as the kernel does for
+// a process that dies with bytes unread.
 const char* why_failed(int e) {
   return e == ETIMEDOUT ? " (the peer host stopped answering: a cut link or a host gone; "
                           "seen by TCP keepalive)"
-                        : " (the peer process died or closed the connection)";
+                        : " (the peer failed this call and reset the connection, or its "
+                          "process died or closed it)";
 }
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
