@@ -10,7 +10,10 @@ kind of every test (the markers pyproject.toml registers):
 - soak: every test of tests/soak/;
 - fast: none of these; `scripts/test.sh --fast` runs them (`pytest -m fast`);
 - native, besides its kind: every test of tests/native/ (the native core through its
-  harness, whatever JAX's version: CI runs them on one Python only, .ci/run).
+  harness, whatever JAX's version: CI runs them on one Python only, .ci/run);
+- once, besides its kind: a test whose subject does not change with JAX's version (the
+  benchmark and launcher tools, every test of tests/soak/ and tests/fuzz/, marked in
+  their modules): CI runs them on one Python only too.
 """
 
 import os
@@ -50,6 +53,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("multiprocess")  # namespaced hosts are processes inside them
         if path.is_relative_to(TESTS / "native"):
             item.add_marker("native")
+        if path.is_relative_to(TESTS / "soak") or path.is_relative_to(TESTS / "fuzz"):
+            item.add_marker("once")
         if not any(item.get_closest_marker(kind) for kind in KINDS):
             item.add_marker("fast")
 

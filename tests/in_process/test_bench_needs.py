@@ -14,6 +14,9 @@ import pytest
 
 from jax_accl.bench import mpi
 
+# A tool's test, whatever JAX's version: CI runs it on one Python (tests/conftest.py).
+pytestmark = pytest.mark.once
+
 
 @pytest.mark.multiprocess  # python -m jax_accl.bench
 def test_mpi_on_without_mpi_is_an_error_before_any_measuring():

@@ -15,6 +15,9 @@ import pytest
 
 from jax_accl.testing import launch
 
+# A tool's test, whatever JAX's version: CI runs it on one Python (tests/conftest.py).
+pytestmark = pytest.mark.once
+
 
 def bench(*args, timeout):
     """python -m jax_accl.bench with `args`; the finished process, which must succeed."""

@@ -9,6 +9,9 @@ import pytest
 
 from jax_accl.testing import launch
 
+# A tool's test, whatever JAX's version: CI runs it on one Python (tests/conftest.py).
+pytestmark = pytest.mark.once
+
 
 def test_the_coordinator_port_is_outside_the_ephemeral_range_and_free(monkeypatch):
     low, high = launch.ephemeral_range()
