@@ -190,7 +190,7 @@ def _stop_locked(leaving: bool) -> None:
     _table = None
     departures.know_table(None)
     # Calls still in flight end first (their errors say jax_accl stopped).
-    if not _accl.world_stop(config.current().timeout_s):
+    if not _accl.world_stop(config.current().timeout_s, leaving=leaving):
         log.logger.warning(
             "jax_accl: a call was still running when jax_accl stopped; its "
             "connections stay open until it ends"

@@ -8,10 +8,9 @@ by as many flows at once. Where one flow fills the link, more connections gain n
 With JAX_ACCL_STRIPES_PER_RAIL=auto (the default) process 0 finds out at job start, for
 the whole job: between its first rail and the first process on another host, it times
 TCP streams of one connection and of PROBE_FLOWS connections at once, twice each,
-interleaved (one, many, one, many: the pair with the smaller gain decides, so that one
-stream a busy CPU slowed cannot pass for a wire that caps flows), one thread driving all
-of them at each end as in jax_accl's calls (where the CPU is the wire's limit, more flows
-then gain nothing), and stripes over as many connections as the gain says pay (stripes_for). A
+interleaved (one, many, one, many: the best of each), one thread driving all of them at
+each end as in jax_accl's calls (where the CPU is the wire's limit, more flows then gain
+nothing), and stripes over as many connections as the gain says pay (stripes_for). A
 number instead is the count for the job, process 0's. Every process reads process 0's
 answer from jax.distributed's key-value store (agree), so both ends of every pair open
 the same connections.
@@ -188,25 +187,23 @@ def _read_count(sock: socket.socket, address: str) -> int:
 
 
 def probe(local_ip: str, address: str, timeout_s: float, congestion: str, budget_s: float) -> dict:
-    """One flow against PROBE_FLOWS, interleaved, twice each: two pairs (one flow, then
-    many). The pair that shows the smaller gain decides the stripes: a wire that caps
-    each flow shows its gain in both, while on a wire one flow fills, a stream that a
-    busy CPU slowed (or a burst sped) shows a gain in one pair only. The whole probe
-    takes at most `budget_s` (TimeoutError: the job then keeps one stripe), so the
-    processes waiting for its answer never reach their own deadline first."""
-    rates = []
+    """One flow against PROBE_FLOWS, interleaved, twice each; the best rate of each and
+    the stripes they pay for. The whole probe takes at most `budget_s` (TimeoutError:
+    the job then keeps one stripe), so the processes waiting for its answer never
+    reach their own deadline first."""
+    best = {1: 0.0, PROBE_FLOWS: 0.0}
     end = time.monotonic() + budget_s
     for flows in (1, PROBE_FLOWS, 1, PROBE_FLOWS):
         left = end - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"the probe took longer than {budget_s:.3g} s")
         step_timeout = min(timeout_s, left)
-        rates.append(stream_rate(local_ip, address, flows, PROBE_SECONDS, step_timeout, congestion))
-    one, many = min(zip(rates[0::2], rates[1::2]), key=lambda p: p[1] / p[0] if p[0] > 0 else 0)
+        rate = stream_rate(local_ip, address, flows, PROBE_SECONDS, step_timeout, congestion)
+        best[flows] = max(best[flows], rate)
     return {
-        "stripes": stripes_for(one, many),
-        "one_flow_bytes_per_s": one,
-        "many_flows_bytes_per_s": many,
+        "stripes": stripes_for(best[1], best[PROBE_FLOWS]),
+        "one_flow_bytes_per_s": best[1],
+        "many_flows_bytes_per_s": best[PROBE_FLOWS],
         "flows": PROBE_FLOWS,
     }
 

@@ -12,8 +12,9 @@ kind of every test (the markers pyproject.toml registers):
 - native, besides its kind: every test of tests/native/ (the native core through its
   harness, whatever JAX's version: CI runs them on one Python only, .ci/run);
 - once, besides its kind: a test whose subject does not change with JAX's version (the
-  benchmark and launcher tools, every test of tests/soak/ and tests/fuzz/, marked in
-  their modules): CI runs them on one Python only too.
+  launcher, the benchmark's tables and its checks before measuring, marked where they
+  are; every test of tests/fuzz/, the wire parsers, marked here): CI runs them on one
+  Python only too. A test that runs JAX programs for what it checks is not one.
 """
 
 import os
@@ -53,7 +54,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("multiprocess")  # namespaced hosts are processes inside them
         if path.is_relative_to(TESTS / "native"):
             item.add_marker("native")
-        if path.is_relative_to(TESTS / "soak") or path.is_relative_to(TESTS / "fuzz"):
+        if path.is_relative_to(TESTS / "fuzz"):
             item.add_marker("once")
         if not any(item.get_closest_marker(kind) for kind in KINDS):
             item.add_marker("fast")

@@ -721,8 +721,9 @@ def scenario_recover():
     different shapes), which must raise on every process, then correct calls, which must
     be exact (int32 bitwise) on fresh channels. Reports the errors seen, the recoveries,
     and the descriptors and /dev/shm segments left (nothing may grow)."""
+    from jax_accl import _accl_testing
+
     me = jax.process_index()
-    before = shm_segment_names()
     exact, good, placed = checked_psum(3000, seed=7)
     by_algorithm = allreduce_program(jax_accl, ALL, algorithm="ring" if me == 0 else "direct")
     # Another shape on the last process: its global array is another array.
@@ -744,21 +745,9 @@ def scenario_recover():
         "errors": errors,
         "recoveries": jax_accl.stats()["recoveries"],
         "fds": fds,
-        "shm_segments": len(lasting_segments(before)),
+        # This process's own (other jobs' may be named beside it: tests run side by side).
+        "shm_segments": len(_accl_testing.shm_names_left()),
     }
-
-
-def shm_segment_names() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("jax_accl_")}
-
-
-def lasting_segments(before: set[str]) -> set[str]:
-    """jax_accl's /dev/shm segments named now that were not at `before` and are still
-    there a second later: this job's leaks, not another job's segment between its
-    creation and its peer's attach (tests run side by side)."""
-    now = shm_segment_names() - before
-    time.sleep(1.0)
-    return now & shm_segment_names()
 
 
 def scenario_abort():

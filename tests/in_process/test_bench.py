@@ -9,9 +9,6 @@ import sys
 
 import pytest
 
-# A tool's test, whatever JAX's version: CI runs it on one Python (tests/conftest.py).
-pytestmark = pytest.mark.once
-
 
 def bench(*args, env=None):
     done = subprocess.run(

@@ -13,9 +13,6 @@ import pytest
 from jax_accl import _accl, cost_model
 from jax_accl.bench import calibrate
 
-# A tool's test, whatever JAX's version: CI runs it on one Python (tests/conftest.py).
-pytestmark = pytest.mark.once
-
 TRUE = {"shm_alpha": 6e-6, "shm_process_alpha": 21e-6, "shm_beta": 0.7e-9, "cma_beta": 1.3e-9}
 
 

@@ -25,23 +25,6 @@ def test_the_gain_of_several_flows_sets_the_connections(one, many, want):
     assert stripes.stripes_for(one, many) == want
 
 
-@pytest.mark.parametrize(
-    "rates,want",
-    [
-        ((238e6, 923e6, 241e6, 931e6), 4),  # a capped wire: the gain in both pairs
-        ((1e9, 1.6e9, 1e9, 1.1e9), 1),  # a gain once, not twice (a busy CPU): no stripes
-        ((0.5e9, 1e9, 1e9, 1.1e9), 1),  # one flow slowed once: no stripes
-        ((1e9, 1.7e9, 1e9, 1.6e9), 2),  # the smaller of two gains decides
-        ((0.0, 1e9, 1e9, 4e9), 1),  # a pair that measured nothing: one
-    ],
-)
-def test_the_pair_with_the_smaller_gain_decides(monkeypatch, rates, want):
-    streams = iter(rates)
-    monkeypatch.setattr(stripes, "stream_rate", lambda *args: next(streams))
-    found = stripes.probe("127.0.0.1", "127.0.0.1:1", 30, "reno", budget_s=60)
-    assert found["stripes"] == want, found
-
-
 def test_the_probe_streams_over_loopback_and_decides_by_its_rule():
     receiver = stripes.Receiver("127.0.0.1", timeout_s=30, congestion="")
     try:

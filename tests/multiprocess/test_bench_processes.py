@@ -15,9 +15,6 @@ import pytest
 
 from jax_accl.testing import launch
 
-# A tool's test, whatever JAX's version: CI runs it on one Python (tests/conftest.py).
-pytestmark = pytest.mark.once
-
 
 def bench(*args, timeout):
     """python -m jax_accl.bench with `args`; the finished process, which must succeed."""
@@ -33,6 +30,7 @@ def bench(*args, timeout):
     return done
 
 
+@pytest.mark.once  # the bench's table, whatever JAX's version (tests/conftest.py)
 @pytest.mark.timeout(900)  # past the bench's own 600 s, which reports its output
 def test_processes_table_has_gloo_accl_and_mpi_rows(tmp_path):
     rows_path = tmp_path / "rows.jsonl"
@@ -218,6 +216,7 @@ def test_demo_on_namespaced_hosts_breaks_the_step_down(root_required):
         assert longest == max(compute, comm)
 
 
+@pytest.mark.once  # the bench's table, whatever JAX's version (tests/conftest.py)
 @pytest.mark.timeout(900)  # past the bench's own 600 s
 def test_overlap_benchmark_across_processes():
     """bench --overlap on 2 processes x 2 devices: a row per library and process, times
@@ -288,6 +287,7 @@ def test_sharded_training_as_two_processes_matches_one_process(strategy):
     print("gloo's largest parameter difference:", [r["max_param_difference"] for r in results])
 
 
+@pytest.mark.once  # the bench's table, whatever JAX's version (tests/conftest.py)
 @pytest.mark.parametrize("hosts,rate", [(1, "300"), (2, "300"), (2, "0")])
 def test_collectives_bench_across_processes_and_hosts(hosts, rate, request):
     """python -m jax_accl.bench.collectives as 2 processes (jax.lax over gloo), on one

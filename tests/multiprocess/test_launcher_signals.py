@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 
-# A tool's test, whatever JAX's version: CI runs it on one Python (tests/conftest.py).
-pytestmark = pytest.mark.once
-
 # How soon after the signal the launcher and every worker must be gone.
 ENDED_WITHIN_S = 10.0
 # How long a launcher may take to start its workers on a busy machine.

@@ -257,13 +257,14 @@ NB_MODULE(_accl, m) {
       nb::arg("process_index"), nb::arg("process_count"), nb::arg("timeout_s"));
   m.def(
       "world_stop",
-      [](double wait_s) {
+      [](double wait_s, bool leaving) {
         nb::gil_scoped_release release;
-        return World::stop(wait_s);
+        return World::stop(wait_s, leaving);
       },
-      nb::arg("wait_s") = 10.0,
+      nb::arg("wait_s") = 10.0, nb::arg("leaving") = true,
       "ends the calls in flight, waits for them (up to wait_s), then closes the transports; "
-      "False if a call was still running (the World is then left to it)");
+      "False if a call was still running (the World is then left to it); leaving: the "
+      "process leaves the job (its peers are told so), rather than restarting");
   m.def("world_started", [] { return World::get() != nullptr; });
   m.def("set_epoch_agreement", &install_epoch_agreement, nb::arg("agree"));
   m.def("abort", &abort_pending_waits,

@@ -36,6 +36,7 @@
 #include "testing/cma_lanes.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
+#include "transport/shm.h"
 #include "transport/handshake.h"
 #include "transport/ring_channel.h"
 #include "transport/tcp.h"
@@ -516,6 +517,8 @@ NB_MODULE(_accl_testing, m) {
   m.def("receive_frames", &receive_frames, nb::arg("data"), nb::arg("expected"),
         nb::arg("timeout_s") = 0.002, nb::arg("tcp") = false);
   m.def("arm_fault", &arm_fault, nb::arg("kind"), nb::arg("times") = 1);
+  // This process's shared-memory segments still named (transport/shm.h).
+  m.def("shm_names_left", &shm_names_left);
   // The jax_accl calls device `device` is in now (runtime/stall.h's count).
   m.def("calls_in_progress", &calls_in_progress, nb::arg("device"));
   // For good: a process marked so refuses every later call (common/health.h).

@@ -14,6 +14,7 @@ namespace accl {
 
 std::atomic<uint64_t> g_abort_generation{0};
 std::atomic<bool> g_stopping{false};
+std::atomic<bool> g_leaving{false};
 
 namespace {
 // The reasons of the last aborts that gave one, by the generation whose waits each

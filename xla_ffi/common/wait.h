@@ -29,6 +29,9 @@ inline void abort_pending_waits() { g_abort_generation.fetch_add(1, std::memory_
 // Set while jax_accl stops (World::stop: jax.distributed.shutdown() or exit), which ends
 // the pending waits as abort() does: their errors say why.
 extern std::atomic<bool> g_stopping;
+// Set with g_stopping where the process leaves the job (its exit, jax.distributed's
+// shutdown), not where it restarts its jax_accl among the live processes.
+extern std::atomic<bool> g_leaving;
 // Ends the pending waits as abort_pending_waits() does, their errors giving `why` instead
 // of naming jax_accl.abort() (runtime/stall.cc: XLA:CPU never started a launch's devices).
 void abort_pending_waits_because(const std::string& why);

@@ -88,7 +88,7 @@ std::shared_ptr<World> World::get() {
   return world_slot();
 }
 
-bool World::stop(double wait_s) {
+bool World::stop(double wait_s, bool leaving) {
   std::shared_ptr<World> w;
   {
     std::lock_guard<std::mutex> lock(world_mutex());
@@ -96,6 +96,7 @@ bool World::stop(double wait_s) {
   }
   bool stopped = true;
   if (w != nullptr) {
+    g_leaving.store(leaving, std::memory_order_release);
     g_stopping.store(true, std::memory_order_release);
     abort_pending_waits();
     forget_stall_report();  // the next World's calls are not out of step
@@ -111,6 +112,7 @@ bool World::stop(double wait_s) {
     std::atomic_thread_fence(std::memory_order_acquire);  // the calls' last accesses first
     w.reset();  // (if stopped) the transports stop accepting; channels close
     g_stopping.store(false, std::memory_order_release);
+    g_leaving.store(false, std::memory_order_release);
   }
   // (The ptrace permission went with the World, if it was its last holder.)
   if (stopped) shm_cleanup();

@@ -45,7 +45,8 @@ class World : public ChannelMaker {
   // then (stuck outside any wait of jax_accl's) keeps the World alive, and the last
   // such call destroys it when it ends: it is never destroyed under a call. False in
   // that case.
-  static bool stop(double wait_s = 10.0);
+  // `leaving`: the process leaves the job (g_leaving), rather than restarting.
+  static bool stop(double wait_s = 10.0, bool leaving = true);
 
   // The job as jax.distributed knows it: this process's index, the process count and
   // the collective timeout (JAX_ACCL_TIMEOUT_S), told before the World starts (XLA's

@@ -677,8 +677,15 @@ void test_shm_poison_of_a_leaving_peer() {
   s = stays->read_some(&byte, 1, &done);
   expect(s.code() == Code::kMismatch, "a live peer's mismatch is named as one: " + s.message());
   shm_pair(0, 1, &stays, &goes);
-  g_stopping.store(true);  // as World::stop() does before it aborts the calls in flight
+  g_stopping.store(true);  // a restart's World::stop(): its aborts are aborts
   goes->poison(Code::kAborted);
+  s = stays->read_some(&byte, 1, &done);
+  expect(s.message().find("aborted this stream") != std::string::npos,
+         "an abort from a peer that restarts its jax_accl is named as one: " + s.message());
+  shm_pair(0, 1, &stays, &goes);
+  g_leaving.store(true);  // as World::stop() does, leaving, before it aborts the calls
+  goes->poison(Code::kAborted);
+  g_leaving.store(false);
   g_stopping.store(false);
   s = stays->read_some(&byte, 1, &done);
   expect(s.code() == Code::kAborted && s.message().find("left the job") != std::string::npos &&

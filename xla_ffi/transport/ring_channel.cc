@@ -30,10 +30,12 @@ RingChannel::RingChannel(void* region, int side, std::shared_ptr<void> keepalive
   in_ = &header_->control[1 - side];
 }
 
-RingChannel::~RingChannel() { mark_left_if_stopping(); }
+RingChannel::~RingChannel() {
+  if (g_stopping.load(std::memory_order_acquire)) mark_left();
+}
 
-void RingChannel::mark_left_if_stopping() {
-  if (!check_pid_ || !g_stopping.load(std::memory_order_acquire)) return;
+void RingChannel::mark_left() {
+  if (!check_pid_) return;
   const int pid = header_->pid[side_].load(std::memory_order_acquire);
   if (pid > 0) header_->pid[side_].store(-pid, std::memory_order_release);
 }
@@ -111,9 +113,10 @@ Status RingChannel::peer_ended_status() const {
 }
 
 void RingChannel::poison(Code reason) {
-  // A call ended because this process's jax_accl stops: the side is marked as left
-  // before the poison, so the peer that sees the poison names the departure.
-  mark_left_if_stopping();
+  // A call ended because this process leaves the job: the side is marked as left before
+  // the poison, so the peer that sees the poison names the departure (where the stream
+  // was poisoned already, the peer's waits still see it through check_peer).
+  if (g_leaving.load(std::memory_order_acquire)) mark_left();
   uint32_t expected = 0;  // the first failure is the one worth reporting
   header_->poisoned.compare_exchange_strong(expected, 1 + static_cast<uint32_t>(reason),
                                             std::memory_order_seq_cst);

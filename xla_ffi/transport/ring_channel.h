@@ -65,7 +65,7 @@ class RingChannel : public Channel {
  private:
   Status poisoned_error() const;
   Status peer_ended_status() const;  // the peer's process left the job or died
-  void mark_left_if_stopping();      // this side's pid negative while jax_accl stops
+  void mark_left();                  // this side's pid negative: its process left
   Status corrupted_error(uint64_t head, uint64_t tail) const;
   RingPairHeader* header_;
   char* out_data_;

@@ -192,6 +192,18 @@ Status open_shm_channel(const std::string& name, const std::string& failed_marke
   return Status::Ok();
 }
 
+std::vector<std::string> shm_names_left() {
+  std::lock_guard<std::mutex> lock(names_mutex());
+  std::vector<std::string> left;
+  for (const std::string& name : pending_names()) {
+    const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) continue;
+    close(fd);
+    left.push_back(name);
+  }
+  return left;
+}
+
 void shm_cleanup() {
   std::lock_guard<std::mutex> lock(names_mutex());
   for (const std::string& name : pending_names()) shm_unlink(name.c_str());

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/sha256.h"
 #include "common/wait.h"
@@ -45,5 +46,9 @@ void shm_forget_failed(const std::string& failed_marker);
 
 // Unlinks every segment this process created whose peer never attached.
 void shm_cleanup();
+
+// The segments (and failure marks) this process created that are still named in
+// /dev/shm: none once its peers attached or its jax_accl stopped (tests look for leaks).
+std::vector<std::string> shm_names_left();
 
 }  // namespace accl

@@ -48,10 +48,17 @@ Status make_address(const std::string& ip, uint16_t port, sockaddr_in* addr) {
 // that fails a call resets its connections (TcpChannel::poison), as the kernel does for
 // a process that dies with bytes unread.
 const char* why_failed(int e) {
-  return e == ETIMEDOUT ? " (the peer host stopped answering: a cut link or a host gone; "
-                          "seen by TCP keepalive)"
-                        : " (the peer failed this call and reset the connection, or its "
-                          "process died or closed it)";
+  switch (e) {
+    case ETIMEDOUT:
+      return " (the peer host stopped answering: a cut link or a host gone; seen by TCP "
+             "keepalive)";
+    case ECONNRESET:
+      return " (the peer failed this call and reset the connection, or its process died)";
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return " (the peer host cannot be reached: a cut link, a host gone or a route lost)";
+    default: return " (the peer process died or closed the connection)";
+  }
 }
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
