@@ -36,9 +36,9 @@
 #include "testing/cma_lanes.h"
 #include "testing/simulated_hosts.h"
 #include "transport/channel_link.h"
-#include "transport/shm.h"
 #include "transport/handshake.h"
 #include "transport/ring_channel.h"
+#include "transport/shm.h"
 #include "transport/tcp.h"
 #include "transport/wire_link.h"
 
